@@ -1,0 +1,162 @@
+"""The `autotune` command line. No torch import on this path: the CLI starts fast.
+
+    autotune sweep                          # the default example sweep on this machine
+    autotune sweep my_sweep.yaml --trials 20 --storage postgresql://... --study llama-8b
+    autotune report --study default [--json]
+    autotune trial config.json [--json]     # one trial outside any study
+
+User errors print one message (no traceback; `--debug` shows it) and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from autotune.errors import EXIT_USER_ERROR, UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Pick the cheapest way to reach an LLM training target, by measuring it.")
+
+_STORAGE_HELP = "Optuna storage URL (default sqlite:///autotune.db in this folder)"
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+@app.command()
+def sweep(
+    spec_file: Optional[Path] = typer.Argument(None, help="sweep spec YAML; none: the built-in example"),
+    trials: Optional[int] = typer.Option(None, "--trials", "-n", min=1, help="trials to run in this invocation"),
+    storage: Optional[str] = typer.Option(None, help=_STORAGE_HELP),
+    study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
+    space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
+    runs_dir: Path = typer.Option(Path("autotune_runs"), help="folder for trial folders"),
+) -> None:
+    """Run an Optuna study of short real training runs; resumes if the study exists."""
+    from autotune.spec import default_spec, load_spec
+
+    spec = load_spec(spec_file) if spec_file else default_spec()
+    updates = {k: v for k, v in (("storage", storage), ("study", study), ("space", space)) if v}
+    spec = spec.model_copy(update=updates)
+    n_trials = trials or spec.budget.trials
+
+    from autotune.report import collect, config_summary, fmt_bytes, fmt_hours, fmt_usd, print_report
+    from autotune.study import DEFAULT_STORAGE, open_study, redact_url, run_sweep
+
+    # Validate the space and hardware restriction before touching the study.
+    from autotune.hardware import local_hardware
+    from autotune.space import capabilities_for, load_space, restrict
+
+    hw = local_hardware()
+    n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
+    rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
+    from autotune.pricing.catalog import load_catalog
+
+    load_catalog(spec.platforms.catalog)
+
+    console = _console()
+    st = open_study(spec.storage, spec.study, seed=spec.seed)
+    before = len(st.trials)
+    url = redact_url(spec.storage or DEFAULT_STORAGE)
+    console.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {url} "
+                  f"({before} trials so far), {n_trials} more on {hw.device_name} "
+                  f"x{hw.device_count}")
+    if rs.dropped:
+        console.print("  not offered on this machine: " + "; ".join(
+            f"{k} {[getattr(v, 'value', v) for v in vs]}" for k, vs in rs.dropped.items()))
+
+    def on_trial(o) -> None:
+        r = o.result
+        if r.ok:
+            console.print(f"  trial {o.number:>3}  [green]ok[/]  {config_summary(o.config.model_dump(mode='json'))}"
+                          f"  {r.tokens_per_s:,.0f} tok/s  mem {fmt_bytes(r.peak_mem_bytes)}"
+                          f"  -> {fmt_hours(o.hours)}, {fmt_usd(o.usd)}  ({r.wall_s:.0f}s)")
+        else:
+            console.print(f"  trial {o.number:>3}  [yellow]{r.status.value}[/]  "
+                          f"{config_summary(o.config.model_dump(mode='json'))}  {r.error_type or ''}: "
+                          f"{(r.error or '').splitlines()[0] if r.error else ''}")
+
+    runs = runs_dir / spec.study
+    with console.status("running trials...", spinner="dots"):
+        run_sweep(spec, st, n_trials, runs, on_trial=on_trial)
+    console.print()
+    print_report(collect(st), console)
+
+
+@app.command()
+def report(
+    study: str = typer.Option("default", help="study name"),
+    storage: Optional[str] = typer.Option(None, help=_STORAGE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+) -> None:
+    """Print a study's trials, its Pareto front and the best configs by cost and by time."""
+    from autotune.report import collect, print_report
+    from autotune.study import open_study
+
+    doc = collect(open_study(storage, study, create=False))
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    else:
+        print_report(doc, _console())
+
+
+@app.command()
+def trial(
+    config_file: Path = typer.Argument(..., help="TrialConfig JSON"),
+    out: Path = typer.Option(Path("autotune_runs/single"), help="trial folder"),
+    as_json: bool = typer.Option(False, "--json", help="print the TrialResult JSON"),
+) -> None:
+    """Run one trial outside any study (the small run before the long one)."""
+    from pydantic import ValidationError
+
+    from autotune.contract import TrialConfig
+    from autotune.errors import format_validation_error
+    from autotune.launch import run_trial
+
+    if not config_file.is_file():
+        raise UserError(f"config file '{config_file}' does not exist", fix="check the path")
+    try:
+        cfg = TrialConfig.model_validate_json(config_file.read_text())
+    except ValidationError as exc:
+        raise UserError(format_validation_error(config_file, exc),
+                        fix="see autotune/contract.py TrialConfig for the fields") from None
+    result = run_trial(cfg, out)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        from autotune.report import fmt_bytes
+
+        c = _console()
+        c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""))
+        if result.ok:
+            c.print(f"tokens/s: {result.tokens_per_s:,.0f}  step median {result.step_time_median_s:.4f}s "
+                    f"p90 {result.step_time_p90_s:.4f}s cv {result.step_time_cv:.2f}")
+            c.print(f"peak memory: {fmt_bytes(result.peak_mem_bytes)} ({result.peak_mem_source.value})")
+            c.print(f"final loss: {result.final_loss:.4f}  folder: {out}")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        app()
+    except UserError as exc:
+        if debug:
+            raise
+        _console(stderr=True).print(f"[red]error:[/] {exc}", soft_wrap=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+if __name__ == "__main__":
+    main()

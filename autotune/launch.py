@@ -1,0 +1,200 @@
+"""Launch one trial: TrialConfig in a folder -> launcher argv -> process group -> TrialResult.
+
+    result = run_trial(cfg, trial_dir)            # never raises for a failed trial
+
+Each trial gets a folder holding config.json, command.json (the exact argv), stdout.log and
+stderr.log, and result.json written atomically by rank 0 of the worker. How a trial ended is
+read from that file and the exit code, never by grepping logs. The launcher runs in its own
+process group, which is killed whole on timeout, so no rank survives its trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from autotune.contract import (
+    DeviceKind,
+    Launcher,
+    TrialConfig,
+    TrialResult,
+    TrialStatus,
+    write_json_atomic,
+)
+
+WORKER_MODULE = "trials.worker"
+LOG_TAIL_CHARS = 4000
+KILL_GRACE_S = 5.0
+
+
+def free_port() -> int:
+    """A TCP port free right now on loopback. Every launcher defaults to 29500, so two
+    trials (or two sweeps) on one machine would collide without this."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_script() -> str:
+    import trials.worker as w  # the package only; torch is imported inside main()
+
+    return str(Path(w.__file__).resolve())
+
+
+def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int,
+               python: str = sys.executable) -> list[str]:
+    """The launcher command for a trial, as an argv list (never a shell string)."""
+    worker_args = ["--config", str(config_path), "--result", str(result_path)]
+    n = str(cfg.num_gpus)
+    if cfg.launcher is Launcher.torchrun:
+        return [python, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", n,
+                "--master-addr", "127.0.0.1", "--master-port", str(port),
+                "-m", WORKER_MODULE, *worker_args]
+    if cfg.launcher is Launcher.deepspeed:
+        # The DeepSpeed launcher wants a script path; on CPU it counts "accelerators" as
+        # ranks when told how many through --num_gpus (ranks on CPU, GPUs on CUDA).
+        return [python, "-m", "deepspeed.launcher.runner", "--num_gpus", n,
+                "--master_addr", "127.0.0.1", "--master_port", str(port),
+                worker_script(), *worker_args]
+    if cfg.launcher is Launcher.accelerate:
+        argv = [python, "-m", "accelerate.commands.launch", "--num_processes", n,
+                "--num_machines", "1", "--main_process_ip", "127.0.0.1",
+                "--main_process_port", str(port), "--mixed_precision", "no"]
+        if cfg.device is DeviceKind.cpu:
+            argv.append("--cpu")
+        if cfg.num_gpus > 1:
+            argv.append("--multi_gpu")
+        return [*argv, worker_script(), *worker_args]
+    raise ValueError(f"unknown launcher {cfg.launcher}")
+
+
+def launch_env(cfg: TrialConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    threads = str(cfg.threads_per_rank)
+    # One CPU "GPU" = one rank with `threads_per_rank` threads; torchrun would otherwise
+    # leave every rank free to spawn a thread per core and they would fight for them.
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1",
+               AUTOTUNE_LAUNCH_TIME=repr(time.time()))
+    if cfg.device is DeviceKind.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        # accelerate under torchrun on CPU runs every rank alone without this.
+        env["ACCELERATE_USE_CPU"] = "true"
+    # The worker must import `trials` and `autotune.contract` from this checkout.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the whole process group, then SIGKILL whatever is left after a grace period."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the launcher, so a zombie does not count as alive
+        if not group_alive(proc.pid):
+            break
+        time.sleep(0.1)
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executable,
+              on_start=None) -> TrialResult:
+    """Run one trial to its end and return its result; a failed trial is a result too."""
+    trial_dir = Path(trial_dir).resolve()  # the launcher runs with the trial folder as cwd
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config_path, result_path = trial_dir / "config.json", trial_dir / "result.json"
+    for stale in trial_dir.glob("result*.json"):
+        stale.unlink()
+    cfg.write(config_path)
+    argv = build_argv(cfg, config_path, result_path, free_port(), python=python)
+    write_json_atomic(trial_dir / "command.json", {"argv": argv})
+    out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
+    t0 = time.monotonic()
+    timed_out = False
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                env=launch_env(cfg), cwd=trial_dir, start_new_session=True)
+        if on_start is not None:
+            on_start(proc.pid)
+        try:
+            rc = proc.wait(timeout=cfg.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C or the controller's own death: take the ranks with us
+            _kill_group(proc)
+            raise
+        # Ranks that outlived a launcher that exited by itself must not outlive the trial.
+        if group_alive(proc.pid):
+            _kill_group(proc)
+    wall_s = time.monotonic() - t0
+    result = read_result(result_path, rc, timed_out, err_path, out_path, cfg)
+    result.wall_s = wall_s
+    result.write(result_path)
+    return result
+
+
+def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out_path: Path,
+                cfg: TrialConfig) -> TrialResult:
+    """Classify how a trial ended from the result files and the exit code."""
+    tail = (_tail(err_path) + "\n" + _tail(out_path, 1000)).strip()
+    if timed_out:
+        return TrialResult(status=TrialStatus.timeout, world_size=cfg.num_gpus,
+                           error=f"trial exceeded timeout_s={cfg.timeout_s:g}; process group killed",
+                           log_tail=tail)
+    candidates = [result_path] + sorted(result_path.parent.glob(result_path.stem + ".rank*.json"))
+    for path in candidates:
+        if path.is_file():
+            try:
+                result = TrialResult.read(path)
+            except (ValueError, OSError) as exc:
+                return TrialResult(status=TrialStatus.crash, error_type=type(exc).__name__,
+                                   error=f"unreadable result file {path.name}: {exc}", log_tail=tail)
+            if result.status is TrialStatus.ok and rc != 0:
+                result.notes.append(f"launcher exited {rc} after rank 0 wrote an ok result")
+            if result.status is not TrialStatus.ok and not result.log_tail:
+                result.log_tail = tail
+            return result
+    reason = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+    return TrialResult(status=TrialStatus.crash, world_size=cfg.num_gpus, error_type="NoResult",
+                       error=f"worker ended ({reason}) without writing a result", log_tail=tail)
+
+
+def config_from_json(text: str) -> TrialConfig:
+    return TrialConfig.model_validate(json.loads(text))

@@ -1,0 +1,115 @@
+"""SweepSpec: what to tune, towards what target, on which platforms, within what budget.
+
+    spec = load_spec("my_sweep.yaml")     # UserError (exit 2) naming file and field if bad
+    spec = default_spec()                 # the built-in example for this machine
+
+A spec file is YAML; every field has a default, so `{}` is a valid spec (the default sweep).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autotune.contract import GPTWorkload, Launcher, Workload
+from autotune.errors import UserError, format_validation_error, load_yaml_file
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TargetSpec(_Spec):
+    """The training target. Give exactly one of: tokens; steps (with the global batch);
+    epochs (with dataset_tokens). A loss target is priced from a reference run (see pricing)."""
+
+    tokens: float | None = Field(default=None, description="training tokens to process")
+    steps: int | None = Field(default=None, description="optimizer steps at the global batch")
+    epochs: float | None = Field(default=None, description="passes over the dataset")
+    dataset_tokens: float | None = Field(default=None, description="dataset size in tokens")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "TargetSpec":
+        given = [n for n in ("tokens", "steps", "epochs") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one target, not {' and '.join(given)}")
+        for n in ("tokens", "steps", "epochs", "dataset_tokens"):
+            v = getattr(self, n)
+            if v is not None and v <= 0:
+                raise ValueError(f"`{n}` must be > 0, got {v}")
+        if self.epochs is not None and self.dataset_tokens is None:
+            raise ValueError("an `epochs` target needs `dataset_tokens`")
+        return self
+
+    def tokens_to_target(self, global_batch_tokens: int) -> float:
+        """Tokens the long run must process to reach this target at the given global batch."""
+        if self.steps is not None:
+            return float(self.steps) * global_batch_tokens
+        if self.epochs is not None:
+            return float(self.epochs) * float(self.dataset_tokens or 0)
+        return float(self.tokens if self.tokens is not None else 1e9)
+
+
+class BatchPolicy(_Spec):
+    """Fix the global batch (samples per optimizer step) or let the search choose it.
+
+    With `global_batch_samples` set, accumulation is derived: global = micro x accum x dp,
+    and configs that cannot meet it exactly are not suggested."""
+
+    global_batch_samples: int | None = Field(default=None, gt=0)
+
+
+class TrialSettings(_Spec):
+    warmup_steps: int = Field(default=2, ge=0)
+    measure_steps: int = Field(default=5, gt=0)
+    max_measure_steps: int = Field(default=15, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    threads_per_rank: int = Field(default=1, gt=0)
+    launcher: Launcher | None = Field(
+        default=None, description="force a launcher; default: deepspeed for ZeRO, else torchrun"
+    )
+
+
+class PlatformSpec(_Spec):
+    catalog: str | None = Field(default=None, description="catalog YAML; default: the shipped one")
+    offers: list[str] | None = Field(default=None, description="only these offers (names)")
+
+
+class BudgetSpec(_Spec):
+    trials: int = Field(default=8, gt=0, description="trials per invocation (Optuna n_trials)")
+    max_usd: float | None = Field(default=None, gt=0)
+    deadline_hours: float | None = Field(default=None, gt=0)
+
+
+class SweepSpec(_Spec):
+    workload: Workload = Field(default_factory=GPTWorkload)
+    seq_len: int = Field(default=128, gt=0)
+    target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=1e9))
+    batch: BatchPolicy = Field(default_factory=BatchPolicy)
+    space: str = Field(default="default", description="search space name or YAML path")
+    trial: TrialSettings = Field(default_factory=TrialSettings)
+    platforms: PlatformSpec = Field(default_factory=PlatformSpec)
+    objectives: list[Literal["hours", "usd"]] = Field(default_factory=lambda: ["hours", "usd"])
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    storage: str | None = Field(default=None, description="Optuna storage URL")
+    study: str = "default"
+    seed: int = 0
+    source: str | None = Field(default=None, exclude=True, description="the file it came from")
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    data = load_yaml_file(path, "spec")
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, exc),
+                        fix="correct the field as described (see README, 'Spec files')") from None
+    spec.source = str(path)
+    return spec
+
+
+def default_spec() -> SweepSpec:
+    """The built-in example: a ~1M-parameter GPT on this machine, 1e9 tokens to target."""
+    return SweepSpec()

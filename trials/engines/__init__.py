@@ -1,0 +1,1 @@
+"""Engines that apply a TrialConfig's parallelism to a model: DDP, DeepSpeed ZeRO, TP."""

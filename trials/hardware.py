@@ -1,0 +1,34 @@
+"""The hardware a trial ran on, as seen from inside the worker (torch is imported here)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+
+import torch
+
+from autotune.contract import DeviceKind, HardwareFingerprint
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: torch.device, world_size: int) -> HardwareFingerprint:
+    hw = HardwareFingerprint(hostname=socket.gethostname(), cpu_model=_cpu_model(),
+                             cpu_count=os.cpu_count() or 1, torch_version=torch.__version__)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return hw.model_copy(update=dict(
+            device_kind=DeviceKind.cuda, device_name=props.name, device_count=world_size,
+            device_memory_bytes=int(props.total_memory), cuda_version=torch.version.cuda))
+    return hw.model_copy(update=dict(device_kind=DeviceKind.cpu, device_name=f"cpu ({hw.cpu_model})",
+                                     device_count=world_size))
