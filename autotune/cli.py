@@ -145,6 +145,17 @@ def trial(
         raise typer.Exit(1)
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules: each module has `register(app)`.
+
+    Keep imports inside those `register` functions light (no torch)."""
+    for register in ():
+        register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     debug = "--debug" in sys.argv
     if debug:

@@ -107,7 +107,7 @@ def run(cfg, t_start: float):
 
     from autotune.contract import (MemoryReport, MemorySource, Precision, TrialResult,
                                    TrialStatus)
-    from trials.engines.ddp import DDPEngine
+    from trials.engines import build_engine
     from trials.errors import NonFiniteLoss, UnsupportedConfig
     from trials.hardware import fingerprint
     from trials.measure import StepTimer, cuda_peaks, host_rss_now_bytes, host_rss_peak_bytes, summarize
@@ -130,10 +130,6 @@ def run(cfg, t_start: float):
         device = torch.device("cpu")
     if world != cfg.num_gpus:
         raise RuntimeError(f"launcher started {world} ranks, config asks for {cfg.num_gpus}")
-    if cfg.zero_stage > 0:
-        raise UnsupportedConfig("ZeRO stages > 0 are not implemented by this worker yet")
-    if cfg.tp_degree > 1:
-        raise UnsupportedConfig("tensor parallel is not implemented by this worker yet")
     if cfg.precision is Precision.fp8:
         raise UnsupportedConfig("fp8 needs Hopper/Ada GPUs and torchao or Transformer Engine")
     if cfg.precision is Precision.fp16 and device.type == "cpu":
@@ -146,7 +142,7 @@ def run(cfg, t_start: float):
     torch.manual_seed(cfg.seed)
     rss_baseline = host_rss_now_bytes()
     model, batches, info = build_workload(cfg, device)
-    engine = DDPEngine(cfg, model, device, world)
+    engine = build_engine(cfg, model, device, world)
     phase["build"] = time.perf_counter() - t
 
     timer = StepTimer(device)
