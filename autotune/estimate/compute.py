@@ -1,0 +1,245 @@
+"""Model shapes, parameter counts, FLOPs per token and MFU: the compute side of the estimate.
+
+    m = model_from_preset("7b")                      # or model_from_hf_config("config.json")
+    m.params, flops_per_token(m, seq_len=4096)       # 6N + 12*L*d*s
+    mfu(tokens_per_s=3000.0, flops_per_token_=..., num_devices=8, device_peak_flops=989e12)
+
+Stable public API (imported by `autotune.estimate.scaling` and `autotune plan`):
+`ModelShape`, `model_from_preset`, `model_from_hf_config`, `model_from_params`,
+`gpt_param_count`, `flops_per_token`, `hardware_flops_per_token`, `mfu`.
+Torch-free: the CLI imports this.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.contract import GPT_PRESETS, GPTShape
+from autotune.errors import UserError
+
+Recompute = Literal["none", "selective", "full"]
+
+
+class ModelShape(BaseModel):
+    """What the estimates need to know about a decoder-only transformer.
+
+    `params` is the exact total parameter count where the source allows it (built-in GPT,
+    Hugging Face config of a known family) and the user's figure for `--params N`.
+    Shape fields are None when unknown (`--params N` alone): activation figures then
+    cannot be computed and say so.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    params: int = Field(gt=0)
+    n_layers: int | None = None
+    d_model: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    vocab_size: int | None = None
+    ffn_hidden: int | None = None
+    gated_mlp: bool = False
+    tied_embeddings: bool = True
+    lookup_params: int = Field(
+        default=0, ge=0,
+        description="parameters used only as lookup tables (learned positions; the input "
+                    "embedding when untied): they cost no matmul FLOPs",
+    )
+    largest_layer_params: int | None = Field(
+        default=None, description="largest single module's parameters (ZeRO-3 gathers it whole)")
+    source: str = ""
+
+    @property
+    def has_shape(self) -> bool:
+        return None not in (self.n_layers, self.d_model, self.n_heads, self.vocab_size)
+
+    @property
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul for every token: the N of 6N."""
+        return self.params - self.lookup_params
+
+
+def gpt_param_count(shape: GPTShape, include_embeddings: bool = True) -> int:
+    """Exact parameter count of the built-in GPT (`trials.workloads.gpt.GPT`)."""
+    return shape.num_params(include_embeddings=include_embeddings)
+
+
+def model_from_gpt_shape(shape: GPTShape, name: str = "gpt") -> ModelShape:
+    d, f = shape.d_model, shape.ffn_mult * shape.d_model
+    return ModelShape(
+        name=name, params=gpt_param_count(shape), n_layers=shape.n_layers, d_model=d,
+        n_heads=shape.n_heads, n_kv_heads=shape.n_heads, vocab_size=shape.vocab_size,
+        ffn_hidden=f, gated_mlp=False, tied_embeddings=True,
+        lookup_params=shape.max_seq_len * d,  # learned positions; the tied embedding is the head
+        largest_layer_params=max(shape.vocab_size * d, d * f + f),
+        source="built-in GPT (exact count)",
+    )
+
+
+def model_from_preset(name: str) -> ModelShape:
+    """A built-in GPT preset (`autotune.contract.GPT_PRESETS`) by name."""
+    if name not in GPT_PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(name, GPT_PRESETS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise UserError(f"unknown model preset '{name}'{hint}",
+                        fix=f"use one of {', '.join(GPT_PRESETS)} or a path to a config.json")
+    return model_from_gpt_shape(GPT_PRESETS[name], name=name)
+
+
+# Hugging Face families by MLP style and biases; read from config.json with no transformers
+# import. Counts follow the modeling files of transformers 5.x (checked against them with
+# meta-device instantiation in tests/test_estimate.py).
+_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
+          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm"}
+_PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
+
+
+def _first(cfg: dict[str, Any], *names: str) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return None
+
+
+def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShape:
+    """Parameter count and shape from a Hugging Face `config.json` (no download, no torch).
+
+    Exact for llama / mistral / qwen2 / qwen3 (gated MLP, RMSNorm) and gpt2 / gpt_neox / opt
+    (plain MLP, LayerNorm with bias); other families are counted with the llama layout and
+    labelled as approximate in `source`.
+    """
+    if isinstance(path_or_dict, dict):
+        cfg, where = path_or_dict, "config"
+    else:
+        p = Path(path_or_dict)
+        where = str(p)
+        if not p.is_file():
+            raise UserError(f"model config '{p}' does not exist",
+                            fix="give a preset name or the path to a Hugging Face config.json")
+        try:
+            cfg = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+    mt = str(cfg.get("model_type", "")).lower()
+    h = _first(cfg, "hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
+    L = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    a = _first(cfg, "num_attention_heads", "n_head", "num_heads")
+    V = _first(cfg, "vocab_size")
+    missing = [n for n, v in (("hidden_size", h), ("num_hidden_layers", L),
+                              ("num_attention_heads", a), ("vocab_size", V)) if v is None]
+    if missing:
+        raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
+                        fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
+    h, L, a, V = int(h), int(L), int(a), int(V)
+    kv = int(_first(cfg, "num_key_value_heads", "multi_query_group_num") or a)
+    head_dim = int(cfg.get("head_dim") or h // a)
+    gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
+    ffn = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
+    ffn = int(ffn) if ffn is not None else 4 * h
+    tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
+    exact = mt in ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "opt")
+
+    if gated:  # llama layout: RMSNorm (weight only), no biases (qwen2: q/k/v biases)
+        q_out, kv_out = a * head_dim, kv * head_dim
+        attn = h * q_out + 2 * h * kv_out + q_out * h
+        if mt == "qwen2":  # q/k/v projections carry biases, the output projection none
+            attn += q_out + 2 * kv_out
+        elif cfg.get("attention_bias"):
+            attn += q_out + 2 * kv_out + h
+        if mt == "qwen3":
+            attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
+        mlp = 3 * h * ffn + (2 * ffn + h if cfg.get("mlp_bias") else 0)
+        norms = 2 * h
+        final_norm = h
+    else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
+        attn = h * 3 * h + 3 * h + h * h + h
+        mlp = h * ffn + ffn + ffn * h + h
+        norms = 2 * 2 * h
+        final_norm = 2 * h
+        if mt == "opt" and cfg.get("do_layer_norm_before") is False:
+            final_norm = 0
+    emb = V * h
+    pos = 0
+    if mt in ("gpt2", "gpt_neo"):
+        pos = int(_first(cfg, "n_positions", "max_position_embeddings") or 1024) * h
+    elif mt == "opt":
+        pos = (int(cfg.get("max_position_embeddings", 2048)) + 2) * h  # OPT offsets positions by 2
+    head = 0 if tied else V * h
+    params = L * (attn + mlp + norms) + final_norm + emb + pos + head
+    lookup = pos + (0 if tied else emb)
+    return ModelShape(
+        name=str(cfg.get("_name_or_path") or mt or where), params=params, n_layers=L, d_model=h,
+        n_heads=a, n_kv_heads=kv, vocab_size=V, ffn_hidden=ffn, gated_mlp=gated,
+        tied_embeddings=tied, lookup_params=lookup,
+        largest_layer_params=max(emb, h * ffn + ffn),
+        source=f"Hugging Face config {where} ({mt or 'unknown type'}; "
+               f"{'exact count' if exact else 'approximate: counted with the llama layout'})",
+    )
+
+
+def model_from_params(params: int, n_layers: int | None = None, d_model: int | None = None,
+                      n_heads: int | None = None, vocab_size: int | None = None) -> ModelShape:
+    """A model known by its parameter count (and optionally its shapes, for activations)."""
+    if params <= 0:
+        raise UserError(f"--params {params} must be positive", fix="give the parameter count, e.g. 7e9")
+    for name, v in (("--layers", n_layers), ("--hidden", d_model), ("--heads", n_heads),
+                    ("--vocab", vocab_size)):
+        if v is not None and v <= 0:
+            raise UserError(f"{name} {v} must be positive", fix=f"give a positive {name}")
+    if d_model is not None and n_heads is not None and d_model % n_heads:
+        raise UserError(f"--hidden {d_model} is not divisible by --heads {n_heads}",
+                        fix="pick a head count that divides the hidden size")
+    return ModelShape(
+        name=f"{params:.3g} parameters", params=int(params), n_layers=n_layers, d_model=d_model,
+        n_heads=n_heads, n_kv_heads=n_heads, vocab_size=vocab_size,
+        ffn_hidden=4 * d_model if d_model else None,
+        largest_layer_params=(vocab_size * d_model) if vocab_size and d_model else None,
+        source="given by --params",
+    )
+
+
+def flops_per_token(model: ModelShape, seq_len: int) -> float:
+    """Model FLOPs per trained token (the MFU numerator): 6N + 12 * L * d * s.
+
+    6N: 2N forward + 4N backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
+    Models", sec. 2.1), N the parameters used in matmuls (`matmul_params`; the tied
+    embedding counts once, as the LM head). 12*L*d*s: attention scores and weighted sum,
+    forward + backward, at full (non-causal) cost, as in PaLM (Chowdhery et al. 2022,
+    Appendix B). Without layers/hidden (`--params N` alone) the attention term is left out.
+    """
+    attn = 12.0 * model.n_layers * model.d_model * seq_len if model.n_layers and model.d_model else 0.0
+    return 6.0 * model.matmul_params + attn
+
+
+def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompute = "none",
+                             recomputed_layer_fraction: float | None = None) -> float:
+    """FLOPs the hardware executes per token (the HFU numerator), recomputation included.
+
+    Full recompute runs the forward twice: 8N + 16*L*d*s (PaLM Appendix B). Selective
+    (a fraction f of the blocks recomputed whole) adds f of one forward: (6 + 2f)N + (12 + 4f)Lds.
+    """
+    f = {"none": 0.0, "full": 1.0}.get(recompute, recomputed_layer_fraction)
+    if f is None:
+        f = 0.5  # the worker's default: every 2nd block
+    attn = 4.0 * model.n_layers * model.d_model * seq_len if model.n_layers and model.d_model else 0.0
+    return flops_per_token(model, seq_len) + f * (2.0 * model.matmul_params + attn)
+
+
+def mfu(tokens_per_s: float, flops_per_token_: float, num_devices: int,
+        device_peak_flops: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved model FLOP/s / (devices x dense peak FLOP/s).
+
+    None when the peak is unknown (e.g. a CPU core): a guessed peak would mislead.
+    """
+    if not device_peak_flops or num_devices <= 0 or tokens_per_s <= 0:
+        return None
+    return tokens_per_s * flops_per_token_ / (num_devices * device_peak_flops)
