@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local_rank", type=int, default=None, help="set by the DeepSpeed launcher")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
+    import faulthandler
+    import signal
+
+    # A trial killed at its timeout leaves each rank's stack in stderr.log: where it hung.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     global _wall_at_start
     _wall_at_start = time.time()
 

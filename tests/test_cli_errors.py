@@ -1,0 +1,64 @@
+"""Bad input from a user: one clear message naming file and field, exit code 2, study untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+BAD_SPECS = {
+    "malformed YAML": ("workload: {kind: gpt, preset: tiny\n", "not valid YAML"),
+    "unknown field": ("wrokload: {kind: gpt}\n", "wrokload"),
+    "unknown preset": ("workload: {kind: gpt, preset: tiny2}\n", "Did you mean 'tiny'"),
+    "non-positive target": ("target: {tokens: -5}\n", "target"),
+    "zero target steps": ("target: {steps: 0}\n", "steps"),
+    "wrong type": ("seq_len: lots\n", "seq_len"),
+    "not a mapping": ("- a\n- b\n", "mapping"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPECS))
+def test_bad_spec_exits_2_naming_file_and_field(tmp_path, run_cli, case):
+    text, expected = BAD_SPECS[case]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    p = run_cli("sweep", str(spec), "--trials", "1")
+    assert p.returncode == 2, p.stderr
+    assert "spec.yaml" in p.stderr and expected in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "autotune.db").exists(), "the study must stay untouched"
+
+
+def test_bad_space_file_exits_2(tmp_path, run_cli):
+    space = tmp_path / "space.yaml"
+    space.write_text("micro_batch_size: [0]\n")
+    p = run_cli("sweep", "--space", str(space), "--trials", "1")
+    assert p.returncode == 2 and "space.yaml" in p.stderr and "micro_batch_size" in p.stderr
+    assert not (tmp_path / "autotune.db").exists()
+
+
+def test_missing_spec_file_exits_2(tmp_path, run_cli):
+    p = run_cli("sweep", "nope.yaml")
+    assert p.returncode == 2 and "nope.yaml" in p.stderr
+
+
+def test_report_on_unknown_study_exits_2(tmp_path, run_cli):
+    p = run_cli("report", "--study", "ghost")
+    assert p.returncode == 2 and "ghost" in p.stderr
+
+
+def test_storage_url_password_never_printed(tmp_path, run_cli):
+    p = run_cli("report", "--study", "x", "--storage", "postgresql://me:hunter2@127.0.0.1:1/db")
+    assert p.returncode == 2
+    assert "hunter2" not in p.stderr + p.stdout and "***" in p.stderr
+
+
+def test_debug_flag_shows_traceback(tmp_path, run_cli):
+    p = run_cli("report", "--study", "ghost", "--debug")
+    assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_cli_import_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, autotune.cli; assert 'torch' not in sys.modules, 'torch on the CLI path'"
+    subprocess.run([sys.executable, "-c", code], check=True)

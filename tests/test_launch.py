@@ -1,0 +1,80 @@
+"""Launcher argv building and how a trial's ending is classified (no subprocess here)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus
+from autotune.launch import build_argv, free_port, launch_env, read_result
+
+
+@pytest.mark.parametrize("launcher", list(Launcher))
+def test_argv_is_a_list_with_ranks_port_and_paths(tmp_path, launcher):
+    cfg = TrialConfig(num_gpus=2, launcher=launcher)
+    argv = build_argv(cfg, tmp_path / "c.json", tmp_path / "r.json", port=41234, python="/py")
+    assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+    assert argv[0] == "/py"
+    assert "2" in argv and "41234" in argv
+    assert argv[-4:] == ["--config", str(tmp_path / "c.json"), "--result", str(tmp_path / "r.json")]
+
+
+def test_argv_never_interprets_odd_paths(tmp_path):
+    """A path with spaces and shell metacharacters stays one argv element."""
+    odd = tmp_path / "a b; rm -rf $HOME" / "c.json"
+    argv = build_argv(TrialConfig(), odd, tmp_path / "r.json", port=1, python="/py")
+    assert str(odd) in argv
+
+
+def test_free_port_is_bindable():
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_env_pins_threads_and_hides_gpus_on_cpu():
+    env = launch_env(TrialConfig(threads_per_rank=3))
+    assert env["OMP_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["ACCELERATE_USE_CPU"] == "true"
+
+
+def _logs(tmp_path: Path) -> tuple[Path, Path]:
+    err, out = tmp_path / "stderr.log", tmp_path / "stdout.log"
+    err.write_text("Traceback ...\nValueError: bad thing\n")
+    out.write_text("")
+    return err, out
+
+
+def test_no_result_file_is_a_crash_with_log_tail(tmp_path):
+    err, out = _logs(tmp_path)
+    r = read_result(tmp_path / "result.json", 1, False, err, out, TrialConfig())
+    assert r.status is TrialStatus.crash and "bad thing" in r.log_tail and "exit code 1" in r.error
+
+
+def test_killed_by_signal_is_named(tmp_path):
+    err, out = _logs(tmp_path)
+    r = read_result(tmp_path / "result.json", -9, False, err, out, TrialConfig())
+    assert "signal 9" in r.error
+
+
+def test_timeout_wins_over_everything(tmp_path):
+    err, out = _logs(tmp_path)
+    TrialResult(status=TrialStatus.ok).write(tmp_path / "result.json")
+    r = read_result(tmp_path / "result.json", -15, True, err, out, TrialConfig())
+    assert r.status is TrialStatus.timeout
+
+
+def test_failed_rank_file_is_used_when_rank0_wrote_nothing(tmp_path):
+    err, out = _logs(tmp_path)
+    TrialResult(status=TrialStatus.oom, error="rank 1 ran out").write(tmp_path / "result.rank1.json")
+    r = read_result(tmp_path / "result.json", 1, False, err, out, TrialConfig(num_gpus=2))
+    assert r.status is TrialStatus.oom and r.error == "rank 1 ran out"
+
+
+def test_unreadable_result_is_a_crash(tmp_path):
+    err, out = _logs(tmp_path)
+    (tmp_path / "result.json").write_text("{not json")
+    r = read_result(tmp_path / "result.json", 0, False, err, out, TrialConfig())
+    assert r.status is TrialStatus.crash and "unreadable" in r.error

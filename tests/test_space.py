@@ -1,0 +1,108 @@
+"""Search spaces: loading, hardware restriction, define-by-run suggestions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from autotune.contract import DeviceKind, HardwareFingerprint, Offload, Precision, TrialConfig
+from autotune.errors import UserError
+from autotune.space import SearchSpace, capabilities_for, load_space, restrict, suggest
+
+CPU2 = HardwareFingerprint(device_kind=DeviceKind.cpu, device_count=2, cpu_count=2)
+H100x8 = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="NVIDIA H100 80GB HBM3",
+                             device_count=8, cpu_count=64)
+
+
+def test_default_space_loads():
+    space = load_space("default")
+    assert 1 in space.num_gpus and Precision.bf16 in space.precision
+
+
+def test_two_core_cpu_offers_at_most_two_ranks_and_no_fp16_fp8():
+    rs = restrict(load_space("default"), capabilities_for(CPU2))
+    assert rs.num_gpus == [1, 2]
+    assert Precision.fp8 not in rs.precision and Precision.fp16 not in rs.precision
+    assert rs.dropped["num_gpus"] == [4, 8]
+
+
+def test_gpu_machine_offers_its_gpu_count_and_fp8_only_on_hopper_with_library():
+    space = load_space("default")
+    ampere = restrict(space, capabilities_for(H100x8, compute_capability=(8, 0), fp8_library=True))
+    hopper = restrict(space, capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=True))
+    no_lib = restrict(space, capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=False))
+    assert hopper.num_gpus == [1, 2, 4, 8]
+    assert Precision.fp8 in hopper.precision
+    assert Precision.fp8 not in ampere.precision and Precision.fp8 not in no_lib.precision
+
+
+def test_threads_per_rank_limits_cpu_ranks():
+    assert capabilities_for(CPU2, threads_per_rank=2).max_ranks == 1
+
+
+def test_tp_degrees_must_divide_heads():
+    caps = dataclasses.replace(capabilities_for(H100x8), tensor_parallel=True)
+    rs = restrict(load_space("default"), caps, n_heads=4)
+    assert 8 not in rs.tp_degree  # 4 heads cannot split 8 ways
+
+
+def _suggestions(rs, n, global_batch=None):
+    study = optuna.create_study(directions=["minimize", "minimize"],
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    out = []
+    for _ in range(n):
+        t = study.ask()
+        out.append(suggest(t, rs, global_batch))
+        study.tell(t, [1.0, 1.0])
+    return out
+
+
+def test_every_suggestion_is_a_valid_trial_config():
+    rs = restrict(load_space("default"), capabilities_for(H100x8, compute_capability=(9, 0)))
+    for values in _suggestions(rs, 60):
+        TrialConfig(**values)  # raises if TP does not divide GPUs or offload lacks ZeRO
+        assert values["num_gpus"] % values["tp_degree"] == 0
+        if values["zero_stage"] == 0:
+            assert values["offload"] is Offload.none
+
+
+def test_fixed_global_batch_derives_accumulation_exactly():
+    rs = restrict(load_space("default"), capabilities_for(H100x8))
+    for values in _suggestions(rs, 40, global_batch=64):
+        dp = values["num_gpus"] // values["tp_degree"]
+        assert values["micro_batch_size"] * values["grad_accum_steps"] * dp == 64
+
+
+def test_impossible_global_batch_is_a_user_error():
+    rs = restrict(SearchSpace(num_gpus=[2], micro_batch_size=[1, 2, 4]), capabilities_for(CPU2))
+    with pytest.raises(UserError, match="global batch"):
+        _suggestions(rs, 1, global_batch=51)  # odd: no micro x 2 ranks divides it
+
+
+def test_unknown_space_name_lists_known(tmp_path):
+    with pytest.raises(UserError, match="default"):
+        load_space("nope")
+
+
+@pytest.mark.parametrize("text, field", [
+    ("num_gpus: [0, 1]\n", "num_gpus"),
+    ("zero_stage: [5]\n", "zero_stage"),
+    ("precision: [fp64]\n", "precision"),
+    ("colour: [red]\n", "colour"),
+    ("num_gpus: [1\n", "not valid YAML"),
+])
+def test_bad_space_file_names_file_and_field(tmp_path, text, field):
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    with pytest.raises(UserError) as exc:
+        load_space(str(p))
+    assert str(p) in str(exc.value) and field in str(exc.value)
+
+
+def test_space_nothing_runnable_is_a_user_error(tmp_path):
+    p = tmp_path / "space.yaml"
+    p.write_text("num_gpus: [64]\n")
+    with pytest.raises(UserError, match="num_gpus"):
+        restrict(load_space(str(p)), capabilities_for(CPU2))
