@@ -95,17 +95,31 @@ def sweep(
 def report(
     study: str = typer.Option("default", help="study name"),
     storage: Optional[str] = typer.Option(None, help=_STORAGE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document (docs/report_schema.md)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write report.html, report.json and PNG plots into this folder"),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
+    deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
 ) -> None:
-    """Print a study's trials, its Pareto front and the best configs by cost and by time."""
+    """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
     from autotune.report import collect, print_report
-    from autotune.study import open_study
+    from autotune.study import DEFAULT_STORAGE, open_study
 
-    doc = collect(open_study(storage, study, create=False))
+    doc = collect(open_study(storage, study, create=False), max_usd=max_usd,
+                  deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE)
+    if html is not None or out is not None:
+        from autotune.report_html import write_html, write_report_dir
+
+        if html is not None:
+            write_html(doc, html)
+        if out is not None:
+            write_report_dir(doc, out)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:
         print_report(doc, _console())
+        for path in ([html] if html else []) + ([out] if out else []):
+            _console().print(f"wrote {path}")
 
 
 @app.command()
@@ -149,7 +163,9 @@ def _register_commands() -> None:
     """Commands that live in their own modules: each module has `register(app)`.
 
     Keep imports inside those `register` functions light (no torch)."""
-    for register in ():
+    from autotune import cmd_estimate
+
+    for register in (cmd_estimate.register,):
         register(app)
 
 

@@ -1,0 +1,376 @@
+"""Peak memory per rank of a training configuration, as a breakdown, before launching it.
+
+    est = estimate_memory(model_from_preset("7b"), MemoryConfig(seq_len=4096, micro_batch_size=2,
+                          precision="bf16", zero_stage=2, dp_degree=8))
+    est.total_bytes, est.as_dict()          # weights, gradients, optimizer, activations, other
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2019, "ZeRO: Memory Optimizations
+Toward Training Trillion Parameter Models", sec. 3.1 and 5); activations follow Korthikanti
+et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", sec. 4),
+counted tensor by tensor so the same code gives the paper's closed forms under the paper's
+assumptions and the built-in GPT's real figure under its own (see `layer_activation_bytes`).
+The framework overhead (CUDA context, allocator, runtime) is not guessed here: it comes from
+`autotune.calibration`, fitted on this hardware from measured trials.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune.contract import Checkpointing, Offload, Precision, TrialConfig
+from autotune.estimate.compute import ModelShape
+
+Engine = Literal["ddp", "deepspeed"]
+Attention = Literal["fused", "eager", "recompute"]
+OptimizerName = Literal["adamw", "sgd", "adafactor"]
+
+# DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, v0.19): bucket sizes in elements.
+DS_REDUCE_BUCKET_ELEMS = 500_000_000
+DS_ALLGATHER_BUCKET_ELEMS = 500_000_000
+DS_PREFETCH_BUCKET_ELEMS = 50_000_000
+
+
+class MemoryConfig(BaseModel):
+    """The knobs of a configuration that decide its memory (a subset of TrialConfig).
+
+    `engine` decides the mixed-precision layout: "ddp" is torch autocast (fp32 weights and
+    gradients, 16-bit copies of the weights cached for the step, fp32 residual stream);
+    "deepspeed" keeps 16-bit weights and gradients and an fp32 master copy in the optimizer
+    (the ZeRO paper's layout). Default: deepspeed with ZeRO, else ddp (as `autotune sweep`).
+    `attention`: "fused" = torch SDPA / flash (stores the output and a log-sum-exp, never the
+    s x s scores), "eager" = scores and softmax stored, "recompute" = Korthikanti's selective
+    recompute of the attention core (stores nothing of it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len: int = Field(gt=0)
+    micro_batch_size: int = Field(default=1, gt=0)
+    precision: Precision = Precision.bf16
+    checkpointing: Checkpointing = Checkpointing.none
+    checkpoint_every: int = Field(default=2, gt=0, description="selective: every k-th block recomputed")
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    offload: Offload = Offload.none
+    dp_degree: int = Field(default=1, gt=0)
+    tp_degree: int = Field(default=1, gt=0)
+    optimizer: OptimizerName = "adamw"
+    engine: Engine | None = None
+    attention: Attention = "fused"
+    dropout: bool = False
+    sequence_parallel: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MemoryConfig":
+        if self.offload is not Offload.none and self.zero_stage == 0:
+            raise ValueError("offload needs ZeRO. To fix: set zero stage >= 1 or offload none")
+        if self.offload is Offload.optimizer_params and self.zero_stage != 3:
+            raise ValueError("parameter offload needs ZeRO stage 3. To fix: set zero stage 3 "
+                             "or offload optimizer")
+        return self
+
+    @property
+    def resolved_engine(self) -> Engine:
+        if self.engine is not None:
+            return self.engine
+        return "deepspeed" if self.zero_stage > 0 else "ddp"
+
+    @classmethod
+    def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
+        engine: Engine = "deepspeed" if cfg.zero_stage > 0 or cfg.launcher.value == "deepspeed" else "ddp"
+        return cls(seq_len=cfg.seq_len, micro_batch_size=cfg.micro_batch_size,
+                   precision=cfg.precision, checkpointing=cfg.checkpointing,
+                   checkpoint_every=cfg.checkpoint_every, zero_stage=cfg.zero_stage,
+                   offload=cfg.offload, dp_degree=cfg.dp_degree, tp_degree=cfg.tp_degree,
+                   optimizer=cfg.optimizer, engine=engine)
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank. `other_bytes` = logits/loss buffers + communication buckets + the
+    16-bit weight cache + the calibrated overhead (when there is one) + optimizer-step
+    temporaries beyond the backward peak. `host_bytes`: host memory per rank for offloaded
+    state (on a CPU machine everything is host memory; see `resident_bytes`)."""
+
+    params: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int | None
+    logits_bytes: int | None
+    buckets_bytes: int
+    weight_cache_bytes: int
+    optimizer_temp_bytes: int
+    host_bytes: int
+    overhead_bytes: int | None = None
+    overhead_basis: str = "not calibrated: framework overhead not included"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def analytic_bytes(self) -> int:
+        """Everything the analytic model counts, without the calibrated overhead."""
+        states = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.buckets_bytes
+        backward = (self.activations_bytes or 0) + (self.logits_bytes or 0) + self.weight_cache_bytes
+        # Activations are freed by the time the optimizer steps; its temporaries come after.
+        return states + max(backward, self.optimizer_temp_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.analytic_bytes + (self.overhead_bytes or 0)
+
+    @property
+    def other_bytes(self) -> int:
+        return (self.total_bytes - self.weights_bytes - self.gradients_bytes
+                - self.optimizer_bytes - (self.activations_bytes or 0))
+
+    def resident_bytes(self) -> int:
+        """Device plus offloaded bytes: what a rank holds in host memory on a CPU machine."""
+        return self.total_bytes + self.host_bytes
+
+    def with_overhead(self, overhead_bytes: int, basis: str) -> "MemoryEstimate":
+        d = asdict(self)
+        d.update(overhead_bytes=int(overhead_bytes), overhead_basis=basis)
+        return MemoryEstimate(**d)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.params,
+            "weights_bytes": self.weights_bytes,
+            "gradients_bytes": self.gradients_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "activations_bytes": self.activations_bytes,
+            "other_bytes": self.other_bytes,
+            "total_bytes": self.total_bytes,
+            "host_bytes": self.host_bytes,
+            "analytic_bytes": self.analytic_bytes,
+            "detail": {
+                "logits_bytes": self.logits_bytes,
+                "buckets_bytes": self.buckets_bytes,
+                "weight_cache_bytes": self.weight_cache_bytes,
+                "optimizer_temp_bytes": self.optimizer_temp_bytes,
+                "overhead_bytes": self.overhead_bytes,
+                "overhead_basis": self.overhead_basis,
+            },
+            "notes": list(self.notes),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Model states
+# ---------------------------------------------------------------------------------------
+
+
+def dtype_bytes(precision: Precision) -> int:
+    """Bytes of one element in the compute dtype (fp8 training keeps bf16 activations)."""
+    return 4 if precision is Precision.fp32 else 2
+
+
+def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape) -> float:
+    """fp32 optimizer state per parameter, master copy excluded.
+
+    AdamW: exp_avg + exp_avg_sq = 8 (ZeRO paper's K = 12 includes the 4-byte master copy).
+    SGD with momentum: the momentum buffer, 4. Adafactor (Shazeer & Stern 2018), factored
+    second moment without momentum (its default): a row and a column vector per matrix, so
+    4 * (rows + cols) bytes per matrix instead of 4 * rows * cols.
+    """
+    if optimizer == "adamw":
+        return 8.0
+    if optimizer == "sgd":
+        return 4.0
+    if model.has_shape:
+        h, f, V, L = model.d_model, model.ffn_hidden or 4 * model.d_model, model.vocab_size, model.n_layers
+        kv = (model.n_kv_heads or model.n_heads) * (h // model.n_heads)
+        per_layer = (h + h + 2 * (h + kv)) + (h + h)  # q, k, v, o
+        per_layer += (3 if model.gated_mlp else 2) * (h + f)
+        factored = L * per_layer + (V + h) * (1 if model.tied_embeddings else 2)
+        return 4.0 * factored / model.params
+    # No shapes: a square-matrix model of this size has ~ 2 * sqrt(N) factored entries.
+    return 4.0 * 2.0 * math.sqrt(model.params) / model.params
+
+
+def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
+    """Weights, gradients, optimizer state per rank on the device, and host bytes.
+
+    Under TP each rank holds 1/t of the model (replicated norms neglected); ZeRO then shards
+    over the data-parallel ranks: stage 1 the optimizer state, stage 2 also the gradients,
+    stage 3 also the weights (ZeRO paper, Figure 1: 16 / 4 + 12/Nd / 2 + 14/Nd / 16/Nd bytes
+    per parameter for mixed-precision Adam).
+    """
+    psi = model.params / cfg.tp_degree
+    nd = cfg.dp_degree
+    mixed = cfg.precision is not Precision.fp32
+    c = dtype_bytes(cfg.precision)
+    opt_state = optimizer_state_bytes_per_param(cfg.optimizer, model)
+    if cfg.resolved_engine == "deepspeed" and mixed:
+        w_pp, g_pp, o_pp = c, c, opt_state + 4.0  # fp32 master copy lives with the optimizer
+    else:  # fp32, or torch autocast: fp32 weights and gradients, no separate master copy
+        w_pp, g_pp, o_pp = 4.0, 4.0, opt_state
+    weights, grads, opt = psi * w_pp, psi * g_pp, psi * o_pp
+    z = cfg.zero_stage
+    if z >= 1:
+        opt /= nd
+    if z >= 2:
+        grads /= nd
+    if z >= 3:
+        weights /= nd
+    host = 0.0
+    largest = (model.largest_layer_params or 0) / cfg.tp_degree
+    gathered = largest * w_pp if z == 3 else 0.0  # ZeRO-3 gathers a module whole to use it
+    if cfg.offload in (Offload.optimizer, Offload.optimizer_params):
+        # The optimizer partition (and, for the CPU Adam, an fp32 copy of the gradient
+        # partition) live in host memory (ZeRO-Offload, Ren et al. 2021).
+        host += opt + psi * 4.0 / nd
+        opt = 0.0
+    if cfg.offload is Offload.optimizer_params:
+        host += weights
+        weights = 0.0
+    return {"weights": int(weights + gathered), "gradients": int(grads), "optimizer": int(opt),
+            "host": int(host), "w_pp": w_pp}
+
+
+# ---------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------
+
+
+def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
+                           n_kv_heads: int | None = None, gated_mlp: bool = False,
+                           residual_bytes: int = 2, compute_bytes: int = 2,
+                           attention: Attention = "eager", dropout: bool = True,
+                           sequence_parallel: bool = False) -> float:
+    """Bytes one transformer layer keeps for backward, counted tensor by tensor.
+
+    With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
+    this is exactly sbh(34 + 5as/h) at t=1, sbh(10 + 24/t + 5as/(ht)) with TP, and
+    (sbh/t)(34 + 5as/h) with TP + sequence parallel (paper, eqs. 1-3). The parts:
+    - not split by TP (unless sequence parallel): the two LayerNorm inputs (residual stream,
+      `residual_bytes` each), the two LayerNorm outputs = inputs of the QKV and MLP-up
+      matmuls (`compute_bytes`), and with dropout the two 1-byte masks after attention and MLP;
+    - split by TP: Q, K, V; the attention output (input of the output projection); the MLP
+      hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product);
+    - attention core: eager stores the softmax output (+ dropout mask and output);
+      fused (SDPA / flash) stores only a fp32 log-sum-exp per head and token;
+      recompute (Korthikanti's selective recompute) stores nothing.
+    """
+    f = ffn if ffn is not None else 4 * h
+    kv = n_kv_heads if n_kv_heads is not None else a
+    r, c = residual_bytes, compute_bytes
+    sbh = s * b * h
+    unsplit = sbh * (2 * r + 2 * c + (2 if dropout else 0))
+    qkv = s * b * (h + 2 * kv * (h // a)) * c
+    attn_out = sbh * c
+    mlp = s * b * f * c * (4 if gated_mlp else 2)
+    split = qkv + attn_out + mlp
+    if attention == "eager":
+        core = a * s * s * b * (c + ((1 + c) if dropout else 0))
+    elif attention == "fused":
+        core = 4 * a * s * b
+    else:
+        core = 0
+    split += core
+    if sequence_parallel:
+        return (unsplit + split) / t
+    return unsplit + split / t
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1,
+                            recompute: Literal["none", "selective", "full"] = "none",
+                            sequence_parallel: bool = False) -> float:
+    """The paper's closed forms (Korthikanti et al. 2022, Table 2), bytes per layer."""
+    sbh = s * b * h
+    if recompute == "full":
+        return 2.0 * sbh
+    if recompute == "selective":
+        return 34.0 * sbh / t if sequence_parallel else sbh * (10 + 24 / t)
+    if sequence_parallel:
+        return sbh / t * (34 + 5 * a * s / h)
+    if t == 1:
+        return sbh * (34 + 5 * a * s / h)
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -> int:
+    """How many blocks recompute their activations (the worker's rule: all, every k-th, none)."""
+    if checkpointing is Checkpointing.full:
+        return n_layers
+    if checkpointing is Checkpointing.selective:
+        return len(range(0, n_layers, max(1, every)))
+    return 0
+
+
+def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, int | None]:
+    """(activations kept for backward, logits and loss buffers), bytes per rank.
+
+    The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`) and
+    no dropout, so Korthikanti's 5as/h term and the dropout masks are not kept: with fused
+    attention, the paper's selective recompute (recompute the attention core) saves nothing
+    more, which is why autotune's `selective` means "recompute every k-th block whole".
+    A recomputed block keeps only its input, and during backward one block at a time holds
+    its full set again. Under torch autocast the residual stream stays fp32.
+    """
+    if not model.has_shape:
+        return None, None
+    s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, model.d_model, model.n_heads, cfg.tp_degree
+    c = dtype_bytes(cfg.precision)
+    r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
+    full = layer_activation_bytes(
+        s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, gated_mlp=model.gated_mlp,
+        residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
+        sequence_parallel=cfg.sequence_parallel)
+    n_rec = recomputed_layers(model.n_layers, cfg.checkpointing, cfg.checkpoint_every)
+    kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
+    acts = (model.n_layers - n_rec) * full + n_rec * kept_input + (full if n_rec else 0)
+    acts += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
+    # Logits (vocab split by TP): the fp32 log-softmax output is kept for backward, and the
+    # backward of the loss holds its gradient and the logits' gradient at once: 3 fp32 copies.
+    logits = 12 * s * b * model.vocab_size / t
+    return int(acts), int(logits)
+
+
+# ---------------------------------------------------------------------------------------
+# The whole rank
+# ---------------------------------------------------------------------------------------
+
+
+def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
+    """Analytic peak memory per rank; the calibrated overhead is added by `autotune.calibration`."""
+    states = model_state_bytes(model, cfg)
+    acts, logits = activation_bytes(model, cfg)
+    psi = model.params / cfg.tp_degree
+    c = dtype_bytes(cfg.precision)
+    engine = cfg.resolved_engine
+    notes: list[str] = []
+    if acts is None:
+        notes.append("activations not estimated: give the model's layers, hidden, heads and vocab")
+    buckets = 0.0
+    weight_cache = 0.0
+    opt_temp = 0.0
+    if engine == "ddp":
+        if cfg.dp_degree > 1:
+            # DDP's reducer copies gradients into flat buckets (gradient_as_bucket_view=False,
+            # torch's default): a second full set of fp32 gradients.
+            buckets = psi * 4.0
+        if cfg.precision is not Precision.fp32:
+            # torch autocast caches a 16-bit copy of every weight for the step, kept for backward.
+            weight_cache = psi * c
+        if cfg.optimizer == "adamw":
+            # torch's foreach AdamW builds sqrt(exp_avg_sq) for all parameters at once.
+            opt_temp = psi * 4.0
+    else:
+        w = states["w_pp"]
+        if cfg.dp_degree > 1:
+            buckets = min(psi, DS_REDUCE_BUCKET_ELEMS) * w
+            if cfg.zero_stage in (1, 2):
+                buckets += min(psi, DS_ALLGATHER_BUCKET_ELEMS) * w
+            elif cfg.zero_stage == 3:
+                buckets += min(psi, DS_PREFETCH_BUCKET_ELEMS) * w
+    return MemoryEstimate(
+        params=model.params,
+        weights_bytes=states["weights"], gradients_bytes=states["gradients"],
+        optimizer_bytes=states["optimizer"], activations_bytes=acts, logits_bytes=logits,
+        buckets_bytes=int(buckets), weight_cache_bytes=int(weight_cache),
+        optimizer_temp_bytes=int(opt_temp), host_bytes=states["host"], notes=notes,
+    )
