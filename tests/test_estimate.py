@@ -1,0 +1,200 @@
+"""The analytic models against their sources: the ZeRO paper's worked example, Korthikanti
+et al.'s per-layer formulas, exact parameter counts, and the `autotune estimate` CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autotune.contract import GPT_PRESETS, Checkpointing, Offload, Precision
+from autotune.estimate.compute import (flops_per_token, hardware_flops_per_token, mfu,
+                                       model_from_hf_config, model_from_params, model_from_preset)
+from autotune.estimate.memory import (MemoryConfig, estimate_memory, korthikanti_layer_bytes,
+                                      layer_activation_bytes, model_state_bytes)
+
+GB = 1e9
+
+
+# --- ZeRO paper (Rajbhandari et al. 2019), sec. 5 / Figure 1: 7.5B parameters, Nd = 64,
+# mixed-precision Adam (K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB for stages 0..3.
+@pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_model_states_match_zero_paper_worked_example(stage, expected_gb):
+    m = model_from_params(int(7.5e9))
+    cfg = MemoryConfig(seq_len=1024, precision=Precision.fp16, zero_stage=stage, dp_degree=64,
+                       engine="deepspeed")
+    s = model_state_bytes(m, cfg)
+    total_gb = (s["weights"] + s["gradients"] + s["optimizer"]) / GB
+    assert total_gb == pytest.approx(expected_gb, abs=0.05)
+    # and the split: 2 bytes fp16 weights, 2 bytes fp16 gradients, 12 bytes Adam (master + m + v)
+    if stage == 0:
+        assert (s["weights"], s["gradients"], s["optimizer"]) == (15 * GB, 15 * GB, 90 * GB)
+
+
+def test_torch_autocast_layout_has_same_16_bytes_split_differently():
+    # DDP + autocast: fp32 weights (4) and gradients (4), Adam m and v (8): still 16 bytes.
+    m = model_from_params(10**9)
+    s = model_state_bytes(m, MemoryConfig(seq_len=8, precision=Precision.bf16))
+    assert (s["weights"], s["gradients"], s["optimizer"]) == (4 * 10**9, 4 * 10**9, 8 * 10**9)
+
+
+def test_offload_moves_optimizer_and_params_to_host():
+    m = model_from_params(10**9)
+    base = dict(seq_len=8, precision=Precision.bf16, zero_stage=3, dp_degree=4)
+    on_device = model_state_bytes(m, MemoryConfig(**base))
+    opt = model_state_bytes(m, MemoryConfig(**base, offload=Offload.optimizer))
+    both = model_state_bytes(m, MemoryConfig(**base, offload=Offload.optimizer_params))
+    assert opt["optimizer"] == 0 and opt["host"] == on_device["optimizer"] + 4 * 10**9 // 4
+    assert both["weights"] == 0 and both["host"] == opt["host"] + on_device["weights"]
+    with pytest.raises(ValueError, match="needs ZeRO"):
+        MemoryConfig(seq_len=8, offload=Offload.optimizer)
+
+
+def test_optimizers_sgd_and_adafactor_hold_less_state_than_adamw():
+    m = model_from_preset("1b")
+    per = {o: model_state_bytes(m, MemoryConfig(seq_len=8, precision=Precision.fp32, optimizer=o))["optimizer"]
+           for o in ("adamw", "sgd", "adafactor")}
+    assert per["adamw"] == 8 * m.params and per["sgd"] == 4 * m.params
+    # factored second moment: rows + columns per matrix, well under 1% of the parameters
+    assert 0 < per["adafactor"] < 0.01 * 4 * m.params
+
+
+def test_tp_divides_model_states():
+    m = model_from_params(8 * 10**9)
+    one = model_state_bytes(m, MemoryConfig(seq_len=8, tp_degree=1))
+    four = model_state_bytes(m, MemoryConfig(seq_len=8, tp_degree=4))
+    assert four["weights"] * 4 == one["weights"]
+
+
+# --- Korthikanti et al. 2022, sec. 4, for a GPT-3-sized layer (s=2048, h=12288, a=96, t=8).
+GPT3 = dict(s=2048, b=1, h=12288, a=96)
+
+
+def test_activation_count_reproduces_korthikanti_closed_forms_for_gpt3_layer():
+    s, b, h, a = GPT3.values()
+    sbh = s * b * h
+    assert 5 * a * s / h == 80  # the paper's point: the attention term dwarfs the 34 for GPT-3
+    # Under the paper's assumptions (16-bit, dropout, eager attention) our tensor-by-tensor
+    # count equals each closed form.
+    no_tp = layer_activation_bytes(s, b, h, a, 1)
+    assert no_tp == korthikanti_layer_bytes(s, b, h, a, 1) == sbh * (34 + 80)
+    tp8 = layer_activation_bytes(s, b, h, a, 8)
+    assert tp8 == pytest.approx(korthikanti_layer_bytes(s, b, h, a, 8)) == pytest.approx(sbh * (10 + 24 / 8 + 80 / 8))
+    sp8 = layer_activation_bytes(s, b, h, a, 8, sequence_parallel=True)
+    assert sp8 == pytest.approx(korthikanti_layer_bytes(s, b, h, a, 8, sequence_parallel=True))
+    sel = layer_activation_bytes(s, b, h, a, 8, attention="recompute", sequence_parallel=True)
+    assert sel == pytest.approx(korthikanti_layer_bytes(s, b, h, a, 8, "selective", True)) == pytest.approx(34 * sbh / 8)
+    assert korthikanti_layer_bytes(s, b, h, a, 8, "full") == 2 * sbh
+    # GPT-3 layer, t=8 with SP and selective recompute: 34 * 2048 * 12288 / 8 bytes = 107 MB
+    assert sel / 1e6 == pytest.approx(106.95, abs=0.01)
+
+
+def test_built_in_gpt_term_is_fused_attention_without_dropout():
+    # torch SDPA keeps the output and a fp32 log-sum-exp, never the s x s scores; no dropout.
+    s, b, h, a = GPT3.values()
+    fused = layer_activation_bytes(s, b, h, a, 1, attention="fused", dropout=False)
+    assert fused == 32 * s * b * h + 4 * a * s * b
+
+
+def test_activation_estimate_follows_checkpointing():
+    m = model_from_preset("small")
+    base = dict(seq_len=1024, micro_batch_size=4, precision=Precision.bf16)
+    none, sel, full = (estimate_memory(m, MemoryConfig(**base, checkpointing=c)).activations_bytes
+                       for c in (Checkpointing.none, Checkpointing.selective, Checkpointing.full))
+    assert none > sel > full > 0
+    four = estimate_memory(m, MemoryConfig(**{**base, "micro_batch_size": 8})).activations_bytes
+    assert four == pytest.approx(2 * none, rel=1e-6)  # linear in the micro-batch
+
+
+# --- parameter counts and FLOPs
+def test_preset_counts_are_exact_gpt_counts():
+    for name, shape in GPT_PRESETS.items():
+        assert model_from_preset(name).params == shape.num_params()
+
+
+def test_hf_config_counts_match_transformers_on_meta_device():
+    """Instantiate each family with transformers (meta device, no weights) and compare."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cases = {
+        "llama": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=500, tie_word_embeddings=False),
+        "qwen2": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=500, tie_word_embeddings=True),
+        "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=128,
+                     bos_token_id=0, eos_token_id=0),
+        "gpt_neox": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, vocab_size=500),
+    }
+    for mt, kw in cases.items():
+        cfg = transformers.AutoConfig.for_model(mt, **kw)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        real = sum(p.numel() for p in model.parameters())
+        assert model_from_hf_config(cfg.to_dict()).params == real, mt
+
+
+def test_llama2_7b_config_json(tmp_path):
+    # meta-llama/Llama-2-7b-hf config.json fields; 6,738,415,616 parameters (HF model card).
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                             "num_hidden_layers": 32, "num_attention_heads": 32,
+                             "num_key_value_heads": 32, "vocab_size": 32000,
+                             "tie_word_embeddings": False}))
+    m = model_from_hf_config(p)
+    assert m.params == 6_738_415_616
+    # 6N (N without the input embedding lookup) + 12 L d s
+    assert flops_per_token(m, 4096) == 6 * (m.params - 32000 * 4096) + 12 * 32 * 4096 * 4096
+
+
+def test_flops_hfu_and_mfu():
+    m = model_from_preset("1b")
+    s = 2048
+    f = flops_per_token(m, s)
+    assert f == 6 * m.matmul_params + 12 * m.n_layers * m.d_model * s
+    assert hardware_flops_per_token(m, s, "full") == 8 * m.matmul_params + 16 * m.n_layers * m.d_model * s
+    assert hardware_flops_per_token(m, s, "none") == f
+    assert mfu(1000.0, f, 2, 1e12) == pytest.approx(1000.0 * f / 2e12)
+    assert mfu(1000.0, f, 2, None) is None
+
+
+# --- the CLI (a real subprocess)
+def test_cli_json_keys_and_fits(run_cli):
+    r = run_cli("estimate", "--model", "7b", "--seq-len", "4096", "--micro-batch", "2",
+                "--zero-stage", "2", "--dp", "8", "--precision", "bf16", "--gpu", "a100-40gb", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                "other_bytes", "total_bytes", "host_bytes", "params", "flops_per_token", "fits"):
+        assert key in doc, key
+    parts = sum(doc[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes",
+                                 "activations_bytes", "other_bytes"))
+    assert parts == doc["total_bytes"]
+    assert doc["params"] == GPT_PRESETS["7b"].num_params()
+    assert doc["fits"] is (doc["total_bytes"] <= 0.9 * 40e9)
+    # ZeRO-3 + full recompute brings the same model under a 40 GB card.
+    r3 = run_cli("estimate", "--model", "7b", "--seq-len", "4096", "--zero-stage", "3", "--dp", "8",
+                 "--checkpointing", "full", "--gpu", "a100-40gb", "--json")
+    doc3 = json.loads(r3.stdout)
+    assert doc3["fits"] is True and doc3["total_bytes"] < doc["total_bytes"]
+    r4 = run_cli("estimate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--heads", "32",
+                 "--vocab", "32000", "--zero-stage", "3", "--offload", "optimizer+params", "--dp", "8")
+    assert r4.returncode == 0 and "host memory" in r4.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "nope"], "unknown model preset"),
+    (["--params", "7e9", "--model", "7b"], "exactly one of"),
+    ([], "exactly one of"),
+    (["--params", "abc"], "not a number"),
+    (["--model", "7b", "--offload", "optimizer"], "offload needs ZeRO"),
+    (["--model", "7b", "--zero-stage", "4"], "zero-stage"),
+    (["--model", "7b", "--tp", "3"], "does not divide"),
+    (["--model", "7b", "--gpu", "h100"], "did you mean"),
+    (["--model", "7b", "--precision", "fp4"], "precision"),
+])
+def test_cli_bad_flags_exit_2(run_cli, args, needle):
+    r = run_cli("estimate", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in (r.stdout + r.stderr)
