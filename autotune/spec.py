@@ -23,33 +23,44 @@ class _Spec(BaseModel):
 
 class TargetSpec(_Spec):
     """The training target. Give exactly one of: tokens; steps (with the global batch);
-    epochs (with dataset_tokens). A loss target is priced from a reference run (see pricing)."""
+    epochs (with dataset_tokens); loss (with the reference run that reached it:
+    reference_tokens at reference_global_batch_tokens). See autotune/pricing/target.py."""
 
     tokens: float | None = Field(default=None, description="training tokens to process")
     steps: int | None = Field(default=None, description="optimizer steps at the global batch")
     epochs: float | None = Field(default=None, description="passes over the dataset")
     dataset_tokens: float | None = Field(default=None, description="dataset size in tokens")
+    loss: float | None = Field(default=None, description="loss to reach (needs a reference run)")
+    reference_tokens: float | None = Field(
+        default=None, description="tokens the reference run took to reach `loss`")
+    reference_global_batch_tokens: int | None = Field(
+        default=None, description="the reference run's global batch, in tokens")
+    b_noise_tokens: float | None = Field(
+        default=None, description="gradient noise scale in tokens; default: measured by the trials")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "TargetSpec":
-        given = [n for n in ("tokens", "steps", "epochs") if getattr(self, n) is not None]
+        given = [n for n in ("tokens", "steps", "epochs", "loss") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ValueError(f"give one target, not {' and '.join(given)}")
-        for n in ("tokens", "steps", "epochs", "dataset_tokens"):
+        for n in ("tokens", "steps", "epochs", "dataset_tokens", "reference_tokens",
+                  "reference_global_batch_tokens", "b_noise_tokens"):
             v = getattr(self, n)
             if v is not None and v <= 0:
                 raise ValueError(f"`{n}` must be > 0, got {v}")
         if self.epochs is not None and self.dataset_tokens is None:
             raise ValueError("an `epochs` target needs `dataset_tokens`")
+        if self.loss is not None and (self.reference_tokens is None
+                                      or self.reference_global_batch_tokens is None):
+            raise ValueError("a `loss` target needs `reference_tokens` and "
+                             "`reference_global_batch_tokens` (the run that reached that loss)")
         return self
 
-    def tokens_to_target(self, global_batch_tokens: int) -> float:
+    def tokens_to_target(self, global_batch_tokens: int, b_noise_tokens: float | None = None) -> float:
         """Tokens the long run must process to reach this target at the given global batch."""
-        if self.steps is not None:
-            return float(self.steps) * global_batch_tokens
-        if self.epochs is not None:
-            return float(self.epochs) * float(self.dataset_tokens or 0)
-        return float(self.tokens if self.tokens is not None else 1e9)
+        from autotune.pricing.target import tokens_to_target
+
+        return tokens_to_target(self, global_batch_tokens, b_noise_tokens).tokens
 
 
 class BatchPolicy(_Spec):

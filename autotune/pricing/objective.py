@@ -1,18 +1,32 @@
 """The study's objective: a measured trial -> (hours to target, dollars) on the cheapest offer.
 
-    score = score_trial(result, cfg, spec, catalog, gpu_type="cpu-core")
+    score = score_trial(result, cfg, spec, catalog, gpu_type="cpu-core")   # or "" = from hardware
+    bills, skipped = expand_trial(result, cfg, spec, catalog, gpu_type)    # every matching offer
+    cost.bills_for_trial(optuna_trial, catalog)    # the report's view: stored inputs, re-priced
 
-A pure function of (result, offer, target); the full bill (storage, egress, interruptions,
-billing granularity) lives in `autotune.pricing.cost`.
+A pure function of (result, offer, target): the tokens to target come from the spec's target
+at the trial's global batch (a loss target uses the trial's measured gradient noise scale),
+the throughput is the trial's measurement, and the full bill (storage, egress,
+interruptions, billing granularity) is `autotune.pricing.cost`. The objective is the
+cheapest matching offer's bill, among those within the deadline when one is set.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from autotune.contract import TrialConfig, TrialResult
 from autotune.pricing.catalog import Catalog
+from autotune.pricing.cost import Bill, JobSpec, Skipped, Throughput, bills_for
+from autotune.pricing.target import tokens_to_target
 from autotune.spec import SweepSpec
+
+# Bytes per parameter of a full training checkpoint with AdamW: fp32 master weights (4) +
+# two fp32 moments (8), plus the 16-bit model copy (2) under mixed precision (ZeRO paper's
+# K = 12 optimizer bytes). SGD with momentum keeps 4 + 4.
+_CKPT_BYTES_PER_PARAM = {("adamw", True): 14, ("adamw", False): 12, ("sgd", True): 10, ("sgd", False): 8}
+# The tokenised dataset as uint16 token ids (vocabularies under 65,536 tokens).
+DATASET_BYTES_PER_TOKEN = 2
 
 
 @dataclass(frozen=True)
@@ -23,30 +37,128 @@ class Score:
     tokens_to_target: float
     gpu_hours: float
     basis: str  # "measured" | "projected from ..." | "estimated"
+    usd_worst_case: float | None = None
+    hours_worst_case: float | None = None
+    pricing: str | None = None
+    target_basis: str = ""
+    price_note: str = ""
+    bills: list[dict] = field(default_factory=list)  # every matching offer, cheapest first
+    pricing_inputs: dict = field(default_factory=dict)  # to re-price (cost.bills_for_trial)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def device_type_key(cfg: TrialConfig) -> str:
-    """Catalog GPU type of a trial run on this machine (CPU ranks price as CPU cores)."""
+    """Catalog GPU type of a trial run on this machine (CPU ranks price as CPU cores).
+
+    "" on CUDA: `score_trial` then matches the result's device name against the catalog."""
     return "cpu-core" if cfg.device.value == "cpu" else ""
+
+
+def job_for(cfg: TrialConfig, params: int | None, tokens: float, dataset_tokens: float | None) -> JobSpec:
+    """What the long run stores and moves, from the model size (stated assumptions)."""
+    mixed = cfg.precision.value != "fp32"
+    notes = []
+    if params:
+        ckpt = params * _CKPT_BYTES_PER_PARAM[(cfg.optimizer, mixed)]
+        final = params * (2 if mixed else 4)
+        notes.append(f"checkpoint {_CKPT_BYTES_PER_PARAM[(cfg.optimizer, mixed)]} B/param "
+                     f"({cfg.optimizer}, {'mixed' if mixed else 'fp32'}), final model "
+                     f"{2 if mixed else 4} B/param")
+    else:
+        ckpt = final = 0.0
+        notes.append("parameter count unknown: checkpoint and model sizes priced at 0")
+    data_tokens = dataset_tokens if dataset_tokens else tokens
+    notes.append(f"dataset {DATASET_BYTES_PER_TOKEN} B/token (uint16 ids) x "
+                 f"{data_tokens:.3g} tokens{' (the target: no dataset size given)' if not dataset_tokens else ''}")
+    return JobSpec(checkpoint_bytes=ckpt, dataset_bytes=data_tokens * DATASET_BYTES_PER_TOKEN,
+                   final_model_bytes=final, assumptions=tuple(notes))
+
+
+def _config_label(cfg: TrialConfig) -> str:
+    parts = [f"{cfg.num_gpus * cfg.num_nodes}x", f"mb{cfg.micro_batch_size}", f"ga{cfg.grad_accum_steps}",
+             cfg.precision.value]
+    if cfg.zero_stage:
+        parts.append(f"zero{cfg.zero_stage}")
+    if cfg.tp_degree > 1:
+        parts.append(f"tp{cfg.tp_degree}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class TrialPricing:
+    """What pricing a trial needs, stored with its score so a report can re-price it."""
+
+    throughput: Throughput
+    tokens: float
+    target_basis: str
+    job: JobSpec
+    offers: list[str] | None
+
+    def as_dict(self) -> dict:
+        tp = self.throughput
+        return {"gpu": tp.gpu, "num_gpus": tp.num_gpus, "tokens_per_s": tp.tokens_per_s,
+                "basis": tp.basis, "config": tp.config, "tokens": self.tokens,
+                "target_basis": self.target_basis, "job": asdict(self.job), "offers": self.offers}
+
+
+def trial_pricing(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog: Catalog,
+                  gpu_type: str = "") -> TrialPricing | None:
+    """The measured throughput, tokens to target and job sizes of one completed trial; None
+    when it has no throughput or its hardware has no catalog type."""
+    if not result.ok or not result.tokens_per_s:
+        return None
+    gpu = gpu_type or catalog.match_device(result.hardware.device_name or "") or ""
+    if gpu not in catalog.gpus:
+        return None
+    b_noise = result.gradient_noise_scale * cfg.seq_len if result.gradient_noise_scale else None
+    target = tokens_to_target(spec.target, cfg.global_batch_tokens, b_noise,
+                              b_noise_source="measured by this trial")
+    ranks = cfg.num_gpus * cfg.num_nodes
+    # On CPU a "GPU" is a rank of `threads_per_rank` cores, each billed as a vCPU.
+    units = ranks * (cfg.threads_per_rank if catalog.gpus[gpu].device_class == "cpu" else 1)
+    hw = result.hardware
+    where = hw.key() if (hw.device_name or hw.cpu_model) else gpu
+    tp = Throughput(gpu=gpu, num_gpus=units, tokens_per_s=result.tokens_per_s,
+                    basis=f"measured ({where}, {ranks} rank(s))", config=_config_label(cfg))
+    job = job_for(cfg, result.params, target.tokens, spec.target.dataset_tokens)
+    return TrialPricing(tp, target.tokens, target.basis, job, spec.platforms.offers)
+
+
+def expand_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog: Catalog,
+                 gpu_type: str = "") -> tuple[list[Bill], list[Skipped]]:
+    """One completed trial priced on every matching offer: (bills cheapest first, skipped)."""
+    tp = trial_pricing(result, cfg, spec, catalog, gpu_type)
+    if tp is None:
+        return [], []
+    return bills_for(catalog, tp.throughput, tp.tokens, tp.job, offers=tp.offers)
 
 
 def score_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog: Catalog,
                 gpu_type: str) -> Score | None:
-    if not result.tokens_per_s:
+    """(hours, dollars) of the cheapest matching offer (within the deadline, if one is set)."""
+    tp = trial_pricing(result, cfg, spec, catalog, gpu_type)
+    if tp is None:
         return None
-    tokens = spec.target.tokens_to_target(cfg.global_batch_tokens)
-    hours = tokens / result.tokens_per_s / 3600.0
-    offers = catalog.offers_for(gpu_type)
-    if spec.platforms.offers:
-        offers = [o for o in offers if o.name in spec.platforms.offers]
-    if not offers:
+    bills, _ = bills_for(catalog, tp.throughput, tp.tokens, tp.job, offers=tp.offers)
+    if not bills:
         return None
-    # On CPU a "GPU" is a rank of `threads_per_rank` cores, each billed as a vCPU.
-    per_rank = cfg.threads_per_rank if cfg.device.value == "cpu" else 1
-    gpu_hours = hours * cfg.num_gpus * cfg.num_nodes * per_rank
-    best = min(offers, key=lambda o: o.price_usd_per_gpu_hour)
-    return Score(hours=hours, usd=gpu_hours * best.price_usd_per_gpu_hour, offer=best.name,
-                 tokens_to_target=tokens, gpu_hours=gpu_hours, basis="measured")
+    pool = bills
+    if spec.budget.deadline_hours is not None:
+        pool = [b for b in bills if b.hours <= spec.budget.deadline_hours] or bills
+    best = min(pool, key=lambda b: (b.usd, b.usd_worst_case))
+    return Score(hours=best.hours, usd=best.usd, offer=best.offer, tokens_to_target=best.tokens,
+                 gpu_hours=best.gpu_hours, basis=best.throughput_basis,
+                 usd_worst_case=best.usd_worst_case, hours_worst_case=best.hours_worst_case,
+                 pricing=best.pricing, target_basis=tp.target_basis, price_note=catalog.price_note(),
+                 bills=[_compact(b) for b in bills], pricing_inputs=tp.as_dict())
+
+
+def _compact(b: Bill) -> dict:
+    """A bill as stored with the trial (JSON): the figures a report shows."""
+    keep = ("offer", "provider", "pricing", "gpu_type", "gpus", "hours", "gpu_hours", "usd",
+            "usd_worst_case", "hours_worst_case", "sensitivity", "basis", "price_usd_per_gpu_hour",
+            "checkpoint_interval_hours", "expected_interruptions", "price_date", "breakdown")
+    d = b.report_dict()
+    return {k: d[k] for k in keep}

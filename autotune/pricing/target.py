@@ -1,0 +1,91 @@
+"""Time to target: how many tokens the long run must process, at a given global batch.
+
+    t = tokens_to_target(spec.target, global_batch_tokens=524_288, b_noise_tokens=2e6)
+    t.tokens, t.basis                      # 1.3e10, "loss 2.1: reference ... (McCandlish 2018)"
+    hours = t.tokens / tokens_per_s / 3600
+
+A target is tokens, optimizer steps at the global batch, epochs over a dataset, or a loss
+to reach, known from a reference run (tokens it took at a reference global batch). For a
+loss target, a different global batch B changes the tokens needed by the empirical model of
+McCandlish et al. 2018 ("An Empirical Model of Large-Batch Training", eq. 2.11):
+E = E_min (1 + B / B_noise), where E counts training examples (here tokens) and B_noise is
+the gradient noise scale, measured by the trials or given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autotune.errors import UserError
+
+if TYPE_CHECKING:
+    from autotune.spec import TargetSpec
+
+
+@dataclass(frozen=True)
+class TokensToTarget:
+    tokens: float
+    basis: str  # how the figure was derived, for reports
+
+
+def data_efficiency_factor(batch_tokens: float, b_noise_tokens: float) -> float:
+    """E / E_min = 1 + B / B_noise: how many times the minimum data a batch of B needs."""
+    if batch_tokens <= 0 or b_noise_tokens <= 0:
+        raise ValueError("batch and B_noise must be > 0")
+    return 1.0 + batch_tokens / b_noise_tokens
+
+
+def steps_factor(batch_tokens: float, b_noise_tokens: float) -> float:
+    """S / S_min = 1 + B_noise / B (McCandlish et al. 2018, eq. 2.11)."""
+    if batch_tokens <= 0 or b_noise_tokens <= 0:
+        raise ValueError("batch and B_noise must be > 0")
+    return 1.0 + b_noise_tokens / batch_tokens
+
+
+def loss_target_tokens(reference_tokens: float, reference_batch_tokens: float,
+                       batch_tokens: float, b_noise_tokens: float) -> float:
+    """Tokens to reach the reference run's loss at another global batch.
+
+    E_min = E_ref / (1 + B_ref / B_noise); E(B) = E_min (1 + B / B_noise).
+    """
+    e_min = reference_tokens / data_efficiency_factor(reference_batch_tokens, b_noise_tokens)
+    return e_min * data_efficiency_factor(batch_tokens, b_noise_tokens)
+
+
+def tokens_to_target(target: "TargetSpec", global_batch_tokens: int,
+                     b_noise_tokens: float | None = None,
+                     b_noise_source: str = "measured by the trials") -> TokensToTarget:
+    """Tokens the long run must process to reach `target` at `global_batch_tokens`.
+
+    `b_noise_tokens` (the gradient noise scale in tokens) is used for a loss target only;
+    the target's own `b_noise_tokens`, when given, wins over a measured one.
+    """
+    if target.loss is not None:
+        ref_tokens = float(target.reference_tokens or 0.0)
+        ref_batch = float(target.reference_global_batch_tokens or 0)
+        given = target.b_noise_tokens
+        b_noise = given if given is not None else b_noise_tokens
+        src = "given" if given is not None else b_noise_source
+        if global_batch_tokens == ref_batch:
+            return TokensToTarget(ref_tokens, f"loss {target.loss:g}: reference run, same global batch "
+                                              f"({ref_batch:,.0f} tokens)")
+        if not b_noise:
+            raise UserError(
+                f"target loss {target.loss:g}: the global batch {global_batch_tokens:,} tokens differs "
+                f"from the reference run's {ref_batch:,.0f}, and the gradient noise scale is unknown",
+                fix="set target.b_noise_tokens, or let the trials measure it (measure_noise_scale), "
+                    "or fix the global batch to the reference one (batch.global_batch_samples)")
+        tokens = loss_target_tokens(ref_tokens, ref_batch, global_batch_tokens, b_noise)
+        return TokensToTarget(
+            tokens, f"loss {target.loss:g}: reference {ref_tokens:.3g} tokens at batch {ref_batch:,.0f}, "
+                    f"B_noise {b_noise:.3g} tokens ({src}); E = E_min(1 + B/B_noise) "
+                    f"(McCandlish et al. 2018) -> x{tokens / ref_tokens:.3f} at batch {global_batch_tokens:,}")
+    if target.steps is not None:
+        tokens = float(target.steps) * global_batch_tokens
+        return TokensToTarget(tokens, f"{target.steps:,} steps x {global_batch_tokens:,} tokens/step")
+    if target.epochs is not None:
+        tokens = float(target.epochs) * float(target.dataset_tokens or 0.0)
+        return TokensToTarget(tokens, f"{target.epochs:g} epochs x {target.dataset_tokens:.3g} tokens")
+    tokens = float(target.tokens if target.tokens is not None else 1e9)
+    return TokensToTarget(tokens, f"{tokens:.3g} tokens")
