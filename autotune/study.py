@@ -51,6 +51,15 @@ def _storage(url: str):
                         fix="check the URL, that the server is running and the credentials") from None
 
 
+def make_sampler(seed: int = 0):
+    """The study's sampler (also replayed by scripts/bench_search.py against measured configs)."""
+    import optuna
+
+    # TPE with multivariate + group suits a small, conditional, mostly categorical space.
+    return optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
+                                      n_startup_trials=4)
+
+
 def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: bool = True):
     import optuna
 
@@ -61,9 +70,7 @@ def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: 
     # `group=True` is marked experimental; we rely on it knowingly (conditional space).
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     storage = _storage(storage_url or DEFAULT_STORAGE)
-    # TPE with multivariate + group suits a small, conditional, mostly categorical space.
-    sampler = optuna.samplers.TPESampler(multivariate=True, group=True, seed=seed,
-                                         n_startup_trials=4)
+    sampler = make_sampler(seed)
     if not create:
         try:
             return optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
