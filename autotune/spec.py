@@ -94,6 +94,18 @@ class BudgetSpec(_Spec):
     deadline_hours: float | None = Field(default=None, gt=0)
 
 
+class MemorySpec(_Spec):
+    """The memory prescreen (autotune/calibration.py): configs predicted not to fit are not
+    launched. The limit is the GPU's memory, or on CPU the host memory shared by the ranks;
+    `limit_bytes_per_rank` sets a smaller one (e.g. to emulate a small device on CPU, where a
+    trial measured above it then counts as out of memory)."""
+
+    limit_bytes_per_rank: int | None = Field(default=None, gt=0)
+    safety_margin: float = Field(default=0.10, ge=0, lt=1,
+                                 description="headroom over the calibrated prediction")
+    prescreen: bool = Field(default=True, description="false: launch every config, still calibrate")
+
+
 class SweepSpec(_Spec):
     workload: Workload = Field(default_factory=GPTWorkload)
     seq_len: int = Field(default=128, gt=0)
@@ -104,6 +116,7 @@ class SweepSpec(_Spec):
     platforms: PlatformSpec = Field(default_factory=PlatformSpec)
     objectives: list[Literal["hours", "usd"]] = Field(default_factory=lambda: ["hours", "usd"])
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    memory: MemorySpec = Field(default_factory=MemorySpec)
     storage: str | None = Field(default=None, description="Optuna storage URL")
     study: str = "default"
     seed: int = 0

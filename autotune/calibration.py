@@ -1,0 +1,302 @@
+"""Keep the memory model honest on this hardware: fit its overhead from the study's own
+trials, and prescreen configurations with the calibrated model before launching them.
+
+    guard = MemoryGuard(spec, hw)
+    verdict = guard.prescreen(trial, cfg)        # loads (and refits) the study's calibration
+    if not verdict.launch: guard.record_prescreened(trial, verdict)   # PRUNED, infeasible
+    guard.after_trial(trial, cfg, verdict, result)                     # a calibration point
+
+The fit. Measured peak per rank = c[engine] + s * analytic, where `analytic` is everything
+`autotune.estimate.memory` counts. The constant is what a runtime costs whatever the model:
+the CUDA context or, on CPU, the Python + torch (+ DeepSpeed) process, communicator buffers;
+it differs by engine (DeepSpeed imports and allocates more), hence one per engine. The
+slope is what grows with the bytes allocated: allocator rounding and fragmentation, the
+caching allocator's slack, copies the model does not count. Two kinds of term, few
+parameters, because a study has few trials. Weighted least squares minimises the
+*relative* error (weights 1/measured), the figure that matters when configs span an
+order of magnitude of memory. With too few points or too little spread, the slope is
+fixed at 1 (overhead = a constant) rather than extrapolated from noise.
+
+The fit is stored in the study's user attributes under `memory_calibration`, keyed by the
+hardware key, so a resumed study on the same hardware keeps it; its points live in the
+trials' own user attributes (`memory_point`), so workers on several machines never
+overwrite each other's data, and each refit uses every point of this hardware.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autotune.contract import (DeviceKind, GPTWorkload, HardwareFingerprint, HFWorkload, TrialConfig,
+                               TrialResult, TrialStatus)
+from autotune.errors import UserError
+from autotune.estimate.compute import ModelShape, model_from_gpt_shape, model_from_hf_config
+from autotune.estimate.memory import MemoryConfig, MemoryEstimate, estimate_memory
+
+CALIBRATION_ATTR = "memory_calibration"
+POINT_ATTR = "memory_point"
+PRESCREEN_ATTR = "memory_prescreen"
+DEFAULT_SAFETY_MARGIN = 0.10
+MIN_POINTS_FOR_SLOPE = 3
+MIN_SPREAD_FOR_SLOPE = 1.15  # max/min analytic bytes; less and a slope is extrapolated noise
+SLOPE_RANGE = (0.5, 4.0)
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    analytic_bytes: float
+    measured_bytes: float
+    engine: str
+    trial_number: int | None = None
+
+
+class CalibrationFit(BaseModel):
+    """A fitted overhead model for one hardware key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hardware: str
+    constant_bytes: dict[str, float]
+    scale: float
+    n_points: int
+    median_rel_error: float
+    max_under_prediction: float  # max over points of (measured - predicted) / predicted
+    basis: str
+
+    def predict(self, analytic_bytes: float, engine: str) -> tuple[int, str]:
+        """Calibrated peak per rank and a phrase saying what it rests on."""
+        if engine in self.constant_bytes:
+            c, basis = self.constant_bytes[engine], f"calibrated on {self.n_points} trials ({self.basis})"
+        else:  # no trial of this engine yet: the largest known constant (the cautious side)
+            known = max(self.constant_bytes, key=self.constant_bytes.get)
+            c = self.constant_bytes[known]
+            basis = f"calibrated on {self.n_points} {known} trials; no {engine} trial yet"
+        return int(c + self.scale * analytic_bytes), basis
+
+
+def _solve(rows: list[list[float]], targets: list[float]) -> list[float] | None:
+    import numpy as np
+
+    a, b = np.asarray(rows, dtype=float), np.asarray(targets, dtype=float)
+    if a.shape[0] < a.shape[1] or np.linalg.matrix_rank(a) < a.shape[1]:
+        return None
+    return [float(x) for x in np.linalg.lstsq(a, b, rcond=None)[0]]
+
+
+def fit_calibration(points: list[CalibrationPoint], hardware: str) -> CalibrationFit | None:
+    """Weighted least squares for measured = c[engine] + s * analytic (see module doc)."""
+    points = [p for p in points if p.measured_bytes > 0 and p.analytic_bytes > 0]
+    if not points:
+        return None
+    engines = sorted({p.engine for p in points})
+    analytic = [p.analytic_bytes for p in points]
+    want_slope = (len(points) >= len(engines) + MIN_POINTS_FOR_SLOPE - 1
+                  and max(analytic) / min(analytic) >= MIN_SPREAD_FOR_SLOPE)
+
+    def constants_for(scale: float) -> dict[str, float]:
+        # With the slope fixed, each engine's constant minimises its relative error alone:
+        # sum(((c + s a - m) / m)^2) -> c = sum((m - s a) / m^2) / sum(1 / m^2).
+        out = {}
+        for e in engines:
+            ps = [p for p in points if p.engine == e]
+            num = sum((p.measured_bytes - scale * p.analytic_bytes) / p.measured_bytes**2 for p in ps)
+            out[e] = num / sum(1.0 / p.measured_bytes**2 for p in ps)
+        return out
+
+    scale, basis = 1.0, "constant per engine; slope fixed at 1"
+    if want_slope:
+        rows = [[(1.0 if p.engine == e else 0.0) / p.measured_bytes for e in engines]
+                + [p.analytic_bytes / p.measured_bytes] for p in points]
+        sol = _solve(rows, [1.0] * len(points))
+        if sol is not None:
+            lo, hi = SLOPE_RANGE
+            scale = min(max(sol[-1], lo), hi)
+            basis = "constant per engine + slope" + ("" if scale == sol[-1] else " (slope clamped)")
+    constants = constants_for(scale)
+    preds = [constants[p.engine] + scale * p.analytic_bytes for p in points]
+    rel = [abs(q - p.measured_bytes) / p.measured_bytes for q, p in zip(preds, points)]
+    under = [(p.measured_bytes - q) / q for q, p in zip(preds, points)]
+    return CalibrationFit(hardware=hardware, constant_bytes=constants, scale=scale,
+                          n_points=len(points), median_rel_error=statistics.median(rel),
+                          max_under_prediction=max(under), basis=basis)
+
+
+def measured_peak_bytes(result: TrialResult) -> tuple[int | None, str]:
+    """The measured peak per rank that a device limit is about, and its source.
+
+    CUDA: the NVML device peak (context included) where sampled, else the allocator's
+    reserved peak (what the caching allocator holds), else allocated. CPU: host RSS peak.
+    """
+    mem = result.memory
+    for name in ("nvml_device_peak_bytes", "allocator_reserved_peak_bytes",
+                 "allocator_allocated_peak_bytes", "host_rss_peak_bytes"):
+        values = getattr(mem, name, None)
+        if values:
+            return int(max(values)), name
+    if result.peak_mem_bytes:
+        return int(result.peak_mem_bytes), result.peak_mem_source.value
+    return None, "not measured"
+
+
+def model_shape_for(workload: Any) -> ModelShape | None:
+    """The model description the estimate needs, or None when the workload gives none."""
+    if isinstance(workload, GPTWorkload):
+        return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
+    if isinstance(workload, HFWorkload):
+        try:
+            if workload.config_path:
+                return model_from_hf_config(workload.config_path)
+            return model_from_hf_config({"model_type": workload.model_type, **workload.config_overrides})
+        except UserError:
+            return None
+    return None  # a user entry point: no shape to reason about
+
+
+@dataclass
+class Verdict:
+    launch: bool
+    estimate: MemoryEstimate | None
+    predicted_bytes: int | None  # calibrated when a fit exists, else the analytic figure
+    limit_bytes: int | None
+    margin: float
+    basis: str
+    engine: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"launch": self.launch, "predicted_bytes": self.predicted_bytes,
+                "limit_bytes": self.limit_bytes, "safety_margin": self.margin, "basis": self.basis,
+                "engine": self.engine,
+                "breakdown": self.estimate.as_dict() if self.estimate is not None else None}
+
+
+def device_limit_bytes(hw: HardwareFingerprint, num_ranks: int, spec_limit: int | None) -> int | None:
+    """Memory one rank may use: the GPU's memory, or on CPU the host memory shared by the
+    ranks; a smaller limit from the spec wins (e.g. to emulate a small device)."""
+    if hw.device_kind is DeviceKind.cuda:
+        limit = hw.device_memory_bytes
+    else:
+        limit = hw.host_memory_bytes // max(1, num_ranks) if hw.host_memory_bytes else None
+    if spec_limit is not None:
+        limit = spec_limit if limit is None else min(limit, spec_limit)
+    return limit
+
+
+class MemoryGuard:
+    """The study's memory prescreen and calibration for one spec on one machine."""
+
+    def __init__(self, hw: HardwareFingerprint, limit_bytes_per_rank: int | None = None,
+                 safety_margin: float = DEFAULT_SAFETY_MARGIN, enabled: bool = True):
+        self.hw = hw
+        self.hw_key = hw.key()
+        self.spec_limit = limit_bytes_per_rank
+        self.margin = safety_margin
+        self.enabled = enabled
+        self.fit: CalibrationFit | None = None
+
+    # -- calibration state, stored with the study
+    def load(self, study: Any) -> CalibrationFit | None:
+        """Refit from every point of this hardware in the study; fall back to the stored fit."""
+        points = study_points(study, self.hw_key)
+        fit = fit_calibration(points, self.hw_key)
+        if fit is None:
+            stored = (study.user_attrs.get(CALIBRATION_ATTR) or {}).get(self.hw_key)
+            fit = CalibrationFit.model_validate(stored) if stored else None
+        self.fit = fit
+        return fit
+
+    def save(self, study: Any) -> None:
+        if self.fit is None:
+            return
+        allfits = dict(study.user_attrs.get(CALIBRATION_ATTR) or {})
+        allfits[self.hw_key] = self.fit.model_dump()
+        study.set_user_attr(CALIBRATION_ATTR, allfits)
+
+    # -- before a trial
+    def predict(self, cfg: TrialConfig) -> Verdict:
+        mcfg = MemoryConfig.from_trial_config(cfg)
+        engine = mcfg.resolved_engine
+        model = model_shape_for(cfg.workload)
+        limit = device_limit_bytes(self.hw, cfg.num_gpus, self.spec_limit)
+        if model is None:
+            return Verdict(True, None, None, limit, self.margin, "no model description: not prescreened", engine)
+        est = estimate_memory(model, mcfg)
+        # On CPU offloaded state is host memory too: the rank holds all of it.
+        cpu = self.hw.device_kind is DeviceKind.cpu
+        analytic = est.analytic_bytes + (est.host_bytes if cpu else 0)
+        if self.fit is not None:
+            predicted, basis = self.fit.predict(analytic, engine)
+            est = est.with_overhead(predicted - analytic, basis)
+            over = limit is not None and predicted * (1 + self.margin) > limit
+            basis = f"{basis}; safety margin {self.margin:.0%}"
+        else:
+            # No measurement yet: only the analytic figure, a lower bound (it leaves out the
+            # runtime's own memory), so only configs certain not to fit are held back.
+            predicted, basis = analytic, "not calibrated yet: analytic lower bound, no margin"
+            over = limit is not None and analytic > limit
+        return Verdict(not over or not self.enabled, est, int(predicted), limit, self.margin, basis, engine)
+
+    def prescreen(self, trial: Any, cfg: TrialConfig) -> Verdict:
+        self.load(trial.study)
+        verdict = self.predict(cfg)
+        trial.set_user_attr(PRESCREEN_ATTR, verdict.as_dict())
+        return verdict
+
+    def record_prescreened(self, trial: Any, verdict: Verdict) -> TrialResult:
+        """What a config held back looks like: a result that says it was never launched."""
+        from autotune.report import fmt_bytes
+
+        msg = (f"not launched: predicted peak {fmt_bytes(verdict.predicted_bytes)} per rank "
+               f"(+{verdict.margin:.0%} margin) exceeds the limit {fmt_bytes(verdict.limit_bytes)} "
+               f"({verdict.basis})")
+        trial.set_user_attr("status", "prescreened")
+        trial.set_user_attr("error", f"PredictedOOM: {msg}")
+        return TrialResult(status=TrialStatus.oom, error_type="PredictedOOM", error=msg,
+                           notes=["prescreened: memory estimated, not measured"])
+
+    # -- after a trial
+    def after_trial(self, trial: Any, cfg: TrialConfig, verdict: Verdict, result: TrialResult) -> TrialResult:
+        """Record predicted vs measured, refit and store the calibration; on an emulated
+        device (a limit from the spec), a measured peak over the limit is an OOM."""
+        measured, source = measured_peak_bytes(result)
+        if result.ok and measured and verdict.estimate is not None:
+            cpu = self.hw.device_kind is DeviceKind.cpu
+            analytic = verdict.estimate.analytic_bytes + (verdict.estimate.host_bytes if cpu else 0)
+            trial.set_user_attr(POINT_ATTR, {
+                "hardware": self.hw_key, "engine": verdict.engine, "analytic_bytes": analytic,
+                "predicted_bytes": verdict.predicted_bytes, "measured_bytes": measured,
+                "measured_source": source,
+                "rel_error": (verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None,
+            })
+            points = [p for p in study_points(trial.study, self.hw_key) if p.trial_number != trial.number]
+            points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number))
+            self.fit = fit_calibration(points, self.hw_key)
+            self.save(trial.study)
+        if (result.ok and measured and self.spec_limit is not None and verdict.limit_bytes is not None
+                and measured > verdict.limit_bytes):
+            from autotune.report import fmt_bytes
+
+            return result.model_copy(update=dict(
+                status=TrialStatus.oom, error_type="OverMemoryLimit",
+                error=f"measured peak {fmt_bytes(measured)} ({source}) exceeds the memory limit "
+                      f"{fmt_bytes(verdict.limit_bytes)} per rank set in the spec"))
+        return result
+
+
+def study_points(study: Any, hw_key: str) -> list[CalibrationPoint]:
+    """Every calibration point of this hardware recorded by the study's trials."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        p = t.user_attrs.get(POINT_ATTR)
+        if p and p.get("hardware") == hw_key and p.get("measured_bytes") and p.get("analytic_bytes"):
+            out.append(CalibrationPoint(float(p["analytic_bytes"]), float(p["measured_bytes"]),
+                                        str(p["engine"]), t.number))
+    return out
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured if measured else math.nan
