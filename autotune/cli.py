@@ -163,9 +163,9 @@ def _register_commands() -> None:
     """Commands that live in their own modules: each module has `register(app)`.
 
     Keep imports inside those `register` functions light (no torch)."""
-    from autotune import cmd_estimate
+    from autotune import cmd_cost, cmd_estimate
 
-    for register in (cmd_estimate.register,):
+    for register in (cmd_estimate.register, cmd_cost.register):
         register(app)
 
 

@@ -165,14 +165,12 @@ def fit_step_model(points: list[Measured], comm: CommModel, link: Link) -> StepF
                else f"effective bandwidth fitted from the measured counts ({counts}): "
                     + (f"{1 / e / 1e9:.2f} GB/s" if e > 0 else "no measurable communication cost"))
     else:
-        if unit == "s_per_byte" and distinct[0] > 0:
-            raise UserError("cannot project: one measured GPU count and no known link bandwidth",
-                            fix="measure at two GPU counts (e.g. 1 and 2) or give the bandwidth")
-        e = 1.0 if unit == "fraction" else 0.0
+        if unit == "s_per_byte":
+            raise UserError("cannot project: one measured count and no known link bandwidth "
+                            "(CPU ranks)", fix="measure at two counts (e.g. 1 and 2 ranks)")
+        e = 1.0
         c = max(ys[0] - e * xs[0], 0.0)
         how = "overlap not fitted (one measured count): assumed none, the pessimistic case"
-        if unit == "s_per_byte":
-            how = "only one GPU measured: no communication measured"
     return StepFit(c, e, unit, points[0].tokens_per_gpu_step, tuple(points), how)
 
 

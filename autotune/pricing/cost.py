@@ -389,18 +389,21 @@ def explain(bills: list[Bill]) -> list[str]:
     lines = [f"cheapest: {desc(cheapest)}"]
     if fastest is not cheapest:
         lines.append(f"fastest:  {desc(fastest)}")
-        why = (f"the fastest finishes {cheapest.hours / fastest.hours:.2f}x sooner but costs "
-               f"{fastest.usd / cheapest.usd:.2f}x more: it burns {fastest.gpu_hours:,.0f} GPU-hours "
-               f"against {cheapest.gpu_hours:,.0f}")
-        if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
-                and fastest.gpus_used > cheapest.gpus_used):
-            why += (f", because at {fastest.gpus_used} GPUs each GPU delivers "
-                    f"{fastest.scaling_efficiency:.0%} of its single-GPU throughput "
-                    f"vs {cheapest.scaling_efficiency:.0%} at {cheapest.gpus_used}")
-        elif fastest.price_usd_per_gpu_hour > cheapest.price_usd_per_gpu_hour:
-            why += (f", at ${fastest.price_usd_per_gpu_hour:.3f} vs "
-                    f"${cheapest.price_usd_per_gpu_hour:.3f} per GPU-hour")
-        lines.append(why)
+        parts = []
+        if fastest.gpu_hours > cheapest.gpu_hours * 1.005:
+            part = f"{fastest.gpu_hours:,.0f} GPU-hours against {cheapest.gpu_hours:,.0f}"
+            if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
+                    and fastest.gpus_used != cheapest.gpus_used):
+                part += (f" (at {fastest.gpus_used} GPUs each GPU delivers {fastest.scaling_efficiency:.0%} "
+                         f"of its base throughput, at {cheapest.gpus_used} GPUs "
+                         f"{cheapest.scaling_efficiency:.0%}: lower scaling efficiency)")
+            parts.append(part)
+        if fastest.price_usd_per_gpu_hour > cheapest.price_usd_per_gpu_hour * 1.005:
+            parts.append(f"${fastest.price_usd_per_gpu_hour:.3f} against "
+                         f"${cheapest.price_usd_per_gpu_hour:.3f} per GPU-hour")
+        lines.append(f"the fastest finishes {cheapest.hours / fastest.hours:.2f}x sooner but costs "
+                     f"{fastest.usd / cheapest.usd:.2f}x more: "
+                     + (" and ".join(parts) if parts else "its other terms (storage, egress, rounding)"))
     else:
         lines.append("the cheapest is also the fastest")
     if worst_safe is not cheapest:

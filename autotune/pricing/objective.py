@@ -57,21 +57,27 @@ def device_type_key(cfg: TrialConfig) -> str:
 
 
 def job_for(cfg: TrialConfig, params: int | None, tokens: float, dataset_tokens: float | None) -> JobSpec:
-    """What the long run stores and moves, from the model size (stated assumptions)."""
-    mixed = cfg.precision.value != "fp32"
+    """What the long run of a trial's config stores and moves (stated assumptions)."""
+    return job_from_model(params, cfg.precision.value != "fp32", cfg.optimizer, tokens, dataset_tokens)
+
+
+def job_from_model(params: float | None, mixed_precision: bool, optimizer: str, tokens: float,
+                   dataset_tokens: float | None) -> JobSpec:
+    """Checkpoint, final-model and dataset sizes from the model size and the target."""
     notes = []
+    per_param = _CKPT_BYTES_PER_PARAM.get((optimizer, mixed_precision), 14 if mixed_precision else 12)
     if params:
-        ckpt = params * _CKPT_BYTES_PER_PARAM[(cfg.optimizer, mixed)]
-        final = params * (2 if mixed else 4)
-        notes.append(f"checkpoint {_CKPT_BYTES_PER_PARAM[(cfg.optimizer, mixed)]} B/param "
-                     f"({cfg.optimizer}, {'mixed' if mixed else 'fp32'}), final model "
-                     f"{2 if mixed else 4} B/param")
+        ckpt = params * per_param
+        final = params * (2 if mixed_precision else 4)
+        notes.append(f"checkpoint {per_param} B/param ({optimizer}, "
+                     f"{'mixed precision' if mixed_precision else 'fp32'}), final model "
+                     f"{2 if mixed_precision else 4} B/param")
     else:
         ckpt = final = 0.0
         notes.append("parameter count unknown: checkpoint and model sizes priced at 0")
     data_tokens = dataset_tokens if dataset_tokens else tokens
-    notes.append(f"dataset {DATASET_BYTES_PER_TOKEN} B/token (uint16 ids) x "
-                 f"{data_tokens:.3g} tokens{' (the target: no dataset size given)' if not dataset_tokens else ''}")
+    notes.append(f"dataset {DATASET_BYTES_PER_TOKEN} B/token (uint16 ids) x {data_tokens:.3g} tokens"
+                 + ("" if dataset_tokens else " (the target: no dataset size given)"))
     return JobSpec(checkpoint_bytes=ckpt, dataset_bytes=data_tokens * DATASET_BYTES_PER_TOKEN,
                    final_model_bytes=final, assumptions=tuple(notes))
 

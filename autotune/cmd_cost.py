@@ -1,0 +1,248 @@
+"""`autotune cost`, `autotune catalog` and `autotune plan`: bills without running a trial.
+
+    autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --target-tokens 2e10
+    autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 \\
+        --global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16
+    autotune cost --gpu h100-sxm --mfu 0.4 --params 7e9 --target-tokens 1e11 --json
+    autotune catalog [--catalog FILE] [--json]
+    autotune plan spec.yaml --mfu 0.4 [--gpu h100-sxm] [--json]
+
+Torch-free and fast: pure arithmetic over the catalog (see autotune/pricing/).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from autotune.errors import UserError
+
+COST_EPILOG = (
+    "Example (planning, copy and run): a 1.3B model measured at 3,200 tokens/s on one A100 80GB, "
+    "8,192 tokens per GPU per step, priced to 2e10 tokens on 8 and 16 GPUs:\n\n"
+    "autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 "
+    "--global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16"
+)
+
+
+def _number(text: str | None, flag: str, integer: bool = False, allow_zero: bool = False):
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{flag} '{text}' is not a number", fix=f"write it as e.g. {flag} 2e10") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise UserError(f"{flag} {text} must be a positive number", fix=f"give a positive {flag}")
+    return int(round(value)) if integer else value
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _warn_stale(catalog) -> None:
+    msg = catalog.stale_warning()
+    if msg:
+        _console(stderr=True).print(f"[yellow]{msg}[/]", soft_wrap=True)
+
+
+def _fmt_h(h: float) -> str:
+    return f"{h * 60:.1f} min" if h < 1 else (f"{h:,.1f} h" if h < 48 else f"{h / 24:,.1f} d")
+
+
+def _basis_kind(basis: str) -> str:
+    return basis.split(":")[0].split(" ")[0]
+
+
+def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
+    from autotune.pricing.cost import explain
+
+    console.print("[bold]Bills, cheapest first[/] (GPUs used/billed; eff = scaling efficiency; worst = "
+                  "+30% time and one more interruption, with its rank)", soft_wrap=True)
+    for b in bills:
+        gpus = f"{b.gpus_used}" + (f"/{b.gpus}" if b.gpus != b.gpus_used else "")
+        eff = f"  eff {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
+        ck = f"  ckpt every {_fmt_h(b.checkpoint_interval_hours)}" if b.checkpoint_interval_hours else ""
+        console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}): {gpus} x {b.gpu}  "
+                      f"{b.tokens_per_s:,.0f} tok/s ({_basis_kind(b.throughput_basis)}){eff}  "
+                      f"{_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  [bold]${b.usd:,.2f}[/]  "
+                      f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
+    if bills and explain_lines:
+        for line in explain(bills):
+            console.print(line, soft_wrap=True)
+        top = bills[0]
+        terms = ", ".join(f"{k} ${v:,.2f}" for k, v in top.breakdown.items() if v)
+        console.print(f"{top.offer} breakdown: {terms}", soft_wrap=True)
+        console.print(f"throughput of {top.offer}: {top.throughput_basis}", soft_wrap=True)
+    if not bills:
+        console.print("no offer in the catalog matches (list them: autotune catalog)")
+    for s in skipped:
+        console.print(f"[dim]skipped {s.offer}: {s.reason}[/]", soft_wrap=True)
+    for a in job.assumptions:
+        console.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
+    from autotune.pricing.cost import breakevens
+
+    gpus_in_bills = {b.gpu for b in bills}
+    for be in breakevens(catalog):
+        if catalog.offer(be.own).gpu in gpus_in_bills:
+            console.print(f"break-even: {be.text}", soft_wrap=True)
+    console.print(catalog.price_note() + (f" ({catalog.source_file})" if catalog.source_file else ""))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=COST_EPILOG)
+    def cost(
+        gpu: str = typer.Option(..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
+        gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
+        tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
+        mfu: Optional[float] = typer.Option(None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
+        params: Optional[str] = typer.Option(None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
+        precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
+        zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
+        target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
+        target_steps: Optional[str] = typer.Option(None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
+        global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
+        run_gpus: Optional[list[int]] = typer.Option(None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
+        all_gpus: bool = typer.Option(False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
+        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
+        offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
+        checkpoint_gb: Optional[str] = typer.Option(None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
+        dataset_gb: Optional[str] = typer.Option(None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
+        final_model_gb: Optional[str] = typer.Option(None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
+        egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
+        checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
+        checkpoint_interval_hours: float = typer.Option(1.0, "--checkpoint-interval-hours", min=0.001, help="checkpoint policy where no interruption rate is known"),
+        month_rest_used: bool = typer.Option(False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
+        as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
+    ) -> None:
+        """Price a training run on every matching offer, cheapest first, without any trial.
+
+        From a measured --tokens-per-s at --gpus on --gpu, or (planning) from --mfu with
+        --params. Other GPU counts (--run-gpus) and types (--all-gpus) are projected with a
+        ring-collective model and labelled so. Each bill: wall-clock hours, GPU-hours, dollars
+        by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
+        egress, ingress, power), and the worst case (+30% time, one more interruption).
+        """
+        from dataclasses import replace
+
+        from autotune.estimate.compute import flops_per_token, model_from_params
+        from autotune.estimate.scaling import CommModel
+        from autotune.pricing.catalog import PRECISIONS, load_catalog
+        from autotune.pricing.objective import job_from_model
+        from autotune.pricing.quote import BasePoint, quote
+
+        catalog = load_catalog(catalog_file)
+        catalog.gpu_type(gpu)  # "did you mean"
+        if precision not in PRECISIONS:
+            raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}",
+                            fix="pick one of them")
+        tps = _number(tokens_per_s, "--tokens-per-s")
+        n_params = _number(params, "--params", integer=True)
+        if (tps is None) == (mfu is None):
+            raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
+                            fix="e.g. --tokens-per-s 3200, or --mfu 0.4 --params 7e9")
+        if mfu is not None and not 0 < mfu <= 1:
+            raise UserError(f"--mfu {mfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.4")
+        if mfu is not None and n_params is None:
+            raise UserError("--mfu needs --params (FLOPs per token = 6 x params)", fix="add --params N")
+        gbt = _number(global_batch_tokens, "--global-batch-tokens")
+        tt, ts = _number(target_tokens, "--target-tokens"), _number(target_steps, "--target-steps", integer=True)
+        if (tt is None) == (ts is None):
+            raise UserError("give exactly one target: --target-tokens or --target-steps",
+                            fix="e.g. --target-tokens 2e10, or --target-steps 50000 --global-batch-tokens 524288")
+        if ts is not None and gbt is None:
+            raise UserError("--target-steps needs --global-batch-tokens", fix="add --global-batch-tokens N")
+        counts = sorted(set(run_gpus or [gpus]))
+        per_gpu_step = gbt / gpus if gbt else None
+
+        def tokens_for(n: int) -> float:
+            # A steps target at a global batch that grows with the GPU count (same per-GPU work).
+            return float(ts * per_gpu_step * n) if ts is not None else float(tt)
+
+        fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
+        base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tps, mfu=mfu,
+                         tokens_per_gpu_step=per_gpu_step, flops_per_token=fpt, precision=precision)
+        comm = (CommModel(params=n_params, grad_bytes_per_param=4 if precision == "fp32" else 2,
+                          zero_stage=zero_stage) if n_params else None)
+        types = [gpu]
+        if all_gpus:
+            if n_params is None:
+                raise UserError("--all-gpus needs --params (to move the MFU to other GPU types)",
+                                fix="add --params N")
+            types += [k for k, g in catalog.gpus.items()
+                      if k != gpu and g.device_class == catalog.gpus[gpu].device_class]
+        job = job_from_model(n_params, precision != "fp32", "adamw", tokens_for(counts[0]), None)
+        sizes = {}
+        for flag, text, field in (("--checkpoint-gb", checkpoint_gb, "checkpoint_bytes"),
+                                  ("--dataset-gb", dataset_gb, "dataset_bytes"),
+                                  ("--final-model-gb", final_model_gb, "final_model_bytes")):
+            v = _number(text, flag, allow_zero=True)
+            if v is not None:
+                sizes[field] = v * 1e9
+        given = tuple(f"given: {k.replace('_bytes', '').replace('_', ' ')} {v / 1e9:g} GB (replaces the "
+                      f"default above)" for k, v in sizes.items())
+        job = replace(job, **sizes, egress_checkpoints=egress_checkpoints,
+                      checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
+                      month_rest_used=month_rest_used, assumptions=job.assumptions + given)
+        bills, skipped = quote(catalog, base, counts, types, comm, tokens_for, job, offers=offer)
+        _warn_stale(catalog)
+        if as_json:
+            sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
+            return
+        print_bills(bills, skipped, catalog, job, _console())
+
+    @app.command(name="catalog")
+    def catalog_cmd(
+        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
+        as_json: bool = typer.Option(False, "--json", help="print the validated catalog as JSON"),
+    ) -> None:
+        """List and validate the catalog: GPU types (peaks, memory, bandwidth) and offers (prices with dates)."""
+        from rich.table import Table
+
+        from autotune.pricing.catalog import load_catalog
+        from autotune.pricing.cost import breakevens
+
+        cat = load_catalog(catalog_file)
+        _warn_stale(cat)
+        if as_json:
+            doc = cat.model_dump(mode="json")
+            doc["price_note"] = cat.price_note()
+            doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            return
+        c = _console()
+        g = Table(title=f"GPU types ({cat.source_file})", title_justify="left")
+        for col in ("type", "memory", "fp32", "tf32", "bf16", "fp8", "mem GB/s", "link", "source"):
+            g.add_column(col)
+        for k, t in cat.gpus.items():
+            def tf(p: str) -> str:
+                return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
+            g.add_row(k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("fp32"), tf("tf32"),
+                      tf("bf16"), tf("fp8"), f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
+                      f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
+                      t.source[:60])
+        c.print(g)
+        o = Table(title="Offers (dense TFLOPS above; prices in USD)", title_justify="left")
+        for col in ("offer", "gpu", "pricing", "price", "billing", "GPUs/node x nodes", "price date", "source"):
+            o.add_column(col)
+        for x in cat.offers:
+            if x.pricing == "monthly":
+                price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
+            elif x.pricing == "own":
+                price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
+            else:
+                price = f"${x.price_usd_per_gpu_hour:.3f}/GPU-h"
+            o.add_row(x.name, x.gpu, x.pricing, price, x.billing, f"{x.gpus_per_node} x {x.max_nodes}",
+                      x.price_date, x.price_source[:60])
+        c.print(o)
+        for be in breakevens(cat):
+            c.print(f"break-even: {be.text}")
+        c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
