@@ -1,0 +1,114 @@
+"""The catalog: shipped GPU specs and offers validate, every price dated and sourced, bad
+files fail with one clear message, unknown names get a "did you mean"."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+import yaml
+
+from autotune.errors import UserError
+from autotune.pricing.catalog import DEFAULT_CATALOG, load_catalog
+
+REQUIRED_GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g",
+                 "rtx-4090", "cpu-core")
+
+
+def test_shipped_catalog_is_complete_and_sourced():
+    cat = load_catalog()
+    for name in REQUIRED_GPUS:
+        assert name in cat.gpus
+    for name, g in cat.gpus.items():
+        assert g.source, name
+        if g.device_class == "gpu":
+            assert g.memory_bytes and g.memory_bandwidth_gb_per_s and g.interconnect_gb_per_s, name
+    # Datasheet figures (dense): H100 SXM bf16 989 TFLOPS, fp16 falls back to it; A100 no fp8.
+    assert cat.gpus["h100-sxm"].peak_flops("bf16") == 989e12
+    assert cat.gpus["h100-sxm"].peak_flops("fp16") == 989e12
+    assert cat.gpus["a100-80gb"].peak_flops("fp8") is None
+    assert cat.gpus["a10g"].peak_flops("bf16") is None  # not sourced: left out
+    for o in cat.offers:
+        assert o.price_date and o.price_source, o.name
+        dt.date.fromisoformat(o.price_date)
+    assert any(o.gpu == "cpu-core" for o in cat.offers)  # a CPU-only sweep prices honestly
+    assert {o.pricing for o in cat.offers} >= {"on-demand", "spot", "own"}
+    assert cat.price_note() == f"example prices as of {cat.date}; check your provider"
+
+
+def test_lookups_and_did_you_mean():
+    cat = load_catalog()
+    with pytest.raises(UserError, match="did you mean 'h100-sxm'"):
+        cat.gpu_type("h100-sxn")
+    with pytest.raises(UserError, match="did you mean 'runpod-h100-sxm'"):
+        cat.offer("runpod-h100-smx")
+    assert cat.match_device("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert cat.match_device("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert cat.match_device("Some Other GPU") is None
+
+
+def test_instance_sizes_decide_billed_gpus():
+    cat = load_catalog()
+    runpod = cat.offer("runpod-h100-sxm")  # 1, 2, 4 or 8 GPUs on one node
+    assert [runpod.billed_gpus(n) for n in (1, 3, 8, 9)] == [1, 4, 8, None]
+    p5en = cat.offer("aws-p5en-ondemand")  # whole 8-GPU instances, up to 16 nodes
+    assert [p5en.billed_gpus(n) for n in (1, 12, 128, 129)] == [8, 16, 128, None]
+    cpu = cat.offer("aws-c7i-ondemand")  # vCPUs: the smallest c7i has 2
+    assert cpu.billed_gpus(1) == 2 and cpu.billed_gpus(3) == 4
+
+
+def test_staleness_warning_after_90_days():
+    cat = load_catalog()
+    day = dt.date.fromisoformat(cat.date)
+    assert cat.stale_warning(day + dt.timedelta(days=90)) is None
+    msg = cat.stale_warning(day + dt.timedelta(days=91))
+    assert msg and "91 days ago" in msg and "--catalog" in msg
+
+
+def _write(tmp_path, data) -> str:
+    p = tmp_path / "cat.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def _base() -> dict:
+    return yaml.safe_load(DEFAULT_CATALOG.read_text())
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["offers"][1].pop("price_date"), "price_date"),
+    (lambda d: d["offers"].append({**d["offers"][1], "name": "x", "pricing": "spot"}),
+     "interruptions_per_node_month"),
+    (lambda d: d["offers"].append({**d["offers"][1], "name": "y", "gpu": "h100-sxn"}),
+     "did you mean 'h100-sxm'"),
+    (lambda d: d["offers"].append({**d["offers"][1], "name": "z", "pricing": "monthly"}),
+     "price_usd_per_gpu_month"),
+    (lambda d: d["gpus"]["h200"]["peak_tflops"].update(int8=1), "unknown precision"),
+    (lambda d: d.update(date="yesterday"), "YYYY-MM-DD"),
+])
+def test_bad_catalog_is_one_clear_error(tmp_path, mutate, message):
+    d = _base()
+    mutate(d)
+    path = _write(tmp_path, d)
+    with pytest.raises(UserError) as exc:
+        load_catalog(path)
+    assert path in str(exc.value) and message in str(exc.value)
+
+
+def test_catalog_cli_lists_validates_and_warns(run_cli, tmp_path):
+    r = run_cli("catalog", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert "h100-sxm" in doc["gpus"] and doc["price_note"].startswith("example prices as of")
+    assert any(be["own"] == "own-rtx4090" for be in doc["breakevens"])
+    r = run_cli("catalog")
+    assert r.returncode == 0 and "offers: valid" in r.stdout and "check your provider" in r.stdout
+    old = _base()
+    old["date"] = "2020-01-01"
+    r = run_cli("catalog", "--catalog", _write(tmp_path, old))
+    assert r.returncode == 0 and "days ago" in r.stderr
+    bad = _base()
+    bad["offers"][1]["pricing"] = "spot"
+    r = run_cli("catalog", "--catalog", _write(tmp_path, bad))
+    assert r.returncode == 2 and "interruptions_per_node_month" in r.stderr and "Traceback" not in r.stderr
