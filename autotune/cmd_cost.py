@@ -246,3 +246,56 @@ def register(app: typer.Typer) -> None:
         for be in breakevens(cat):
             c.print(f"break-even: {be.text}")
         c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
+
+    @app.command(name="plan")
+    def plan_cmd(
+        spec_file: Path = typer.Argument(..., help="sweep spec YAML (workload, target, space, platforms)"),
+        mfu: float = typer.Option(0.35, "--mfu", help="stated fraction of the dense peak reached "
+                                  "(default 0.35: torchtitan's 33-39% on H100, Dec 2024)"),
+        gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
+        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the spec's, else the shipped one)"),
+        top: int = typer.Option(10, "--top", min=1, help="how many bills to show, cheapest first"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+    ) -> None:
+        """The whole search on the analytic models alone, for hardware you don't have: no trial
+        runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
+        communication, and the full bill on every matching offer)."""
+        from autotune.pricing.catalog import load_catalog
+        from autotune.pricing.cost import explain
+        from autotune.pricing.plan import plan
+        from autotune.spec import load_spec
+
+        spec = load_spec(spec_file)
+        catalog = load_catalog(catalog_file or spec.platforms.catalog)
+        for name in spec.platforms.offers or []:
+            catalog.offer(name)
+        result = plan(spec, catalog, hfu=mfu, gpu_types=gpu)
+        _warn_stale(catalog)
+        fastest = sorted(result.bills, key=lambda b: (b.hours, b.usd))[:top]
+        if as_json:
+            doc = {"assumptions": result.assumptions, "configs": result.configs,
+                   "not_fitting": result.not_fitting, "price_note": catalog.price_note(),
+                   "bills": [b.as_dict() for b in result.bills[:top]],
+                   "fastest": [b.as_dict() for b in fastest]}
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            return
+        c = _console()
+        c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
+                f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
+        for a in result.assumptions:
+            c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
+        c.print("[bold]cheapest[/]")
+        for b in result.bills[:top]:
+            c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}): {b.tokens_per_s:,.0f} tok/s "
+                    f"(estimated)  eff {b.scaling_efficiency:.0%}  {_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
+                    f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
+        c.print("[bold]fastest[/]")
+        for b in fastest[: min(top, 5)]:
+            c.print(f"      {b.config} on {b.offer}: {_fmt_h(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
+        for line in explain(result.bills):
+            c.print(line, soft_wrap=True)
+        if result.bills:
+            c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
+        else:
+            c.print("no config fits any offered GPU (see `autotune estimate` for the memory breakdown)")
+        c.print(catalog.price_note())

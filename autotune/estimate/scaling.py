@@ -54,9 +54,13 @@ class CommModel:
     zero_stage: int = 0
     tp_degree: int = 1
     grad_accum_steps: int = 1
+    tp_bytes_per_step: float = 0.0  # tensor-parallel activation all-reduces, see `tp_bytes`
 
     def bytes_per_rank(self, dp: int) -> float:
         """Ring volume one rank sends per optimizer step at data-parallel degree `dp`."""
+        return self.dp_bytes_per_rank(dp) + (self.tp_bytes_per_step if self.tp_degree > 1 else 0.0)
+
+    def dp_bytes_per_rank(self, dp: int) -> float:
         if dp <= 1:
             return 0.0
         f = (dp - 1) / dp
@@ -72,6 +76,17 @@ class CommModel:
         # ZeRO-3: params all-gathered in forward and backward, gradients reduce-scattered, every
         # micro-step: 3 x (d-1)/d x bytes at a = 1, 1.5x plain data parallel (ZeRO paper, sec. 7).
         return a * (2 * f * p + f * g)
+
+
+def tp_bytes(n_layers: int, d_model: int, tokens_per_micro_step: int, tp_degree: int,
+             act_bytes: int, grad_accum_steps: int = 1) -> float:
+    """Megatron tensor parallelism: per layer, two all-reduces of the (tokens x d_model)
+    activations in forward and two in backward (Shoeybi et al. 2019, sec. 3), each a ring
+    moving 2(t-1)/t of its bytes per rank. Per optimizer step, per rank."""
+    if tp_degree <= 1:
+        return 0.0
+    per = tokens_per_micro_step * d_model * act_bytes
+    return grad_accum_steps * n_layers * 4 * 2 * (tp_degree - 1) / tp_degree * per
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,181 @@
+"""`autotune plan`: the whole search on the analytic models alone, for hardware you don't have.
+
+    result = plan(spec, catalog, hfu=0.35)           # no trial is run
+    result.bills[:10], result.not_fitting, result.assumptions
+
+For every GPU type with an offer and every config of the spec's search space: memory from
+`autotune.estimate.memory` (configs over the GPU's memory are dropped), time from the FLOPs
+of `autotune.estimate.compute` at a stated fraction of the GPU's dense peak, communication
+from `autotune.estimate.scaling` (ring collectives, no overlap assumed), and the bill from
+`autotune.pricing.cost`. Every figure is an estimate and says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from autotune.contract import Offload, Precision
+from autotune.errors import UserError
+from autotune.estimate.compute import (ModelShape, flops_per_token, hardware_flops_per_token,
+                                       model_from_gpt_shape, model_from_hf_config)
+from autotune.estimate.memory import MemoryConfig, estimate_memory
+from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
+from autotune.pricing.catalog import Catalog
+from autotune.pricing.cost import Bill, Infeasible, JobSpec, Skipped, Throughput, compute_bill, rank
+from autotune.pricing.objective import job_from_model
+from autotune.pricing.target import tokens_to_target
+from autotune.space import SearchSpace, load_space
+from autotune.spec import SweepSpec
+
+# Headroom kept below the GPU's memory for what the analytic model does not count without a
+# calibration on real hardware (CUDA context, allocator fragmentation).
+MEMORY_MARGIN = 0.10
+# The stated default: torchtitan's Llama-3.1-8B FSDP runs on 8-128 H100 reach 33-39% MFU
+# (benchmarks/llama3_h100_202412_torchtitan.md, Dec 2024; see /work/shared/reference.md).
+DEFAULT_HFU = 0.35
+
+
+@dataclass
+class PlanResult:
+    bills: list[Bill]
+    skipped: list[Skipped]
+    configs: int                 # (config, GPU type) pairs considered
+    not_fitting: int             # of those, over the GPU's memory
+    assumptions: list[str] = field(default_factory=list)
+
+
+def model_of(spec: SweepSpec) -> ModelShape:
+    w = spec.workload
+    if w.kind == "gpt":
+        return model_from_gpt_shape(w.resolved_shape(), name=w.preset or "gpt")
+    if w.kind == "hf":
+        if w.config_path:
+            return model_from_hf_config(w.config_path)
+        return model_from_hf_config({"model_type": w.model_type, **w.config_overrides})
+    raise UserError("`autotune plan` needs the model's shape; an entry-point workload has none",
+                    fix="use a gpt or hf workload in the spec (or `autotune cost --mfu --params`)")
+
+
+def _configs(space: SearchSpace, model: ModelShape, global_batch_samples: int | None):
+    """Every valid config of the space (offload left out: see the assumptions)."""
+    for n, mb, prec, ck, zero, tp in itertools.product(
+            space.num_gpus, space.micro_batch_size, space.precision, space.checkpointing,
+            space.zero_stage, space.tp_degree):
+        if n % tp or (model.n_heads and model.n_heads % tp):
+            continue
+        dp = n // tp
+        if global_batch_samples:
+            if global_batch_samples % (mb * dp):
+                continue
+            accums = [global_batch_samples // (mb * dp)]
+        else:
+            accums = space.grad_accum_steps
+        for ga in accums:
+            yield dict(num_gpus=n, micro_batch_size=mb, grad_accum_steps=ga, precision=prec,
+                       checkpointing=ck, zero_stage=zero, tp_degree=tp)
+
+
+def _label(c: dict, gpu: str) -> str:
+    parts = [f"{c['num_gpus']}x {gpu}", f"mb{c['micro_batch_size']}", f"ga{c['grad_accum_steps']}",
+             c["precision"].value, f"ckpt:{c['checkpointing'].value}"]
+    if c["zero_stage"]:
+        parts.append(f"zero{c['zero_stage']}")
+    if c["tp_degree"] > 1:
+        parts.append(f"tp{c['tp_degree']}")
+    return " ".join(parts)
+
+
+def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
+         gpu_types: list[str] | None = None) -> PlanResult:
+    if not 0 < hfu <= 1:
+        raise UserError(f"--mfu {hfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.35")
+    model = model_of(spec)
+    space = load_space(spec.space)
+    seq = spec.seq_len
+    types = gpu_types or sorted({o.gpu for o in catalog.offers})
+    for t in types:
+        catalog.gpu_type(t)  # "did you mean"
+    types = [t for t in types if catalog.gpus[t].device_class == "gpu"]
+    assumptions = [
+        f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
+        f"{model.source})",
+        f"the hardware reaches {hfu:.0%} of its dense peak on the executed FLOPs (stated; "
+        f"recomputation adds its FLOPs, so MFU is lower with activation checkpointing)",
+        "communication: ring collectives at the datasheet link bandwidth, none hidden behind compute",
+        f"memory: analytic estimate + {MEMORY_MARGIN:.0%} headroom (no calibration on this hardware)",
+    ]
+    if Precision.fp8 in space.precision:
+        assumptions.append("fp8 configs use the fp8 peak at the same stated fraction: optimistic "
+                           "(llm-foundry reports 27.7% MFU for fp8 on H100 against 46.4% for bf16)")
+    if any(o is not Offload.none for o in space.offload):
+        assumptions.append("offload configs left out: their host transfers and CPU optimizer step "
+                           "have no analytic model here (measure them with a sweep)")
+    fpt = flops_per_token(model, seq)
+    mem_cache: dict[tuple, int] = {}
+    bills: list[Bill] = []
+    skipped: list[Skipped] = []
+    configs = not_fitting = 0
+    tokens_cache: dict[int, tuple[float, str]] = {}
+    for c in _configs(space, model, spec.batch.global_batch_samples):
+        prec: Precision = c["precision"]
+        dp = c["num_gpus"] // c["tp_degree"]
+        key = tuple(sorted((k, str(v)) for k, v in c.items()))
+        if key not in mem_cache:
+            mcfg = MemoryConfig(seq_len=seq, micro_batch_size=c["micro_batch_size"], precision=prec,
+                                checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
+                                dp_degree=dp, tp_degree=c["tp_degree"])
+            mem_cache[key] = estimate_memory(model, mcfg).total_bytes
+        mem = mem_cache[key]
+        gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
+        if gbt not in tokens_cache:
+            t = tokens_to_target(spec.target, gbt, None)
+            tokens_cache[gbt] = (t.tokens, t.basis)
+        tokens, _ = tokens_cache[gbt]
+        recompute = c["checkpointing"].value
+        hw_fpt = hardware_flops_per_token(model, seq, recompute)
+        act_bytes = 4 if prec is Precision.fp32 else 2
+        comm = CommModel(
+            params=model.params, grad_bytes_per_param=act_bytes, zero_stage=c["zero_stage"],
+            tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
+            tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
+                                       c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
+                                       c["grad_accum_steps"]))
+        job = job_from_model(model.params, prec is not Precision.fp32, "adamw", tokens, spec.target.dataset_tokens)
+        for gpu in types:
+            g = catalog.gpus[gpu]
+            peak = g.peak_flops(prec.value)
+            if not peak or not g.memory_bytes:
+                continue  # fp8 on Ampere, or a GPU without sourced peaks
+            configs += 1
+            if mem > g.memory_bytes * (1 - MEMORY_MARGIN):
+                not_fitting += 1
+                continue
+            # One data-parallel replica (tp GPUs) runs its micro-batches at hfu x tp x peak.
+            compute_s = (c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt
+                         / (hfu * peak * c["tp_degree"]))
+            label = _label(c, gpu)
+            for o in catalog.offers_for(gpu, c["num_gpus"]):
+                if spec.platforms.offers and o.name not in spec.platforms.offers:
+                    continue
+                link = link_for(g, o)
+                cs = comm_s(comm, link, c["num_gpus"])
+                if cs is None:
+                    skipped.append(Skipped(o.name, f"{label}: no bandwidth known between its nodes"))
+                    continue
+                step = compute_s + cs
+                tps = dp * c["micro_batch_size"] * seq * c["grad_accum_steps"] / step
+                mfu = tps * fpt / (c["num_gpus"] * peak)
+                basis = (f"estimated: {hfu:.0%} of {gpu} {prec.value} peak on {hw_fpt:.3g} FLOPs/token "
+                         f"(MFU {mfu:.1%}), {cs:.3g} s of collectives per {step:.3g} s step, "
+                         f"memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
+                tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
+                try:
+                    bills.append(compute_bill(o, tokens, tp_, job))
+                except Infeasible as exc:
+                    skipped.append(Skipped(o.name, f"{label}: {exc}"))
+    if len({t for t, _ in tokens_cache.values()}) == 1 and tokens_cache:
+        assumptions.insert(1, f"target: {next(iter(tokens_cache.values()))[1]}")
+    else:
+        assumptions.insert(1, "target: depends on each config's global batch (steps or loss target)")
+    return PlanResult(rank(bills), skipped, configs, not_fitting, assumptions)
