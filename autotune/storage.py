@@ -1,0 +1,253 @@
+"""Where a study lives: a storage URL -> an Optuna storage, with secrets kept out of every output.
+
+    storage = open_storage("postgresql://tuner:pw@db.lan/autotune")   # RDB storage, heartbeats on
+    print(redact_url(url))                       # postgresql://tuner:***@db.lan/autotune
+
+URLs accepted (`--storage` or `storage:` in the spec):
+- `sqlite:///autotune.db` (the default, relative to the current folder) or `sqlite:////abs/x.db`:
+  one machine. SQLite locks the whole file; do not share it between machines over NFS.
+- `postgresql://user:password@host:5432/db` (driver psycopg2) and `mysql+pymysql://...` (install
+  the driver yourself): several machines working on one study, through Optuna's RDBStorage.
+- `journal:///abs/path/study.log`, `journal://relative/study.log`, or any path ending in `.log`:
+  Optuna's append-only journal file (JournalFileBackend); needs no server, works on a shared
+  filesystem. It has no heartbeats: a trial whose machine died stays RUNNING until a sweep on the
+  same host finds its controller dead (see `autotune.study.recover_dead_trials`).
+
+Heartbeats (RDB storages only): every running trial records a heartbeat each `interval_s`; a
+RUNNING trial silent for `grace_s` is marked FAIL by the next sweep that asks for a trial, and
+Optuna's `RetryHeartbeatStaleTrialCallback` re-queues it (at most `max_retry` times; the retry
+carries `failed_trial` / `retry_history` in its system attributes). Set them with environment
+variables AUTOTUNE_HEARTBEAT_S, AUTOTUNE_GRACE_S, AUTOTUNE_MAX_RETRY.
+
+A password never leaves this module in clear: every message that may hold the URL or a driver's
+error text goes through `redact_url` / `redact_text`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autotune.errors import UserError
+
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+# Studies whose name starts with this are autotune's own bookkeeping (atomic claims, below),
+# never a user's study: listings and `study copy` skip them.
+CLAIM_PREFIX = "autotune-claim:"
+# Seconds a driver may take to open a connection: an unreachable server fails fast.
+CONNECT_TIMEOUT_S = 10
+
+_RDB_KINDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgres": "PostgreSQL",
+              "mysql": "MySQL", "mariadb": "MariaDB"}
+# The Python driver each kind needs, and how to get it.
+_DRIVER_FIX = {"psycopg2": "pip install psycopg2-binary", "pymysql": "pip install pymysql",
+               "MySQLdb": "pip install mysqlclient", "mysqlclient": "pip install mysqlclient",
+               "psycopg": "pip install 'psycopg[binary]'", "asyncpg": "use postgresql:// (psycopg2)"}
+
+
+class HeartbeatSettings(BaseModel):
+    """How a dead trial is noticed on RDB storages. Defaults suit trials of minutes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: int = Field(default=30, gt=0, description="seconds between heartbeats")
+    grace_s: int = Field(default=120, gt=0, description="silence after which a trial is stale")
+    max_retry: int = Field(default=1, ge=0, description="re-queues of a stale trial")
+
+    @classmethod
+    def from_env(cls) -> "HeartbeatSettings":
+        names = {"interval_s": "AUTOTUNE_HEARTBEAT_S", "grace_s": "AUTOTUNE_GRACE_S",
+                 "max_retry": "AUTOTUNE_MAX_RETRY"}
+        given = {k: os.environ[v] for k, v in names.items() if os.environ.get(v)}
+        try:
+            return cls.model_validate(given)
+        except ValidationError as exc:
+            bad = ", ".join(f"{names[str(e['loc'][0])]}={given.get(str(e['loc'][0]))!r}"
+                            for e in exc.errors())
+            raise UserError(f"bad heartbeat setting {bad}",
+                            fix="give whole seconds > 0 (AUTOTUNE_MAX_RETRY >= 0)") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Redaction
+# ---------------------------------------------------------------------------------------
+
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)@")
+_QUERY_PW = re.compile(r"(?i)(?P<head>[?&;](?:password|passwd|pwd)=)(?P<pw>[^&;\s]*)")
+
+
+def redact_url(url: str) -> str:
+    """Hide the password of a storage URL (user info and `?password=` query parameters)."""
+    url = _USERINFO.sub(lambda m: m.group("head") + "***@", url)
+    return _QUERY_PW.sub(lambda m: m.group("head") + "***", url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret strings of a URL (as written and percent-decoded), for scrubbing free text."""
+    found = [m.group("pw") for m in _USERINFO.finditer(url)]
+    found += [m.group("pw") for m in _QUERY_PW.finditer(url)]
+    out: list[str] = []
+    for s in found:
+        for v in (s, unquote(s)):
+            if v and v not in out:
+                out.append(v)
+    return out
+
+
+def redact_text(text: str, url: str | None = None) -> str:
+    """Scrub free text (a driver's error message, a log line): URLs and the URL's secret."""
+    text = redact_url(text)
+    for secret in url_secrets(url or ""):
+        # Short secrets would blank out unrelated words; the URL patterns already caught them.
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# Opening a storage
+# ---------------------------------------------------------------------------------------
+
+
+def storage_kind(url: str) -> str:
+    """'sqlite', 'postgresql', 'mysql', ... or 'journal'; UserError for anything else."""
+    if url.startswith("journal:") or (url.endswith(".log") and "://" not in url):
+        return "journal"
+    if "://" not in url:
+        raise UserError(f"storage '{redact_url(url)}' is not a URL",
+                        fix="use e.g. sqlite:///autotune.db, postgresql://user:pass@host/db "
+                            "or journal:///path/study.log")
+    scheme = url.split("://", 1)[0].lower()
+    dialect = scheme.split("+", 1)[0]
+    if dialect not in _RDB_KINDS:
+        raise UserError(f"storage {redact_url(url)}: unknown kind '{scheme}'",
+                        fix="use sqlite:///FILE, postgresql://..., mysql+pymysql://... or "
+                            "journal:///FILE.log")
+    return "postgresql" if dialect == "postgres" else dialect
+
+
+def journal_path(url: str) -> Path:
+    if url.startswith("journal://"):
+        return Path(url[len("journal://"):])
+    if url.startswith("journal:"):
+        return Path(url[len("journal:"):])
+    return Path(url)
+
+
+def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
+    """An Optuna storage for `url` (None: the default SQLite file). UserError if unusable."""
+    import optuna
+
+    url = url or DEFAULT_STORAGE
+    kind = storage_kind(url)
+    if kind == "journal":
+        path = journal_path(url)
+        if not path.name:
+            raise UserError(f"storage {url}: no file name", fix="use journal:///path/study.log")
+        if not path.parent.is_dir():
+            raise UserError(f"storage {url}: folder '{path.parent}' does not exist",
+                            fix="create the folder or point --storage elsewhere")
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except Exception as exc:  # unreadable / corrupt journal
+            raise UserError(f"cannot open journal {path}: {type(exc).__name__}: {exc}",
+                            fix="check the file is an Optuna journal and writable") from None
+    if kind == "sqlite":
+        db = url.split(":///", 1)[1] if ":///" in url else ""
+        if db and db != ":memory:" and not Path(db).parent.is_dir():
+            raise UserError(f"storage {url}: folder '{Path(db).parent}' does not exist",
+                            fix="create the folder or point --storage elsewhere")
+    hb = heartbeat or HeartbeatSettings.from_env()
+    engine_kwargs: dict[str, Any] = {}
+    if kind in ("postgresql", "mysql", "mariadb"):
+        # Long trials leave pooled connections idle; ping before use so a server-side timeout
+        # does not fail the tell() at the end of a 20-minute trial.
+        engine_kwargs = {"pool_pre_ping": True,
+                         "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    try:
+        return optuna.storages.RDBStorage(
+            url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
+            grace_period=hb.grace_s,
+            heartbeat_stale_trial_callback=retry_callback(hb))
+    except ModuleNotFoundError as exc:
+        mod = (exc.name or "").split(".")[0]
+        raise UserError(f"storage {redact_url(url)}: the Python driver '{mod}' for "
+                        f"{_RDB_KINDS.get(kind, kind)} is not installed",
+                        fix=_DRIVER_FIX.get(mod, f"pip install {mod}")) from None
+    except Exception as exc:  # unreachable server, wrong password, missing database, ...
+        raise UserError(f"cannot open storage {redact_url(url)}: {_first_line(exc, url)}",
+                        fix="check the URL, that the server is running and reachable, and the "
+                            "credentials") from None
+
+
+def retry_callback(hb: HeartbeatSettings | None = None):
+    """Optuna's retry of a stale trial, minus the dead run's own attributes (its controller,
+    process group, claim, error), which would otherwise be copied into the retry."""
+    import copy
+
+    import optuna
+
+    hb = hb or HeartbeatSettings.from_env()
+
+    class _Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
+        def __call__(self, study, trial) -> None:
+            trial = copy.deepcopy(trial)
+            trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in ("baseline",)}
+            super().__call__(study, trial)
+
+    return _Retry(max_retry=hb.max_retry)
+
+
+def _first_line(exc: BaseException, url: str) -> str:
+    """The driver's own reason (the innermost error), one line, secrets removed."""
+    inner = getattr(exc, "orig", None) or exc.__cause__ or exc
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()]
+    # psycopg2 puts "connection to server at ... failed:" first and the reason after it.
+    text = " ".join(lines[:2]) if lines else type(inner).__name__
+    return redact_text(f"{type(inner).__name__}: {text}", url)[:400]
+
+
+def user_study_names(storage) -> list[str]:
+    import optuna
+
+    return sorted(s.study_name for s in optuna.get_all_study_summaries(storage)
+                  if not s.study_name.startswith(CLAIM_PREFIX))
+
+
+# ---------------------------------------------------------------------------------------
+# Claims: "exactly one worker does X" on any Optuna storage
+# ---------------------------------------------------------------------------------------
+
+
+def claim(storage, name: str, owner: dict[str, Any] | None = None) -> bool:
+    """Atomically claim `name` in this storage: True for exactly one caller, ever.
+
+    Optuna gives no compare-and-set on attributes, but study names are unique in every
+    storage (a UNIQUE column in RDB, a locked append in the journal), so creating a study
+    named after the claim is one. `owner` is stored on it for whoever loses the race."""
+    import optuna
+
+    try:
+        study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE],
+                                            study_name=CLAIM_PREFIX + name)
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+    for k, v in (owner or {}).items():
+        storage.set_study_user_attr(study_id, k, v)
+    return True
+
+
+def claim_owner(storage, name: str) -> dict[str, Any] | None:
+    """Who holds claim `name` ({} while the winner has not written it yet), None if unclaimed."""
+    try:
+        study_id = storage.get_study_id_from_name(CLAIM_PREFIX + name)
+    except KeyError:
+        return None
+    return storage.get_study_user_attrs(study_id)
