@@ -5,12 +5,35 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 
 import pytest
 import yaml
 
 from autotune.errors import UserError
 from autotune.pricing.catalog import DEFAULT_CATALOG, load_catalog
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """The real `autotune` entry point (`autotune.cli.main`), in this process: fast.
+
+    Returns (exit code, stdout, stderr). Subprocess runs are kept for the help text."""
+    from autotune.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def _run(*args: str):
+        monkeypatch.setattr(sys, "argv", ["autotune", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run
+
 
 REQUIRED_GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g",
                  "rtx-4090", "cpu-core")
@@ -97,18 +120,22 @@ def test_bad_catalog_is_one_clear_error(tmp_path, mutate, message):
 
 
 def test_catalog_cli_lists_validates_and_warns(run_cli, tmp_path):
-    r = run_cli("catalog", "--json")
+    r = run_cli("catalog", "--json")  # a real subprocess: the installed entry point
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert "h100-sxm" in doc["gpus"] and doc["price_note"].startswith("example prices as of")
     assert any(be["own"] == "own-rtx4090" for be in doc["breakevens"])
-    r = run_cli("catalog")
-    assert r.returncode == 0 and "offers: valid" in r.stdout and "check your provider" in r.stdout
+
+
+
+def test_catalog_cli_in_process(cli, tmp_path):
+    code, out, err = cli("catalog")
+    assert code == 0 and "offers: valid" in out and "check your provider" in out
     old = _base()
     old["date"] = "2020-01-01"
-    r = run_cli("catalog", "--catalog", _write(tmp_path, old))
-    assert r.returncode == 0 and "days ago" in r.stderr
+    code, out, err = cli("catalog", "--catalog", _write(tmp_path, old))
+    assert code == 0 and "days ago" in err
     bad = _base()
     bad["offers"][1]["pricing"] = "spot"
-    r = run_cli("catalog", "--catalog", _write(tmp_path, bad))
-    assert r.returncode == 2 and "interruptions_per_node_month" in r.stderr and "Traceback" not in r.stderr
+    code, out, err = cli("catalog", "--catalog", _write(tmp_path, bad))
+    assert code == 2 and "interruptions_per_node_month" in err and "Traceback" not in err

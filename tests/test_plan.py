@@ -1,0 +1,165 @@
+"""The CLI surface of pricing: `autotune cost` (worked examples, JSON, bad input),
+`autotune plan` (analytic search, every figure estimated), and the study objective."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+
+from autotune.contract import GPTWorkload, HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
+from autotune.pricing.catalog import load_catalog
+from autotune.pricing.cost import bills_for_trial
+from autotune.pricing.objective import score_trial
+from autotune.spec import SweepSpec
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """The real `autotune` entry point (`autotune.cli.main`), in this process: fast.
+
+    Returns (exit code, stdout, stderr). Subprocess runs are kept for the help text."""
+    from autotune.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def _run(*args: str):
+        monkeypatch.setattr(sys, "argv", ["autotune", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run
+
+
+EXAMPLE = ("cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 "
+           "--global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16").split()
+
+
+def test_cost_help_shows_a_copyable_example(run_cli):
+    r = run_cli("cost", "--help")
+    assert r.returncode == 0
+    flat = " ".join(r.stdout.split())
+    assert "autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200" in flat
+    for flag in ("--mfu", "--target-steps", "--global-batch-tokens", "--catalog", "--offer", "--json"):
+        assert flag in flat
+
+
+def test_cost_readme_example_ranks_by_cost_and_time_and_explains(cli):
+    code, out, err = cli(*EXAMPLE, "--json")
+    assert code == 0, err
+    bills = json.loads(out)
+    for b in bills:
+        for key in ("offer", "pricing", "gpus", "hours", "gpu_hours", "usd", "usd_worst_case",
+                    "checkpoint_interval_hours", "breakdown"):
+            assert key in b
+        assert b["throughput_basis"].startswith("projected from 3,200 tok/s at 1")
+    assert [b["usd"] for b in bills] == sorted(b["usd"] for b in bills)
+    on_p4de = {b["gpus"]: b for b in bills if b["offer"] == "aws-p4de-ondemand"}
+    # On the same offer 16 GPUs (two nodes over 50 GB/s) finish sooner but cost more than 8.
+    assert on_p4de[16]["hours"] < on_p4de[8]["hours"]
+    assert on_p4de[16]["usd"] > on_p4de[8]["usd"]
+    assert on_p4de[16]["scaling_efficiency"] < on_p4de[8]["scaling_efficiency"]
+    code, out, err = cli(*EXAMPLE, "--offer", "aws-p4de-ondemand")
+    assert code == 0, err
+    assert "cheapest: aws-p4de-ondemand [8x a100-80gb]" in out
+    assert "fastest:  aws-p4de-ondemand [16x a100-80gb]" in out
+    assert "lower scaling efficiency" in out and "GPU-hours against" in out
+    assert "example prices as of" in out
+
+
+def test_cost_planning_from_mfu_and_steps_target(cli):
+    code, out, err = cli("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "7e9", "--target-steps", "1000",
+                "--global-batch-tokens", "4e6", "--gpus", "8", "--offer", "runpod-h100-sxm", "--json")
+    assert code == 0, err
+    [b] = json.loads(out)
+    # 0.4 x 989 TFLOPS / (6 x 7e9 FLOPs/token) = 9,419 tok/s per GPU, less the all-reduce.
+    assert b["tokens"] == 1000 * 4e6 and b["throughput_basis"].startswith("estimated: MFU 40%")
+    assert 0.97 < b["tokens_per_s"] / (8 * 0.4 * 989e12 / 42e9) <= 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", "h100-smx", "--tokens-per-s", "1", "--target-tokens", "1e9"], "did you mean 'h100-sxm'"),
+    (["--gpu", "h100-sxm", "--target-tokens", "1e9"], "exactly one of --tokens-per-s"),
+    (["--gpu", "h100-sxm", "--tokens-per-s", "1e3", "--target-steps", "10"], "--global-batch-tokens"),
+    (["--gpu", "h100-sxm", "--tokens-per-s", "-5", "--target-tokens", "1e9"], "positive"),
+    (["--gpu", "h100-sxm", "--tokens-per-s", "1e3", "--target-tokens", "1e9", "--offer", "lamda-h100-sxm-8x"],
+     "did you mean 'lambda-h100-sxm-8x'"),
+])
+def test_cost_bad_input_is_one_line_exit_2(cli, args, message):
+    code, out, err = cli("cost", *args)
+    assert code == 2 and message in " ".join(err.split()) and "Traceback" not in err
+
+
+def test_bad_input_through_a_real_subprocess(run_cli):
+    r = run_cli("cost", "--gpu", "h100-smx", "--tokens-per-s", "1", "--target-tokens", "1e9")
+    assert r.returncode == 2 and "did you mean 'h100-sxm'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plan_estimates_every_figure(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [1, 8], "micro_batch_size": [4], "precision": ["bf16"],
+        "checkpointing": ["none", "full"], "zero_stage": [0, 3], "tp_degree": [1]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "7b"}, "seq_len": 4096, "target": {"tokens": 1e11},
+        "batch": {"global_batch_samples": 64}, "space": str(tmp_path / "space.yaml")}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "a100-40gb", "--gpu", "h100-sxm", "--json", "--top", "50")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["bills"] and all(b["throughput_basis"].startswith("estimated") for b in doc["bills"])
+    assert any("no trial was run" in a for a in doc["assumptions"])
+    # A 7B model with AdamW (16 B/param without sharding) fits no 40 GB GPU: only ZeRO-3 on 8 GPUs does.
+    assert doc["not_fitting"] > 0
+    for b in doc["bills"]:
+        if b["gpu"] == "a100-40gb":
+            assert "zero3" in b["config"] and b["gpus_used"] == 8
+    assert [b["usd"] for b in doc["bills"]] == sorted(b["usd"] for b in doc["bills"])
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm")
+    assert code == 0 and "estimated" in out and "check your provider" in out
+    (tmp_path / "ep.yaml").write_text(yaml.safe_dump({"workload": {"kind": "entry_point",
+                                                                   "entry_point": "m:f"}}))
+    code, out, err = cli("plan", "ep.yaml")
+    assert code == 2 and "entry-point" in err
+
+
+def _result(tokens_per_s: float, **kw) -> TrialResult:
+    return TrialResult(status=TrialStatus.ok, tokens_per_s=tokens_per_s, params=1_000_000,
+                       hardware=HardwareFingerprint(cpu_model="test-cpu"), **kw)
+
+
+def test_score_trial_is_the_cheapest_offer_and_reports_can_reprice():
+    catalog = load_catalog()
+    cfg = TrialConfig(workload=GPTWorkload(preset="tiny"), seq_len=128, micro_batch_size=4, num_gpus=2)
+    spec = SweepSpec(target={"tokens": 1e9})
+    score = score_trial(_result(36_000.0), cfg, spec, catalog, "cpu-core")
+    assert score is not None and score.offer == "aws-c7i-ondemand"
+    # 1e9 tokens at 36,000 tok/s = 7.716 h of training + 0.1 h setup, on 2 vCPUs at $0.044625.
+    assert score.hours == pytest.approx(1e9 / 36_000 / 3600 + 0.1, rel=1e-3)
+    assert score.usd >= score.hours * 2 * 0.044625
+    assert score.basis.startswith("measured") and score.price_note.startswith("example prices")
+    # The report's view: the stored inputs re-priced over a catalog, or the stored bills.
+    import optuna
+
+    t = optuna.trial.create_trial(values=[score.hours, score.usd], user_attrs={"score": score.as_dict()},
+                                  distributions={}, params={})
+    again = bills_for_trial(t, catalog)
+    assert again and again[0]["usd"] == pytest.approx(score.usd)
+    assert again[0]["sensitivity"]["plus_30pct_time_usd"] > score.usd
+    assert bills_for_trial(t, None)[0]["offer"] == "aws-c7i-ondemand"
+
+
+def test_loss_target_uses_the_trials_noise_scale():
+    catalog = load_catalog()
+    cfg = TrialConfig(workload=GPTWorkload(preset="tiny"), seq_len=128, micro_batch_size=4, num_gpus=1)
+    spec = SweepSpec(target={"loss": 3.0, "reference_tokens": 1e9, "reference_global_batch_tokens": 1024})
+    # B_noise 8 samples x 128 tokens = 1024 tokens = the reference batch; this trial's batch
+    # is 512 tokens: E = 1e9 / (1 + 1) x (1 + 0.5) = 7.5e8 tokens.
+    score = score_trial(_result(10_000.0, gradient_noise_scale=8.0), cfg, spec, catalog, "cpu-core")
+    assert score.tokens_to_target == pytest.approx(7.5e8)
+    assert "measured by this trial" in score.target_basis
