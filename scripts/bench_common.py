@@ -24,6 +24,17 @@ if str(ROOT) not in sys.path:  # scripts run as files: make `autotune` importabl
     sys.path.insert(0, str(ROOT))
 
 
+def install_sigterm_handler() -> None:
+    """Turn SIGTERM (e.g. `timeout`) into KeyboardInterrupt, so `run_trial` kills the trial's
+    process group on the way out instead of leaving its ranks running."""
+    import signal
+
+    def _raise(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
