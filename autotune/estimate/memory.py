@@ -301,8 +301,11 @@ def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -
     return 0
 
 
-def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, int | None]:
-    """(activations kept for backward, logits and loss buffers), bytes per rank.
+def activation_parts(model: ModelShape, cfg: MemoryConfig) -> dict[str, int] | None:
+    """Activation bytes per rank: `kept` for backward by the blocks and the final norm
+    (what a saved-tensor meter sees), `recompute_transient` (one recomputed block's full set
+    during backward), `kept_logits` (the fp32 log-softmax output) and `logits` (the loss's
+    buffers at their peak).
 
     The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`) and
     no dropout, so Korthikanti's 5as/h term and the dropout masks are not kept: with fused
@@ -312,7 +315,7 @@ def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, 
     its full set again. Under torch autocast the residual stream stays fp32.
     """
     if not model.has_shape:
-        return None, None
+        return None
     s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, model.d_model, model.n_heads, cfg.tp_degree
     c = dtype_bytes(cfg.precision)
     r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
@@ -322,12 +325,22 @@ def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, 
         sequence_parallel=cfg.sequence_parallel)
     n_rec = recomputed_layers(model.n_layers, cfg.checkpointing, cfg.checkpoint_every)
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
-    acts = (model.n_layers - n_rec) * full + n_rec * kept_input + (full if n_rec else 0)
-    acts += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
+    kept = (model.n_layers - n_rec) * full + n_rec * kept_input
+    kept += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
     # Logits (vocab split by TP): the fp32 log-softmax output is kept for backward, and the
     # backward of the loss holds its gradient and the logits' gradient at once: 3 fp32 copies.
     logits = 12 * s * b * model.vocab_size / t
-    return int(acts), int(logits)
+    return {"kept": int(kept), "recompute_transient": int(full if n_rec else 0),
+            "kept_logits": int(logits / 3), "logits": int(logits)}
+
+
+def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, int | None]:
+    """(activations at the backward peak, logits and loss buffers), bytes per rank; None
+    without the model's shapes. See `activation_parts`."""
+    parts = activation_parts(model, cfg)
+    if parts is None:
+        return None, None
+    return parts["kept"] + parts["recompute_transient"], parts["logits"]
 
 
 # ---------------------------------------------------------------------------------------

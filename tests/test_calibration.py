@@ -1,0 +1,117 @@
+"""The overhead fit, its storage with the study (resume keeps it) and the prescreen verdict.
+
+Studies here are real Optuna studies on a real SQLite file; points are written as trials'
+user attributes exactly as the objective writes them. The real-trial path (a sweep that
+records measured peaks and fits them) is in tests/test_prescreen.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.calibration import (CALIBRATION_ATTR, POINT_ATTR, CalibrationPoint, MemoryGuard,
+                                  device_limit_bytes, fit_calibration)
+from autotune.contract import (DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision,
+                               TrialConfig)
+
+MB = 2**20
+CPU = HardwareFingerprint(device_kind=DeviceKind.cpu, cpu_model="test-cpu", cpu_count=2,
+                          host_memory_bytes=16 * 2**30)
+
+
+def test_fit_recovers_constant_per_engine_and_slope():
+    pts = [CalibrationPoint(a * MB, 300 * MB + 1.3 * a * MB, "ddp") for a in (50, 120, 400, 900)]
+    pts += [CalibrationPoint(a * MB, 550 * MB + 1.3 * a * MB, "deepspeed") for a in (80, 300)]
+    fit = fit_calibration(pts, "hw")
+    assert fit.scale == pytest.approx(1.3, rel=1e-6)
+    assert fit.constant_bytes["ddp"] == pytest.approx(300 * MB, rel=1e-6)
+    assert fit.constant_bytes["deepspeed"] == pytest.approx(550 * MB, rel=1e-6)
+    assert fit.median_rel_error == pytest.approx(0, abs=1e-6)
+    pred, basis = fit.predict(200 * MB, "ddp")
+    assert pred == pytest.approx(300 * MB + 1.3 * 200 * MB, rel=1e-6) and "6 trials" in basis
+
+
+def test_fit_with_few_points_is_a_constant_not_an_extrapolated_slope():
+    one = fit_calibration([CalibrationPoint(100 * MB, 420 * MB, "ddp")], "hw")
+    assert one.scale == 1.0 and one.constant_bytes["ddp"] == pytest.approx(320 * MB)
+    # same analytic figure twice: no spread to fit a slope on
+    flat = fit_calibration([CalibrationPoint(100 * MB, m * MB, "ddp") for m in (400, 440, 420)], "hw")
+    assert flat.scale == 1.0 and flat.basis.startswith("constant per engine")
+    # an engine never measured borrows the largest known constant (the cautious side)
+    pred, basis = one.predict(10 * MB, "deepspeed")
+    assert pred == 330 * MB and "no deepspeed trial yet" in basis
+    assert fit_calibration([], "hw") is None
+
+
+def test_fit_minimises_relative_error():
+    # Noisy points: the fit's median relative error is small and never worse than the raw model.
+    import random
+
+    rng = random.Random(0)
+    pts = [CalibrationPoint(a * MB, (350 * MB + 1.1 * a * MB) * (1 + rng.uniform(-0.05, 0.05)), "ddp")
+           for a in (20, 60, 150, 300, 600, 1200)]
+    fit = fit_calibration(pts, "hw")
+    assert fit.median_rel_error < 0.05
+    assert 1.0 < fit.scale < 1.25
+
+
+def _tiny_cfg(mb: int) -> TrialConfig:
+    shape = GPTShape(n_layers=1, d_model=64, n_heads=2, vocab_size=16384, max_seq_len=64)
+    return TrialConfig(workload=GPTWorkload(preset=None, shape=shape), seq_len=64, micro_batch_size=mb,
+                       precision=Precision.fp32)
+
+
+def test_calibration_is_stored_with_the_study_and_kept_on_resume(tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    guard = MemoryGuard(CPU)
+    for analytic, measured in ((50, 380), (200, 560), (700, 1120)):
+        t = study.ask()
+        t.set_user_attr(POINT_ATTR, {"hardware": CPU.key(), "engine": "ddp",
+                                     "analytic_bytes": analytic * MB, "measured_bytes": measured * MB})
+        study.tell(t, [1.0, 1.0])
+    # another machine's points never enter this hardware's fit
+    t = study.ask()
+    t.set_user_attr(POINT_ATTR, {"hardware": "cuda:H100", "engine": "ddp",
+                                 "analytic_bytes": 1e9, "measured_bytes": 9e9})
+    study.tell(t, [1.0, 1.0])
+    fit = guard.load(study)
+    assert fit.n_points == 3
+    guard.save(study)
+
+    resumed = optuna.load_study(study_name="s", storage=url)
+    stored = resumed.user_attrs[CALIBRATION_ATTR][CPU.key()]
+    assert stored["n_points"] == 3 and stored["scale"] == pytest.approx(fit.scale)
+    again = MemoryGuard(CPU)
+    assert again.load(resumed).model_dump() == fit.model_dump()
+    # a study that holds only the stored fit (its trials elsewhere) still uses it
+    bare = optuna.create_study(study_name="bare", storage=url, directions=["minimize", "minimize"])
+    bare.set_user_attr(CALIBRATION_ATTR, resumed.user_attrs[CALIBRATION_ATTR])
+    assert MemoryGuard(CPU).load(bare).model_dump() == fit.model_dump()
+
+
+def test_prescreen_verdicts_uncalibrated_and_calibrated():
+    limit = 600 * MB
+    guard = MemoryGuard(CPU, limit_bytes_per_rank=limit, safety_margin=0.1)
+    small, big = guard.predict(_tiny_cfg(1)), guard.predict(_tiny_cfg(64))
+    # uncalibrated: the analytic figure is a lower bound; only what cannot fit is held back
+    assert small.launch and small.basis.startswith("not calibrated")
+    assert not big.launch and big.predicted_bytes > limit
+    assert big.estimate.as_dict()["activations_bytes"] > 0
+    # calibrated with a runtime constant of 500 MiB: the small one fits, with the margin
+    guard.fit = fit_calibration([CalibrationPoint(20 * MB, 520 * MB, "ddp")], CPU.key())
+    v = guard.predict(_tiny_cfg(1))
+    assert v.predicted_bytes == pytest.approx(500 * MB + v.estimate.analytic_bytes, rel=1e-6)
+    assert v.launch == (v.predicted_bytes * 1.1 <= limit)
+    assert v.estimate.as_dict()["detail"]["overhead_bytes"] == pytest.approx(500 * MB, rel=1e-6)
+    # disabled prescreen: predicts, never holds back
+    assert MemoryGuard(CPU, limit_bytes_per_rank=limit, enabled=False).predict(_tiny_cfg(64)).launch
+
+
+def test_device_limit():
+    assert device_limit_bytes(CPU, 2, None) == 8 * 2**30  # ranks share host memory
+    assert device_limit_bytes(CPU, 2, 2**30) == 2**30  # a smaller emulated device wins
+    gpu = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="H100", device_memory_bytes=80 * 10**9)
+    assert device_limit_bytes(gpu, 8, None) == 80 * 10**9

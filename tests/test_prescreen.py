@@ -1,0 +1,103 @@
+"""A prescreened sweep against an unscreened one on the same space: real trials, real study.
+
+The space: a GPT with a large vocabulary (its logits dominate memory) at micro-batch 1, 4
+and 64, on an emulated device of 600 MiB per rank (`memory.limit_bytes_per_rank`). Both
+sweeps are offered the same three configs in the same order. The unscreened sweep launches
+all three; micro-batch 64 measures over the limit and counts as out of memory. The
+prescreened sweep never launches it (PRUNED with its predicted breakdown and an infeasible
+constraint), so it launches fewer trials and finds the same best config. Every completed
+trial records predicted vs measured peak memory and the study stores the fitted calibration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.calibration import CALIBRATION_ATTR, POINT_ATTR, PRESCREEN_ATTR
+from autotune.contract import GPTShape, GPTWorkload
+from autotune.spec import SweepSpec
+
+LIMIT = 600 * 2**20
+SHAPE = GPTShape(n_layers=1, d_model=64, n_heads=2, vocab_size=16384, max_seq_len=64)
+MICRO_BATCHES = (1, 4, 64)
+
+
+def _spec(tmp_path: Path, name: str, prescreen: bool) -> SweepSpec:
+    space = tmp_path / "space.yaml"
+    space.write_text(f"num_gpus: [1]\nmicro_batch_size: {list(MICRO_BATCHES)}\n"
+                     "precision: [fp32]\ncheckpointing: [none]\n")
+    return SweepSpec.model_validate(dict(
+        workload=GPTWorkload(preset=None, shape=SHAPE), seq_len=64, space=str(space),
+        trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=240),
+        memory=dict(limit_bytes_per_rank=LIMIT, prescreen=prescreen),
+        storage=f"sqlite:///{tmp_path / 'db.sqlite'}", study=name))
+
+
+def _sweep(tmp_path: Path, name: str, prescreen: bool):
+    from autotune.study import open_study, run_sweep
+
+    spec = _spec(tmp_path, name, prescreen)
+    study = open_study(spec.storage, spec.study)
+    for mb in MICRO_BATCHES:  # the same proposals, in the same order, for both sweeps
+        study.enqueue_trial({"num_gpus": 1, "micro_batch_size": mb, "grad_accum_steps": 1,
+                             "precision": "fp32", "checkpointing": "none"})
+    runs = tmp_path / "runs" / name
+    run_sweep(spec, study, n_trials=len(MICRO_BATCHES), runs_dir=runs)
+    launched = sorted(p.parent.name for p in runs.glob("trial_*/command.json"))
+    # (run_sweep also queues its baseline configs; only the three proposals ran here)
+    return study, launched
+
+
+def _trials(study) -> dict:
+    return {t.user_attrs["config"]["micro_batch_size"]: t for t in study.trials
+            if "config" in t.user_attrs}
+
+
+def _best(study) -> int:
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    return min(done, key=lambda t: t.values[0]).user_attrs["config"]["micro_batch_size"]
+
+
+@pytest.mark.e2e
+def test_prescreened_sweep_launches_fewer_trials_and_finds_the_same_best(tmp_path):
+    plain, plain_launched = _sweep(tmp_path, "plain", prescreen=False)
+    screened, screened_launched = _sweep(tmp_path, "screened", prescreen=True)
+
+    by_mb = _trials(plain)
+    # Unscreened: all three ran; micro-batch 64 really measured over the emulated device.
+    assert len(plain_launched) == 3
+    over = by_mb[64]
+    assert over.state.name == "PRUNED" and over.user_attrs["status"] == "oom"
+    assert "exceeds the memory limit" in over.user_attrs["error"]
+    assert over.user_attrs[POINT_ATTR]["measured_bytes"] > LIMIT  # a real measurement, recorded
+
+    # Prescreened: micro-batch 64 was never launched, and says why.
+    s_by_mb = _trials(screened)
+    held = s_by_mb[64]
+    assert held.state.name == "PRUNED" and held.user_attrs["status"] == "prescreened"
+    pre = held.user_attrs[PRESCREEN_ATTR]
+    assert pre["launch"] is False and pre["predicted_bytes"] > LIMIT
+    assert pre["breakdown"]["activations_bytes"] > 0 and pre["breakdown"]["total_bytes"] > 0
+    assert [v for k, v in held.system_attrs.items() if k.endswith(":feasible")] == [1.0]
+    assert len(screened_launched) == 2 < len(plain_launched)
+    assert f"trial_{held.number:04d}" not in screened_launched
+
+    # Same best config (by hours to target) from both sweeps.
+    assert _best(plain) == _best(screened)
+
+    # Calibration: completed trials carry predicted vs measured; the study stores the fit.
+    for t in (s_by_mb[1], s_by_mb[4]):
+        point = t.user_attrs[POINT_ATTR]
+        assert point["measured_bytes"] > 0 and point["predicted_bytes"] > 0
+    fit = screened.user_attrs[CALIBRATION_ATTR]
+    (key,) = fit.keys()
+    assert fit[key]["n_points"] == 2
+    # The second trial was predicted by the fit on the first, and that fit is close.
+    second = s_by_mb[4].user_attrs[POINT_ATTR]
+    assert abs(second["rel_error"]) < 0.10
+    print(f"\nunscreened: {len(plain_launched)} launched, best micro-batch {_best(plain)}; "
+          f"prescreened: {len(screened_launched)} launched, best micro-batch {_best(screened)}; "
+          f"mb64 measured {over.user_attrs[POINT_ATTR]['measured_bytes'] / 2**20:.0f} MiB, "
+          f"predicted (uncalibrated) {pre['predicted_bytes'] / 2**20:.0f} MiB, limit {LIMIT / 2**20:.0f} MiB")
