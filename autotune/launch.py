@@ -22,6 +22,7 @@ from pathlib import Path
 from autotune.contract import (
     DeviceKind,
     Launcher,
+    Precision,
     TrialConfig,
     TrialResult,
     TrialStatus,
@@ -29,6 +30,10 @@ from autotune.contract import (
 )
 
 WORKER_MODULE = "trials.worker"
+# `accelerate launch --mixed_precision` for each precision: the ranks run it as a user's
+# accelerate run would, and the worker's accelerate engine checks it matches the config.
+ACCELERATE_PRECISION = {Precision.fp32: "no", Precision.bf16: "bf16", Precision.fp16: "fp16",
+                        Precision.fp8: "fp8"}
 LOG_TAIL_CHARS = 4000
 KILL_GRACE_S = 5.0
 
@@ -41,12 +46,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker_script() -> str:
-    import trials.worker as w  # the package only; torch is imported inside main()
-
-    return str(Path(w.__file__).resolve())
-
-
 def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int,
                python: str = sys.executable) -> list[str]:
     """The launcher command for a trial, as an argv list (never a shell string)."""
@@ -57,20 +56,25 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
                 "--master-addr", "127.0.0.1", "--master-port", str(port),
                 "-m", WORKER_MODULE, *worker_args]
     if cfg.launcher is Launcher.deepspeed:
-        # The DeepSpeed launcher wants a script path; on CPU it counts "accelerators" as
-        # ranks when told how many through --num_gpus (ranks on CPU, GPUs on CUDA).
-        return [python, "-m", "deepspeed.launcher.runner", "--num_gpus", n,
+        # --num_gpus (alias --num_accelerators) sets the ranks per node: on CPU DeepSpeed would
+        # otherwise count NUMA nodes as its "accelerators". --module runs the worker as
+        # `python -m`, like torchrun; DeepSpeed adds --local_rank, which the worker accepts.
+        return [python, "-m", "deepspeed.launcher.runner", "--num_nodes", "1", "--num_gpus", n,
                 "--master_addr", "127.0.0.1", "--master_port", str(port),
-                worker_script(), *worker_args]
+                "--module", WORKER_MODULE, *worker_args]
     if cfg.launcher is Launcher.accelerate:
         argv = [python, "-m", "accelerate.commands.launch", "--num_processes", n,
-                "--num_machines", "1", "--main_process_ip", "127.0.0.1",
-                "--main_process_port", str(port), "--mixed_precision", "no"]
-        if cfg.device is DeviceKind.cpu:
-            argv.append("--cpu")
+                "--num_machines", "1", "--mixed_precision", ACCELERATE_PRECISION[cfg.precision],
+                "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(cfg.threads_per_rank)]
         if cfg.num_gpus > 1:
-            argv.append("--multi_gpu")
-        return [*argv, worker_script(), *worker_args]
+            # Several ranks: accelerate's torchrun path. Not --cpu, even on CPU: with --cpu
+            # accelerate starts ONE process unless mpirun is set up; ACCELERATE_USE_CPU=true
+            # in the environment (launch_env) makes those ranks gloo CPU ranks instead.
+            argv += ["--multi_gpu", "--main_process_ip", "127.0.0.1",
+                     "--main_process_port", str(port)]
+        elif cfg.device is DeviceKind.cpu:
+            argv.append("--cpu")
+        return [*argv, "--module", WORKER_MODULE, *worker_args]
     raise ValueError(f"unknown launcher {cfg.launcher}")
 
 
@@ -85,6 +89,8 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ""
         # accelerate under torchrun on CPU runs every rank alone without this.
         env["ACCELERATE_USE_CPU"] = "true"
+    # DeepSpeed otherwise probes for an accelerator in every process (and logs a warning on CPU).
+    env["DS_ACCELERATOR"] = cfg.device.value
     # The worker must import `trials` and `autotune.contract` from this checkout.
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

@@ -1,5 +1,6 @@
 """Engines apply a TrialConfig's parallelism and precision to a model and run one
-optimizer step at a time.
+optimizer step at a time: DDP (ddp.py), DeepSpeed ZeRO 0-3 + offload (deepspeed.py), DTensor
+tensor parallel (tp.py), accelerate's Accelerator (accelerate.py).
 
     engine = build_engine(cfg, model, device, world_size)
     loss = engine.train_step(batches)   # grad_accum_steps micro-batches, one optimizer step
@@ -28,12 +29,35 @@ class Engine(Protocol):
 
 
 def build_engine(cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int) -> Engine:
-    from trials.errors import UnsupportedConfig
+    """The engine a config asks for: ZeRO -> DeepSpeed; TP -> DTensor tensor parallel; else
+    the engine of the launcher the long run uses (DeepSpeed's, at ZeRO stage 0, for the
+    DeepSpeed launcher; accelerate's Accelerator for accelerate); else torch DDP.
 
+    Every launcher sets the same RANK / WORLD_SIZE environment, so ZeRO under torchrun or
+    accelerate runs too (deepspeed.initialize, as a script calling it directly would)."""
+    from autotune.contract import Launcher
+
+    if cfg.zero_stage > 0 and cfg.tp_degree > 1:
+        from trials.engines.deepspeed import ZERO_WITH_TP
+        from trials.errors import UnsupportedConfig
+
+        raise UnsupportedConfig(ZERO_WITH_TP)
     if cfg.zero_stage > 0:
-        raise UnsupportedConfig("ZeRO stages > 0 are not implemented by this worker yet")
+        from trials.engines.deepspeed import DeepSpeedEngine
+
+        return DeepSpeedEngine(cfg, model, device, world_size)
     if cfg.tp_degree > 1:
-        raise UnsupportedConfig("tensor parallel is not implemented by this worker yet")
+        from trials.engines.tp import TensorParallelEngine
+
+        return TensorParallelEngine(cfg, model, device, world_size)
+    if cfg.launcher is Launcher.deepspeed:
+        from trials.engines.deepspeed import DeepSpeedEngine
+
+        return DeepSpeedEngine(cfg, model, device, world_size)
+    if cfg.launcher is Launcher.accelerate:
+        from trials.engines.accelerate import AccelerateEngine
+
+        return AccelerateEngine(cfg, model, device, world_size)
     from trials.engines.ddp import DDPEngine
 
     return DDPEngine(cfg, model, device, world_size)

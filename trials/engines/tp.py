@@ -1,0 +1,198 @@
+"""Tensor parallel through PyTorch DTensor, with data parallel over the remaining ranks.
+
+    engine = TensorParallelEngine(cfg, model, device, world_size)
+    loss = engine.train_step(batches)    # grad_accum_steps micro-batches, one optimizer step
+
+The ranks form a 2-D mesh (dp, tp) = (world_size // tp_degree, tp_degree). In every block of
+the built-in GPT the attention's qkv and the MLP's up projection are column-parallel and the
+attention output and MLP down projection row-parallel (Megatron-LM's split, Shoeybi et al.
+2019): each rank holds 1/tp of those weights and of the heads, and one all-reduce per
+sublayer joins the partial outputs. Embeddings and LayerNorms stay replicated. The ranks of
+one TP group must see the same tokens: rank 0 of the group broadcasts each micro-batch, as a
+Megatron data loader does. Gradients are averaged over the dp dimension once per optimizer
+step (one flat all-reduce, like DDP's buckets).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from autotune.contract import Precision, TrialConfig
+from trials.engines.ddp import loss_of
+from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
+from trials.errors import UnsupportedConfig
+from trials.precision import autocast_dtype
+
+# Which linears of a GPT block are split, and how (torch.distributed.tensor.parallel styles).
+COLWISE = ("attn.qkv", "mlp.up")
+ROWWISE = ("attn.proj", "mlp.down")
+
+
+def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
+    """Raise UnsupportedConfig unless this model can be split `tp` ways on `world_size` ranks
+    (the search space never suggests such a degree; a hand-written config may)."""
+    from trials.workloads.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise UnsupportedConfig(
+            f"tensor parallel is implemented for the built-in GPT, not {type(model).__name__}. "
+            "To fix: set tp_degree 1 for this workload")
+    s = model.shape
+    if world_size % tp:
+        raise UnsupportedConfig(f"tp_degree={tp} does not divide the {world_size} ranks. "
+                                "To fix: choose a tp_degree that divides the GPU count")
+    if s.n_heads % tp:
+        raise UnsupportedConfig(f"tp_degree={tp} does not divide n_heads={s.n_heads}: each rank "
+                                "must hold whole heads. To fix: choose a tp_degree dividing the heads")
+    if (s.ffn_mult * s.d_model) % tp:
+        raise UnsupportedConfig(f"tp_degree={tp} does not divide the MLP width "
+                                f"{s.ffn_mult * s.d_model}. To fix: choose a tp_degree dividing it")
+
+
+def interleave_qkv(linear: torch.nn.Linear, tp: int) -> None:
+    """Reorder the fused qkv rows from [q | k | v] to [q_0 k_0 v_0 | q_1 k_1 v_1 | ...] so that
+    the r-th contiguous 1/tp of the rows (what ColwiseParallel gives rank r) holds the q, k
+    and v of rank r's heads. The model computes the same function; only the layout changes."""
+    d = linear.out_features // 3
+    chunk = d // tp
+    idx = torch.cat([torch.arange(part * d + r * chunk, part * d + (r + 1) * chunk)
+                     for r in range(tp) for part in range(3)]).to(linear.weight.device)
+    with torch.no_grad():
+        linear.weight.copy_(linear.weight[idx])
+        if linear.bias is not None:
+            linear.bias.copy_(linear.bias[idx])
+
+
+class TensorParallelEngine:
+    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                       parallelize_module)
+
+        tp = cfg.tp_degree
+        if cfg.zero_stage > 0:
+            from trials.engines.deepspeed import ZERO_WITH_TP
+
+            raise UnsupportedConfig(ZERO_WITH_TP)
+        if cfg.precision is Precision.fp8:
+            raise UnsupportedConfig("fp8 with tensor parallel is not implemented (torchao float8 "
+                                    "needs its own TP styles). To fix: use bf16 with tp_degree > 1")
+        check_tp_shape(model, tp, world_size)
+        self.cfg, self.device, self.raw_model = cfg, device, model
+        self.tp, self.dp = tp, world_size // tp
+        self.mesh = init_device_mesh(device.type, (self.dp, tp), mesh_dim_names=("dp", "tp"))
+        tp_mesh = self.mesh["tp"]
+        self.tp_group = tp_mesh.get_group()
+        self.tp_src = dist.get_global_rank(self.tp_group, 0)
+        self.dp_group = self.mesh["dp"].get_group() if self.dp > 1 else None
+        # Replicated weights (embeddings, LayerNorms) must start equal everywhere; sharded
+        # ones are scattered from the mesh's first rank by parallelize_module.
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0)
+        plan = {**{n: ColwiseParallel() for n in COLWISE}, **{n: RowwiseParallel() for n in ROWWISE}}
+        for block in model.blocks:
+            interleave_qkv(block.attn.qkv, tp)
+            parallelize_module(block, tp_mesh, plan)
+        self._activations = ActivationDtype(model)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = self._optimizer()
+        dtype = autocast_dtype(cfg.precision)
+        self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
+        self.scaler = torch.amp.GradScaler(device.type) if cfg.precision is Precision.fp16 else None
+        self.optimizer_steps = 0
+        self.micro_steps = 0
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        from torch.distributed.tensor import DTensor
+
+        # Two groups: foreach kernels (CUDA's default) cannot mix DTensor and plain tensors.
+        sharded = [p for p in self.params if isinstance(p, DTensor)]
+        plain = [p for p in self.params if not isinstance(p, DTensor)]
+        groups = [{"params": g} for g in (sharded, plain) if g]
+        if self.cfg.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=self.cfg.lr, momentum=0.9)
+        return torch.optim.AdamW(groups, lr=self.cfg.lr, weight_decay=0.1)
+
+    def _group_batch(self, batch: Any) -> dict[str, torch.Tensor]:
+        """The micro-batch of this TP group: rank 0 of the group sends its own to the others."""
+        if isinstance(batch, torch.Tensor):
+            batch = {"input_ids": batch, "labels": batch}
+        if self.tp == 1:
+            return batch
+        both = torch.stack([batch["input_ids"], batch["labels"]]).contiguous()
+        dist.broadcast(both, src=self.tp_src, group=self.tp_group)
+        return {"input_ids": both[0], "labels": both[1]}
+
+    def _average_over_dp(self) -> None:
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [_local(p.grad) for p in self.params if p.grad is not None]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=self.dp_group)  # SUM: gloo has no AVG
+        flat.div_(self.dp)
+        for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+            g.copy_(synced)
+
+    def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
+        accum = self.cfg.grad_accum_steps
+        total = torch.zeros((), device=self.device)
+        for _ in range(accum):
+            batch = self._group_batch(next(batches))
+            with self.autocast():
+                loss = loss_of(self.raw_model, batch)
+            scaled = loss / accum
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()
+            total += loss.detach().float() / accum
+            self.micro_steps += 1
+        if self.dp_group is not None:
+            self._average_over_dp()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
+        return total
+
+    def observations(self) -> dict[str, Any]:
+        from torch.distributed.tensor import DTensor
+
+        linears: dict[str, dict[str, Any]] = {}
+        for name, module in self.raw_model.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                w = module.weight
+                dt = isinstance(w, DTensor)
+                linears[name] = {
+                    "dtensor": dt,
+                    "placements": [str(p) for p in w.placements] if dt else None,
+                    "local_shape": list(_local(w).shape),
+                    "global_shape": list(w.shape),
+                }
+        dtype = autocast_dtype(self.cfg.precision)
+        return {
+            "engine": "tensor_parallel",
+            "tp_degree": self.tp,
+            "dp_degree": self.dp,
+            "mesh_shape": list(self.mesh.shape),
+            "tp_linear_weights": linears,
+            "sharded_linears": sum(1 for v in linears.values() if v["dtensor"]),
+            "autocast_dtype": str(dtype) if dtype else None,
+            "activation_dtype": self._activations.dtype,
+            "loss_scaling": self.scaler is not None,
+            "optimizer_steps": self.optimizer_steps,
+            "micro_steps": self.micro_steps,
+            **observe_params(self.raw_model),
+            **observe_optimizer(self.optimizer),
+        }
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t
