@@ -151,10 +151,23 @@ def trial(
         c = _console()
         c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""))
         if result.ok:
-            c.print(f"tokens/s: {result.tokens_per_s:,.0f}  step median {result.step_time_median_s:.4f}s "
-                    f"p90 {result.step_time_p90_s:.4f}s cv {result.step_time_cv:.2f}")
-            c.print(f"peak memory: {fmt_bytes(result.peak_mem_bytes)} ({result.peak_mem_source.value})")
-            c.print(f"final loss: {result.final_loss:.4f}  folder: {out}")
+            r, obs = result, result.observations
+            c.print(f"tokens/s: {r.tokens_per_s:,.0f} ({r.tokens_per_s_per_rank:,.0f} per rank, "
+                    f"{r.world_size} ranks)  samples/s: {r.samples_per_s:,.1f}")
+            c.print(f"step: median {r.step_time_median_s:.4f}s p90 {r.step_time_p90_s:.4f}s "
+                    f"cv {r.step_time_cv:.2f} over {r.measured_steps} steps after {r.warmup_steps} warm-up")
+            pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
+            c.print(f"MFU {pct(r.mfu)}  HFU {pct(r.hfu)}  FLOPs/token {r.flops_per_token or 0:.3g}"
+                    f"  params {r.params or 0:,}")
+            c.print(f"peak memory: {fmt_bytes(r.peak_mem_bytes)} ({r.peak_mem_source.value})")
+            if "activation_saved_bytes" in obs:
+                c.print(f"activations saved for backward: {fmt_bytes(obs['activation_saved_bytes'])} "
+                        f"per micro-step ({obs.get('activation_dtype')})")
+            gns = "not measured" if r.gradient_noise_scale is None else f"{r.gradient_noise_scale:,.1f} samples"
+            c.print(f"gradient noise scale: {gns}")
+            c.print(f"final loss: {r.final_loss:.4f}  folder: {out}")
+            for note in r.notes:
+                c.print(f"  note: {note}")
     if not result.ok:
         raise typer.Exit(1)
 

@@ -190,10 +190,18 @@ class HFWorkload(_Model):
 class EntryPointWorkload(_Model):
     """The user's own model and data: `module:function` returning (model, batch iterator).
 
-    The function is called as `fn(seq_len=..., micro_batch_size=..., device=..., **kwargs)`
-    and returns `(model, batches)`; `model(input_ids, labels=labels)` must return a loss
-    (a tensor, or an object with `.loss`); `batches` yields dicts with `input_ids`
-    and `labels` (or tensors of token ids).
+    The function is called on every rank as
+    `fn(seq_len=..., micro_batch_size=..., device=torch.device, **kwargs)` and returns
+    `(model, batches)` or `(model, batches, info)`:
+    - `model`: a torch.nn.Module (fp32 weights; the worker applies precision and parallelism)
+      where `model(input_ids, labels=labels)` returns the mean loss of the micro-batch (a
+      tensor, or an object with `.loss`, as transformers models do);
+    - `batches`: an iterable of one rank's micro-batches, dicts with `input_ids` and `labels`
+      (or one tensor of token ids, used as both); a re-iterable (a DataLoader) is restarted;
+    - `info` (optional dict): `flops_per_token` (model FLOPs, forward + backward), or
+      `n_layers` and `d_model` for the attention term of the 6N + 12·L·d·s estimate.
+    Activation checkpointing applies where the model has transformers'
+    `gradient_checkpointing_enable`; otherwise such a trial is `unsupported`.
     """
 
     kind: Literal["entry_point"] = "entry_point"
@@ -274,8 +282,13 @@ class TrialConfig(_Model):
         return self
 
     @property
+    def world_size(self) -> int:
+        """All ranks of the trial: `num_gpus` per node on each of `num_nodes` nodes."""
+        return self.num_gpus * self.num_nodes
+
+    @property
     def dp_degree(self) -> int:
-        return self.num_gpus // self.tp_degree
+        return self.world_size // self.tp_degree
 
     @property
     def global_batch_samples(self) -> int:

@@ -144,7 +144,7 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     trial_dir = Path(trial_dir).resolve()  # the launcher runs with the trial folder as cwd
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path, result_path = trial_dir / "config.json", trial_dir / "result.json"
-    for stale in trial_dir.glob("result*.json"):
+    for stale in [*trial_dir.glob("result*.json"), *trial_dir.glob("fatal.rank*.log")]:
         stale.unlink()
     cfg.write(config_path)
     argv = build_argv(cfg, config_path, result_path, free_port(), python=python)
@@ -184,22 +184,56 @@ def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out
         return TrialResult(status=TrialStatus.timeout, world_size=cfg.num_gpus,
                            error=f"trial exceeded timeout_s={cfg.timeout_s:g}; process group killed",
                            log_tail=tail)
-    candidates = [result_path] + sorted(result_path.parent.glob(result_path.stem + ".rank*.json"))
-    for path in candidates:
+    results: list[TrialResult] = []
+    unreadable: TrialResult | None = None
+    for path in [result_path] + sorted(result_path.parent.glob(result_path.stem + ".rank*.json")):
         if path.is_file():
             try:
-                result = TrialResult.read(path)
+                results.append(TrialResult.read(path))
             except (ValueError, OSError) as exc:
-                return TrialResult(status=TrialStatus.crash, error_type=type(exc).__name__,
-                                   error=f"unreadable result file {path.name}: {exc}", log_tail=tail)
-            if result.status is TrialStatus.ok and rc != 0:
-                result.notes.append(f"launcher exited {rc} after rank 0 wrote an ok result")
-            if result.status is not TrialStatus.ok and not result.log_tail:
-                result.log_tail = tail
-            return result
+                unreadable = unreadable or TrialResult(
+                    status=TrialStatus.crash, error_type=type(exc).__name__,
+                    error=f"unreadable result file {path.name}: {exc}", log_tail=tail)
+    if results and result_path.is_file() and results[0].status is TrialStatus.ok:
+        result = results[0]
+        if rc != 0:
+            result.notes.append(f"launcher exited {rc} after rank 0 wrote an ok result")
+        return result
+    failures = [r for r in results if r.status is not TrialStatus.ok] + _fatal_signals(result_path.parent)
+    if failures:
+        # When one rank fails, its peers fail after it (a closed connection, a kill): the
+        # cause is a specific failure (oom, nan, unsupported) before any crash, else the earliest.
+        failures.sort(key=lambda r: (r.status is TrialStatus.crash,
+                                     r.observations.get("failed_at_unix_s", float("inf"))))
+        result = failures[0]
+        for other in failures[1:]:
+            result.notes.append(f"then rank {other.observations.get('rank', '?')}: "
+                                f"{other.status.value} {other.error_type or ''}".rstrip())
+        if not result.log_tail:
+            result.log_tail = tail
+        return result
+    if unreadable is not None:
+        return unreadable
     reason = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
     return TrialResult(status=TrialStatus.crash, world_size=cfg.num_gpus, error_type="NoResult",
                        error=f"worker ended ({reason}) without writing a result", log_tail=tail)
+
+
+def _fatal_signals(trial_dir: Path) -> list[TrialResult]:
+    """Ranks killed by a fatal signal (SIGSEGV, SIGABRT, ...): the worker's faulthandler wrote
+    their stack to fatal.rankN.log, which is empty for every rank that did not die that way."""
+    out = []
+    for path in sorted(trial_dir.glob("fatal.rank*.log")):
+        text = path.read_text(errors="replace") if path.stat().st_size else ""
+        if not text.strip():
+            continue
+        rank = path.name.removeprefix("fatal.rank").removesuffix(".log")
+        first = text.strip().splitlines()[0]  # e.g. "Fatal Python error: Segmentation fault"
+        out.append(TrialResult(status=TrialStatus.crash, error_type="FatalSignal",
+                               error=f"rank {rank} died: {first}", log_tail=text[-LOG_TAIL_CHARS:],
+                               observations={"rank": int(rank) if rank.isdigit() else rank,
+                                             "failed_at_unix_s": path.stat().st_mtime}))
+    return out
 
 
 def config_from_json(text: str) -> TrialConfig:

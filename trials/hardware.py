@@ -22,6 +22,17 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _nvidia_driver() -> str | None:
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # noqa: BLE001 - no NVML: the fingerprint just lacks the driver
+        return None
+
+
 def fingerprint(device: torch.device, world_size: int) -> HardwareFingerprint:
     hw = HardwareFingerprint(hostname=socket.gethostname(), cpu_model=_cpu_model(),
                              cpu_count=os.cpu_count() or 1, torch_version=torch.__version__)
@@ -29,6 +40,7 @@ def fingerprint(device: torch.device, world_size: int) -> HardwareFingerprint:
         props = torch.cuda.get_device_properties(device)
         return hw.model_copy(update=dict(
             device_kind=DeviceKind.cuda, device_name=props.name, device_count=world_size,
-            device_memory_bytes=int(props.total_memory), cuda_version=torch.version.cuda))
+            device_memory_bytes=int(props.total_memory), cuda_version=torch.version.cuda,
+            driver_version=_nvidia_driver()))
     return hw.model_copy(update=dict(device_kind=DeviceKind.cpu, device_name=f"cpu ({hw.cpu_model})",
                                      device_count=world_size))

@@ -1,20 +1,24 @@
-"""Measurement inside a trial: step timing between device synchronisations, memory peaks.
+"""Measurement inside a trial: step timing, memory peaks, activation bytes, FLOPs.
 
     timer = StepTimer(device)
     with timer.step():            # synchronises the device before and after
         train_step()
-    timer.summary()               # median, p90, CV of the measured steps
+    summarize(timer.times_s)      # median, p90, CV of the measured steps
 
-Memory: CUDA allocator peaks (allocated / reserved) per rank; on CPU, the host RSS peak of
-the rank's process. Each figure is reported with its source (`MemorySource`).
+Memory, each figure named by its source (`MemorySource`): CUDA allocator peaks (allocated /
+reserved) per rank, the device-level peak from NVML sampled by `NvmlSampler` in a background
+thread, and the host RSS peak of the rank's process. `SavedTensorMeter` measures, on any
+device, the bytes autograd keeps for backward in one micro-step: the activation memory.
 """
 
 from __future__ import annotations
 
 import resource
 import statistics
+import threading
 import time
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -54,10 +58,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize(times_s: list[float]) -> dict[str, float]:
+    """Median, p90, mean and coefficient of variation (population stdev / mean)."""
     median = statistics.median(times_s)
     mean = statistics.fmean(times_s)
     cv = statistics.pstdev(times_s) / mean if len(times_s) > 1 and mean > 0 else 0.0
     return {"median_s": median, "p90_s": percentile(times_s, 90), "cv": cv, "mean_s": mean}
+
+
+# ---------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------
 
 
 def host_rss_peak_bytes() -> int:
@@ -74,5 +84,208 @@ def host_rss_now_bytes() -> int:
 
 
 def cuda_peaks(device: torch.device) -> tuple[int, int]:
+    """(peak allocated, peak reserved) bytes of the caching allocator since the last reset."""
     return (int(torch.cuda.max_memory_allocated(device)),
             int(torch.cuda.max_memory_reserved(device)))
+
+
+class NvmlSampler:
+    """Device-level used memory (NVML), sampled in a background thread; GPU only.
+
+    The allocator's peak misses what lives outside it (CUDA context, NCCL buffers, other
+    libraries' allocations); NVML sees the whole device, including other processes on it.
+
+        with NvmlSampler(device) as s:
+            measured_steps()
+        s.peak_used_bytes, s.why_not   # None + the reason where NVML is not available
+    """
+
+    def __init__(self, device: torch.device, interval_s: float = 0.01):
+        self.device = device
+        self.interval_s = interval_s
+        self.peak_used_bytes: int | None = None
+        self.why_not: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle = None
+
+    def _open(self):
+        if self.device.type != "cuda":
+            self.why_not = "NVML is GPU only"
+            return None
+        try:
+            import pynvml  # from the nvidia-ml-py package
+        except ImportError:
+            self.why_not = "pynvml not installed (pip install nvidia-ml-py)"
+            return None
+        try:
+            pynvml.nvmlInit()
+            uuid = getattr(torch.cuda.get_device_properties(self.device), "uuid", None)
+            if uuid is not None:
+                # CUDA_VISIBLE_DEVICES renumbers devices; the UUID names the physical one.
+                text = str(uuid)
+                return pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith("GPU-") else f"GPU-{text}")
+            return pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
+        except Exception as exc:  # noqa: BLE001 - NVML missing or driver mismatch: say so
+            self.why_not = f"NVML unavailable: {type(exc).__name__}: {exc}"
+            return None
+
+    def _run(self) -> None:
+        import pynvml
+
+        while True:
+            used = int(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+            self.peak_used_bytes = max(self.peak_used_bytes or 0, used)
+            if self._stop.wait(self.interval_s):
+                return
+
+    def __enter__(self) -> "NvmlSampler":
+        self._handle = self._open()
+        if self._handle is not None:
+            self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+
+class SavedTensorMeter:
+    """Bytes autograd saves for backward in the forward pass of one micro-step.
+
+    That is the activation memory a step holds at its peak, measurable on any device. Counted
+    through `torch.autograd.graph.saved_tensors_hooks` from the first pack to the first unpack
+    (the start of backward); storages are counted once (views share them), and parameters'
+    storages are left out (they are model states, not activations). With activation
+    checkpointing, torch's own hooks take over inside checkpointed regions, so only what the
+    checkpoint keeps (its inputs) reaches this meter: exactly what stays alive.
+
+        with SavedTensorMeter(model) as m:
+            one_train_step()
+        m.saved_bytes, m.bytes_by_dtype
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self._param_storages = {_storage_key(p) for p in model.parameters()}
+        self._seen: set[tuple[str, int]] = set()
+        self.saved_bytes = 0
+        self.saved_tensors = 0
+        self.bytes_by_dtype: dict[str, int] = {}
+        self._closed = False
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if not self._closed:
+            key = _storage_key(t)
+            if key not in self._param_storages and key not in self._seen:
+                self._seen.add(key)
+                nbytes = int(t.untyped_storage().nbytes())
+                self.saved_bytes += nbytes
+                self.saved_tensors += 1
+                dtype = str(t.dtype).removeprefix("torch.")
+                self.bytes_by_dtype[dtype] = self.bytes_by_dtype.get(dtype, 0) + nbytes
+        return t
+
+    def _unpack(self, t: torch.Tensor) -> torch.Tensor:
+        # Backward has started: later packs belong to another micro-step (or a recompute).
+        self._closed = True
+        return t
+
+    def activation_dtype(self) -> str | None:
+        """The floating dtype holding most saved bytes (what the activations are stored in)."""
+        floats = {k: v for k, v in self.bytes_by_dtype.items()
+                  if k.startswith(("float", "bfloat"))}
+        return max(floats, key=floats.get) if floats else None
+
+    def __enter__(self) -> "SavedTensorMeter":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    try:
+        return (str(t.device), t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
+        return (str(t.device), id(t))
+
+
+class LinearCallCounter:
+    """Counts forward calls of every `nn.Linear`, weighted by its weight's elements.
+
+    Σ(calls × elements) ÷ Σ(elements) is how many forward passes the linear layers ran:
+    1.0 per micro-step without recompute, 2.0 with full activation checkpointing (the
+    backward re-runs the forward). It is the recompute evidence behind HFU.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self._linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        self.total_elements = sum(_numel(m.weight) for m in self._linears)
+        self.called_elements = 0
+        self.calls = 0
+        self._handles: list[Any] = []
+
+    def _hook(self, module, _inputs, _output) -> None:
+        self.calls += 1
+        self.called_elements += _numel(module.weight)
+
+    def forward_passes(self, micro_steps: int) -> float | None:
+        if not self.total_elements or micro_steps <= 0:
+            return None
+        return self.called_elements / self.total_elements / micro_steps
+
+    def __enter__(self) -> "LinearCallCounter":
+        self._handles = [m.register_forward_hook(self._hook) for m in self._linears]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def _numel(p: torch.Tensor) -> int:
+    # ZeRO-3 leaves a 0-element placeholder; `ds_numel` is the real size.
+    return int(getattr(p, "ds_numel", p.numel()))
+
+
+# ---------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------
+
+
+def model_flops_per_token(params: int | None, shape: dict | None, seq_len: int) -> float | None:
+    """6N (forward 2N + backward 4N) + attention 12·L·d·s (Kaplan et al. 2020; PaLM,
+    Chowdhery et al. 2022, App. B). `shape` needs `n_layers` and `d_model`; without it the
+    attention term is left out (and the caller says so)."""
+    if not params:
+        return None
+    return 6.0 * params + _attention_flops(shape, seq_len)
+
+
+def hardware_flops_per_token(params: int | None, shape: dict | None, seq_len: int,
+                             recompute_fraction: float) -> float | None:
+    """Model FLOPs plus the recomputed forward: full recompute adds 2N + 4·L·d·s (8N in
+    all, PaLM App. B); selective recompute adds its fraction of it."""
+    model = model_flops_per_token(params, shape, seq_len)
+    if model is None:
+        return None
+    forward = 2.0 * params + _attention_flops(shape, seq_len) / 3.0
+    return model + max(0.0, recompute_fraction) * forward
+
+
+def _attention_flops(shape: dict | None, seq_len: int) -> float:
+    if not shape or not shape.get("n_layers") or not shape.get("d_model"):
+        return 0.0
+    return 12.0 * shape["n_layers"] * shape["d_model"] * seq_len
+
+
+def utilization(tokens_per_s: float, flops_per_token: float | None, num_devices: int,
+                device_peak_flops: float | None) -> float | None:
+    """Achieved FLOP/s ÷ (devices × peak); None when the peak is unknown (never guessed)."""
+    if not flops_per_token or not device_peak_flops:
+        return None
+    return tokens_per_s * flops_per_token / (num_devices * device_peak_flops)

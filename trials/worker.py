@@ -7,7 +7,13 @@ Launched by `autotune.launch` exactly as a long run would be, e.g.:
 
 Every rank trains; rank 0 writes the result (atomically). A rank that fails writes
 `result.rankN.json` with what it saw and exits non-zero, so the launcher tears the others
-down and the controller reads the cause from the file, never from the logs.
+down; a rank killed by a fatal signal (a segfault) leaves its stack in `fatal.rankN.log`.
+The controller reads the cause from those files and the exit code, never from the logs.
+
+The steps: set up the device and process group -> build the workload, apply activation
+checkpointing -> build the engine (parallelism, precision) -> warm up, the last warm-up step
+probing activation bytes and recompute -> measure (extended while the CV is high) -> gather
+every rank's view -> result.
 """
 
 from __future__ import annotations
@@ -18,9 +24,7 @@ import os
 import sys
 import time
 import traceback
-from contextlib import nullcontext
 from pathlib import Path
-
 
 _wall_at_start = time.time()
 
@@ -36,26 +40,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local_rank", type=int, default=None, help="set by the DeepSpeed launcher")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
-    import faulthandler
-    import signal
-
-    # A trial killed at its timeout leaves each rank's stack in stderr.log: where it hung.
-    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     global _wall_at_start
     _wall_at_start = time.time()
+    rank = _env_int("RANK", 0)
+    result_path = Path(args.result)
+    _install_fault_handlers(result_path, rank)
 
     from autotune.contract import TrialConfig, TrialResult, TrialStatus
 
-    rank = _env_int("RANK", 0)
     cfg = TrialConfig.read(args.config)
-    result_path = Path(args.result)
     try:
         result = run(cfg, t_start)
     except BaseException as exc:  # noqa: BLE001 - every ending becomes a result
         status, error_type = classify(exc)
-        result = TrialResult(status=status, error_type=error_type, error=str(exc)[:2000],
-                             world_size=_env_int("WORLD_SIZE", 1),
-                             log_tail="".join(traceback.format_exception(exc))[-4000:])
+        world = _env_int("WORLD_SIZE", 1)
+        where = f"rank {rank}: " if world > 1 else ""
+        result = TrialResult(status=status, error_type=error_type,
+                             error=(where + str(exc))[:2000], world_size=world,
+                             log_tail="".join(traceback.format_exception(exc))[-4000:],
+                             # When several ranks fail, the earliest failure is the cause.
+                             observations={"rank": rank, "failed_at_unix_s": time.time()})
         _attach_peak_memory(result, cfg)
         path = result_path if rank == 0 else result_path.with_name(
             f"{result_path.stem}.rank{rank}.json")
@@ -71,13 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result.status is TrialStatus.ok else 1
 
 
+def _install_fault_handlers(result_path: Path, rank: int) -> None:
+    import faulthandler
+    import signal
+
+    # A trial killed at its timeout leaves each rank's stack in stderr.log: where it hung.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    # A fatal signal (SIGSEGV, SIGABRT, ...) leaves no Python exception to catch: faulthandler
+    # writes the stack to this rank's file, whose presence tells the controller which rank died.
+    fatal = open(result_path.with_name(f"fatal.rank{rank}.log"), "w")  # noqa: SIM115 - lives until exit
+    faulthandler.enable(file=fatal, all_threads=True)
+
+
 def classify(exc: BaseException):
     from autotune.contract import TrialStatus
     from trials.errors import NonFiniteLoss, UnsupportedConfig
 
     import torch
 
-    if isinstance(exc, torch.OutOfMemoryError) or isinstance(exc, MemoryError):
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return TrialStatus.oom, type(exc).__name__
     if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):
         return TrialStatus.oom, type(exc).__name__  # the CPU allocator's out-of-memory
@@ -89,18 +105,22 @@ def classify(exc: BaseException):
 
 
 def _attach_peak_memory(result, cfg) -> None:
-    from autotune.contract import MemorySource
+    """The peak seen before the failure (an OOM says how far it got)."""
+    from autotune.contract import MemoryReport, MemorySource
     from trials.measure import cuda_peaks, host_rss_peak_bytes
 
     try:
         import torch
 
+        rss = host_rss_peak_bytes()
+        result.memory = MemoryReport(host_rss_peak_bytes=[rss])
         if cfg.device.value == "cuda" and torch.cuda.is_available():
             alloc, reserved = cuda_peaks(torch.device("cuda", _env_int("LOCAL_RANK", 0)))
+            result.memory.allocator_allocated_peak_bytes = [alloc]
+            result.memory.allocator_reserved_peak_bytes = [reserved]
             result.peak_mem_bytes, result.peak_mem_source = alloc, MemorySource.cuda_allocator
         else:
-            result.peak_mem_bytes = host_rss_peak_bytes()
-            result.peak_mem_source = MemorySource.host_rss
+            result.peak_mem_bytes, result.peak_mem_source = rss, MemorySource.host_rss
     except Exception:  # noqa: BLE001 - a failed trial still reports its cause
         pass
 
@@ -110,13 +130,10 @@ def run(cfg, t_start: float):
     import torch
     import torch.distributed as dist
 
-    from autotune.contract import (MemoryReport, MemorySource, Precision, TrialResult,
-                                   TrialStatus)
     from trials.engines import build_engine
-    from trials.errors import NonFiniteLoss, UnsupportedConfig
-    from trials.hardware import fingerprint
-    from trials.measure import StepTimer, cuda_peaks, host_rss_now_bytes, host_rss_peak_bytes, summarize
-    from trials.workloads.build import build_workload
+    from trials.measure import NvmlSampler, host_rss_now_bytes
+    from trials.trial_result import compose
+    from trials.workloads.build import apply_checkpointing, build_workload
 
     phase: dict[str, float] = {}
     launched_at = os.environ.get("AUTOTUNE_LAUNCH_TIME")
@@ -124,7 +141,61 @@ def run(cfg, t_start: float):
         phase["launch_to_worker"] = _wall_at_start - float(launched_at)
     phase["worker_imports"] = time.perf_counter() - t_start
     t = time.perf_counter()
-    rank, world, local_rank = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
+    device, world = _setup(cfg)
+    torch.manual_seed(cfg.seed)
+    rss_baseline = host_rss_now_bytes()
+    built = build_workload(cfg, device)
+    built.checkpointed_layers = apply_checkpointing(built, cfg)
+    engine = build_engine(cfg, built.model, device, world)
+    model = getattr(engine, "raw_model", built.model)  # the engine may swap layers (fp8)
+    phase["build"] = time.perf_counter() - t
+
+    steps = _Steps(cfg, engine, built.batches, device, world)
+    t = time.perf_counter()
+    probe = None
+    for i in range(cfg.warmup_steps):
+        if i == cfg.warmup_steps - 1:
+            probe = steps.probe(model)  # untimed: hooks cost Python time
+        else:
+            steps.run_one()
+    phase["warmup"] = time.perf_counter() - t
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    steps.start_measuring()
+    t = time.perf_counter()
+    with NvmlSampler(device) as nvml:
+        for _ in range(cfg.measure_steps):
+            steps.run_one()
+        # A noisy window says little: extend up to the cap while the CV stays high.
+        while len(steps.times_s) < cfg.max_measure_steps and steps.job_cv() > cfg.max_step_time_cv:
+            steps.extended = True
+            steps.run_one()
+    phase["measure"] = time.perf_counter() - t
+
+    local = {"times": steps.local_times_s, "rss_base": rss_baseline, "nvml": nvml.peak_used_bytes,
+             "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine)}
+    local.update(_memory_now(device))
+    gathered = [local]
+    if world > 1:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, local)
+        dist.barrier()
+    result = compose(cfg, built, engine, steps, probe, gathered, world, device, phase)
+    if world > 1:
+        dist.destroy_process_group()
+    return result
+
+
+def _setup(cfg):
+    """Device, threads and the process group; configs this machine cannot run stop here."""
+    import torch
+    import torch.distributed as dist
+
+    from trials.errors import UnsupportedConfig
+    from trials.precision import check_precision
+
+    world, local_rank = _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
     torch.set_num_threads(cfg.threads_per_rank)
     if cfg.device.value == "cuda":
         if not torch.cuda.is_available():
@@ -133,125 +204,91 @@ def run(cfg, t_start: float):
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    if world != cfg.num_gpus:
-        raise RuntimeError(f"launcher started {world} ranks, config asks for {cfg.num_gpus}")
-    if cfg.precision is Precision.fp8:
-        raise UnsupportedConfig("fp8 needs Hopper/Ada GPUs and torchao or Transformer Engine")
-    if cfg.precision is Precision.fp16 and device.type == "cpu":
-        raise UnsupportedConfig("fp16 training with loss scaling is not supported on CPU here")
+    if world != cfg.world_size:
+        raise RuntimeError(f"launcher started {world} ranks, config asks for {cfg.world_size}")
+    check_precision(cfg, device)
     if world > 1 and not dist.is_initialized():
         from datetime import timedelta
 
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=max(60.0, cfg.timeout_s)))
-    torch.manual_seed(cfg.seed)
-    rss_baseline = host_rss_now_bytes()
-    model, batches, info = build_workload(cfg, device)
-    engine = build_engine(cfg, model, device, world)
-    phase["build"] = time.perf_counter() - t
+    return device, world
 
-    timer = StepTimer(device)
-    losses: list[float] = []
 
-    def one_step() -> None:
-        with timer.step():
-            loss = engine.train_step(batches)
+class _Steps:
+    """Runs optimizer steps, times them, checks the loss, and keeps every rank in step.
+
+    `times_s` is the job's step time: the slowest rank's, shared by an all-reduce after each
+    step (outside the timed window), so that every rank takes the same decision to extend."""
+
+    def __init__(self, cfg, engine, batches, device, world: int):
+        from trials.measure import StepTimer
+
+        self.cfg, self.engine, self.batches = cfg, engine, batches
+        self.device, self.world = device, world
+        self.timer = StepTimer(device)
+        self.times_s: list[float] = []
+        self.losses: list[float] = []
+        self.extended = False
+
+    @property
+    def local_times_s(self) -> list[float]:
+        return list(self.timer.times_s)
+
+    def run_one(self) -> None:
+        from trials.errors import NonFiniteLoss
+
+        with self.timer.step():
+            loss = self.engine.train_step(self.batches)
         value = float(loss)  # a sync point; after the timer, so it does not count
         if not math.isfinite(value):
-            raise NonFiniteLoss(f"loss became {value} at step {len(losses)}")
-        losses.append(value)
+            raise NonFiniteLoss(f"loss became {value} at step {len(self.losses)}")
+        self.losses.append(value)
+        if self.timer.times_s:
+            self.times_s.append(self._slowest(self.timer.times_s[-1]))
 
-    t = time.perf_counter()
-    for _ in range(cfg.warmup_steps):
-        one_step()
+    def _slowest(self, seconds: float) -> float:
+        if self.world == 1:
+            return seconds
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([seconds], dtype=torch.float64,
+                         device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def start_measuring(self) -> None:
+        self.timer.reset()
+        self.times_s.clear()
+
+    def job_cv(self) -> float:
+        from trials.measure import summarize
+
+        return summarize(self.times_s)["cv"]
+
+    def probe(self, model):
+        """One untimed step under the activation meter and the linear-call counter."""
+        from trials.measure import LinearCallCounter, SavedTensorMeter
+
+        meter, counter = SavedTensorMeter(model), LinearCallCounter(model)
+        with meter, counter:
+            self.run_one()
+        return meter, counter
+
+
+def _grad_norms(engine) -> dict | None:
+    fn = getattr(engine, "grad_norm_samples", None)
+    return fn() if fn is not None else None
+
+
+def _memory_now(device) -> dict:
+    from trials.measure import cuda_peaks, host_rss_peak_bytes
+
+    out = {"rss_peak": host_rss_peak_bytes(), "cuda": None}
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    timer.reset()
-    phase["warmup"] = time.perf_counter() - t
-    t = time.perf_counter()
-    for _ in range(cfg.measure_steps):
-        one_step()
-    extended = False
-    # A noisy window says little: extend up to the cap until the CV settles.
-    while (len(timer.times_s) < cfg.max_measure_steps
-           and summarize(timer.times_s)["cv"] > cfg.max_step_time_cv):
-        extended = True
-        one_step()
-    phase["measure"] = time.perf_counter() - t
-
-    # Every rank's view, gathered at rank 0: step times (the slowest rank sets the pace),
-    # memory peaks.
-    local = {
-        "times": timer.times_s,
-        "rss_peak": host_rss_peak_bytes(),
-        "rss_base": rss_baseline,
-        "cuda": cuda_peaks(device) if device.type == "cuda" else None,
-    }
-    gathered = [local]
-    if world > 1:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, local)
-    if world > 1:
-        dist.barrier()
-    step_times = [max(ts) for ts in zip(*(g["times"] for g in gathered))]
-    stats = summarize(step_times)
-    tokens_per_step = cfg.global_batch_tokens
-    tokens_per_s = tokens_per_step / stats["median_s"]
-    mem = MemoryReport(host_rss_peak_bytes=[g["rss_peak"] for g in gathered],
-                       host_rss_baseline_bytes=[g["rss_base"] for g in gathered])
-    if device.type == "cuda":
-        mem.allocator_allocated_peak_bytes = [g["cuda"][0] for g in gathered]
-        mem.allocator_reserved_peak_bytes = [g["cuda"][1] for g in gathered]
-        per_rank, source = mem.allocator_allocated_peak_bytes, MemorySource.cuda_allocator
-    else:
-        per_rank, source = mem.host_rss_peak_bytes, MemorySource.host_rss
-    params = info["params"]
-    flops_per_token = _flops_per_token(params, info.get("shape"), cfg.seq_len)
-    mfu = hfu = None
-    if cfg.device_peak_flops and flops_per_token:
-        achieved = tokens_per_s * flops_per_token
-        mfu = achieved / (world * cfg.device_peak_flops)
-    result = TrialResult(
-        status=TrialStatus.ok,
-        tokens_per_s=tokens_per_s,
-        samples_per_s=cfg.global_batch_samples / stats["median_s"],
-        tokens_per_s_per_rank=tokens_per_s / world,
-        step_time_median_s=stats["median_s"],
-        step_time_p90_s=stats["p90_s"],
-        step_time_cv=stats["cv"],
-        step_times_s=step_times,
-        warmup_steps=cfg.warmup_steps,
-        measured_steps=len(step_times),
-        measure_extended=extended,
-        optimizer_steps=engine.optimizer_steps,
-        peak_mem_bytes=max(per_rank),
-        peak_mem_bytes_per_rank=per_rank,
-        peak_mem_source=source,
-        memory=mem,
-        final_loss=losses[-1],
-        world_size=world,
-        params=params,
-        flops_per_token=flops_per_token,
-        mfu=mfu,
-        hfu=hfu,
-        hardware=fingerprint(device, world),
-        phase_s=phase,
-        observations=engine.observations(),
-    )
-    if extended:
-        result.notes.append(f"step-time CV above {cfg.max_step_time_cv:g}: measured "
-                            f"{len(step_times)} steps instead of {cfg.measure_steps}")
-    if world > 1:
-        dist.destroy_process_group()
-    return result
-
-
-def _flops_per_token(params: int, shape: dict | None, seq_len: int) -> float | None:
-    """6N (forward + backward) + attention 12 * L * d * s (Kaplan et al. 2020; PaLM App. B)."""
-    if not params:
-        return None
-    attn = 12 * shape["n_layers"] * shape["d_model"] * seq_len if shape else 0
-    return 6.0 * params + attn
+        out["cuda"] = cuda_peaks(device)
+    return out
 
 
 if __name__ == "__main__":

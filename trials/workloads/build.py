@@ -1,18 +1,37 @@
-"""Build the model and its batch iterator for a TrialConfig's workload."""
+"""Build the model and its batch iterator for a TrialConfig's workload, and apply activation
+checkpointing to it (a property of the model, so every engine gets it the same way).
+
+    built = build_workload(cfg, device)      # built.model, built.batches, built.params, ...
+    built.checkpointed_layers = apply_checkpointing(built, cfg)
+"""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
 
-from autotune.contract import GPTWorkload, TrialConfig
+from autotune.contract import EntryPointWorkload, GPTWorkload, HFWorkload, TrialConfig
 from trials.errors import UnsupportedConfig
 
 
-def build_workload(cfg: TrialConfig, device: torch.device) -> tuple[torch.nn.Module, Iterator[dict[str, Any]], dict]:
-    """Returns (model on `device`, endless batch iterator, info dict with `params`, `shape`)."""
+@dataclass
+class BuiltWorkload:
+    model: torch.nn.Module
+    batches: Iterator[Any]
+    params: int
+    shape: dict[str, int] | None = None  # n_layers, d_model (for the FLOPs attention term)
+    flops_per_token: float | None = None  # given by the user's entry point, if any
+    kind: str = "gpt"
+    hf_config: Any = None
+    checkpointed_layers: list[int] = field(default_factory=list)
+
+
+def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
     wl = cfg.workload
+    seed = cfg.seed + 1000 * int(os.environ.get("RANK", "0"))  # each rank its own data
     if isinstance(wl, GPTWorkload):
         from trials.workloads.gpt import GPT, random_batches
 
@@ -21,13 +40,59 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> tuple[torch.nn.Mod
             raise UnsupportedConfig(
                 f"seq_len {cfg.seq_len} exceeds the preset's max_seq_len {shape.max_seq_len}")
         model = GPT(shape).to(device)
-        batches = random_batches(shape.vocab_size, cfg.seq_len, cfg.micro_batch_size, device,
-                                 seed=cfg.seed + 1000 * _rank())
-        return model, batches, {"params": shape.num_params(), "shape": shape.model_dump()}
-    raise UnsupportedConfig(f"workload kind '{wl.kind}' is not implemented by this worker yet")
+        return BuiltWorkload(model, random_batches(shape.vocab_size, cfg.seq_len,
+                                                   cfg.micro_batch_size, device, seed),
+                             params=shape.num_params(),
+                             shape={"n_layers": shape.n_layers, "d_model": shape.d_model})
+    if isinstance(wl, HFWorkload):
+        from trials.workloads import hf
+
+        model, config = hf.build_hf_model(wl)
+        max_pos = getattr(config, "max_position_embeddings", None)
+        if max_pos and cfg.seq_len > max_pos:
+            raise UnsupportedConfig(f"seq_len {cfg.seq_len} exceeds the model's "
+                                    f"max_position_embeddings {max_pos}")
+        return BuiltWorkload(model.to(device), hf.random_batches(config.vocab_size, cfg.seq_len,
+                                                                 cfg.micro_batch_size, device, seed),
+                             params=count_params(model), shape=hf.shape_of(config), kind="hf",
+                             hf_config=config)
+    if isinstance(wl, EntryPointWorkload):
+        from trials.workloads.entry import build_entry_point
+
+        model, batches, info = build_entry_point(wl, cfg.seq_len, cfg.micro_batch_size, device)
+        shape = ({"n_layers": int(info["n_layers"]), "d_model": int(info["d_model"])}
+                 if info.get("n_layers") and info.get("d_model") else None)
+        return BuiltWorkload(model, batches, params=count_params(model), shape=shape,
+                             flops_per_token=info.get("flops_per_token"), kind="entry_point")
+    raise UnsupportedConfig(f"workload kind '{wl.kind}' is not known to this worker")
 
 
-def _rank() -> int:
-    import os
+def count_params(model: torch.nn.Module) -> int:
+    """Distinct parameters (tied weights once), as the 6N of the FLOPs estimate wants."""
+    return sum(p.numel() for p in model.parameters())
 
-    return int(os.environ.get("RANK", "0"))
+
+def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
+    """Turn on activation checkpointing as the config says; returns the checkpointed layers."""
+    mode = cfg.checkpointing.value
+    if mode == "none":
+        return []
+    if built.kind == "gpt":
+        from trials.workloads.gpt import checkpointed_blocks
+
+        blocks = checkpointed_blocks(built.model.shape.n_layers, mode, cfg.checkpoint_every)
+        built.model.set_checkpointing(blocks)
+        return sorted(blocks)
+    if built.kind == "hf":
+        from trials.workloads import hf
+
+        return hf.apply_checkpointing(built.model, built.hf_config, mode, cfg.checkpoint_every)
+    # The user's model: transformers' switch where it has one (all layers), else unsupported.
+    model = built.model
+    if mode == "full" and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return []
+    raise UnsupportedConfig(f"checkpointing '{mode}' cannot be applied to the entry point's "
+                            f"{type(model).__name__}: it has no gradient_checkpointing_enable "
+                            "(full only). To fix: checkpoint inside your model, and set "
+                            "checkpointing none")

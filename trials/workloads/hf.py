@@ -1,0 +1,123 @@
+"""A Hugging Face transformers causal LM built from a config, with random weights.
+
+    model, config = build_hf_model(HFWorkload(model_type="llama", config_overrides={...}))
+    model, config = build_hf_model(HFWorkload(config_path="my_model/config.json"))
+
+Never a download: the config is a local file or a model type with given sizes, and the
+weights come from `AutoModelForCausalLM.from_config` (random init), so it works offline
+(HF_HUB_OFFLINE=1 is set before transformers is imported). transformers is the optional
+extra `hf`: without it the trial is `unsupported`, saying how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune.contract import HFWorkload
+from trials.errors import UnsupportedConfig
+
+
+def _transformers():
+    # No hub lookups from a trial, ever: the tool must work offline.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import transformers
+    except ImportError:
+        raise UnsupportedConfig("the Hugging Face workload needs transformers, which is not "
+                                "installed. To fix: pip install 'autotune[hf]'") from None
+    return transformers
+
+
+def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
+    """The config as a dict: a local config.json (plus overrides), or model_type + overrides."""
+    if wl.config_path is not None:
+        path = Path(wl.config_path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise UnsupportedConfig(f"HF config '{path}' does not exist (it must be a local "
+                                    "file: trials never download). To fix: point config_path "
+                                    "at a config.json")
+        data = json.loads(path.read_text())
+        if "model_type" not in data:
+            raise UnsupportedConfig(f"{path} has no `model_type`. To fix: add e.g. "
+                                    '"model_type": "llama"')
+        return {**data, **wl.config_overrides}
+    return {"model_type": wl.model_type, **wl.config_overrides}
+
+
+def build_hf_model(wl: HFWorkload) -> tuple[torch.nn.Module, Any]:
+    transformers = _transformers()
+    data = load_config_dict(wl)
+    model_type = data.pop("model_type")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise UnsupportedConfig(f"transformers {transformers.__version__} does not know "
+                                f"model_type '{model_type}': {exc}") from None
+    config.use_cache = False  # training: no KV cache (it also conflicts with checkpointing)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    except ValueError as exc:
+        raise UnsupportedConfig(f"'{model_type}' is not a causal LM in transformers "
+                                f"{transformers.__version__}: {exc}") from None
+    return model, config
+
+
+def shape_of(config: Any) -> dict[str, int] | None:
+    """n_layers / d_model for the FLOPs attention term, where the config names them."""
+    n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    d_model = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    if not n_layers or not d_model:
+        return None
+    return {"n_layers": int(n_layers), "d_model": int(d_model)}
+
+
+def decoder_layers(model: torch.nn.Module, config: Any) -> list[torch.nn.Module]:
+    """The repeated blocks: the ModuleList whose length is the config's layer count."""
+    n = (shape_of(config) or {}).get("n_layers")
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return list(module)
+    return []
+
+
+def apply_checkpointing(model: torch.nn.Module, config: Any, mode: str, every: int) -> list[int]:
+    """Activation checkpointing through transformers' own switch; returns the layers it
+    applies to. Selective (every k-th layer) sets the per-layer flag that transformers'
+    `GradientCheckpointingLayer` reads; older versions without it only do all or nothing."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise UnsupportedConfig(f"{type(model).__name__} does not support activation checkpointing")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layers = decoder_layers(model, config)
+    per_layer = [layer for layer in layers if hasattr(layer, "gradient_checkpointing")]
+    if mode == "full":
+        return list(range(len(layers)))
+    if len(per_layer) != len(layers) or not layers:
+        raise UnsupportedConfig(
+            f"selective checkpointing needs per-layer switches, which {type(model).__name__} "
+            f"in this transformers version lacks. To fix: use checkpointing full or none")
+    chosen = [i for i in range(len(layers)) if i % every == 0]
+    for i, layer in enumerate(layers):
+        layer.gradient_checkpointing = i in chosen
+    return chosen
+
+
+def random_batches(vocab_size: int, seq_len: int, micro_batch_size: int,
+                   device: torch.device, seed: int):
+    """Endless random token batches. transformers shifts labels inside the loss, so the
+    labels are the inputs themselves."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    while True:
+        ids = torch.randint(0, vocab_size, (micro_batch_size, seq_len), generator=g).to(device)
+        yield {"input_ids": ids, "labels": ids}
