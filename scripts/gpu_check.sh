@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# GPU check: a short real `autotune sweep` on one CUDA GPU, with measured vs predicted memory
+# (allocator and NVML), MFU, one JSON summary and a markdown report. About 8 minutes on an
+# H100/H200-class card.
+#
+#   scripts/gpu_check.sh                      # on a CUDA machine, from the repository root
+#   OUT=/tmp/out scripts/gpu_check.sh --preset medium --trials 10
+#   scripts/gpu_check.sh --dry-run            # the same pipeline on CPU, tiny preset (a test)
+#
+# Options: --dry-run, --out DIR (default $OUT, else ./gpu_check_out), --preset NAME (small),
+# --trials N (10), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
+# --no-fp8 (skip torchao and the fp8 trial), --no-install (use the venv as it is).
+# Writes into the output folder: gpu_check_summary.json, gpu_check_report.md, report.txt
+# (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DRY_RUN=0
+OUT_DIR="${OUT:-$ROOT/gpu_check_out}"
+PRESET=""
+TRIALS=""
+VENV=""
+FP8=1
+INSTALL=1
+
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dry-run) DRY_RUN=1 ;;
+    --out) OUT_DIR="$2"; shift ;;
+    --preset) PRESET="$2"; shift ;;
+    --trials) TRIALS="$2"; shift ;;
+    --venv) VENV="$2"; shift ;;
+    --no-fp8) FP8=0 ;;
+    --no-install) INSTALL=0 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu_check: unknown option '$1'. To fix: see --help." >&2; exit 2 ;;
+  esac
+  shift
+done
+
+STARTED="$(date +%s)"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+cd "$ROOT"
+
+if [[ "$DRY_RUN" == 1 ]]; then
+  # CPU stand-in: the tiny preset, 1 rank, fp32/bf16, a few short trials; no GPU figures.
+  PRESET="${PRESET:-tiny}"; TRIALS="${TRIALS:-3}"; FP8=0
+  SEQ_LEN=64; GLOBAL_BATCH=8; MICROS="[2, 4]"; PRECISIONS="[fp32, bf16]"
+  WARMUP=1; MEASURE=2; MAX_MEASURE=3; TIMEOUT_S=600
+  export AUTOTUNE_FORCE_CPU=1
+  if [[ -z "$VENV" && -x "$ROOT/.venv/bin/python" ]]; then VENV="$ROOT/.venv"; INSTALL=0; fi
+else
+  PRESET="${PRESET:-small}"; TRIALS="${TRIALS:-10}"
+  SEQ_LEN=1024; GLOBAL_BATCH=64; MICROS="[8, 16, 32]"; PRECISIONS="[bf16, fp8]"
+  WARMUP=3; MEASURE=10; MAX_MEASURE=20; TIMEOUT_S=240
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu_check: no nvidia-smi: this is not a CUDA machine. To fix: run on a GPU machine, or use --dry-run." >&2
+    exit 2
+  fi
+  nvidia-smi > "$OUT_DIR/nvidia_smi.txt" 2>&1 || true
+fi
+VENV="${VENV:-$ROOT/.venv-gpu-check}"
+
+# --- environment ------------------------------------------------------------------------
+if [[ ! -x "$VENV/bin/python" ]]; then
+  # System site packages: reuse a CUDA torch the machine already has (containers, images).
+  python3 -m venv --system-site-packages "$VENV"
+fi
+PY="$VENV/bin/python"
+if [[ "$INSTALL" == 1 ]]; then
+  "$PY" -m pip install --quiet --upgrade pip
+  "$PY" -m pip install --quiet -e "$ROOT"
+  # NVML for the device-level memory peak (the worker samples it while a trial runs).
+  "$PY" -m pip install --quiet nvidia-ml-py || echo "gpu_check: nvidia-ml-py not installed: NVML peaks will read 'not measured'" >&2
+  if [[ "$FP8" == 1 ]]; then
+    "$PY" -m pip install --quiet torchao || { echo "gpu_check: torchao not installed: fp8 not tried" >&2; FP8=0; }
+  fi
+fi
+if [[ "$FP8" == 1 ]] && ! "$PY" -c "import torchao" >/dev/null 2>&1; then
+  FP8=0
+fi
+if [[ "$DRY_RUN" == 0 ]]; then
+  "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "gpu_check: torch in $VENV sees no CUDA device. To fix: install a CUDA build of torch into the venv (or use --venv)." >&2
+    exit 2
+  }
+fi
+
+# --- the sweep ----------------------------------------------------------------------------
+# Micro-batch, precision, checkpointing, ZeRO stage; one GPU. Choices the worker cannot run
+# here (e.g. fp8 without torchao, ZeRO before its engine lands) are dropped by the sweep,
+# which prints what it dropped.
+cat > "$OUT_DIR/space.yaml" <<EOF
+num_gpus: [1]
+micro_batch_size: $MICROS
+grad_accum_steps: [1]
+precision: $PRECISIONS
+checkpointing: [none, full]
+zero_stage: [0, 1, 3]
+offload: [none]
+tp_degree: [1]
+EOF
+cat > "$OUT_DIR/spec.yaml" <<EOF
+workload: {kind: gpt, preset: $PRESET}
+seq_len: $SEQ_LEN
+batch: {global_batch_samples: $GLOBAL_BATCH}
+target: {tokens: 1.0e9}
+space: $OUT_DIR/space.yaml
+trial: {warmup_steps: $WARMUP, measure_steps: $MEASURE, max_measure_steps: $MAX_MEASURE, timeout_s: $TIMEOUT_S}
+budget: {trials: $TRIALS}
+EOF
+rm -rf "$OUT_DIR/runs" "$OUT_DIR/extra" "$OUT_DIR/study.db"
+STORAGE="sqlite:///$OUT_DIR/study.db"
+echo "gpu_check: sweep of $TRIALS trials, preset $PRESET, into $OUT_DIR"
+"$VENV/bin/autotune" sweep "$OUT_DIR/spec.yaml" --trials "$TRIALS" --storage "$STORAGE" \
+  --study gpu_check --runs-dir "$OUT_DIR/runs" 2>&1 | tee "$OUT_DIR/sweep.log"
+"$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" > "$OUT_DIR/report.txt" 2>&1 || true
+"$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" --json > "$OUT_DIR/report.json" 2>/dev/null || true
+
+# --- fp8: one direct trial when the sweep could not offer it (no capability probe there) ----
+if [[ "$FP8" == 1 ]]; then
+  mkdir -p "$OUT_DIR/extra"
+  "$PY" - "$OUT_DIR/extra/fp8_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" <<'PYEOF'
+import sys
+from autotune.contract import DeviceKind, GPTWorkload, TrialConfig
+path, preset, seq_len, warmup, measure = sys.argv[1:6]
+TrialConfig(workload=GPTWorkload(preset=preset), seq_len=int(seq_len), micro_batch_size=16,
+            precision="fp8", device=DeviceKind.cuda, warmup_steps=int(warmup),
+            measure_steps=int(measure), timeout_s=240).write(path)
+PYEOF
+  "$VENV/bin/autotune" trial "$OUT_DIR/extra/fp8_config.json" --out "$OUT_DIR/extra/trial_fp8" \
+    > "$OUT_DIR/extra/fp8_trial.txt" 2>&1 || echo "gpu_check: the fp8 trial did not succeed (see extra/fp8_trial.txt)" >&2
+fi
+
+# --- summary ------------------------------------------------------------------------------
+MODE=gpu
+if [[ "$DRY_RUN" == 1 ]]; then MODE=dry-run; fi
+"$PY" "$ROOT/scripts/gpu_check_summary.py" --runs "$OUT_DIR/runs" --extra "$OUT_DIR/extra" \
+  --out "$OUT_DIR" --mode "$MODE" --started "$STARTED"
+echo "gpu_check: done in $(( $(date +%s) - STARTED )) s; summary: $OUT_DIR/gpu_check_summary.json"
