@@ -33,19 +33,20 @@ def _args(tmp_path: Path, space: Path) -> argparse.Namespace:
 
 @pytest.fixture()
 def world(tmp_path):
-    """A 2-rank CPU space (16 configs) and a synthetic table: throughput grows with the
-    micro-batch and halves under checkpointing; memory grows with the micro-batch."""
-    from autotune.contract import HardwareFingerprint
-    from autotune.space import capabilities_for, load_space, restrict
+    """A 2-rank CPU space (12 configs) and a synthetic table: throughput grows with the
+    micro-batch and halves under checkpointing; peak RSS = 300 MiB of runtime + a part that
+    grows with the micro-batch (a quarter of it under checkpointing)."""
+    from autotune.hardware import local_hardware
+    from autotune.study import MachineSpace
 
     space = tmp_path / "space.yaml"
     space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\n"
                      "checkpointing: [none, full]\nzero_stage: [0]\n")
     args = _args(tmp_path, space)
-    hw = HardwareFingerprint(cpu_model="synthetic", cpu_count=2)
+    hw = local_hardware()
     spec = bench_search.make_spec(args)
-    rs = restrict(load_space(str(space)), capabilities_for(hw), n_heads=4)
-    configs = bench_search.enumerate_space(rs, spec.batch.global_batch_samples)
+    ms = MachineSpace.for_spec(spec)
+    configs = bench_search.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
     entries = {}
     for _, values in configs:
         cfg = bench_search.trial_config(values, spec, hw, seed=0)
@@ -60,7 +61,7 @@ def world(tmp_path):
         entries[bench_search.config_key(values)] = {"config": cfg.model_dump(mode="json"),
                                                     "result": result.model_dump(mode="json")}
     doc = {"identity": {}, "entries": entries}
-    return args, spec, rs, configs, doc
+    return args, spec, ms, configs, doc
 
 
 def test_enumeration_matches_what_suggest_can_return(world):
@@ -73,8 +74,8 @@ def test_enumeration_matches_what_suggest_can_return(world):
 
 def test_emulated_limit_marks_oom_and_grid_reach_is_its_position(world):
     _, spec, _, configs, doc = world
-    limit = 200 * MiB  # micro 4 without checkpointing needs 260 MiB: OOM
-    table = bench_search.build_table(doc, configs, spec, limit, None)
+    limit = 500 * MiB  # micro 4 without checkpointing peaks at 560 MiB: OOM; the rest fit
+    table = bench_search.build_table(doc, configs, spec, limit)
     ooms = {k for k, e in table.items() if e.oom}
     assert ooms == {k for k in table if "-mb4-" in k and "ckpt:none" in k}
     feasible = [e for e in table.values() if e.feasible]
@@ -91,28 +92,34 @@ def test_emulated_limit_marks_oom_and_grid_reach_is_its_position(world):
     assert table[oom].trial_s == pytest.approx(table[oom].result.wall_s - 2.0)
 
 
-def test_sampler_replays_reach_the_optimum_and_prescreen_skips_trials(world):
-    _, spec, rs, configs, doc = world
+def test_autotune_replays_run_the_tools_loop_and_reach_the_optimum(world):
+    _, spec, ms, configs, doc = world
+    import autotune.launch
     from autotune.study import make_sampler
 
-    limit = 200 * MiB
-    table = bench_search.build_table(doc, configs, spec, limit, None)
+    real = autotune.launch.run_trial
+    limit = 500 * MiB
+    table = bench_search.build_table(doc, configs, spec, limit)
     feasible = [e for e in table.values() if e.feasible]
     best_usd, best_hours = min(e.usd for e in feasible), min(e.hours for e in feasible)
-    run = bench_search.replay_optuna(table, rs, spec, make_sampler(0), 60, best_usd, best_hours, None)
-    assert bench_search.reach(run, table, "usd", best_usd)[0] < math.inf
-    assert bench_search.reach(run, table, "hours", best_hours)[0] < math.inf
-    # A prescreen that knows every OOM: those configs never launch a trial.
-    pre = bench_search.replay_optuna(table, rs, spec, make_sampler(0), 60, best_usd, best_hours,
-                                     lambda e: e.oom)
-    assert all(not s.launched for s in pre.steps if table[s.key].oom)
-    assert all(s.trial_s == 0.0 for s in pre.steps if not s.launched)
+    for mode in ("sweep", "sweep_no_prescreen", "objective"):
+        run = bench_search.replay_autotune(table, spec, ms, make_sampler(0), 60, best_usd, best_hours,
+                                           mode, limit)
+        assert bench_search.reach(run, table, "usd", best_usd)[0] < math.inf, mode
+        assert bench_search.reach(run, table, "hours", best_hours)[0] < math.inf, mode
+        # The tool reuses a repeated config's measurement: no config is launched twice.
+        keys = [s.key for s in run.steps]
+        assert len(keys) == len(set(keys)), mode
+        # It stopped once both optima were found: the last launch reached one of them.
+        last = table[keys[-1]]
+        assert last.feasible and (last.usd <= best_usd * 1.03 or last.hours <= best_hours * 1.03)
+    assert autotune.launch.run_trial is real  # the lookup was only in place during the replay
 
 
 def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
-    _, spec, rs, configs, doc = world
-    table = bench_search.build_table(doc, configs, spec, 200 * MiB, None)
-    run = bench_search.replay_deepspeed_style(table, rs, spec, random.Random(0), "hours")
+    _, spec, ms, configs, doc = world
+    table = bench_search.build_table(doc, configs, spec, 500 * MiB)
+    run = bench_search.replay_deepspeed_style(table, ms.restricted, spec, random.Random(0), "hours")
     launched = [s.key for s in run.steps]
     assert len(launched) == len(set(launched))  # each config measured once
     # Without checkpointing micro 4 does not fit: micro 2 is the largest that does, found by
