@@ -22,7 +22,7 @@ from autotune.estimate.compute import (ModelShape, flops_per_token, hardware_flo
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
 from autotune.pricing.catalog import Catalog
-from autotune.pricing.cost import Bill, Infeasible, JobSpec, Skipped, Throughput, compute_bill, rank
+from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.objective import job_from_model
 from autotune.pricing.target import tokens_to_target
 from autotune.space import SearchSpace, load_space
