@@ -39,13 +39,25 @@ def sweep(
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
     runs_dir: Path = typer.Option(Path("autotune_runs"), help="folder for trial folders"),
+    total_trials: Optional[int] = typer.Option(None, min=1, help="stop once the study holds this many finished trials (all machines)"),
+    max_gpu_hours: Optional[float] = typer.Option(None, min=0.0, help="stop once trials have used this many GPU-hours (wall time x ranks)"),
+    max_search_usd: Optional[float] = typer.Option(None, min=0.0, help="stop once trials have cost this many dollars"),
+    patience: Optional[int] = typer.Option(None, min=1, help="stop when the Pareto front has not improved for this many trials"),
 ) -> None:
-    """Run an Optuna study of short real training runs; resumes if the study exists."""
+    """Run an Optuna study of short real training runs; resumes if the study exists.
+
+    Several machines with the same --storage and --study work on one study. Ctrl-C finishes
+    the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way)."""
     from autotune.spec import default_spec, load_spec
 
     spec = load_spec(spec_file) if spec_file else default_spec()
     updates = {k: v for k, v in (("storage", storage), ("study", study), ("space", space)) if v}
     spec = spec.model_copy(update=updates)
+    budget_flags = {k: v for k, v in (("total_trials", total_trials), ("search_gpu_hours", max_gpu_hours),
+                                      ("search_usd", max_search_usd), ("patience_trials", patience))
+                    if v is not None}
+    if budget_flags:
+        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update=budget_flags)})
     n_trials = trials or spec.budget.trials
 
     from autotune.report import collect, config_summary, fmt_bytes, fmt_hours, fmt_usd, print_report
@@ -60,7 +72,9 @@ def sweep(
     rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
     from autotune.pricing.catalog import load_catalog
 
-    load_catalog(spec.platforms.catalog)
+    catalog = load_catalog(spec.platforms.catalog)
+    for name in spec.platforms.offers or []:
+        catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
 
     console = _console()
     st = open_study(spec.storage, spec.study, seed=spec.seed)
@@ -75,7 +89,11 @@ def sweep(
 
     def on_trial(o) -> None:
         r = o.result
-        if r.ok:
+        if o.reused_from is not None:
+            console.print(f"  trial {o.number:>3}  [cyan]reused[/] trial {o.reused_from} (same config, "
+                          f"same hardware): {r.status.value}  {config_summary(o.config.model_dump(mode='json'))}"
+                          + (f"  -> {fmt_hours(o.hours)}, {fmt_usd(o.usd)}" if r.ok else ""))
+        elif r.ok:
             console.print(f"  trial {o.number:>3}  [green]ok[/]  {config_summary(o.config.model_dump(mode='json'))}"
                           f"  {r.tokens_per_s:,.0f} tok/s  mem {fmt_bytes(r.peak_mem_bytes)}"
                           f"  -> {fmt_hours(o.hours)}, {fmt_usd(o.usd)}  ({r.wall_s:.0f}s)")
@@ -85,10 +103,20 @@ def sweep(
                           f"{(r.error or '').splitlines()[0] if r.error else ''}")
 
     runs = runs_dir / spec.study
-    with console.status("running trials...", spinner="dots"):
-        run_sweep(spec, st, n_trials, runs, on_trial=on_trial)
+    from autotune.progress import SweepProgress
+    from autotune.report import record_spec
+
+    record_spec(st, spec)  # the report's limits and catalog
+    progress = SweepProgress(console, st, n_trials)
+    with progress:  # live: done / running / pruned / failed, best by cost and time, search cost
+        summary = run_sweep(spec, st, n_trials, runs, on_trial=progress.wrap(on_trial),
+                            note=lambda msg: console.print(f"  {msg}"))
+    if summary.stop_reason:
+        console.print(f"stopped: {summary.stop_reason}")
     console.print()
     print_report(collect(st), console)
+    if summary.interrupted:
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -176,9 +204,9 @@ def _register_commands() -> None:
     """Commands that live in their own modules: each module has `register(app)`.
 
     Keep imports inside those `register` functions light (no torch)."""
-    from autotune import cmd_cost, cmd_estimate
+    from autotune import cmd_cost, cmd_estimate, cmd_export, cmd_study
 
-    for register in (cmd_estimate.register, cmd_cost.register):
+    for register in (cmd_estimate.register, cmd_study.register, cmd_cost.register, cmd_export.register):
         register(app)
 
 
@@ -196,6 +224,9 @@ def main() -> None:
             raise
         _console(stderr=True).print(f"[red]error:[/] {exc}", soft_wrap=True)
         sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
+        _console(stderr=True).print("interrupted")
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -62,3 +62,11 @@ def test_cli_import_does_not_import_torch():
 
     code = "import sys, autotune.cli; assert 'torch' not in sys.modules, 'torch on the CLI path'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_unknown_offer_in_spec_fails_before_any_trial(tmp_path, run_cli):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("platforms: {offers: [aws-c7i-ondemnd]}\n")
+    p = run_cli("sweep", str(spec), "--trials", "1")
+    assert p.returncode == 2 and "aws-c7i-ondemnd" in p.stderr and "did you mean" in p.stderr
+    assert not (tmp_path / "autotune.db").exists()
