@@ -1,0 +1,353 @@
+"""Export the chosen configuration as files the real tools accept without editing.
+
+    plan = plan_export(doc, study, pick="cheapest", offer=None)     # UserError if it cannot
+    write_export(plan, Path("launch/"), force=False)                # all files or none
+
+Writes: accelerate_config.yaml (`accelerate launch --config_file`), ds_config.json when ZeRO
+is used (`autotune.contract.deepspeed_config`, the very config the trial ran), launch.sh (the
+trial's launcher with its exact batch, accumulation, precision, checkpointing and parallel
+settings), trial_config.json (the TrialConfig), bill.md and bill.json (the projected bill).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.contract import DeviceKind, Launcher, Precision, TrialConfig, deepspeed_config
+from autotune.errors import UserError
+from autotune.report import fmt_bytes, fmt_hours, fmt_usd, zero_summary
+
+ACCELERATE_CONFIG = "accelerate_config.yaml"
+DEEPSPEED_CONFIG = "ds_config.json"
+LAUNCH_SCRIPT = "launch.sh"
+TRIAL_CONFIG = "trial_config.json"
+BILL_MD = "bill.md"
+BILL_JSON = "bill.json"
+
+# accelerate's names for our precisions (accelerate/utils/dataclasses.py PrecisionType).
+_ACCELERATE_PRECISION = {Precision.fp32: "no", Precision.bf16: "bf16", Precision.fp16: "fp16",
+                         Precision.fp8: "fp8"}
+
+
+@dataclass
+class ExportPlan:
+    study: str
+    trial: int
+    pick: str
+    cfg: TrialConfig
+    option: dict[str, Any] | None  # the report's OptionRow; None when the trial was not priced
+    trial_row: dict[str, Any]
+    catalog_note: str | None
+    launcher: Launcher
+
+
+# ---------------------------------------------------------------------------------------
+# Choosing
+# ---------------------------------------------------------------------------------------
+
+
+def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str,
+                offer: str | None = None, launcher: Launcher | None = None) -> ExportPlan:
+    """Resolve `pick` (cheapest | fastest | a trial number) and `offer` against a report."""
+    options = doc["options"]
+    if offer is not None:
+        known = sorted({o["offer"] for o in options})
+        if offer not in known:
+            close = difflib.get_close_matches(offer, known, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise UserError(f"--offer '{offer}': no completed trial is priced on it.{hint}",
+                            fix=f"use one of: {', '.join(known) or '(none: no priced trial yet)'}")
+        options = [o for o in options if o["offer"] == offer]
+    p = pick.strip().lower()
+    if p in ("cheapest", "fastest"):
+        feasible = [o for o in options if o["feasible"]]
+        if not feasible:
+            why = "no priced trial yet" if not options else "no option meets the budget/deadline"
+            raise UserError(f"--pick {p}: {why}",
+                            fix="run more trials, relax --max-usd / --deadline-hours, or pick a trial number")
+        key = (lambda o: (o["usd"], o["hours"])) if p == "cheapest" else (lambda o: (o["hours"], o["usd"]))
+        option = min(feasible, key=key)
+        number = option["trial"]
+    else:
+        try:
+            number = int(p)
+        except ValueError:
+            raise UserError(f"--pick '{pick}' is not cheapest, fastest or a trial number",
+                            fix="e.g. --pick cheapest, --pick fastest or --pick 12") from None
+        row = next((t for t in doc["trials"] if t["number"] == number), None)
+        if row is None:
+            raise UserError(f"--pick {number}: study '{doc['study']}' has no trial {number}",
+                            fix=f"use a trial number from 0 to {len(doc['trials']) - 1} (autotune report)")
+        if row["state"] != "COMPLETE":
+            raise UserError(f"--pick {number}: trial {number} did not complete ({row['state']}, "
+                            f"{row['status']}): there is no measured config to export",
+                            fix="pick a completed trial (autotune report lists them)")
+        mine = [o for o in options if o["trial"] == number]
+        if offer is not None and not mine:
+            raise UserError(f"--pick {number} --offer {offer}: trial {number} is not priced on that offer",
+                            fix="drop --offer to take the trial's cheapest offer")
+        option = min(mine, key=lambda o: (o["usd"], o["hours"]), default=None)
+    row = next(t for t in doc["trials"] if t["number"] == number)
+    ft = trials_by_number[number]
+    try:
+        cfg = TrialConfig.model_validate(ft.user_attrs["config"])
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"trial {number}: its stored config is unreadable ({type(exc).__name__})",
+                        fix="re-run the trial with this version of autotune") from None
+    return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
+                      catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher)
+
+
+# ---------------------------------------------------------------------------------------
+# The files
+# ---------------------------------------------------------------------------------------
+
+
+def accelerate_config(cfg: TrialConfig, ds_config_path: str | None) -> dict[str, Any]:
+    """The fields of accelerate's ClusterConfig (what `accelerate config` writes) for a config.
+
+    On CPU several ranks go through torchrun (MULTI_GPU + use_cpu), as autotune's trials do;
+    accelerate's MULTI_CPU type would want mpirun."""
+    ranks = cfg.num_gpus * cfg.num_nodes
+    cpu = cfg.device is DeviceKind.cpu
+    if cfg.zero_stage > 0:
+        dist = "DEEPSPEED"
+    elif ranks > 1:
+        dist = "MULTI_GPU"
+    else:
+        dist = "NO"
+    out: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": dist,
+        "downcast_bf16": "no",
+        "enable_cpu_affinity": False,
+        "gpu_ids": "all",
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "mixed_precision": _ACCELERATE_PRECISION[cfg.precision],
+        "num_machines": cfg.num_nodes,
+        "num_processes": ranks,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "tpu_env": [],
+        "tpu_use_cluster": False,
+        "tpu_use_sudo": False,
+        "use_cpu": cpu,
+    }
+    if cfg.zero_stage > 0:
+        # The full DeepSpeed config as a file: accelerate's plugin miscounts ranks on CPU when
+        # it builds one from loose fields, and a file keeps the batch exactly the trial's.
+        out["deepspeed_config"] = {"deepspeed_config_file": ds_config_path,
+                                   "zero3_init_flag": cfg.zero_stage == 3}
+    return out
+
+
+def _yaml(data: dict[str, Any], header: str) -> str:
+    import yaml
+
+    lines = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return lines + yaml.safe_dump(data, sort_keys=True)
+
+
+def settings_env(cfg: TrialConfig) -> list[tuple[str, str]]:
+    """What a training script needs to apply the config, as environment variables."""
+    env = [
+        ("AUTOTUNE_MICRO_BATCH_SIZE", str(cfg.micro_batch_size)),
+        ("AUTOTUNE_GRAD_ACCUM_STEPS", str(cfg.grad_accum_steps)),
+        ("AUTOTUNE_GLOBAL_BATCH_SAMPLES", str(cfg.global_batch_samples)),
+        ("AUTOTUNE_SEQ_LEN", str(cfg.seq_len)),
+        ("AUTOTUNE_PRECISION", cfg.precision.value),
+        ("AUTOTUNE_CHECKPOINTING", cfg.checkpointing.value),
+        ("AUTOTUNE_CHECKPOINT_EVERY", str(cfg.checkpoint_every)),
+        ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
+        ("AUTOTUNE_OFFLOAD", cfg.offload.value),
+        ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
+        ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
+        # Accelerator() reads these: accumulation has no key in accelerate's config file, and
+        # under torchrun / deepspeed no config file is read at all.
+        ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(cfg.grad_accum_steps)),
+        ("ACCELERATE_MIXED_PRECISION", _ACCELERATE_PRECISION[cfg.precision]),
+        # DeepSpeed picks its accelerator by probing; say which, as autotune's trials do.
+        ("DS_ACCELERATOR", cfg.device.value),
+    ]
+    if cfg.device is DeviceKind.cpu:
+        # One CPU "GPU" = one rank with threads_per_rank threads; accelerate under torchrun
+        # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set.
+        env += [("OMP_NUM_THREADS", str(cfg.threads_per_rank)), ("MKL_NUM_THREADS", str(cfg.threads_per_rank)),
+                ("ACCELERATE_USE_CPU", "true"), ("CUDA_VISIBLE_DEVICES", "")]
+    return env
+
+
+def launch_script(plan: ExportPlan) -> str:
+    """A bash script that launches the long run the way the trial was launched.
+
+    Values are quoted with shlex; the user's script and its arguments pass through as "$@",
+    never re-parsed."""
+    cfg, q = plan.cfg, shlex.quote
+    per_node = cfg.num_gpus
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Written by `autotune export`: study {plan.study!r}, trial {plan.trial} ({plan.pick}).",
+        f"# {_config_line(cfg)}",
+        f"# {_bill_line(plan)}",
+        "#",
+        f"#   ./{LAUNCH_SCRIPT}                     # no script: re-run the measured trial (autotune's worker)",
+        f"#   ./{LAUNCH_SCRIPT} train.py --my-args  # your training script, launched the same way",
+        "#",
+        "# Your script applies the settings below: read AUTOTUNE_* (or the TrialConfig in",
+        "# $AUTOTUNE_TRIAL_CONFIG); accelerate's Accelerator() takes accumulation and precision",
+        "# itself; a DeepSpeed script passes $AUTOTUNE_DEEPSPEED_CONFIG to deepspeed.initialize.",
+        "# Multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node.",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'PYTHON="${PYTHON:-python3}"',
+        "",
+        f'export AUTOTUNE_TRIAL_CONFIG="$HERE/{TRIAL_CONFIG}"',
+    ]
+    if cfg.zero_stage > 0:
+        lines.append(f'export AUTOTUNE_DEEPSPEED_CONFIG="$HERE/{DEEPSPEED_CONFIG}"')
+    lines += [f"export {k}={q(v)}" for k, v in settings_env(cfg)]
+    lines += [
+        "",
+        f"NPROC_PER_NODE={per_node}",
+        f'NNODES="${{NNODES:-{cfg.num_nodes}}}"',
+        'NODE_RANK="${NODE_RANK:-0}"',
+        'MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
+        'MASTER_PORT="${MASTER_PORT:-29500}"',
+        "",
+        'if [ "$#" -eq 0 ]; then',
+        "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
+        '  WORKER="$("$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
+        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" --result "${AUTOTUNE_RESULT:-$PWD/autotune_check_result.json}"',
+        "fi",
+        "",
+    ]
+    if plan.launcher is Launcher.torchrun:
+        lines.append('exec "$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node-rank "$NODE_RANK" '
+                     '--nproc-per-node "$NPROC_PER_NODE" --master-addr "$MASTER_ADDR" '
+                     '--master-port "$MASTER_PORT" "$@"')
+    elif plan.launcher is Launcher.deepspeed:
+        lines += [
+            "# More than one node: DeepSpeed's launcher reads a hostfile (DEEPSPEED_HOSTFILE).",
+            'HOSTFILE_ARGS=()',
+            'if [ -n "${DEEPSPEED_HOSTFILE:-}" ]; then HOSTFILE_ARGS=(--hostfile "$DEEPSPEED_HOSTFILE"); fi',
+            'exec "$PYTHON" -m deepspeed.launcher.runner "${HOSTFILE_ARGS[@]}" --num_nodes "$NNODES" '
+            '--num_gpus "$NPROC_PER_NODE" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$@"',
+        ]
+    else:
+        extra = (' --deepspeed_config_file "$AUTOTUNE_DEEPSPEED_CONFIG"' if cfg.zero_stage > 0 else "")
+        lines.append(f'exec "$PYTHON" -m accelerate.commands.launch --config_file "$HERE/{ACCELERATE_CONFIG}"'
+                     f'{extra} --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
+                     '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def _config_line(cfg: TrialConfig) -> str:
+    return (f"{cfg.num_gpus * cfg.num_nodes} {'CPU rank(s)' if cfg.device is DeviceKind.cpu else 'GPU(s)'}"
+            f" on {cfg.num_nodes} node(s), micro-batch {cfg.micro_batch_size} x accumulation "
+            f"{cfg.grad_accum_steps} x {cfg.dp_degree} data-parallel = global batch "
+            f"{cfg.global_batch_samples} samples ({cfg.global_batch_tokens} tokens), "
+            f"{cfg.precision.value}, checkpointing {cfg.checkpointing.value}, "
+            f"ZeRO {zero_summary(cfg.model_dump(mode='json'))}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
+
+
+def _bill_line(plan: ExportPlan) -> str:
+    o = plan.option
+    if o is None:
+        return "Not priced: no catalog offer matched this trial's hardware."
+    return (f"Projected on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} "
+            f"({o['basis_kind']}; see {BILL_MD}).")
+
+
+def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
+    cfg, o, t = plan.cfg, plan.option, plan.trial_row
+    out = [f"# autotune export: study '{plan.study}', trial {plan.trial} ({plan.pick})", "",
+           f"Config: {_config_line(cfg)}.", ""]
+    tps = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else "throughput not measured"
+    mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"
+           if t.get("peak_mem_bytes") else "peak memory not measured")
+    out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
+    if o is None:
+        out += ["Not priced: no catalog offer matched this trial's hardware.", ""]
+    else:
+        s = o.get("sensitivity") or {}
+        price = o.get("price_usd_per_gpu_hour")
+        out += [f"Projected bill on **{o['offer']}** ({o['platform']}"
+                + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
+                + f"); figures {o['basis_kind']}: {o['basis']}.", "",
+                "| case | hours | dollars |", "|---|---:|---:|",
+                f"| to target | {fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
+        if s:
+            out += [f"| +30% time | {fmt_hours(s.get('plus_30pct_time_hours'))} | {fmt_usd(s.get('plus_30pct_time_usd'))} |",
+                    f"| one interruption | {fmt_hours(s.get('one_interruption_hours'))} | "
+                    f"{fmt_usd(s.get('one_interruption_usd'))} |"]
+        if o.get("usd_worst_case") is not None:
+            out.append(f"| worst case (both) | {fmt_hours(o.get('hours_worst_case'))} | {fmt_usd(o['usd_worst_case'])} |")
+        out.append("")
+        if o.get("breakdown"):
+            out += ["Breakdown: " + ", ".join(f"{k} {fmt_usd(v)}" for k, v in o["breakdown"].items()), ""]
+    if plan.catalog_note:
+        out += [plan.catalog_note[0].upper() + plan.catalog_note[1:] + ".", ""]
+    out += ["Files:", ""] + [f"- `{f}`" for f in files] + [""]
+    out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
+            "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+    return "\n".join(out)
+
+
+def render(plan: ExportPlan, final_dir: Path) -> dict[str, str]:
+    """Every file's text, by name. `final_dir`: where the files will live (absolute paths in
+    the accelerate config point there)."""
+    cfg = plan.cfg
+    files: dict[str, str] = {}
+    ds_path = None
+    if cfg.zero_stage > 0:
+        files[DEEPSPEED_CONFIG] = json.dumps(deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
+        ds_path = str(final_dir.resolve() / DEEPSPEED_CONFIG)
+    header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
+              f"{_config_line(cfg)}\n"
+              f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"
+              "Accumulation has no key here: set ACCELERATE_GRADIENT_ACCUMULATION_STEPS="
+              f"{cfg.grad_accum_steps} (launch.sh does)" + (", or it comes from ds_config.json." if ds_path else "."))
+    files[ACCELERATE_CONFIG] = _yaml(accelerate_config(cfg, ds_path), header)
+    files[LAUNCH_SCRIPT] = launch_script(plan)
+    files[TRIAL_CONFIG] = json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    files[BILL_JSON] = json.dumps({"study": plan.study, "trial": plan.trial, "pick": plan.pick,
+                                   "launcher": plan.launcher.value, "option": plan.option,
+                                   "catalog_note": plan.catalog_note},
+                                  indent=2, sort_keys=True, default=str) + "\n"
+    files[BILL_MD] = bill_markdown(plan, sorted([*files, BILL_MD]))
+    return files
+
+
+def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
+    """Write every file into a temporary folder beside `out`, then rename it into place."""
+    from autotune.report_html import chmod_like_umask, replace_dir
+
+    out = Path(out)
+    if not out.parent.resolve().is_dir():
+        raise UserError(f"--out {out}: folder '{out.parent}' does not exist", fix="create it first")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file", fix="give a folder path")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"--out {out} exists and is not empty",
+                        fix="choose a new folder, or pass --force to replace it")
+    files = render(plan, out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        chmod_like_umask(tmp)
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        (tmp / LAUNCH_SCRIPT).chmod(0o755)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [out / name for name in sorted(files)]

@@ -1,0 +1,199 @@
+"""The `autotune report --json` document: pydantic models, the one source of its JSON Schema.
+
+    doc = ReportDoc.model_validate(json.loads(text))     # what a consumer does
+    schema = report_json_schema()                         # pinned in docs/report_schema.md
+
+Versioned by `REPORT_SCHEMA_VERSION`: adding an optional field keeps the version; renaming,
+removing or changing the meaning of a field bumps it (and docs/report_schema.md says how).
+Every figure says where it came from: `basis_kind` is measured, projected or estimated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REPORT_SCHEMA_VERSION = 1
+
+BasisKind = Literal["measured", "projected", "estimated"]
+
+
+class _M(BaseModel):
+    # Consumers of version 1 may rely on every field below being present; extra keys are
+    # refused so the schema cannot drift from what the code writes.
+    model_config = ConfigDict(extra="forbid")
+
+
+class TrialRow(_M):
+    """One Optuna trial as stored, whatever its state."""
+
+    number: int
+    state: str = Field(description="Optuna state: COMPLETE, PRUNED, FAIL, RUNNING, WAITING")
+    params: dict[str, Any] = Field(description="Optuna parameters as suggested")
+    config: dict[str, Any] = Field(description="the TrialConfig fields that define the config")
+    status: str | None = Field(description="how the trial ended: ok, oom, timeout, crash, nan, "
+                                           "unsupported, or why it was never launched")
+    error: str | None
+    tokens_per_s: float | None = Field(description="measured, all ranks together")
+    peak_mem_bytes: int | None = Field(description="measured peak per rank (max over ranks)")
+    peak_mem_source: str | None = Field(description="cuda_allocator, nvml, host_rss, not_measured")
+    predicted_peak_mem_bytes: int | None = Field(description="per rank, estimated before launch")
+    predicted_basis: str | None = Field(description="how the prediction was made")
+    mem_capacity_bytes: int | None = Field(description="memory one rank may use (see source)")
+    mem_capacity_source: str | None
+    headroom_bytes: int | None = Field(description="capacity minus the measured peak per rank")
+    mfu: float | None = Field(description="model FLOPs utilisation; None when no device peak")
+    step_time_median_s: float | None
+    hours: float | None = Field(description="projected hours to the target on the stored offer")
+    usd: float | None = Field(description="projected dollars to the target on the stored offer")
+    offer: str | None
+    basis: str | None = Field(description="how hours/dollars were obtained, in words")
+    hardware: str | None = Field(description="key of the hardware the trial ran on")
+    trial_dir: str | None
+    wall_s: float | None = Field(description="wall time of the trial itself")
+    constraints: dict[str, float] = Field(description="Optuna constraint values; > 0 = violated")
+    search_gpu_hours: float | None = Field(description="rank-hours this trial cost the search")
+    search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")
+
+
+class Sensitivity(_M):
+    """The bill under stress: the run takes 30% longer; the run is interrupted once."""
+
+    plus_30pct_time_hours: float | None
+    plus_30pct_time_usd: float | None
+    one_interruption_hours: float | None
+    one_interruption_usd: float | None
+
+
+class OptionRow(_M):
+    """One (config, offer) pair: a trial's measured config priced on one catalog offer."""
+
+    trial: int
+    config: dict[str, Any]
+    offer: str
+    provider: str | None
+    pricing: str | None = Field(description="on-demand, spot, reserved, owned, ...")
+    platform: str = Field(description="provider/pricing: the colour of the Pareto plot")
+    gpu_type: str | None
+    price_usd_per_gpu_hour: float | None
+    price_date: str | None
+    hours: float
+    usd: float
+    gpu_hours: float | None
+    basis: str = Field(description="how hours/dollars were obtained, in words")
+    basis_kind: BasisKind
+    tokens_per_s: float | None
+    mfu: float | None
+    peak_mem_bytes: int | None
+    peak_mem_source: str | None
+    headroom_bytes: int | None
+    sensitivity: Sensitivity | None = Field(description="None when pricing gave none")
+    usd_worst_case: float | None = Field(description="+30% time and one more interruption")
+    hours_worst_case: float | None
+    breakdown: dict[str, float] | None = Field(description="dollars by item: gpu, storage, egress, ...")
+    within_budget: bool | None = Field(description="usd <= max_usd; None when no budget is set")
+    within_deadline: bool | None = Field(description="hours <= deadline; None when none is set")
+    feasible: bool = Field(description="within budget and deadline (unset limits pass)")
+    pareto: bool = Field(description="no other option is both cheaper and faster")
+
+
+class Limits(_M):
+    max_usd: float | None
+    deadline_hours: float | None
+    source: str = Field(description="where the limits came from: flags, study, none")
+
+
+class Counts(_M):
+    total: int
+    complete: int
+    pruned: int
+    failed: int
+    running: int
+    waiting: int
+
+
+class FailureReason(_M):
+    reason: str
+    count: int
+    trials: list[int]
+
+
+class FailureGroup(_M):
+    """Trials that did not complete, grouped by how they ended."""
+
+    state: str
+    status: str
+    count: int
+    trials: list[int]
+    reasons: list[FailureReason]
+
+
+class MemoryCheck(_M):
+    """Predicted (analytic) against measured peak memory for one trial."""
+
+    trial: int
+    status: str | None = Field(description="how the trial ended (prescreened: never launched)")
+    predicted_peak_mem_bytes: int | None
+    predicted_basis: str | None
+    measured_peak_mem_bytes: int | None
+    measured_source: str | None
+    measured_over_predicted: float | None
+
+
+class ScalingPoint(_M):
+    """Best measured throughput at each GPU count, and how well it scales."""
+
+    num_gpus: int
+    trial: int
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    scaling_efficiency: float = Field(
+        description="per-GPU throughput relative to the smallest GPU count measured (1.0 = linear)")
+    basis_kind: BasisKind
+
+
+class SearchCost(_M):
+    """What the search itself cost (trial wall time x ranks, priced at this machine's rate)."""
+
+    gpu_hours: float
+    usd: float | None = Field(description="None when the search hardware has no price")
+
+
+class ReportDoc(_M):
+    schema_version: Literal[1] = REPORT_SCHEMA_VERSION
+    study: str
+    storage: str | None = Field(description="storage URL with any password redacted")
+    catalog: str | None = Field(description="the catalog the offers came from")
+    catalog_note: str | None = Field(description="e.g. example prices as of DATE; check your provider")
+    limits: Limits
+    counts: Counts
+    search: SearchCost
+    trials: list[TrialRow]
+    options: list[OptionRow] = Field(description="every priced (config, offer) pair")
+    pareto: list[OptionRow] = Field(description="options no other option beats on both hours "
+                                                "and dollars, cheapest first")
+    cheapest: OptionRow | None = Field(description="cheapest option within the limits")
+    fastest: OptionRow | None = Field(description="fastest option within the limits")
+    best_by_cost: OptionRow | None = Field(description="cheapest option, ignoring the limits")
+    best_by_time: OptionRow | None = Field(description="fastest option, ignoring the limits")
+    per_platform: list[OptionRow] = Field(description="the cheapest feasible option per platform")
+    failures: list[FailureGroup]
+    memory: list[MemoryCheck]
+    scaling: list[ScalingPoint]
+    notes: list[str]
+
+
+def report_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the report document (draft 2020-12, as pydantic writes it)."""
+    schema = ReportDoc.model_json_schema()
+    schema["title"] = f"autotune report, schema version {REPORT_SCHEMA_VERSION}"
+    return schema
+
+
+if __name__ == "__main__":  # python -m autotune.report_schema > schema.json
+    import json
+    import sys
+
+    json.dump(report_json_schema(), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

@@ -1,0 +1,168 @@
+"""The report of a REAL small study (tests/report_study.py: a real `autotune sweep` of 3 tiny
+trials): the versioned JSON document, the rich tables, the HTML page and the PNG plots."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from autotune.report import pareto_front
+from autotune.report_schema import REPORT_SCHEMA_VERSION, OptionRow, ReportDoc, report_json_schema
+from tests.report_study import ddp_study
+
+pytestmark = pytest.mark.e2e
+
+DOCS_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "report_schema.md"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return ddp_study(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def doc(study) -> dict:
+    p = study.cli("report", "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_sweep_prints_one_line_per_finished_trial(study):
+    lines = [ln for ln in study.sweep_stdout.splitlines() if re.match(r"\s+trial\s+\d+\s", ln)]
+    assert len(lines) == 3, study.sweep_stdout
+
+
+def test_json_report_validates_against_the_documented_schema(doc):
+    # The schema shipped in docs/ is exactly the one the models generate ...
+    text = DOCS_SCHEMA.read_text()
+    shipped = json.loads(text[text.index("```json") + len("```json"):text.rindex("```")])
+    assert shipped == json.loads(json.dumps(report_json_schema())), \
+        "docs/report_schema.md is stale: regenerate with python -m autotune.report_schema"
+    assert f"`schema_version` is `{REPORT_SCHEMA_VERSION}`" in text
+    # ... and a real report is valid under it (extra keys are refused by the models).
+    parsed = ReportDoc.model_validate(doc)
+    assert parsed.schema_version == REPORT_SCHEMA_VERSION == doc["schema_version"]
+    bad = json.loads(json.dumps(doc))
+    bad["pareto"][0]["dollars"] = 1.0  # a key the schema does not know
+    with pytest.raises(ValueError):
+        ReportDoc.model_validate(bad)
+
+
+def test_report_content_is_the_real_measurements(doc, study):
+    assert doc["study"] == study.name and doc["counts"]["complete"] == 3
+    assert len(doc["trials"]) == 3
+    for t in doc["trials"]:
+        assert t["state"] == "COMPLETE" and t["status"] == "ok" and t["tokens_per_s"] > 0
+        result = json.loads((Path(t["trial_dir"]) / "result.json").read_text())
+        assert t["tokens_per_s"] == pytest.approx(result["tokens_per_s"])
+        assert t["peak_mem_bytes"] == result["peak_mem_bytes"]
+        cfg = t["config"]
+        assert cfg["global_batch_samples"] == cfg["micro_batch_size"] * cfg["grad_accum_steps"] * cfg["num_gpus"]
+        # memory capacity per rank on CPU: host RAM shared by the ranks
+        assert t["headroom_bytes"] == t["mem_capacity_bytes"] - t["peak_mem_bytes"]
+    assert doc["options"], "completed trials are priced on the catalog's CPU offer"
+    for o in doc["options"]:
+        assert o["basis_kind"] == "measured" and o["hours"] > 0 and o["usd"] > 0
+        assert o["gpu_type"] == "cpu-core" and o["mfu"] is None  # no published CPU peak
+        assert o["sensitivity"]["plus_30pct_time_usd"] > o["usd"]
+    # The Pareto set is exactly the non-dominated options.
+    opts = [OptionRow.model_validate(o) for o in doc["options"]]
+    expect = {(o.trial, o.offer) for o in pareto_front(opts)}
+    assert {(o["trial"], o["offer"]) for o in doc["pareto"]} == expect
+    for p in doc["pareto"]:
+        assert not any(o["hours"] <= p["hours"] and o["usd"] <= p["usd"]
+                       and (o["hours"] < p["hours"] or o["usd"] < p["usd"]) for o in doc["options"])
+    assert doc["cheapest"]["usd"] == min(o["usd"] for o in doc["options"])
+    assert doc["fastest"]["hours"] == min(o["hours"] for o in doc["options"])
+    assert [s["num_gpus"] for s in doc["scaling"]] == sorted({t["config"]["num_gpus"] for t in doc["trials"]})
+    assert doc["scaling"][0]["scaling_efficiency"] == pytest.approx(1.0)
+    # predicted (prescreen) vs measured memory, for every launched trial
+    assert {m["trial"] for m in doc["memory"]} == {0, 1, 2}
+    assert all(m["predicted_peak_mem_bytes"] > 0 and m["measured_peak_mem_bytes"] > 0 for m in doc["memory"])
+
+
+def test_limits_split_options_into_feasible_and_not(study, doc):
+    hours = sorted(o["hours"] for o in doc["options"])
+    if hours[0] == hours[-1]:
+        pytest.fail("the three trials measured the same throughput: cannot split by deadline")
+    deadline = (hours[0] + hours[-1]) / 2
+    p = study.cli("report", "--json", "--deadline-hours", repr(deadline))
+    limited = json.loads(p.stdout)
+    assert limited["limits"] == {"max_usd": None, "deadline_hours": deadline, "source": "flags"}
+    for o in limited["options"]:
+        assert o["feasible"] == (o["hours"] <= deadline) and o["within_deadline"] == o["feasible"]
+    assert limited["fastest"]["hours"] <= deadline and limited["cheapest"]["hours"] <= deadline
+    assert limited["cheapest"]["usd"] == min(o["usd"] for o in limited["options"] if o["feasible"])
+
+
+def test_rich_report_names_the_decision(study, doc):
+    p = study.cli("report")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "Pareto set of (config, offer)" in out and "Best per platform" in out
+    for col in ("GPU x n", "mb", "ga", "prec", "ckpt", "ZeRO", "TP", "tokens/s", "MFU",
+                "peak mem (free)", "hours", "dollars", "+30% time", "1 interrupt", "figures"):
+        assert col in out, col
+    assert f"cheapest within limits: trial {doc['cheapest']['trial']}" in out
+    assert "predicted" in out and "measured" in out  # the memory table
+
+
+def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
+    out = tmp_path / "rep"
+    deadline = max(o["hours"] for o in doc["options"]) * 0.999  # the slowest becomes infeasible
+    p = study.cli("report", "--out", str(out), "--deadline-hours", repr(deadline))
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in out.iterdir()) == ["memory.png", "pareto.png", "report.html",
+                                                      "report.json", "throughput.png"]
+    rep = json.loads((out / "report.json").read_text())
+    html = (out / "report.html").read_text()
+    # Self-contained: plotly.js inlined, nothing fetched from a network.
+    assert not re.search(r"<script[^>]*\ssrc=", html) and not re.search(r"<link[^>]*\shref=", html)
+    assert len(html) > 1_000_000 and "Plotly.newPlot" in html
+    embedded = json.loads(re.search(r'id="autotune-report">(.*?)</script>', html, re.S).group(1))
+    assert embedded["pareto"] == rep["pareto"]
+    # The Pareto trace of the plotly figure holds exactly the Pareto points.
+    figure = _plotly_figure(html, "pareto")
+    front = next(t for t in figure["data"] if t.get("name") == "Pareto set")
+    want = sorted((o["hours"], o["usd"]) for o in rep["pareto"])
+    assert _flat(sorted(zip(front["x"], front["y"]))) == pytest.approx(_flat(want))
+    infeasible = next(t for t in figure["data"] if t.get("name") == "over budget or deadline")
+    assert len(infeasible["x"]) == sum(not o["feasible"] for o in rep["options"]) >= 1
+    assert any(t.get("name", "").startswith("deadline") for t in figure["data"])
+    assert _plotly_figure(html, "throughput")["data"] and _plotly_figure(html, "memory")["data"]
+    for o in rep["pareto"]:
+        assert f"<td>{o['trial']}</td>" in html
+    # PNGs: the Pareto points are in the image metadata, and drawn where it says.
+    from matplotlib import image
+    from PIL import Image
+
+    meta = json.loads(Image.open(out / "pareto.png").text["Description"])
+    assert _flat(sorted((m["hours"], m["usd"]) for m in meta["pareto"])) == pytest.approx(_flat(want))
+    pixels = image.imread(out / "pareto.png")
+    for m in meta["pareto"]:
+        x, y = int(round(m["x_px"])), int(round(m["y_px"]))
+        patch = pixels[y - 3:y + 4, x - 3:x + 4, :3]
+        assert patch.min() < 0.9, f"no marker drawn at the Pareto point {m}"  # not white paper
+    for name in ("throughput.png", "memory.png"):
+        assert image.imread(out / name).shape[0] > 100
+
+
+def test_report_into_a_missing_folder_exits_2_and_writes_nothing(study, tmp_path):
+    p = study.cli("report", "--html", str(tmp_path / "missing" / "r.html"))
+    assert p.returncode == 2 and "does not exist" in p.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+def _flat(points) -> list[float]:
+    return [v for p in points for v in p]
+
+
+def _plotly_figure(html: str, div_id: str) -> dict:
+    """The data plotly was given for the figure in <div id=div_id>: Plotly.newPlot(id, data, ...)."""
+    m = re.search(r'Plotly\.newPlot\(\s*"' + div_id + r'",\s*', html)
+    assert m, f"no plotly figure {div_id}"
+    data, _ = json.JSONDecoder().raw_decode(html, m.end())
+    return {"data": data}
