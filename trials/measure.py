@@ -168,7 +168,8 @@ class SavedTensorMeter:
     """
 
     def __init__(self, model: torch.nn.Module):
-        self._param_storages = {_storage_key(p) for p in model.parameters()}
+        # A DTensor parameter (tensor parallel) saves its local shard: key that storage.
+        self._param_storages = {_storage_key(getattr(p, "_local_tensor", p)) for p in model.parameters()}
         self._seen: set[tuple[str, int]] = set()
         self.saved_bytes = 0
         self.saved_tensors = 0
@@ -177,7 +178,8 @@ class SavedTensorMeter:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        if not self._closed:
+        # A parameter saved as itself (ZeRO-3 swaps its storage in and out) is a model state.
+        if not self._closed and not isinstance(t, torch.nn.Parameter):
             key = _storage_key(t)
             if key not in self._param_storages and key not in self._seen:
                 self._seen.add(key)
