@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -139,7 +140,7 @@ def group_alive(pgid: int) -> bool:
 
 
 def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executable,
-              on_start=None) -> TrialResult:
+              on_start=None, argv_builder=None) -> TrialResult:
     """Run one trial to its end and return its result; a failed trial is a result too."""
     trial_dir = Path(trial_dir).resolve()  # the launcher runs with the trial folder as cwd
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -147,7 +148,8 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     for stale in [*trial_dir.glob("result*.json"), *trial_dir.glob("fatal.rank*.log")]:
         stale.unlink()
     cfg.write(config_path)
-    argv = build_argv(cfg, config_path, result_path, free_port(), python=python)
+    # argv_builder: e.g. a cluster scheduler's template (see template_argv_builder below).
+    argv = (argv_builder or build_argv)(cfg, config_path, result_path, free_port(), python=python)
     write_json_atomic(trial_dir / "command.json", {"argv": argv})
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     t0 = time.monotonic()
@@ -238,3 +240,87 @@ def _fatal_signals(trial_dir: Path) -> list[TrialResult]:
 
 def config_from_json(text: str) -> TrialConfig:
     return TrialConfig.model_validate(json.loads(text))
+
+
+# ---------------------------------------------------------------------------------------
+# Trials larger than one machine, and trials a cluster scheduler starts
+# ---------------------------------------------------------------------------------------
+
+# Fields an argv template (the spec's `launcher.argv`) may use, each as `{name}` inside an
+# element. "{launcher_argv}" must be a whole element: it becomes the node launcher's argv.
+TEMPLATE_FIELDS = ("launcher_argv", "num_nodes", "gpus_per_node", "world_size", "node_rank",
+                   "host", "rdzv_host", "rdzv_port", "rdzv_endpoint", "rdzv_id", "trial_dir",
+                   "config", "result", "python", "job_name")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def template_fields(argv: list[str]) -> set[str]:
+    return {m.group(1) for el in argv for m in _FIELD.finditer(el)}
+
+
+def fill_template(template: list[str], fields: dict[str, str], launcher_argv: list[str]) -> list[str]:
+    """Fill an argv template field by field: no shell ever sees it, so a value with spaces or
+    quotes stays one argument and cannot inject another."""
+    out: list[str] = []
+    for el in template:
+        if el == "{launcher_argv}":
+            out.extend(launcher_argv)
+        elif "{launcher_argv}" in el:
+            raise ValueError("{launcher_argv} must be a whole element of the argv template")
+        else:
+            out.append(_FIELD.sub(lambda m: str(fields[m.group(1)]), el))
+    return out
+
+
+def node_argv(cfg: TrialConfig, config_path: Path, result_path: Path, rdzv_endpoint: str,
+              rdzv_id: str, python: str = sys.executable) -> list[str]:
+    """The torchrun agent every node of a multi-node trial runs: `cfg.num_gpus` ranks here,
+    `cfg.num_nodes` agents meeting at a c10d rendezvous (the agent on the rendezvous host
+    serves its store). DeepSpeed and accelerate engines run under it too: they read the
+    same RANK / WORLD_SIZE / MASTER_ADDR environment torchrun sets."""
+    return [python, "-m", "torch.distributed.run", "--nnodes", str(cfg.num_nodes),
+            "--nproc-per-node", str(cfg.num_gpus), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", rdzv_id,
+            "-m", WORKER_MODULE, "--config", str(config_path), "--result", str(result_path)]
+
+
+def template_argv_builder(template: list[str] | None, per_node: bool = False,
+                          hosts: list[str] | None = None, rdzv_host: str | None = None,
+                          job_name: str = "autotune-trial"):
+    """An `argv_builder` for `run_trial` that starts a trial through a template.
+
+    One node without a template: the ordinary launcher (`build_argv`). Several nodes: every
+    node runs `node_argv`; with `per_node` the controller starts the template once per node
+    (through `python -m autotune.nodes`, in the trial's process group, so a timeout or Ctrl-C
+    still kills every agent it started), otherwise once (a scheduler such as `srun` fans out).
+    A multi-node trial's folder must be on a filesystem every node sees (rank 0 writes
+    result.json there)."""
+    hosts = list(hosts or [])
+
+    def build(cfg: TrialConfig, config_path: Path, result_path: Path, port: int,
+              python: str = sys.executable) -> list[str]:
+        trial_dir = config_path.parent
+        host = rdzv_host or (hosts[0] if hosts else socket.gethostname())
+        rdzv_id = f"{job_name}-{port}"
+        fields = dict(num_nodes=cfg.num_nodes, gpus_per_node=cfg.num_gpus,
+                      world_size=cfg.num_gpus * cfg.num_nodes, node_rank=0,
+                      host=hosts[0] if hosts else host, rdzv_host=host, rdzv_port=port,
+                      rdzv_endpoint=f"{host}:{port}", rdzv_id=rdzv_id, trial_dir=trial_dir,
+                      config=config_path, result=result_path, python=python, job_name=job_name)
+        if cfg.num_nodes == 1:
+            inner = build_argv(cfg, config_path, result_path, port, python=python)
+            return fill_template(template, fields, inner) if template else inner
+        if not template:
+            raise ValueError("a multi-node trial needs an argv template (spec `launcher.argv`)")
+        inner = node_argv(cfg, config_path, result_path, f"{host}:{port}", rdzv_id, python)
+        if not per_node:
+            return fill_template(template, fields, inner)
+        per_node_argvs = [
+            fill_template(template, {**fields, "node_rank": r,
+                                     "host": hosts[r] if r < len(hosts) else host}, inner)
+            for r in range(cfg.num_nodes)]
+        nodes_file = trial_dir / "nodes.json"
+        write_json_atomic(nodes_file, {"argvs": per_node_argvs})
+        return [python, "-m", "autotune.nodes", str(nodes_file)]
+
+    return build

@@ -8,6 +8,19 @@ Only what this machine and the worker can run is offered. Where the valid choice
 dimension depend on another (TP degree on the GPU count, offload on the ZeRO stage,
 micro-batch on a fixed global batch), the dependent parameter gets a name that carries the
 condition (e.g. `tp_degree|gpus=2`), because Optuna requires one fixed choice list per name.
+
+Machines of different kinds in one study (several `autotune sweep` on one storage): Optuna's
+storage rejects a categorical parameter whose choice list differs from an earlier trial's
+("CategoricalDistribution does not support dynamic value space"), and a 2-GPU machine can only
+offer `num_gpus` [1, 2] of the space's [1, 2, 4, 8]. So a parameter keeps its plain name only
+while its choices are the study's unrestricted list (`unrestricted()`: the space file with
+every capability on); a machine offering less suggests it under a name that carries its list
+(`num_gpus|of=1,2`). A name therefore always means one choice list, on every machine, by
+construction; machines of the same kind share names (and the sampler's history), a smaller
+machine never samples what it cannot run, and nothing is sampled and then thrown away. (A
+sampler wrapper remapping out-of-range samples would bias TPE; hardware-independent lists
+would launch configs a machine cannot run.) `params_for()` is the inverse of `suggest()`: it
+names a known config's choices the way this machine suggests them (baselines to enqueue).
 """
 
 from __future__ import annotations
@@ -78,10 +91,11 @@ class Capabilities:
     device: DeviceKind
     max_ranks: int
     precisions: frozenset[Precision]
-    # What the worker implements today (see trials/engines/); widen as engines land.
-    zero_stages: frozenset[int] = frozenset({0})
-    tensor_parallel: bool = False
-    offload: bool = False
+    # What the worker implements (trials/engines/): ZeRO 0-3 and offload through DeepSpeed,
+    # tensor parallel through DTensor, on CPU (gloo) and CUDA alike.
+    zero_stages: frozenset[int] = frozenset({0, 1, 2, 3})
+    tensor_parallel: bool = True
+    offload: bool = True
 
 
 def capabilities_for(hw: HardwareFingerprint, threads_per_rank: int = 1,
@@ -140,35 +154,44 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         return kept
 
     num_gpus = keep("num_gpus", space.num_gpus, lambda n: n <= caps.max_ranks)
+    zero = keep("zero_stage", space.zero_stage, lambda z: z in caps.zero_stages)
+    # TP runs at ZeRO stage 0 only (ZeRO with TP is not implemented: trials/engines/deepspeed.py).
     tp = keep("tp_degree", space.tp_degree,
               lambda t: t <= max(num_gpus) and (caps.tensor_parallel or t == 1)
-              and (n_heads is None or n_heads % t == 0))
+              and (n_heads is None or n_heads % t == 0) and (t == 1 or 0 in zero))
     return RestrictedSpace(
         num_gpus=num_gpus,
         micro_batch_size=list(space.micro_batch_size),
         grad_accum_steps=list(space.grad_accum_steps),
         precision=keep("precision", space.precision, lambda p: p in caps.precisions),
         checkpointing=list(space.checkpointing),
-        zero_stage=keep("zero_stage", space.zero_stage, lambda z: z in caps.zero_stages),
+        zero_stage=zero,
         offload=keep("offload", space.offload, lambda o: caps.offload or o is Offload.none),
         tp_degree=tp,
         dropped=dropped,
     )
 
 
-def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = None) -> dict[str, Any]:
+def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = None,
+            full: RestrictedSpace | None = None) -> dict[str, Any]:
     """Suggest one configuration (TrialConfig fields) from an Optuna trial.
 
+    `full`: the study's unrestricted space (`unrestricted()`); a dimension whose choices here
+    are fewer is suggested under a name carrying its list (see the module docstring).
     Returns None-free values; raises `optuna.TrialPruned` never: every suggestion is valid.
     """
-    num_gpus = trial.suggest_categorical("num_gpus", rs.num_gpus)
+
+    def pick(base: str, choices: list[Any], full_choices: list[Any] | None) -> Any:
+        return trial.suggest_categorical(scoped_name(base, choices, full_choices), choices)
+
+    num_gpus = pick("num_gpus", rs.num_gpus, full and full.num_gpus)
     tp_choices = rs.tp_choices(num_gpus)
-    tp = tp_choices[0] if len(tp_choices) == 1 else trial.suggest_categorical(
-        f"tp_degree|gpus={num_gpus}", tp_choices)
+    tp = tp_choices[0] if len(tp_choices) == 1 else pick(
+        f"tp_degree|gpus={num_gpus}", tp_choices, full and full.tp_choices(num_gpus))
     dp = num_gpus // tp
     if global_batch_samples is None:
-        micro = trial.suggest_categorical("micro_batch_size", rs.micro_batch_size)
-        accum = trial.suggest_categorical("grad_accum_steps", rs.grad_accum_steps)
+        micro = pick("micro_batch_size", rs.micro_batch_size, full and full.micro_batch_size)
+        accum = pick("grad_accum_steps", rs.grad_accum_steps, full and full.grad_accum_steps)
     else:
         # Derive accumulation: global = micro x accum x dp, exactly; offer only micros that fit.
         micros = [m for m in rs.micro_batch_size if global_batch_samples % (m * dp) == 0]
@@ -177,14 +200,69 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
                 f"no micro-batch in {rs.micro_batch_size} meets global batch "
                 f"{global_batch_samples} with {dp} data-parallel ranks",
                 fix="change batch.global_batch_samples or the micro_batch_size choices")
-        micro = micros[0] if len(micros) == 1 else trial.suggest_categorical(
-            f"micro_batch_size|dp={dp}", micros)
+        full_micros = full and [m for m in full.micro_batch_size
+                                if global_batch_samples % (m * dp) == 0]
+        micro = micros[0] if len(micros) == 1 else pick(f"micro_batch_size|dp={dp}", micros,
+                                                        full_micros)
         accum = global_batch_samples // (micro * dp)
-    precision = Precision(trial.suggest_categorical("precision", [p.value for p in rs.precision]))
-    ckpt = Checkpointing(trial.suggest_categorical("checkpointing", [c.value for c in rs.checkpointing]))
-    zero = trial.suggest_categorical("zero_stage", rs.zero_stage) if len(rs.zero_stage) > 1 else rs.zero_stage[0]
+    precision = Precision(pick("precision", [p.value for p in rs.precision],
+                               full and [p.value for p in full.precision]))
+    ckpt = Checkpointing(pick("checkpointing", [c.value for c in rs.checkpointing],
+                              full and [c.value for c in full.checkpointing]))
+    if tp > 1:
+        zero = 0  # ZeRO with tensor parallel is not implemented (trials/engines/deepspeed.py)
+    else:
+        zero = pick("zero_stage", rs.zero_stage, full and full.zero_stage) \
+            if len(rs.zero_stage) > 1 else rs.zero_stage[0]
     off_choices = rs.offload_choices(zero)
-    offload = off_choices[0] if len(off_choices) == 1 else Offload(trial.suggest_categorical(
-        f"offload|zero={zero}", [o.value for o in off_choices]))
+    offload = off_choices[0] if len(off_choices) == 1 else Offload(pick(
+        f"offload|zero={zero}", [o.value for o in off_choices],
+        full and [o.value for o in full.offload_choices(zero)]))
     return dict(num_gpus=num_gpus, tp_degree=tp, micro_batch_size=micro, grad_accum_steps=accum,
                 precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload)
+
+
+def scoped_name(base: str, choices: list[Any], full_choices: list[Any] | None) -> str:
+    """`base` while `choices` is the study's unrestricted list, else `base|of=a,b`."""
+    if full_choices is None or list(choices) == list(full_choices):
+        return base
+    return f"{base}|of=" + ",".join(str(getattr(c, "value", c)) for c in choices)
+
+
+ALL_CAPABILITIES = Capabilities(
+    device=DeviceKind.cuda, max_ranks=1 << 20, precisions=frozenset(Precision),
+    zero_stages=frozenset({0, 1, 2, 3}), tensor_parallel=True, offload=True)
+
+
+def unrestricted(space: SearchSpace, n_heads: int | None = None) -> RestrictedSpace:
+    """The space with every capability on: the same on every machine of a study (only the
+    model shape, which the whole study shares, still removes TP degrees)."""
+    return restrict(space, ALL_CAPABILITIES, n_heads)
+
+
+class _Chooser:
+    """Stands in for an Optuna trial: answers each suggestion with the wanted value (or the
+    closest choice) and records the parameter names used."""
+
+    def __init__(self, wanted: dict[str, Any]):
+        self.wanted = {k: getattr(v, "value", v) for k, v in wanted.items()}
+        self.params: dict[str, Any] = {}
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        want = self.wanted.get(name.split("|", 1)[0])
+        if want in choices:
+            value = want
+        elif isinstance(want, int) and all(isinstance(c, int) for c in choices):
+            value = min(choices, key=lambda c: (abs(c - want), c))
+        else:
+            value = choices[0]
+        self.params[name] = value
+        return value
+
+
+def params_for(wanted: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
+               full: RestrictedSpace | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Optuna params, TrialConfig values) of the config closest to `wanted` on this machine."""
+    chooser = _Chooser(wanted)
+    values = suggest(chooser, rs, global_batch_samples, full)
+    return chooser.params, values

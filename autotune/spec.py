@@ -89,9 +89,65 @@ class PlatformSpec(_Spec):
 
 
 class BudgetSpec(_Spec):
+    """When to stop searching (`trials`, `total_trials`, `search_*`, `patience_trials`; see
+    autotune/study.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
+    constraints on each trial's projected long run)."""
+
     trials: int = Field(default=8, gt=0, description="trials per invocation (Optuna n_trials)")
     max_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)
+    total_trials: int | None = Field(
+        default=None, gt=0, description="stop once the study holds this many finished trials "
+        "(all machines together)")
+    search_gpu_hours: float | None = Field(
+        default=None, gt=0, description="stop once the trials' wall time x ranks x nodes, "
+        "summed over the study, reaches this")
+    search_usd: float | None = Field(
+        default=None, gt=0, description="stop once the search itself has cost this much "
+        "(GPU-hours x search_price_usd_per_gpu_hour)")
+    search_price_usd_per_gpu_hour: float | None = Field(
+        default=None, gt=0, description="what one rank-hour of this machine costs; default: "
+        "the catalog's cheapest offer for this hardware")
+    patience_trials: int | None = Field(
+        default=None, gt=0, description="stop when this machine's Pareto front has not "
+        "improved for this many finished trials")
+
+
+class LauncherSpec(_Spec):
+    """How a trial's processes start when a cluster scheduler starts them or a trial spans
+    nodes. `argv` is a template: a list of strings, each filled field by field (`{num_nodes}`,
+    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/launch.py TEMPLATE_FIELDS), never
+    a shell string; the element "{launcher_argv}" becomes the node launcher's whole argv
+    (torchrun with a c10d rendezvous). E.g. Slurm, inside an allocation:
+    `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`."""
+
+    num_nodes: list[int] = Field(default_factory=lambda: [1], min_length=1,
+                                 description="nodes per trial (choices; >1 needs `argv`)")
+    argv: list[str] | None = Field(default=None, min_length=1, description="argv template")
+    per_node: bool = Field(
+        default=False, description="the controller starts `argv` once per node ({node_rank}, "
+        "{host}), e.g. ssh; false: once in all (srun starts the nodes itself)")
+    hosts: list[str] = Field(default_factory=list, description="node host names ({host})")
+    rdzv_host: str | None = Field(
+        default=None, description="rendezvous host, one of the nodes; default: hosts[0], "
+        "else this machine's host name")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LauncherSpec":
+        from autotune.launch import TEMPLATE_FIELDS, template_fields
+
+        if any(n <= 0 for n in self.num_nodes):
+            raise ValueError("`num_nodes` choices must be positive")
+        if max(self.num_nodes) > 1 and self.argv is None:
+            raise ValueError("trials on more than one node need an `argv` template that starts "
+                             "them, e.g. [srun, \"--nodes={num_nodes}\", \"{launcher_argv}\"]")
+        unknown = sorted(template_fields(self.argv or []) - set(TEMPLATE_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown template field(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(TEMPLATE_FIELDS)}")
+        if self.per_node and self.hosts and len(self.hosts) < max(self.num_nodes):
+            raise ValueError(f"{max(self.num_nodes)} nodes but only {len(self.hosts)} `hosts`")
+        return self
 
 
 class MemorySpec(_Spec):
@@ -117,6 +173,7 @@ class SweepSpec(_Spec):
     objectives: list[Literal["hours", "usd"]] = Field(default_factory=lambda: ["hours", "usd"])
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
     storage: str | None = Field(default=None, description="Optuna storage URL")
     study: str = "default"
     seed: int = 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -46,7 +47,7 @@ _RDB_KINDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgres": "Postg
               "mysql": "MySQL", "mariadb": "MariaDB"}
 # The Python driver each kind needs, and how to get it.
 _DRIVER_FIX = {"psycopg2": "pip install psycopg2-binary", "pymysql": "pip install pymysql",
-               "MySQLdb": "pip install mysqlclient", "mysqlclient": "pip install mysqlclient",
+               "MySQLdb": "pip install pymysql (or mysqlclient)", "mysqlclient": "pip install mysqlclient",
                "psycopg": "pip install 'psycopg[binary]'", "asyncpg": "use postgresql:// (psycopg2)"}
 
 
@@ -165,6 +166,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
             raise UserError(f"storage {url}: folder '{Path(db).parent}' does not exist",
                             fix="create the folder or point --storage elsewhere")
     hb = heartbeat or HeartbeatSettings.from_env()
+    given, url = url, _with_installed_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if kind in ("postgresql", "mysql", "mariadb"):
         # Long trials leave pooled connections idle; ping before use so a server-side timeout
@@ -172,19 +174,52 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
         engine_kwargs = {"pool_pre_ping": True,
                          "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     try:
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
-            grace_period=hb.grace_s,
-            heartbeat_stale_trial_callback=retry_callback(hb))
-    except ModuleNotFoundError as exc:
-        mod = (exc.name or "").split(".")[0]
-        raise UserError(f"storage {redact_url(url)}: the Python driver '{mod}' for "
-                        f"{_RDB_KINDS.get(kind, kind)} is not installed",
-                        fix=_DRIVER_FIX.get(mod, f"pip install {mod}")) from None
+        with warnings.catch_warnings():
+            # Heartbeats are marked experimental in Optuna; autotune relies on them knowingly.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
+                grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb))
     except Exception as exc:  # unreachable server, wrong password, missing database, ...
-        raise UserError(f"cannot open storage {redact_url(url)}: {_first_line(exc, url)}",
+        missing = _missing_module(exc)
+        if missing:
+            raise UserError(f"storage {redact_url(given)}: the Python driver '{missing}' for "
+                            f"{_RDB_KINDS.get(kind, kind)} is not installed",
+                            fix=_DRIVER_FIX.get(missing, f"pip install {missing}")) from None
+        raise UserError(f"cannot open storage {redact_url(given)}: {_first_line(exc, given)}",
                         fix="check the URL, that the server is running and reachable, and the "
                             "credentials") from None
+
+
+# A bare `postgresql://` or `mysql://` means SQLAlchemy's default driver for that database,
+# which varies by SQLAlchemy version; take the first of these that is installed.
+_DRIVERS = {"postgresql": ("psycopg2", "psycopg"), "postgres": ("psycopg2", "psycopg"),
+            "mysql": ("pymysql", "MySQLdb"), "mariadb": ("pymysql", "MySQLdb")}
+_DIALECT_DRIVER = {"MySQLdb": "mysqldb"}
+
+
+def _with_installed_driver(url: str) -> str:
+    import importlib.util
+
+    scheme, rest = url.split("://", 1)
+    if "+" in scheme or scheme.lower() not in _DRIVERS:
+        return url
+    for mod in _DRIVERS[scheme.lower()]:
+        if importlib.util.find_spec(mod) is not None:
+            dialect = "postgresql" if scheme.lower() == "postgres" else scheme.lower()
+            return f"{dialect}+{_DIALECT_DRIVER.get(mod, mod)}://{rest}"
+    return url
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ModuleNotFoundError):
+            return (e.name or "").split(".")[0] or None
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def retry_callback(hb: HeartbeatSettings | None = None):
@@ -202,7 +237,9 @@ def retry_callback(hb: HeartbeatSettings | None = None):
             trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in ("baseline",)}
             super().__call__(study, trial)
 
-    return _Retry(max_retry=hb.max_retry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _Retry(max_retry=hb.max_retry)
 
 
 def _first_line(exc: BaseException, url: str) -> str:

@@ -22,3 +22,23 @@ def run_cli(tmp_path):
                               capture_output=True, text=True, timeout=timeout, env=e)
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on 127.0.0.1 for this test session (tests/pg.py).
+
+    Without PostgreSQL's binaries the tests that need it are skipped, except where
+    AUTOTUNE_REQUIRE_POSTGRES=1 (.ci/run sets it): there a missing server is a failure."""
+    from tests.pg import PostgresServer, pg_bin_dir
+
+    if pg_bin_dir() is None:
+        msg = "PostgreSQL binaries not found (apt-get install postgresql; .ci/run installs them)"
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

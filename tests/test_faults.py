@@ -1,0 +1,138 @@
+"""A study survives its trials' faults and its controller's death (real trials, real servers).
+
+The hang and the segfault come from a launch wrapper used through the spec's `launcher.argv`
+template (tests/fixtures/study_faulty_launch.py), the way a cluster wrapper would sit there;
+the out-of-memory trial is a real allocator failure inside the real worker (a 2 GB data limit
+and a micro-batch that needs more).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.storage import open_storage
+from autotune.study import open_study
+from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
+
+pytestmark = pytest.mark.e2e
+
+
+def _enqueue(url: str, study: str, micros: list[int]) -> None:
+    st = open_study(url, study)
+    for m in micros:
+        st.enqueue_trial({"micro_batch_size": m})
+
+
+def _wait_for(pred, timeout_s: float = 120, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_hang_segfault_and_oom_are_recorded_and_the_study_goes_on(tmp_path):
+    url = f"sqlite:///{tmp_path}/faults.db"
+    # The hang first, under a short timeout; then the rest of the study, same storage, under
+    # a timeout a loaded 2-core machine cannot reach by accident.
+    spec = write_spec(tmp_path, "faults", [1, 2, 3, 4096], timeout_s=15, faulty_launch=True)
+    _enqueue(url, "faults", [2, 3, 4096, 1])  # hang, segfault, out of memory, then a good one
+    r = run(sweep_argv(spec, url, 1, tmp_path / "runs"), tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = write_spec(tmp_path, "faults", [1, 2, 3, 4096], timeout_s=300, faulty_launch=True)
+    r = run(sweep_argv(spec, url, 3, tmp_path / "runs"), tmp_path, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    done = [t for t in optuna.load_study(study_name="faults", storage=url).trials if t.state.is_finished()]
+    assert len(done) == 4
+    trials = {t.params["micro_batch_size"]: t for t in done}
+    hang, segv, oom, good = trials[2], trials[3], trials[4096], trials[1]
+    assert hang.state is TrialState.PRUNED and hang.user_attrs["status"] == "timeout"
+    assert "timeout_s=15" in hang.user_attrs["error"]
+    assert segv.state is TrialState.FAIL and segv.user_attrs["status"] == "crash"
+    assert "signal 11" in segv.user_attrs["error"]
+    assert oom.state is TrialState.PRUNED and oom.user_attrs["status"] == "oom", oom.user_attrs
+    assert good.state is TrialState.COMPLETE and good.user_attrs["status"] == "ok"
+    # Constraints on every path: infeasible for each fault, feasible for the good trial.
+    for t in (hang, segv, oom):
+        assert t.constraints["feasible"] > 0
+    assert good.constraints["feasible"] == 0
+    # The template was applied: the wrapper is in the recorded command.
+    assert "study_faulty_launch.py" in (tmp_path / "runs/faults/trial_0000/command.json").read_text()
+    assert processes_under(tmp_path / "runs") == []
+
+
+def test_controller_killed_mid_trial_then_resumed(tmp_path, postgres):
+    """SIGKILL the controller while a trial runs; a new sweep keeps the finished trial, kills
+    the orphaned processes, fails the dead trial and re-runs it as a recorded retry. The new
+    sweep's budget (total trials in the study) then stops it."""
+    url, study = postgres.url, f"kill{os.getpid()}"
+    spec = write_spec(tmp_path, study, [1, 5], faulty_launch=True)
+    _enqueue(url, study, [1, 5])  # a good trial, then one that sleeps the first time
+    runs = tmp_path / "runs"
+    first = subprocess.Popen(sweep_argv(spec, url, 5, runs), cwd=tmp_path, env=cli_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_for(lambda: (runs / study / "trial_0001" / "launch.json").is_file()
+              and (tmp_path / "runs" / study / "slow_once.marker").exists()
+              or first.poll() is not None, what="trial 1 to start")
+    assert first.poll() is None, first.stdout.read().decode()
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    orphans = processes_under(runs / study / "trial_0001")
+    assert orphans, "the killed controller's trial processes should outlive it"
+
+    r = run(sweep_argv(spec, url, 5, runs, "--total-trials", "4"), tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "controller pid" in r.stdout and "stopped: the study holds 4 finished trials" in r.stdout
+    trials = optuna.load_study(study_name=study, storage=open_storage(url)).trials
+    assert all(t.state.is_finished() for t in trials) and len(trials) == 4
+    assert trials[0].state is TrialState.COMPLETE and trials[0].user_attrs["status"] == "ok"
+    assert trials[1].state is TrialState.FAIL
+    assert "died during the trial" in trials[1].user_attrs["error"]
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
+    assert retry.state is TrialState.COMPLETE and retry.user_attrs["retry_of"] == 1
+    assert retry.params == trials[1].params
+    # The dead trial's config was measured exactly once afterwards (the retry, or the queued
+    # baseline with the same config that ran before it, whose result the other reused).
+    same = [t for t in trials if t.params == trials[1].params and t.state is TrialState.COMPLETE]
+    assert len([t for t in same if "reused_from" not in t.user_attrs]) == 1
+    assert processes_under(runs) == []
+    for pid in orphans:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_ctrl_c_finishes_the_trial_and_twice_fails_it(tmp_path):
+    url = f"sqlite:///{tmp_path}/int.db"
+    spec = write_spec(tmp_path, "int", [1, 2], timeout_s=300, faulty_launch=True)
+    _enqueue(url, "int", [1, 2])  # a good trial, then one that hangs
+    runs = tmp_path / "runs"
+    p = subprocess.Popen(sweep_argv(spec, url, 4, runs), cwd=tmp_path, env=cli_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: (runs / "int/trial_0000/launch.json").is_file(), what="trial 0 to start")
+    p.send_signal(signal.SIGINT)  # once: trial 0 finishes, then the sweep stops
+    out, _ = p.communicate(timeout=200)
+    assert p.returncode == 130, out
+    assert "interrupted" in out
+    trials = optuna.load_study(study_name="int", storage=url).trials
+    assert trials[0].state is TrialState.COMPLETE  # finished, then the sweep stopped
+    assert all(t.state is TrialState.WAITING for t in trials[1:])  # trial 1 (+ baselines) queued
+
+    p = subprocess.Popen(sweep_argv(spec, url, 4, runs), cwd=tmp_path, env=cli_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: (runs / "int/trial_0001/launch.json").is_file(), what="trial 1 to start")
+    hung = processes_under(runs / "int/trial_0001")
+    assert hung
+    p.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)  # twice: fail the running trial now
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130, out
+    t1 = optuna.load_study(study_name="int", storage=url).trials[1]
+    assert t1.state is TrialState.FAIL and t1.user_attrs["status"] == "interrupted"
+    assert t1.constraints["feasible"] > 0
+    assert processes_under(runs) == []

@@ -1,0 +1,163 @@
+"""Storage URLs, redaction, claims and heartbeats, against real SQLite, journal and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import optuna
+import pytest
+
+from autotune.errors import UserError
+from autotune.storage import (
+    HeartbeatSettings,
+    claim,
+    claim_owner,
+    open_storage,
+    redact_text,
+    redact_url,
+    storage_kind,
+    user_study_names,
+)
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://tuner:s3cret@db:5432/a", "postgresql://tuner:***@db:5432/a"),
+    ("postgresql+psycopg2://tuner:p%40ss%2Fw@db/a", "postgresql+psycopg2://tuner:***@db/a"),
+    ("mysql+pymysql://u:pw@h/db?charset=utf8&password=other", "mysql+pymysql://u:***@h/db?charset=utf8&password=***"),
+    ("sqlite:///autotune.db", "sqlite:///autotune.db"),
+    ("postgresql://tuner@db/a", "postgresql://tuner@db/a"),
+])
+def test_redact_url(url, shown):
+    assert redact_url(url) == shown
+
+
+def test_redact_text_removes_decoded_secret_from_driver_messages():
+    url = "postgresql://tuner:p%40ss%2Fword@db/a"
+    msg = 'FATAL: password "p@ss/word" rejected for postgresql://tuner:p%40ss%2Fword@db/a'
+    out = redact_text(msg, url)
+    assert "p@ss/word" not in out and "p%40ss%2Fword" not in out and "***" in out
+
+
+@pytest.mark.parametrize("url, kind", [
+    ("sqlite:///x.db", "sqlite"), ("postgresql://h/db", "postgresql"), ("postgres://h/db", "postgresql"),
+    ("mysql+pymysql://h/db", "mysql"), ("journal:///tmp/x.log", "journal"), ("runs/study.log", "journal"),
+])
+def test_storage_kind(url, kind):
+    assert storage_kind(url) == kind
+
+
+@pytest.mark.parametrize("url, words", [
+    ("autotune.db", "not a URL"),
+    ("redis://u:topsecret@h/0", "unknown kind"),
+    ("sqlite:///no/such/folder/x.db", "does not exist"),
+    ("journal:///no/such/folder/x.log", "does not exist"),
+    ("mysql://u:topsecret@127.0.0.1/db", "driver"),
+])
+def test_bad_urls_are_one_clear_user_error(url, words):
+    with pytest.raises(UserError) as exc:
+        open_storage(url)
+    assert words in str(exc.value) and "To fix" in str(exc.value)
+    assert "topsecret" not in str(exc.value)
+
+
+@pytest.fixture(params=["sqlite", "journal", "postgresql"])
+def storage_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    if request.param == "journal":
+        return f"journal://{tmp_path}/s.log"
+    pg = request.getfixturevalue("postgres")
+    db = f"t{time.monotonic_ns()}"  # a fresh database per test on the shared server
+    import psycopg2
+
+    from tests.pg import PASSWORD, USER
+
+    conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user=USER, password=PASSWORD, dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {db}")
+    conn.close()
+    return pg.url.rsplit("/", 1)[0] + "/" + db
+
+
+def test_claim_is_won_exactly_once_under_contention(storage_url):
+    """Eight threads with their own storage connections race for one claim: one wins."""
+    storages = [open_storage(storage_url) for _ in range(8)]
+    wins: list[int] = []
+    barrier = threading.Barrier(len(storages))
+
+    def race(i: int) -> None:
+        barrier.wait()
+        if claim(storages[i], "study/key/0", {"trial": i}):
+            wins.append(i)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(storages))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert claim_owner(storages[0], "study/key/0") == {"trial": wins[0]}
+    assert claim_owner(storages[0], "study/other/0") is None
+    # Claims are bookkeeping, never listed as a user's study.
+    optuna.create_study(study_name="mine", storage=storages[0])
+    assert user_study_names(storages[0]) == ["mine"]
+
+
+def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):
+    """A RUNNING trial whose heartbeat stops (its machine died) is failed by the next worker
+    that asks for a trial and re-queued once, with the retry recorded (real PostgreSQL)."""
+    storage = open_storage(postgres.url, HeartbeatSettings(interval_s=1, grace_s=2, max_retry=1))
+    study = optuna.create_study(study_name=f"hb{time.monotonic_ns()}", storage=storage)
+    with pytest.warns(UserWarning, match="Heartbeat"):  # ask() outside optimize(): expected here
+        dead = study.ask({"x": optuna.distributions.CategoricalDistribution([1, 2])})
+    study._storage.set_trial_user_attr(dead._trial_id, "controller", {"host": "gone", "pid": 1})
+    storage.record_heartbeat(dead._trial_id)
+    time.sleep(3.5)  # longer than the grace period: the trial is stale
+    seen = []
+    study.optimize(lambda t: seen.append(t.suggest_categorical("x", [1, 2])) or 0.0, n_trials=1)
+    trials = study.get_trials()
+    assert trials[0].state is optuna.trial.TrialState.FAIL
+    retry = trials[1]
+    assert retry.state is optuna.trial.TrialState.COMPLETE
+    assert retry.system_attrs["failed_trial"] == 0 and retry.system_attrs["retry_history"] == [0]
+    assert retry.params == trials[0].params and seen == [trials[0].params["x"]]
+    assert "controller" not in retry.user_attrs  # the dead run's own records are not copied
+
+
+def test_heartbeat_settings_from_env(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "5")
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "11")
+    assert HeartbeatSettings.from_env() == HeartbeatSettings(interval_s=5, grace_s=11)
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "soon")
+    with pytest.raises(UserError, match="AUTOTUNE_GRACE_S"):
+        HeartbeatSettings.from_env()
+
+
+def test_cli_storage_errors_exit_2_without_secrets(postgres, tmp_path, monkeypatch, capsys):
+    """Bad URL, unreachable database, wrong password, unknown study: one line each, exit 2.
+    Runs the CLI's real entry point (`autotune.cli.main`) in this process: a subprocess per case
+    would spend its time importing."""
+    from autotune.cli import main
+    from tests.pg import _free_port
+
+    cases = [
+        (["report", "--storage", "nosuch://u:Hunter22x@h/db"], "unknown kind"),
+        (["report", "--storage", postgres.url_for("Hunter22x", port=_free_port())], "cannot open storage"),
+        (["report", "--storage", postgres.url_for("Hunter22x")], "password authentication failed"),
+        (["report", "--storage", postgres.url, "--study", "nope"], "no study 'nope'"),
+        (["report", "--storage", f"sqlite:///{tmp_path}/empty.db", "--study", "nope"], "no study 'nope'"),
+    ]
+    monkeypatch.setenv("COLUMNS", "300")
+    for args, words in cases:
+        monkeypatch.setattr("sys.argv", ["autotune", *args])
+        with pytest.raises(SystemExit) as exc:
+            main()
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert exc.value.code == 2, (args, text)
+        assert words in text, text
+        assert "Traceback" not in text and "Hunter22x" not in text
+        assert "S3cret" not in text  # tests.pg.PASSWORD, decoded or encoded
+        assert len(text.strip().splitlines()) == 1, text
