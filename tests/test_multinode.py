@@ -1,0 +1,67 @@
+"""Trials larger than one machine: argv templates and a real two-"node" torchrun trial."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.contract import GPTWorkload, TrialConfig, TrialStatus
+from autotune.errors import UserError
+from autotune.launch import fill_template, run_trial, template_argv_builder
+from autotune.spec import SweepSpec, load_spec
+
+
+def _cfg(**kw) -> TrialConfig:
+    return TrialConfig(workload=GPTWorkload(preset="tiny"), seq_len=32, micro_batch_size=2,
+                       warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=300,
+                       measure_noise_scale=False, **kw)
+
+
+def test_template_is_filled_field_by_field_never_through_a_shell():
+    out = fill_template(["srun", "--nodes={num_nodes}", "--job-name={job_name}", "{launcher_argv}"],
+                        {"num_nodes": 2, "job_name": "a b; rm -rf /"}, ["torchrun", "x"])
+    assert out == ["srun", "--nodes=2", "--job-name=a b; rm -rf /", "torchrun", "x"]
+    with pytest.raises(ValueError, match="whole element"):
+        fill_template(["--x={launcher_argv}"], {}, ["a"])
+
+
+def test_slurm_template_builds_one_c10d_agent_per_node(tmp_path):
+    build = template_argv_builder(["srun", "--nodes={num_nodes}", "--ntasks-per-node=1",
+                                   "--gpus-per-node={gpus_per_node}", "{launcher_argv}"],
+                                  rdzv_host="node001", job_name="autotune-x")
+    argv = build(_cfg(num_gpus=4, num_nodes=2), tmp_path / "config.json", tmp_path / "result.json", 29411)
+    assert argv[:4] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4"]
+    rest = argv[4:]
+    assert rest[rest.index("--nnodes") + 1] == "2" and rest[rest.index("--nproc-per-node") + 1] == "4"
+    assert rest[rest.index("--rdzv-backend") + 1] == "c10d"
+    assert rest[rest.index("--rdzv-endpoint") + 1] == "node001:29411"
+
+
+def test_spec_launcher_section_is_validated(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("launcher: {num_nodes: [2]}\n")
+    with pytest.raises(UserError, match="argv"):
+        load_spec(p)
+    p.write_text("launcher: {argv: [srun, '--x={nodez}', '{launcher_argv}']}\n")
+    with pytest.raises(UserError, match="nodez"):
+        load_spec(p)
+    assert SweepSpec.model_validate({"launcher": {"num_nodes": [1, 2], "argv": ["{launcher_argv}"]}})
+
+
+@pytest.mark.e2e
+def test_two_torchrun_agents_as_two_nodes_make_one_trial(tmp_path):
+    """Two torchrun agents on this machine stand in for two nodes: --nnodes 2, one rank each,
+    a c10d rendezvous on 127.0.0.1 and a free port, started per node by autotune.nodes."""
+    cfg = _cfg(num_gpus=1, num_nodes=2)
+    build = template_argv_builder(["{launcher_argv}"], per_node=True, rdzv_host="127.0.0.1")
+    result = run_trial(cfg, tmp_path / "trial", argv_builder=build)
+    assert result.status is TrialStatus.ok, (result.error, result.log_tail)
+    assert result.world_size == 2 and len(result.step_times_s) == 2
+    assert result.tokens_per_s > 0
+    # Data parallel over both "nodes": the global batch counts every rank.
+    assert cfg.global_batch_samples == 2 * 2
+    import json
+
+    nodes = json.loads(Path(tmp_path / "trial" / "nodes.json").read_text())["argvs"]
+    assert len(nodes) == 2 and all("--nnodes" in a and "c10d" in a for a in nodes)
