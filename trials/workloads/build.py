@@ -89,6 +89,9 @@ def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
         return hf.apply_checkpointing(built.model, built.hf_config, mode, cfg.checkpoint_every)
     # The user's model: transformers' switch where it has one (all layers), else unsupported.
     model = built.model
+    if mode == "full" and hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        return []
     if mode == "full" and hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return []
