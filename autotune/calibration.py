@@ -6,12 +6,13 @@ trials, and prescreen configurations with the calibrated model before launching 
     if not verdict.launch: guard.record_prescreened(trial, verdict)   # PRUNED, infeasible
     guard.after_trial(trial, cfg, verdict, result)                     # a calibration point
 
-The fit. Measured peak per rank = c[engine] + s * analytic, where `analytic` is everything
-`autotune.estimate.memory` counts. The constant is what a runtime costs whatever the model:
-the CUDA context or, on CPU, the Python + torch (+ DeepSpeed) process, communicator buffers;
-it differs by engine (DeepSpeed imports and allocates more), hence one per engine. The
+The fit. Measured peak per rank = c[engine] + d[ranks > 1] + s * analytic, where `analytic`
+is everything `autotune.estimate.memory` counts. The constant is what a runtime costs
+whatever the model: the CUDA context or, on CPU, the Python + torch (+ DeepSpeed) process;
+it differs by engine (DeepSpeed imports and allocates more), hence one per engine; d is
+what running in a process group adds per rank (communicator, its buffers and threads). The
 slope is what grows with the bytes allocated: allocator rounding and fragmentation, the
-caching allocator's slack, copies the model does not count. Two kinds of term, few
+caching allocator's slack, copies the model does not count. Three kinds of term, few
 parameters, because a study has few trials. Weighted least squares minimises the
 *relative* error (weights 1/measured), the figure that matters when configs span an
 order of magnitude of memory. With too few points or too little spread, the slope is
@@ -53,22 +54,25 @@ class CalibrationPoint:
     measured_bytes: float
     engine: str
     trial_number: int | None = None
+    ranks: int = 1
 
 
 class CalibrationFit(BaseModel):
-    """A fitted overhead model for one hardware key."""
+    """A fitted overhead model for one hardware key:
+    peak = constant_bytes[engine] + (distributed_bytes if ranks > 1) + scale * analytic."""
 
     model_config = ConfigDict(extra="forbid")
 
     hardware: str
     constant_bytes: dict[str, float]
+    distributed_bytes: float | None = None  # None: no multi-rank trial (or no single-rank one) yet
     scale: float
     n_points: int
     median_rel_error: float
     max_under_prediction: float  # max over points of (measured - predicted) / predicted
     basis: str
 
-    def predict(self, analytic_bytes: float, engine: str) -> tuple[int, str]:
+    def predict(self, analytic_bytes: float, engine: str, ranks: int = 1) -> tuple[int, str]:
         """Calibrated peak per rank and a phrase saying what it rests on."""
         if engine in self.constant_bytes:
             c, basis = self.constant_bytes[engine], f"calibrated on {self.n_points} trials ({self.basis})"
@@ -76,7 +80,9 @@ class CalibrationFit(BaseModel):
             known = max(self.constant_bytes, key=self.constant_bytes.get)
             c = self.constant_bytes[known]
             basis = f"calibrated on {self.n_points} {known} trials; no {engine} trial yet"
-        return int(c + self.scale * analytic_bytes), basis
+        if ranks > 1 and self.distributed_bytes is not None:
+            c += self.distributed_bytes
+        return int(round(c + self.scale * analytic_bytes)), basis
 
 
 def _solve(rows: list[list[float]], targets: list[float]) -> list[float] | None:
@@ -89,41 +95,61 @@ def _solve(rows: list[list[float]], targets: list[float]) -> list[float] | None:
 
 
 def fit_calibration(points: list[CalibrationPoint], hardware: str) -> CalibrationFit | None:
-    """Weighted least squares for measured = c[engine] + s * analytic (see module doc)."""
+    """Weighted least squares for measured = c[engine] + d[ranks > 1] + s * analytic.
+
+    Each row is divided by its measured figure, so the fit minimises relative error. The
+    distributed term (communicator, process-group buffers: a per-rank cost of running more
+    than one rank) is fitted only once both single- and multi-rank trials exist; the slope
+    only with enough points and spread in the analytic figure (else it is fixed at 1).
+    """
     points = [p for p in points if p.measured_bytes > 0 and p.analytic_bytes > 0]
     if not points:
         return None
     engines = sorted({p.engine for p in points})
+    with_dist = len({p.ranks > 1 for p in points}) == 2
+    n_const = len(engines) + (1 if with_dist else 0)
     analytic = [p.analytic_bytes for p in points]
-    want_slope = (len(points) >= len(engines) + MIN_POINTS_FOR_SLOPE - 1
+    want_slope = (len(points) >= n_const + MIN_POINTS_FOR_SLOPE - 1
                   and max(analytic) / min(analytic) >= MIN_SPREAD_FOR_SLOPE)
 
-    def constants_for(scale: float) -> dict[str, float]:
-        # With the slope fixed, each engine's constant minimises its relative error alone:
-        # sum(((c + s a - m) / m)^2) -> c = sum((m - s a) / m^2) / sum(1 / m^2).
-        out = {}
-        for e in engines:
-            ps = [p for p in points if p.engine == e]
-            num = sum((p.measured_bytes - scale * p.analytic_bytes) / p.measured_bytes**2 for p in ps)
-            out[e] = num / sum(1.0 / p.measured_bytes**2 for p in ps)
-        return out
+    def const_row(p: CalibrationPoint) -> list[float]:
+        row = [1.0 if p.engine == e else 0.0 for e in engines]
+        return row + ([1.0 if p.ranks > 1 else 0.0] if with_dist else [])
 
-    scale, basis = 1.0, "constant per engine; slope fixed at 1"
+    def solve(fit_slope: bool, scale: float) -> list[float] | None:
+        rows = [[x / p.measured_bytes for x in const_row(p)]
+                + ([p.analytic_bytes / p.measured_bytes] if fit_slope else []) for p in points]
+        targets = [(p.measured_bytes - (0.0 if fit_slope else scale * p.analytic_bytes)) / p.measured_bytes
+                   for p in points]
+        return _solve(rows, targets)
+
+    scale, basis, sol = 1.0, "constant per engine; slope fixed at 1", None
     if want_slope:
-        rows = [[(1.0 if p.engine == e else 0.0) / p.measured_bytes for e in engines]
-                + [p.analytic_bytes / p.measured_bytes] for p in points]
-        sol = _solve(rows, [1.0] * len(points))
+        sol = solve(True, 1.0)
         if sol is not None:
             lo, hi = SLOPE_RANGE
             scale = min(max(sol[-1], lo), hi)
             basis = "constant per engine + slope" + ("" if scale == sol[-1] else " (slope clamped)")
-    constants = constants_for(scale)
-    preds = [constants[p.engine] + scale * p.analytic_bytes for p in points]
-    rel = [abs(q - p.measured_bytes) / p.measured_bytes for q, p in zip(preds, points)]
-    under = [(p.measured_bytes - q) / q for q, p in zip(preds, points)]
-    return CalibrationFit(hardware=hardware, constant_bytes=constants, scale=scale,
-                          n_points=len(points), median_rel_error=statistics.median(rel),
-                          max_under_prediction=max(under), basis=basis)
+            if scale != sol[-1]:
+                sol = None
+            else:
+                sol = sol[:-1]
+    if sol is None:
+        sol = solve(False, scale)
+    if sol is None:  # rank-deficient (cannot happen with these columns; kept for safety)
+        return None
+    constants = {e: sol[i] for i, e in enumerate(engines)}
+    dist = sol[len(engines)] if with_dist else None
+    if with_dist:
+        basis += " + multi-rank term"
+    fit = CalibrationFit(hardware=hardware, constant_bytes=constants, distributed_bytes=dist,
+                         scale=scale, n_points=len(points), median_rel_error=0.0,
+                         max_under_prediction=0.0, basis=basis)
+    preds = [fit.predict(p.analytic_bytes, p.engine, p.ranks)[0] for p in points]
+    fit.median_rel_error = statistics.median(abs(q - p.measured_bytes) / p.measured_bytes
+                                             for q, p in zip(preds, points))
+    fit.max_under_prediction = max((p.measured_bytes - q) / q for q, p in zip(preds, points))
+    return fit
 
 
 def measured_peak_bytes(result: TrialResult) -> tuple[int | None, str]:
@@ -166,11 +192,12 @@ class Verdict:
     margin: float
     basis: str
     engine: str
+    ranks: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return {"launch": self.launch, "predicted_bytes": self.predicted_bytes,
                 "limit_bytes": self.limit_bytes, "safety_margin": self.margin, "basis": self.basis,
-                "engine": self.engine,
+                "engine": self.engine, "ranks": self.ranks,
                 "breakdown": self.estimate.as_dict() if self.estimate is not None else None}
 
 
@@ -223,13 +250,14 @@ class MemoryGuard:
         model = model_shape_for(cfg.workload)
         limit = device_limit_bytes(self.hw, cfg.num_gpus, self.spec_limit)
         if model is None:
-            return Verdict(True, None, None, limit, self.margin, "no model description: not prescreened", engine)
+            return Verdict(True, None, None, limit, self.margin, "no model description: not prescreened",
+                           engine, cfg.num_gpus * cfg.num_nodes)
         est = estimate_memory(model, mcfg)
         # On CPU offloaded state is host memory too: the rank holds all of it.
         cpu = self.hw.device_kind is DeviceKind.cpu
         analytic = est.analytic_bytes + (est.host_bytes if cpu else 0)
         if self.fit is not None:
-            predicted, basis = self.fit.predict(analytic, engine)
+            predicted, basis = self.fit.predict(analytic, engine, cfg.num_gpus * cfg.num_nodes)
             est = est.with_overhead(predicted - analytic, basis)
             over = limit is not None and predicted * (1 + self.margin) > limit
             basis = f"{basis}; safety margin {self.margin:.0%}"
@@ -238,7 +266,8 @@ class MemoryGuard:
             # runtime's own memory), so only configs certain not to fit are held back.
             predicted, basis = analytic, "not calibrated yet: analytic lower bound, no margin"
             over = limit is not None and analytic > limit
-        return Verdict(not over or not self.enabled, est, int(predicted), limit, self.margin, basis, engine)
+        return Verdict(not over or not self.enabled, est, int(predicted), limit, self.margin, basis,
+                       engine, cfg.num_gpus * cfg.num_nodes)
 
     def prescreen(self, trial: Any, cfg: TrialConfig) -> Verdict:
         self.load(trial.study)
@@ -267,13 +296,15 @@ class MemoryGuard:
             cpu = self.hw.device_kind is DeviceKind.cpu
             analytic = verdict.estimate.analytic_bytes + (verdict.estimate.host_bytes if cpu else 0)
             trial.set_user_attr(POINT_ATTR, {
-                "hardware": self.hw_key, "engine": verdict.engine, "analytic_bytes": analytic,
+                "hardware": self.hw_key, "engine": verdict.engine, "ranks": verdict.ranks,
+                "analytic_bytes": analytic,
                 "predicted_bytes": verdict.predicted_bytes, "measured_bytes": measured,
                 "measured_source": source,
                 "rel_error": (verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None,
             })
             points = [p for p in study_points(trial.study, self.hw_key) if p.trial_number != trial.number]
-            points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number))
+            points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number,
+                                           verdict.ranks))
             self.fit = fit_calibration(points, self.hw_key)
             self.save(trial.study)
         if (result.ok and measured and self.spec_limit is not None and verdict.limit_bytes is not None
@@ -294,7 +325,7 @@ def study_points(study: Any, hw_key: str) -> list[CalibrationPoint]:
         p = t.user_attrs.get(POINT_ATTR)
         if p and p.get("hardware") == hw_key and p.get("measured_bytes") and p.get("analytic_bytes"):
             out.append(CalibrationPoint(float(p["analytic_bytes"]), float(p["measured_bytes"]),
-                                        str(p["engine"]), t.number))
+                                        str(p["engine"]), t.number, int(p.get("ranks", 1))))
     return out
 
 

@@ -31,6 +31,18 @@ def test_fit_recovers_constant_per_engine_and_slope():
     assert pred == pytest.approx(300 * MB + 1.3 * 200 * MB, rel=1e-6) and "6 trials" in basis
 
 
+def test_fit_separates_the_multi_rank_term():
+    # Ranks in a process group pay for the communicator: 60 MiB each here.
+    pts = [CalibrationPoint(a * MB, 300 * MB + 1.2 * a * MB, "ddp", ranks=1) for a in (50, 300)]
+    pts += [CalibrationPoint(a * MB, 360 * MB + 1.2 * a * MB, "ddp", ranks=2) for a in (80, 500)]
+    fit = fit_calibration(pts, "hw")
+    assert fit.distributed_bytes == pytest.approx(60 * MB, rel=1e-6)
+    assert fit.predict(100 * MB, "ddp", ranks=4)[0] == pytest.approx(480 * MB, rel=1e-6)
+    assert fit.predict(100 * MB, "ddp", ranks=1)[0] == pytest.approx(420 * MB, rel=1e-6)
+    # only single-rank trials so far: no multi-rank term is invented
+    assert fit_calibration(pts[:2], "hw").distributed_bytes is None
+
+
 def test_fit_with_few_points_is_a_constant_not_an_extrapolated_slope():
     one = fit_calibration([CalibrationPoint(100 * MB, 420 * MB, "ddp")], "hw")
     assert one.scale == 1.0 and one.constant_bytes["ddp"] == pytest.approx(320 * MB)

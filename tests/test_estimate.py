@@ -198,3 +198,13 @@ def test_cli_bad_flags_exit_2(run_cli, args, needle):
     r = run_cli("estimate", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in (r.stdout + r.stderr)
+
+
+def test_cli_flags_are_pinned(run_cli):
+    """Scripts and docs rely on these flags (issue 4): the surface grows on purpose only."""
+    r = run_cli("estimate", "--help")
+    assert r.returncode == 0
+    for flag in ("--model", "--params", "--layers", "--hidden", "--heads", "--vocab", "--seq-len",
+                 "--micro-batch", "--precision", "--checkpointing", "--zero-stage", "--offload",
+                 "--dp", "--tp", "--optimizer", "--gpu", "--json"):
+        assert flag in r.stdout, flag
