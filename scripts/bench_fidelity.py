@@ -19,6 +19,7 @@ needs, survives.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-measure-steps", type=int, default=15, help="the short trial's cap")
     ap.add_argument("--long-factor", type=int, default=10, help="long run = this x measured steps")
     ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--from-json", default=None,
+                    help="re-analyse the measurements of an earlier --json-out (no trials)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--md-out", default=None)
     args = ap.parse_args(argv)
@@ -82,7 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.hardware import local_hardware
 
     hw = local_hardware()
-    rows = []
+    if args.from_json:
+        old = json.loads(Path(args.from_json).read_text())
+        rows, ctx = old["rows"], old["context"]
+        for key in ("preset", "seq_len", "warmup_steps", "measure_steps", "max_measure_steps",
+                    "long_factor"):
+            setattr(args, key, old["settings"][key])
+    else:
+        rows = measure(args, hw, ctx)
+    analyse(rows, args)
+    data = {"context": ctx, "settings": vars(args), "rows": rows}
+    write_outputs(args.json_out, args.md_out, data, render(data, args))
+    return 0
+
+
+def measure(args, hw, ctx: dict) -> list[dict]:
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_fidelity_") as tmp:
         for i, text in enumerate(args.configs):
             mb, acc, prec, ckpt = parse_config(text)
@@ -100,15 +118,17 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"config": text, "short": short.model_dump(mode="json"),
                          "results": {k: r.model_dump(mode="json", exclude={"log_tail"})
                                      for k, r in (("short", r_short), ("long", r_long), ("two", r_two))}})
-    analyse(rows, args)
-    data = {"context": ctx, "settings": vars(args), "rows": rows}
-    write_outputs(args.json_out, args.md_out, data, render(data, args))
-    return 0
+            if args.json_out:  # the measurements survive a failure of the analysis below
+                Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.json_out).write_text(json.dumps(
+                    {"partial": True, "context": ctx, "settings": vars(args), "rows": rows}, default=str))
+    return rows
 
 
 def analyse(rows: list[dict], args) -> None:
     """Add the projections to each row (in place)."""
     from autotune.estimate.compute import hardware_flops_per_token, model_from_gpt_shape
+    from autotune.errors import UserError
     from autotune.estimate.scaling import CommModel, Link, Measured, StepFit, fit_step_model, project
 
     link = Link(intra_node_bytes_per_s=None, label="CPU ranks (gloo over shared memory)")
@@ -131,9 +151,11 @@ def analyse(rows: list[dict], args) -> None:
             ref = {"flop_rate": res["short"].tokens_per_s * hw_flops,
                    "fit": fit_step_model([m1, m2], comm, link), "config": row["config"]}
         row["analytic_tps"] = ref["flop_rate"] / hw_flops
-        one = fit_step_model([m1], comm, link)
-        row["proj_one_point_tps"] = project(one, 2, comm, link).tokens_per_s
-        row["proj_one_point_basis"] = project(one, 2, comm, link).basis
+        try:
+            one = project(fit_step_model([m1], comm, link), 2, comm, link)
+            row["proj_one_point_tps"], row["proj_one_point_basis"] = one.tokens_per_s, one.basis
+        except UserError as exc:  # the tool refuses: that is its answer, reported as such
+            row["proj_one_point_tps"], row["proj_one_point_basis"] = None, f"refused: {exc}"
         fitted = StepFit(m1.step_s, ref["fit"].exposed, ref["fit"].exposed_unit, tokens_per_gpu_step,
                          (m1,), f"bandwidth fitted on config {ref['config']}")
         row["proj_ref_bw_tps"] = project(fitted, 2, comm, link).tokens_per_s
@@ -170,20 +192,27 @@ def render(data, args) -> str:
     lines += [f"Projections. Analytic: tokens/s = {ref['flop_rate'] / 1e9:.2f} GFLOP/s (effective, "
               f"measured on config {ref['config']}, 1 rank) / hardware FLOPs per token. "
               f"1 -> 2 ranks: `autotune.estimate.scaling` from the 1-rank trial alone (no "
-              f"communication measured: linear) and with the link fitted on config {ref['config']} "
+              f"communication measured) and with the link fitted on config {ref['config']} "
               f"({ref['how']}).", ""]
+    refused = next((r["proj_one_point_basis"] for r in rows
+                    if str(r.get("proj_one_point_basis", "")).startswith("refused")), None)
+    if refused:
+        lines += [f"From the 1-rank point alone the tool {refused[0].lower()}{refused[1:]}: CPU "
+                  "ranks have no catalog link bandwidth, so it will not guess one.", ""]
     t2 = []
     for r, x in zip(rows, res):
         m1, m2 = x["short"].tokens_per_s, x["two"].tokens_per_s
         t2.append([r["config"], m1, r.get("analytic_tps"), pct(r.get("analytic_tps"), m1), m2,
-                   r.get("proj_one_point_tps"), pct(r.get("proj_one_point_tps"), m2),
+                   r.get("proj_one_point_tps") if r.get("proj_one_point_tps") is not None
+                   else "refused by the tool", pct(r.get("proj_one_point_tps"), m2),
                    r.get("proj_ref_bw_tps"), pct(r.get("proj_ref_bw_tps"), m2)])
     lines.append(markdown_table(["config", "1 rank measured", "analytic (estimated)", "error",
                                  "2 ranks measured", "projected from 1 rank", "error",
                                  "projected, link fitted on ref.", "error"], t2))
     have = [(r, x) for r, x in zip(rows, res) if "analytic_tps" in r]
     rho_a = spearman([r["analytic_tps"] for r, _ in have], [x["short"].tokens_per_s for _, x in have])
-    rho_p = spearman([r["proj_one_point_tps"] for r, _ in have], [x["two"].tokens_per_s for _, x in have])
+    one = [(r, x) for r, x in have if r.get("proj_one_point_tps") is not None]
+    rho_p = spearman([r["proj_one_point_tps"] for r, _ in one], [x["two"].tokens_per_s for _, x in one])
     rho_f = spearman([r["proj_ref_bw_tps"] for r, _ in have], [x["two"].tokens_per_s for _, x in have])
     lines += ["", "Spearman rank correlation, projected vs measured across configs: "
               f"analytic (1 rank) {_rho(rho_a)}; 1 -> 2 ranks from the 1-rank point {_rho(rho_p)}; "

@@ -302,7 +302,7 @@ def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_h
 
 
 def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, best_hours: float,
-                    mode: str, limit: int | None) -> Run:
+                    mode: str, limit: int | None, safety_margin: float | None = None) -> Run:
     """One replay of autotune's own loop. mode: "sweep" (run_sweep: baselines, prescreen,
     reuse), "sweep_no_prescreen", or "objective" (make_objective alone: the sampler with no
     baselines; with RandomSampler this is random search)."""
@@ -314,6 +314,8 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
     spec = spec.model_copy(deep=True)
     spec.memory.limit_bytes_per_rank = limit
     spec.memory.prescreen = mode == "sweep"
+    if safety_margin is not None:
+        spec.memory.safety_margin = safety_margin
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=sampler,
                                 directions=DIRECTIONS, study_name="replay")
     with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp, \
@@ -446,13 +448,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="ground-truth data file")
     ap.add_argument("--remeasure", action="store_true", help="measure every config again")
     ap.add_argument("--replay-only", action="store_true", help="fail instead of measuring")
-    ap.add_argument("--seeds", type=int, default=30, help="replays per strategy (>= 20)")
-    ap.add_argument("--max-trials-factor", type=float, default=3.0,
+    ap.add_argument("--seeds", type=int, default=20, help="replays per strategy (>= 20)")
+    ap.add_argument("--max-trials-factor", type=float, default=2.0,
                     help="sampler replays stop after this many x the number of configs")
     ap.add_argument("--mem-limit-mib", type=float, default=None,
                     help="emulated device memory per rank; default: --mem-limit-quantile")
     ap.add_argument("--mem-limit-quantile", type=float, default=0.7,
                     help="limit = this quantile of the measured trial-added peaks")
+    ap.add_argument("--prescreen-margins", type=float, nargs="*", default=[0.02],
+                    help="also replay the sweep with these prescreen safety margins (the "
+                         "shipped default is the spec's memory.safety_margin)")
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--md-out", default=None)
     args = ap.parse_args(argv)
@@ -504,12 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {}
     seeds = list(range(args.seeds))
 
-    def replays(mode: str, sampler_for) -> list[Run]:
+    def replays(mode: str, sampler_for, margin: float | None = None) -> list[Run]:
         return [replay_autotune(table, spec, ms, sampler_for(s), max_trials, best_usd, best_hours,
-                                mode, limit) for s in seeds]
+                                mode, limit, margin) for s in seeds]
 
     runs[SHIPPED] = replays("sweep", make_sampler)
     print(f"  replayed {SHIPPED} ({time.monotonic() - t1:.0f}s)", flush=True)
+    for margin in args.prescreen_margins:
+        runs[f"autotune sweep, prescreen margin {margin:.0%}"] = replays("sweep", make_sampler, margin)
     runs["autotune sweep without prescreen"] = replays("sweep_no_prescreen", make_sampler)
     runs["autotune TPE alone (no baselines, no prescreen)"] = replays("objective", make_sampler)
     runs[RANDOM] = replays("objective", lambda s: optuna.samplers.RandomSampler(seed=s))
