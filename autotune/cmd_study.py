@@ -76,7 +76,7 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
     # trial's attributes cannot change once it is stored, so they are rewritten on the way).
     from_study = optuna.load_study(study_name=study, storage=src)
     to = optuna.create_study(study_name=to_study, storage=dst, directions=from_study.directions)
-    for k, v in from_study.system_attrs.items():
+    for k, v in src.get_study_system_attrs(from_study._study_id).items():
         to._storage.set_study_system_attr(to._study_id, k, v)
     for k, v in from_study.user_attrs.items():
         to.set_user_attr(k, v)
