@@ -85,7 +85,7 @@ class AccelerateEngine:
             "num_processes": int(acc.num_processes),
             "mixed_precision": acc.mixed_precision,
             "wrapped_model": type(self.model).__name__,
-            "activation_dtype": self._activations.dtype,
+            "linear_output_dtype": self._activations.dtype,
             "loss_scaling": acc.scaler is not None,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,

@@ -88,6 +88,7 @@ class DeepSpeedEngine:
         return {
             "engine": "deepspeed",
             "zero_stage": int(self.engine.zero_optimization_stage()),
+            "dp_world_size": int(self.engine.dp_world_size),
             "offload_optimizer": bool(self.engine.zero_offload_optimizer()),
             "offload_param": bool(self.engine.zero_offload_param()),
             "ds_zero_config": zero,
@@ -95,7 +96,7 @@ class DeepSpeedEngine:
             "ds_gradient_accumulation_steps": int(self.engine.gradient_accumulation_steps()),
             "bf16": bool(self.engine.bfloat16_enabled()),
             "fp16": bool(self.engine.fp16_enabled()),
-            "activation_dtype": self._activations.dtype,
+            "linear_output_dtype": self._activations.dtype,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,
             **observe_params(self.raw_model),

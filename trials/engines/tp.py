@@ -184,7 +184,7 @@ class TensorParallelEngine:
             "tp_linear_weights": linears,
             "sharded_linears": sum(1 for v in linears.values() if v["dtensor"]),
             "autocast_dtype": str(dtype) if dtype else None,
-            "activation_dtype": self._activations.dtype,
+            "linear_output_dtype": self._activations.dtype,
             "loss_scaling": self.scaler is not None,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,

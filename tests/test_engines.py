@@ -1,0 +1,203 @@
+"""The parallel engines change what runs, by an effect seen from inside the ranks: ZeRO-3
+holds half the parameters per rank on 2 ranks, offload steps the optimizer with
+DeepSpeedCPUAdam in host memory, bf16 changes the dtypes, TP=2 shards the linear weights and
+still computes what one unsplit rank computes. Real trials (tests/fixtures/engine_trials.py),
+plus the DeepSpeed config and the dispatch checked without launching anything.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.contract import (DeviceKind, Offload, Precision, TrialConfig, TrialStatus,
+                               deepspeed_config)
+from tests.fixtures.engine_trials import CONFIGS, engine_trials
+
+NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "zero_fp16", "single",
+          "tp2", "tp2_dp2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    results = engine_trials(NEEDED, tmp_path_factory.getbasetemp() / "engine_trials")
+    return results
+
+
+def ok(r):
+    assert r.status is TrialStatus.ok, f"{r.error_type}: {r.error}\n{r.log_tail}"
+    return r.observations
+
+
+# --- DeepSpeed ZeRO -----------------------------------------------------------------------
+
+
+def test_zero3_holds_half_the_parameters_per_rank(runs):
+    zero0, zero3 = ok(runs["deepspeed"]), ok(runs["zero3_offload"])
+    assert zero0["zero_stage"] == 0 and zero3["zero_stage"] == 3
+    total = zero0["param_elements_total"]
+    assert zero3["param_elements_total"] == total
+    assert zero0["param_elements_local"] == total  # stage 0: every rank holds every weight
+    # Stage 3 on 2 ranks: half each (DeepSpeed pads each partition by a few elements).
+    assert zero3["param_elements_local"] == pytest.approx(total / 2, rel=0.01)
+
+
+@pytest.mark.parametrize("name,stage", [("zero1_bf16", 1), ("zero2_offload", 2)])
+def test_zero1_and_zero2_run_and_partition_the_optimizer_state(runs, name, stage):
+    obs, zero0 = ok(runs[name]), ok(runs["deepspeed"])
+    assert obs["zero_stage"] == stage and obs["dp_world_size"] == 2
+    total = obs["param_elements_total"]
+    assert obs["param_elements_local"] == total  # stages 1-2 keep whole weights on every rank
+    # Adam keeps two moments per element; stages 1-2 split them across the 2 ranks.
+    assert obs["optimizer_state_elements_local"] == pytest.approx(2 * total / 2, rel=0.01)
+    assert zero0["optimizer_state_elements_local"] == 2 * total
+
+
+def test_deepspeed_steps_the_optimizer_at_accumulation_boundaries(runs):
+    r = runs["zero1_bf16"]
+    obs = ok(r)
+    assert obs["ds_gradient_accumulation_steps"] == 2
+    assert obs["micro_steps"] == 2 * obs["optimizer_steps"]
+    cfg = CONFIGS["zero1_bf16"]
+    assert obs["ds_train_batch_size"] == cfg.micro_batch_size * 2 * 2  # micro x accum x ranks
+
+
+def test_bf16_under_deepspeed_changes_the_dtypes(runs):
+    fp32, bf16 = ok(runs["deepspeed"]), ok(runs["zero1_bf16"])
+    assert fp32["param_dtype"] == "torch.float32" and fp32["linear_output_dtype"] == "torch.float32"
+    assert bf16["bf16"] is True
+    assert bf16["param_dtype"] == "torch.bfloat16" and bf16["linear_output_dtype"] == "torch.bfloat16"
+    # fp32 master weights and Adam moments stay in the optimizer.
+    assert bf16["optimizer_state_dtypes"] == ["torch.float32"]
+
+
+@pytest.mark.parametrize("name", ["zero2_offload", "zero3_offload"])
+def test_offload_steps_the_optimizer_in_host_memory(runs, name):
+    """On this CPU-only machine every tensor is in host memory anyway; what offload changes
+    here is who steps the optimizer: DeepSpeedCPUAdam on the host partition instead of torch's
+    AdamW (on a GPU the state devices would read cpu against cuda:N)."""
+    obs, plain = ok(runs[name]), ok(runs["deepspeed"])
+    assert obs["offload_optimizer"] is True and plain["offload_optimizer"] is False
+    assert obs["optimizer_class"] == "DeepSpeedCPUAdam" and plain["optimizer_class"] == "AdamW"
+    assert obs["optimizer_state_devices"] == ["cpu"]
+    assert obs["ds_zero_config"]["offload_optimizer"]["device"] == "cpu"
+
+
+def test_parameter_offload_at_stage3(runs):
+    obs = ok(runs["zero3_offload"])
+    assert obs["offload_param"] is True and obs["param_devices"] == ["cpu"]
+    assert ok(runs["zero2_offload"])["offload_param"] is False
+
+
+def test_fp16_on_cpu_is_unsupported_with_deepspeeds_reason(runs):
+    r = runs["zero_fp16"]
+    assert r.status is TrialStatus.unsupported, f"{r.status}: {r.error}\n{r.log_tail}"
+    assert "fp16 is not supported on your device" in r.error
+
+
+# --- tensor parallel ----------------------------------------------------------------------
+
+
+def test_tp2_shards_the_linear_weights(runs):
+    obs = ok(runs["tp2"])
+    assert obs["tp_degree"] == 2 and obs["dp_degree"] == 1
+    n_layers = CONFIGS["tp2"].workload.resolved_shape().n_layers
+    assert obs["sharded_linears"] == 4 * n_layers
+    for name, w in obs["tp_linear_weights"].items():
+        assert w["dtensor"], name
+        out_dim, in_dim = w["global_shape"]
+        if name.endswith(("qkv", "up")):  # column-parallel: output rows split
+            assert w["local_shape"] == [out_dim // 2, in_dim] and w["placements"] == ["S(0)"]
+        else:  # row-parallel: input columns split
+            assert w["local_shape"] == [out_dim, in_dim // 2] and w["placements"] == ["S(1)"]
+    assert obs["param_elements_local"] < obs["param_elements_total"]
+
+
+def test_tp2_computes_what_one_unsplit_rank_computes(runs):
+    """Same weights, same tokens: the split model's loss after every step equals the unsplit
+    one's (the fused qkv is laid out so each rank gets whole heads)."""
+    one, tp2 = runs["single"], runs["tp2"]
+    ok(one), ok(tp2)
+    assert tp2.final_loss == pytest.approx(one.final_loss, rel=1e-5)
+
+
+def test_tp_with_data_parallel_on_a_2d_mesh(runs):
+    r = runs["tp2_dp2"]
+    obs = ok(r)
+    assert obs["mesh_shape"] == [2, 2] and obs["dp_degree"] == 2 and r.world_size == 4
+    assert obs["tp_linear_weights"]["blocks.0.mlp.up"]["local_shape"][0] == 4 * 128 // 2
+    # Rank 0 trains on the same tokens as in the 2-rank TP trial; its loss differs only
+    # because the other data-parallel replica's gradients were averaged in.
+    assert r.final_loss != pytest.approx(runs["tp2"].final_loss, rel=1e-6)
+
+
+# --- no launch: the DeepSpeed config and the dispatch -------------------------------------
+
+
+def test_deepspeed_config_is_the_trial():
+    cfg = TrialConfig(num_gpus=4, micro_batch_size=3, grad_accum_steps=2, zero_stage=3,
+                      offload=Offload.optimizer_params, precision=Precision.bf16,
+                      device=DeviceKind.cuda)
+    ds = deepspeed_config(cfg)
+    assert ds["train_batch_size"] == 3 * 2 * 4
+    assert ds["train_micro_batch_size_per_gpu"] == 3 and ds["gradient_accumulation_steps"] == 2
+    assert ds["bf16"] == {"enabled": True} and ds["fp16"]["enabled"] is False
+    assert ds["zero_optimization"] == {
+        "stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        "offload_param": {"device": "cpu", "pin_memory": True}}
+    # Offloaded: DeepSpeed builds DeepSpeedCPUAdam from "AdamW" (no torch_adam).
+    assert ds["optimizer"]["type"] == "AdamW" and "torch_adam" not in ds["optimizer"]["params"]
+
+
+def test_deepspeed_config_without_offload_uses_torch_adamw():
+    ds = deepspeed_config(TrialConfig(num_gpus=2, zero_stage=1, precision=Precision.fp16))
+    assert "offload_optimizer" not in ds["zero_optimization"]
+    assert ds["optimizer"]["params"]["torch_adam"] is True
+    assert ds["fp16"]["enabled"] is True and ds["fp16"]["loss_scale"] == 0  # dynamic scaling
+    assert ds["train_batch_size"] == 2
+
+
+def test_zero_with_tp_is_unsupported_with_the_fix():
+    import torch
+
+    from trials.engines import build_engine
+    from trials.errors import UnsupportedConfig
+    from trials.workloads.gpt import GPT
+
+    cfg = TrialConfig(num_gpus=2, tp_degree=2, zero_stage=1)
+    with pytest.raises(UnsupportedConfig, match="To fix"):
+        build_engine(cfg, GPT(cfg.workload.resolved_shape()), torch.device("cpu"), 2)
+
+
+@pytest.mark.parametrize("tp,why", [(3, "n_heads"), (2, "built-in GPT")])
+def test_tp_degrees_that_cannot_split_are_unsupported(tp, why):
+    import torch
+
+    from trials.engines.tp import check_tp_shape
+    from trials.errors import UnsupportedConfig
+    from trials.workloads.gpt import GPT
+
+    model = GPT(TrialConfig().workload.resolved_shape()) if why == "n_heads" else torch.nn.Linear(4, 4)
+    with pytest.raises(UnsupportedConfig, match=why):
+        check_tp_shape(model, tp, world_size=6)
+
+
+def test_the_space_never_suggests_zero_with_tp():
+    import optuna
+
+    from autotune.contract import HardwareFingerprint
+    from autotune.space import SearchSpace, capabilities_for, restrict, suggest
+
+    hw = HardwareFingerprint(device_kind=DeviceKind.cpu, cpu_count=8)
+    caps = capabilities_for(hw)
+    assert caps.zero_stages == {0, 1, 2, 3} and caps.tensor_parallel and caps.offload
+    rs = restrict(SearchSpace(num_gpus=[2], tp_degree=[1, 2], zero_stage=[0, 1, 2, 3]), caps, n_heads=4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(60):
+        values = suggest(study.ask(), rs)
+        assert not (values["tp_degree"] > 1 and values["zero_stage"] > 0), values
+        seen.add((values["tp_degree"], values["zero_stage"]))
+    assert (2, 0) in seen and any(z > 0 for _, z in seen)
+    # A space without stage 0 cannot run TP at all: it is dropped, and said so.
+    no_zero0 = restrict(SearchSpace(num_gpus=[2], tp_degree=[1, 2], zero_stage=[1, 3]), caps, n_heads=4)
+    assert no_zero0.tp_degree == [1] and no_zero0.dropped["tp_degree"] == [2]
