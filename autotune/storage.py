@@ -174,12 +174,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
         engine_kwargs = {"pool_pre_ping": True,
                          "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     try:
-        with warnings.catch_warnings():
-            # Heartbeats are marked experimental in Optuna; autotune relies on them knowingly.
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
-                grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb))
+        return _rdb_storage(url, engine_kwargs, hb)
     except Exception as exc:  # unreachable server, wrong password, missing database, ...
         missing = _missing_module(exc)
         if missing:
@@ -189,6 +184,29 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
         raise UserError(f"cannot open storage {redact_url(given)}: {_first_line(exc, given)}",
                         fix="check the URL, that the server is running and reachable, and the "
                             "credentials") from None
+
+
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings, attempts: int = 4):
+    import time
+
+    import optuna
+
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():
+                # Heartbeats are marked experimental in Optuna; autotune relies on them knowingly.
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
+                    grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb))
+        except Exception as exc:
+            # Two machines opening a fresh database at once both create Optuna's tables; the
+            # loser's CREATE fails with "already exists" (a unique violation in PostgreSQL's
+            # catalog). The tables are there now: open again.
+            if attempt + 1 == attempts or "already exists" not in str(exc):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 # A bare `postgresql://` or `mysql://` means SQLAlchemy's default driver for that database,
