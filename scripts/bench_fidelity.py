@@ -58,9 +58,9 @@ def trial_added(r: TrialResult) -> int | None:
     return None
 
 
-def pct(a: float | None, b: float | None) -> str | None:
+def pct(a: float | None, b: float | None) -> str:
     if a is None or b is None or not b:
-        return None
+        return "n/a"
     return f"{(a - b) / b:+.1%}"
 
 

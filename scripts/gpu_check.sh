@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh --dry-run            # the same pipeline on CPU, tiny preset (a test)
 #
 # Options: --dry-run, --out DIR (default $OUT, else ./gpu_check_out), --preset NAME (small),
-# --trials N (10), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
+# --trials N (8), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
 # --no-fp8 (skip torchao and the fp8 trial), --no-install (use the venv as it is).
 # Writes into the output folder: gpu_check_summary.json, gpu_check_report.md, report.txt
 # (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders).
@@ -53,7 +53,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
   export AUTOTUNE_FORCE_CPU=1
   if [[ -z "$VENV" && -x "$ROOT/.venv/bin/python" ]]; then VENV="$ROOT/.venv"; INSTALL=0; fi
 else
-  PRESET="${PRESET:-small}"; TRIALS="${TRIALS:-10}"
+  PRESET="${PRESET:-small}"; TRIALS="${TRIALS:-8}"
   SEQ_LEN=1024; GLOBAL_BATCH=64; MICROS="[8, 16, 32]"; PRECISIONS="[bf16, fp8]"
   WARMUP=3; MEASURE=10; MAX_MEASURE=20; TIMEOUT_S=240
   if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -120,20 +120,29 @@ echo "gpu_check: sweep of $TRIALS trials, preset $PRESET, into $OUT_DIR"
 "$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" > "$OUT_DIR/report.txt" 2>&1 || true
 "$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" --json > "$OUT_DIR/report.json" 2>/dev/null || true
 
-# --- fp8: one direct trial when the sweep could not offer it (no capability probe there) ----
-if [[ "$FP8" == 1 ]]; then
-  mkdir -p "$OUT_DIR/extra"
-  "$PY" - "$OUT_DIR/extra/fp8_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" <<'PYEOF'
+# --- direct trials: what the sweep may not offer on this machine ----------------------------
+# fp8 (the sweep offers it only where it can probe the GPU and torchao) and ZeRO 1 / 3 (offered
+# once the space's capabilities include them), each as one trial outside the study.
+EXTRA=("bf16:1" "bf16:3")
+if [[ "$FP8" == 1 ]]; then EXTRA=("fp8:0" "${EXTRA[@]}"); fi
+if [[ "$DRY_RUN" == 1 ]]; then EXTRA=("fp32:1"); fi
+mkdir -p "$OUT_DIR/extra"
+for item in "${EXTRA[@]}"; do
+  prec="${item%%:*}"; zero="${item##*:}"
+  name="${prec}_zero${zero}"
+  "$PY" - "$OUT_DIR/extra/${name}_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" "$prec" "$zero" "$DRY_RUN" <<'PYEOF'
 import sys
-from autotune.contract import DeviceKind, GPTWorkload, TrialConfig
-path, preset, seq_len, warmup, measure = sys.argv[1:6]
-TrialConfig(workload=GPTWorkload(preset=preset), seq_len=int(seq_len), micro_batch_size=16,
-            precision="fp8", device=DeviceKind.cuda, warmup_steps=int(warmup),
-            measure_steps=int(measure), timeout_s=240).write(path)
+from autotune.contract import DeviceKind, GPTWorkload, Launcher, TrialConfig
+path, preset, seq_len, warmup, measure, prec, zero, dry = sys.argv[1:9]
+TrialConfig(workload=GPTWorkload(preset=preset), seq_len=int(seq_len),
+            micro_batch_size=2 if dry == "1" else 16, precision=prec, zero_stage=int(zero),
+            launcher=Launcher.deepspeed if int(zero) > 0 else Launcher.torchrun,
+            device=DeviceKind.cpu if dry == "1" else DeviceKind.cuda, warmup_steps=int(warmup),
+            measure_steps=int(measure), max_measure_steps=int(measure), timeout_s=240).write(path)
 PYEOF
-  "$VENV/bin/autotune" trial "$OUT_DIR/extra/fp8_config.json" --out "$OUT_DIR/extra/trial_fp8" \
-    > "$OUT_DIR/extra/fp8_trial.txt" 2>&1 || echo "gpu_check: the fp8 trial did not succeed (see extra/fp8_trial.txt)" >&2
-fi
+  "$VENV/bin/autotune" trial "$OUT_DIR/extra/${name}_config.json" --out "$OUT_DIR/extra/trial_${name}" \
+    > "$OUT_DIR/extra/${name}.txt" 2>&1 || echo "gpu_check: direct trial $name did not succeed (see extra/${name}.txt)" >&2
+done
 
 # --- summary ------------------------------------------------------------------------------
 MODE=gpu
