@@ -54,6 +54,10 @@ def record_spec(study, spec) -> None:
         "target": spec.target.model_dump(mode="json"),
         "spec_file": spec.source,
     })
+    try:  # names for the objectives in optuna-dashboard and study.metric_names
+        study.set_metric_names(["hours_to_target", "usd_to_target"])
+    except (AttributeError, ValueError):  # an older Optuna, or a study of other objectives
+        pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -527,21 +531,27 @@ def options_table(rows: list[dict[str, Any]], title: str, wide: bool = True):
 WIDE_COLUMNS = 160
 
 
+def _ended(r: dict[str, Any]) -> str:
+    """One word for how a trial ended: its status when it completed, else state: status."""
+    if r["state"] == "COMPLETE":
+        return r["status"] or "ok"
+    return r["state"].lower() + (f": {r['status']}" if r["status"] else "")
+
+
 def trials_table(rows: list[dict[str, Any]], title: str):
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for col, just in (("#", "right"), ("state", "left"), ("status", "left"), ("config", "left"),
-                      ("tokens/s", "right"), ("peak mem", "right"), ("hours", "right"),
-                      ("dollars", "right"), ("offer", "left")):
-        table.add_column(col, justify=just)
+    for col, just in (("#", "right"), ("ended", "left"), ("config", "left"), ("tokens/s", "right"),
+                      ("peak mem", "right"), ("hours", "right"), ("dollars", "right"), ("offer", "left")):
+        table.add_column(col, justify=just, overflow="fold")
     for r in rows:
         tps = f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-"
         mem = fmt_bytes(r["peak_mem_bytes"]) if r["peak_mem_bytes"] else "-"
         if r["peak_mem_bytes"] and r.get("peak_mem_source") == "host_rss":
             mem += " rss"
-        table.add_row(str(r["number"]), r["state"], r["status"] or "-", config_summary(r["config"]),
-                      tps, mem, fmt_hours(r["hours"]), fmt_usd(r["usd"]), r["offer"] or "-")
+        table.add_row(str(r["number"]), _ended(r), config_summary(r["config"]), tps, mem,
+                      fmt_hours(r["hours"]), fmt_usd(r["usd"]), r["offer"] or "-")
     return table
 
 

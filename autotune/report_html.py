@@ -44,6 +44,11 @@ def _not_plotted(doc: dict[str, Any]) -> str:
     return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
 
 
+def _hours_text(h: float) -> str:
+    """Hours as the axis shows them, with days beside when that reads better."""
+    return f"{h:,.1f} h" + (f" ({h / 24:.1f} d)" if h >= 48 else "")
+
+
 def _label(o: dict[str, Any]) -> str:
     return f"#{o['trial']} {config_summary(o['config'])} on {o['offer']}"
 
@@ -86,7 +91,7 @@ def pareto_figure(doc: dict[str, Any]):
     (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
     if limits["deadline_hours"] is not None:
         fig.add_trace(go.Scatter(x=[limits["deadline_hours"]] * 2, y=[y_lo, y_hi], mode="lines",
-                                 name=f"deadline {fmt_hours(limits['deadline_hours'])}",
+                                 name=f"deadline {_hours_text(limits['deadline_hours'])}",
                                  line=dict(color="#D55E00", dash="dash"), hoverinfo="name"))
     if limits["max_usd"] is not None:
         fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[limits["max_usd"]] * 2, mode="lines",
@@ -98,7 +103,7 @@ def pareto_figure(doc: dict[str, Any]):
         if o:  # annotations on a log axis take log10 of the value (plotly's convention)
             fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
                                y=math.log10(o["usd"]) if log_y else o["usd"],
-                               text=f"<b>{label}</b>: #{o['trial']} {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])}",
+                               text=f"<b>{label}</b>: #{o['trial']} {_hours_text(o['hours'])}, {fmt_usd(o['usd'])}",
                                showarrow=True, arrowhead=2, ax=70, ay=ay, bgcolor="white",
                                bordercolor="#999")
     sub = _not_plotted(doc)
@@ -150,7 +155,7 @@ def _hover(o: dict[str, Any]) -> str:
     tps = f"{o['tokens_per_s']:,.0f} tokens/s" if o.get("tokens_per_s") else "tokens/s not measured"
     return (f"trial {o['trial']}: {html.escape(config_summary(o['config']))}<br>"
             f"{html.escape(o['offer'])} ({html.escape(o['platform'])})<br>"
-            f"{fmt_hours(o['hours'])}, {fmt_usd(o['usd'])}, {tps}<br>figures: {o['basis_kind']}")
+            f"{_hours_text(o['hours'])}, {fmt_usd(o['usd'])}, {tps}<br>figures: {o['basis_kind']}")
 
 
 def throughput_figure(doc: dict[str, Any]):
@@ -214,7 +219,8 @@ def memory_figure(doc: dict[str, Any]):
     if pred:
         fig.add_trace(go.Scatter(y=[p[0] for p in pred], x=[p[1] for p in pred], mode="markers",
                                  name="predicted peak", marker=dict(symbol="diamond", size=12, color="#000")))
-    fig.update_layout(barmode="stack", title="Memory per config: measured peak and headroom",
+    fig.update_layout(barmode="stack", title="Memory per config: measured peak and headroom per rank",
+                      uniformtext=dict(minsize=10, mode="show"),
                       xaxis=dict(title="GiB"), template="plotly_white",
                       height=max(260, 60 + 40 * len(rows)), margin=dict(l=260, r=30, t=60, b=50))
     return fig
@@ -333,6 +339,12 @@ def _memory_table(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _search_text(doc: dict[str, Any]) -> str:
+    s = doc["search"]
+    usd = fmt_usd(s["usd"]) if s["usd"] is not None else "not priced"
+    return f"{usd} ({s['gpu_hours']:.3f} rank-hours)"
+
+
 def _card(label: str, o: dict[str, Any] | None, limits_text: str) -> str:
     if o is None:
         return (f"<div class='card'><div class='what'>{label} {limits_text}</div>"
@@ -366,7 +378,7 @@ def render_html(doc: dict[str, Any]) -> str:
     body = f"""
 <h1>autotune report: study '{_e(doc['study'])}'</h1>
 <div class='meta'>{c['total']} trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed,
-{c['running']} running &middot; storage {_e(doc['storage'] or '-')} &middot; catalog {_e(doc['catalog'])}
+{c['running']} running &middot; search cost {_e(_search_text(doc))} &middot; storage {_e(doc['storage'] or '-')} &middot; catalog {_e(doc['catalog'])}
 &middot; {_e(doc['catalog_note'] or '')} &middot; report schema v{doc['schema_version']}</div>
 <div class='cards'>{_card('Cheapest', doc['cheapest'], limits_text)}{_card('Fastest', doc['fastest'], limits_text)}</div>
 {notes}
@@ -448,7 +460,7 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     for key, label, dy in _best_labels(doc):
         o = doc[key]
         if o:
-            ax.annotate(f"{label}: #{o['trial']} {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])}",
+            ax.annotate(f"{label}: #{o['trial']} {_hours_text(o['hours'])}, {fmt_usd(o['usd'])}",
                         (o["hours"], o["usd"]), xytext=(30, dy), textcoords="offset points",
                         arrowprops=dict(arrowstyle="->"), fontsize=9,
                         bbox=dict(boxstyle="round", fc="white", ec="#999"))
@@ -511,12 +523,14 @@ def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
     ax.barh(labels, used, color="#D55E00", label="measured peak")
     ax.barh(labels, free, left=used, color="#cfe8cf", label="headroom (free)")
     for i, t in enumerate(rows):
-        ax.text(used[i], i, " " + _mem_text(t), va="center", fontsize=8)
+        right = max(used[i], (t["predicted_peak_mem_bytes"] or 0) / gib)
+        ax.annotate(_mem_text(t), (right, i), xytext=(8, 0), textcoords="offset points", va="center",
+                    fontsize=8)
         if t["predicted_peak_mem_bytes"]:
             ax.plot(t["predicted_peak_mem_bytes"] / gib, i, "kD", label="predicted peak" if i == 0 else None)
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
-    ax.set_title("Memory per config: measured peak and headroom", fontsize=11)
+    ax.set_title("Memory per config: measured peak and headroom per rank", fontsize=11)
     if rows:
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -20,6 +20,7 @@ seq_len: 32
 target: {{tokens: 1.0e7}}
 space: {space}
 trial: {{warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240}}
+platforms: {{catalog: {catalog}}}
 study: {study}
 storage: sqlite:///{db}
 """
@@ -56,6 +57,29 @@ class Study:
                               text=True, timeout=timeout, env=e)
 
 
+# A second CPU platform, so that offers differ in kind (spot: cheaper, slower by its
+# interruptions). TEST DATA, not a real price.
+TEST_SPOT_OFFER = {
+    "name": "test-cpu-spot", "provider": "testcloud", "gpu": "cpu-core", "pricing": "spot",
+    "gpus_per_node": 192, "price_usd_per_gpu_hour": 0.0178, "billing": "second",
+    "interruptions_per_node_month": 30, "restart_hours": 0.5, "setup_hours": 0.1,
+    "price_date": "2026-11-30", "price_source": "test data (tests/report_study.py), not a real price",
+}
+
+
+def write_test_catalog(folder: Path) -> Path:
+    """The shipped catalog plus TEST_SPOT_OFFER."""
+    import yaml
+
+    from autotune.pricing.catalog import DEFAULT_CATALOG
+
+    cat = yaml.safe_load(DEFAULT_CATALOG.read_text())
+    cat["offers"].append(dict(TEST_SPOT_OFFER))
+    path = folder / "catalog.yaml"
+    path.write_text(yaml.safe_dump(cat, sort_keys=False))
+    return path
+
+
 _built: dict[str, Study] = {}
 
 
@@ -65,7 +89,8 @@ def _build(tmp_path_factory, name: str, space: str, trials: int) -> Study:
     folder = tmp_path_factory.mktemp(name)
     (folder / "space.yaml").write_text(space)
     db = folder / "study.db"
-    (folder / "spec.yaml").write_text(SPEC.format(space=folder / "space.yaml", study=name, db=db))
+    (folder / "spec.yaml").write_text(SPEC.format(space=folder / "space.yaml", study=name, db=db,
+                                                  catalog=write_test_catalog(folder)))
     p = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", "spec.yaml", "--trials", str(trials)],
                        cwd=folder, capture_output=True, text=True, timeout=900,
                        env=dict(os.environ, COLUMNS="200"))

@@ -58,7 +58,7 @@ for _ in range(engine.gradient_accumulation_steps()):  # one real optimizer step
     engine.step()
 json.dump({"train_batch_size": engine.train_batch_size(), "micro": micro,
            "accum": engine.gradient_accumulation_steps(), "world_size": dist.get_world_size(),
-           "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bf16_enabled(),
+           "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
            "global_steps": engine.global_steps},
           open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w"))
 """
@@ -137,27 +137,38 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
     assert len(ranks) == cfg["num_gpus"] == 2
     for r in ranks:
         assert r["world_size"] == 2 and r["zero_stage"] == 2 and r["global_steps"] == 1
+        assert r["bf16"] == (cfg["precision"] == "bf16")
         assert r["micro"] == cfg["micro_batch_size"] and r["accum"] == cfg["grad_accum_steps"]
         assert r["train_batch_size"] == cfg["global_batch_samples"] == r["micro"] * r["accum"] * 2
 
 
 def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
+    from autotune.errors import UserError
+    from autotune.export import plan_export
+    from autotune.report import collect
+    from autotune.study import open_study
+
     study = ddp_study(tmp_path_factory)
-    for args, msg in ((["--pick", "99"], "no trial 99"),
-                      (["--pick", "cheapst"], "not cheapest, fastest or a trial number"),
-                      (["--pick", "cheapest", "--offer", "aws-c7i-ondmand"], "Did you mean 'aws-c7i-ondemand'"),
-                      (["--pick", "cheapest", "--max-usd", "0.0000001"], "no option meets")):
-        p = study.cli("export", *args, "--out", str(tmp_path / "x"))
-        assert p.returncode == 2, (args, p.stdout, p.stderr)
-        assert msg in p.stderr and "To fix:" in p.stderr, (args, p.stderr)
-        assert not (tmp_path / "x").exists()
+    st = open_study(study.storage, study.name, create=False)
+    doc, trials = collect(st), {t.number: t for t in st.get_trials()}
+    for kwargs, msg in ((dict(pick="99"), "no trial 99"),
+                        (dict(pick="cheapst"), "not cheapest, fastest or a trial number"),
+                        (dict(pick="cheapest", offer="aws-c7i-ondmand"), "Did you mean 'aws-c7i-ondemand'")):
+        with pytest.raises(UserError, match=msg):
+            plan_export(doc, trials, **kwargs)
+    with pytest.raises(UserError, match="no option meets"):
+        plan_export(collect(st, max_usd=1e-9), trials, pick="cheapest")
+    # --offer takes that offer's cheapest option
+    plan = plan_export(doc, trials, pick="cheapest", offer="test-cpu-spot")
+    assert plan.option["offer"] == "test-cpu-spot"
+
+    # Through the CLI: exit code 2, one line, nothing written.
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     p = study.cli("export", "--pick", "fastest", "--out", str(tmp_path / "full"))
-    assert p.returncode == 2 and "--force" in p.stderr
+    assert p.returncode == 2 and "--force" in p.stderr and "To fix:" in p.stderr, p.stderr
     assert [f.name for f in (tmp_path / "full").iterdir()] == ["keep.txt"]
     p = study.cli("export", "--pick", "fastest", "--out", str(tmp_path / "full"), "--force")
     assert p.returncode == 0, p.stderr
     assert not (tmp_path / "full" / "keep.txt").exists() and (tmp_path / "full" / "launch.sh").is_file()
-    # no temporary folder left behind
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["full"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["full"]  # no temporary folder left

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.report import pareto_front
 from autotune.report_schema import REPORT_SCHEMA_VERSION, OptionRow, ReportDoc, report_json_schema
-from tests.report_study import ddp_study
+from tests.report_study import TEST_SPOT_OFFER, ddp_study
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,11 @@ def test_report_content_is_the_real_measurements(doc, study):
         assert cfg["global_batch_samples"] == cfg["micro_batch_size"] * cfg["grad_accum_steps"] * cfg["num_gpus"]
         # memory capacity per rank on CPU: host RAM shared by the ranks
         assert t["headroom_bytes"] == t["mem_capacity_bytes"] - t["peak_mem_bytes"]
-    assert doc["options"], "completed trials are priced on the catalog's CPU offer"
+    # Every completed trial is priced on every CPU offer of the catalog (two platforms).
+    cpu_offers = {"aws-c7i-ondemand", TEST_SPOT_OFFER["name"]}
+    for t in doc["trials"]:
+        assert {o["offer"] for o in doc["options"] if o["trial"] == t["number"]} == cpu_offers
+    assert sorted(o["platform"] for o in doc["per_platform"]) == ["aws/on-demand", "testcloud/spot"]
     for o in doc["options"]:
         assert o["basis_kind"] == "measured" and o["hours"] > 0 and o["usd"] > 0
         assert o["gpu_type"] == "cpu-core" and o["mfu"] is None  # no published CPU peak
@@ -85,17 +89,22 @@ def test_report_content_is_the_real_measurements(doc, study):
 
 
 def test_limits_split_options_into_feasible_and_not(study, doc):
+    from autotune.report import collect
+    from autotune.study import open_study
+
     hours = sorted(o["hours"] for o in doc["options"])
     if hours[0] == hours[-1]:
-        pytest.fail("the three trials measured the same throughput: cannot split by deadline")
+        pytest.fail("every option has the same hours: cannot split them by a deadline")
     deadline = (hours[0] + hours[-1]) / 2
-    p = study.cli("report", "--json", "--deadline-hours", repr(deadline))
-    limited = json.loads(p.stdout)
+    limited = collect(open_study(study.storage, study.name, create=False), deadline_hours=deadline)
     assert limited["limits"] == {"max_usd": None, "deadline_hours": deadline, "source": "flags"}
     for o in limited["options"]:
         assert o["feasible"] == (o["hours"] <= deadline) and o["within_deadline"] == o["feasible"]
     assert limited["fastest"]["hours"] <= deadline and limited["cheapest"]["hours"] <= deadline
     assert limited["cheapest"]["usd"] == min(o["usd"] for o in limited["options"] if o["feasible"])
+    # the Pareto set ignores the limits; the best per platform keeps to them
+    assert {(o["trial"], o["offer"]) for o in limited["pareto"]} == {(o["trial"], o["offer"]) for o in doc["pareto"]}
+    assert all(o["feasible"] for o in limited["per_platform"])
 
 
 def test_rich_report_names_the_decision(study, doc):
@@ -129,6 +138,10 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
     front = next(t for t in figure["data"] if t.get("name") == "Pareto set")
     want = sorted((o["hours"], o["usd"]) for o in rep["pareto"])
     assert _flat(sorted(zip(front["x"], front["y"]))) == pytest.approx(_flat(want))
+    for platform in {o["platform"] for o in rep["options"] if o["feasible"]}:  # coloured by platform
+        trace = next(t for t in figure["data"] if t.get("name") == platform)
+        assert sorted(trace["x"]) == sorted(o["hours"] for o in rep["options"]
+                                            if o["platform"] == platform and o["feasible"])
     infeasible = next(t for t in figure["data"] if t.get("name") == "over budget or deadline")
     assert len(infeasible["x"]) == sum(not o["feasible"] for o in rep["options"]) >= 1
     assert any(t.get("name", "").startswith("deadline") for t in figure["data"])
@@ -150,10 +163,18 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
         assert image.imread(out / name).shape[0] > 100
 
 
-def test_report_into_a_missing_folder_exits_2_and_writes_nothing(study, tmp_path):
-    p = study.cli("report", "--html", str(tmp_path / "missing" / "r.html"))
-    assert p.returncode == 2 and "does not exist" in p.stderr
-    assert not (tmp_path / "missing").exists()
+def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
+    from autotune.errors import UserError
+    from autotune.report_html import write_html, write_report_dir
+
+    with pytest.raises(UserError, match="does not exist"):
+        write_html(doc, tmp_path / "missing" / "r.html")
+    with pytest.raises(UserError, match="does not exist"):
+        write_report_dir(doc, tmp_path / "missing" / "rep")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="is a file"):
+        write_report_dir(doc, tmp_path / "afile")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no temporary leftovers
 
 
 def _flat(points) -> list[float]:
@@ -166,3 +187,31 @@ def _plotly_figure(html: str, div_id: str) -> dict:
     assert m, f"no plotly figure {div_id}"
     data, _ = json.JSONDecoder().raw_decode(html, m.end())
     return {"data": data}
+
+
+def test_live_progress_panel_reads_the_study(study, doc):
+    import io
+
+    from rich.console import Console
+
+    from autotune.progress import SweepProgress, snapshot
+    from autotune.study import open_study
+
+    st = open_study(study.storage, study.name, create=False)
+    snap = snapshot(st)
+    assert (snap.complete, snap.running, snap.pruned, snap.failed) == (3, 0, 0, 0)
+    # the best by cost and by time among the stored scores (the sweep's cheapest offer per trial)
+    scores = {t["number"]: (t["usd"], t["hours"]) for t in doc["trials"]}
+    assert snap.cheapest[0] == min(scores, key=lambda n: scores[n][0])
+    assert snap.fastest[0] == min(scores, key=lambda n: scores[n][1])
+    assert snap.search_usd == pytest.approx(doc["search"]["usd"]) and snap.search_usd > 0
+    # a trial this process just finished still reads RUNNING in storage: counted as it ended
+    assert snapshot(st, finished={2: "pruned"}).complete == 3  # stored COMPLETE wins
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=160)
+    progress = SweepProgress(console, st, n_trials=3)
+    progress.refresh()
+    console.print(progress)
+    text = buf.getvalue()
+    assert "3 done, 0 running, 0 pruned, 0 failed" in text
+    assert f"trial {snap.cheapest[0]}:" in text and "search cost" in text
