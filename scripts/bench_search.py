@@ -592,7 +592,8 @@ def render(data, table: dict[str, Entry], args) -> str:
         f"trial-seconds = their measured wall time. {data['settings']['seeds']} seeds per "
         f"strategy; sampler replays stop at {args.max_trials_factor:g} x the number of configs. "
         f"'not reached' = the strategy ended without reaching it (grid and heuristic end by "
-        f"themselves).",
+        f"themselves). `autotune.study.make_sampler` mixes the process id into its seed (so that "
+        f"concurrent workers differ), so these medians move by about a trial between runs.",
         "",
     ]
     rows = []
@@ -607,7 +608,18 @@ def render(data, table: dict[str, Entry], args) -> str:
         ["strategy", "runs", "cost: median trials", "p90 trials", "median trial-s", "p90 trial-s",
          "reached", "time: median trials", "p90 trials", "median trial-s", "p90 trial-s", "reached",
          "median configs launched", "median prescreened"], rows))
-    lines += ["", verdict(s), "", "Best configs in the ground truth (feasible under the limit):", ""]
+    lines += ["", verdict(s), ""]
+    peaks = [e.emulated_peak_bytes for e in table.values() if e.emulated_peak_bytes]
+    if lim and peaks:
+        from autotune.spec import MemorySpec
+
+        m = MemorySpec().safety_margin
+        lines += [f"Reading the prescreen rows: the smallest measured peak is {min(peaks) / 2**20:,.0f} "
+                  f"MiB ({min(peaks) / lim:.0%} of the limit; on CPU most of it is the Python + torch "
+                  f"runtime, on a GPU the runtime is a small part of device memory). A {m:.0%} margin "
+                  f"on the whole calibrated prediction holds back every config predicted above "
+                  f"{lim / (1 + m) / 2**20:,.0f} MiB.", ""]
+    lines += ["Best configs in the ground truth (feasible under the limit):", ""]
     feas = [e for e in table.values() if e.feasible]
     top = sorted(feas, key=lambda e: e.usd)[:3] + sorted(feas, key=lambda e: e.hours)[:3]
     lines.append(markdown_table(
@@ -619,18 +631,22 @@ def render(data, table: dict[str, Entry], args) -> str:
     return "\n".join(lines)
 
 
+def _n(x: float) -> str:
+    return "not reached" if x == math.inf else f"{x:.3g}"
+
+
 def verdict(s: dict[str, Any]) -> str:
     rnd = s[RANDOM]["usd"]["median_trials"]
     ds = s[HEURISTIC]["usd"]["median_trials"]
     lines = [f"**Targets** (issue #8), by cost, medians over seeds: at most a third of the trials "
-             f"random search needs ({rnd:g} / 3 = {rnd / 3:.3g}), and fewer than the "
-             f"DeepSpeed-style heuristic ({ds:g}):", ""]
+             f"random search needs ({_n(rnd)} / 3 = {_n(rnd / 3)}), and fewer than the "
+             f"DeepSpeed-style heuristic ({_n(ds)}):", ""]
     for name, r in s.items():
         if not name.startswith("autotune"):
             continue
         t = r["usd"]["median_trials"]
         third = t <= rnd / 3 if rnd != math.inf else t != math.inf
-        lines.append(f"- {name}: median {t:g} trials: third of random **{'met' if third else 'NOT met'}**, "
+        lines.append(f"- {name}: median {_n(t)} trials: third of random **{'met' if third else 'NOT met'}**, "
                      f"fewer than the heuristic **{'met' if t < ds else 'NOT met'}**")
     return "\n".join(lines)
 

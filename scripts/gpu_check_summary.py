@@ -98,6 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.extra and args.extra.is_dir():
         folders += sorted(p for p in args.extra.rglob("*") if (p / "config.json").is_file())
     trials = [t for t in (summarise_trial(f) for f in folders) if t is not None]
+    # The sweep's own prediction per trial (calibrated once the study has measured trials).
+    report = args.out / "report.json"
+    if report.is_file():
+        try:
+            by_dir = {Path(str(t.get("trial_dir") or "")).name: t
+                      for t in json.loads(report.read_text()).get("trials", [])}
+        except (ValueError, AttributeError):
+            by_dir = {}
+        for t in trials:
+            r = by_dir.get(t["trial"], {})
+            t["sweep_predicted_bytes"] = r.get("predicted_peak_mem_bytes")
+            t["sweep_predicted_basis"] = r.get("predicted_basis")
     ctx = run_context()
     import time
 
@@ -140,9 +152,15 @@ def render(doc: dict) -> str:
             err = f"{(t['predicted_bytes'] - t['allocator_peak_bytes']) / t['allocator_peak_bytes']:+.0%}"
         rows.append([t["trial"], cfg, t["status"], t["tokens_per_s"],
                      None if t["mfu"] is None else f"{t['mfu']:.1%}", alloc, fmt_bytes(t["nvml_peak_bytes"]),
-                     fmt_bytes(t["predicted_bytes"]), err, t["wall_s"]])
+                     fmt_bytes(t["predicted_bytes"]), err,
+                     fmt_bytes(t.get("sweep_predicted_bytes")) if t.get("sweep_predicted_bytes") else "n/a",
+                     t["wall_s"]])
     lines.append(markdown_table(["trial", "config", "status", "tokens/s", "MFU", "allocator peak",
-                                 "NVML peak", "predicted", "predicted vs allocator", "wall s"], rows))
+                                 "NVML peak", "predicted (analytic)", "analytic vs allocator",
+                                 "sweep's prediction (calibrated)", "wall s"], rows))
+    pb = sorted({t["sweep_predicted_basis"] for t in doc["trials"] if t.get("sweep_predicted_basis")})
+    if pb:
+        lines += ["", "Sweep's prediction basis: " + "; ".join(pb)]
     bases = sorted({t["mfu_basis"] for t in doc["trials"] if t.get("mfu_basis")})
     if bases:
         lines += ["", "MFU basis: " + "; ".join(bases)]

@@ -63,7 +63,7 @@ done
   fi
   echo
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.hardware import local_hardware; print(machine_line(local_hardware()))')"
-  echo "Total benchmark time of this run: $(( $(date +%s) - STARTED )) s."
+  echo "This invocation ran: $ONLY ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
   for name in search overhead fidelity; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
@@ -79,6 +79,13 @@ done
     echo "H100/H200-class card), then copy its \`gpu_check_report.md\` to"
     echo "\`benchmarks/gpu_check_report.md\` and rerun this script. \`scripts/gpu_check.sh --dry-run\`"
     echo "runs the same pipeline on CPU with the tiny preset."
+  fi
+  if [[ -f "$ROOT/benchmarks/gpu_check_dryrun_report.md" ]]; then
+    echo
+    echo "Last \`scripts/gpu_check.sh --dry-run\` (pipeline check on CPU, copied to"
+    echo "\`benchmarks/gpu_check_dryrun_report.md\`; no GPU figures):"
+    echo
+    sed 's/^## /### /' "$ROOT/benchmarks/gpu_check_dryrun_report.md"
   fi
 } > "$DOC.tmp"
 mv "$DOC.tmp" "$DOC"
