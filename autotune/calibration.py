@@ -9,7 +9,8 @@ trials, and prescreen configurations with the calibrated model before launching 
 The fit. Measured peak per rank = c[engine] + d[ranks > 1] + s * analytic, where `analytic`
 is everything `autotune.estimate.memory` counts. The constant is what a runtime costs
 whatever the model: the CUDA context or, on CPU, the Python + torch (+ DeepSpeed) process;
-it differs by engine (DeepSpeed imports and allocates more), hence one per engine; d is
+it differs by engine (DeepSpeed imports and allocates more; ZeRO-3 more again), hence one per
+engine group (`calibration_group`: ddp, deepspeed, deepspeed-zero3); d is
 what running in a process group adds per rank (communicator, its buffers and threads). The
 slope is what grows with the bytes allocated: allocator rounding and fragmentation, the
 caching allocator's slack, copies the model does not count. Three kinds of term, few
@@ -183,6 +184,14 @@ def model_shape_for(workload: Any) -> ModelShape | None:
     return None  # a user entry point: no shape to reason about
 
 
+def calibration_group(mcfg: MemoryConfig) -> str:
+    """Which runtime constant a config shares: DDP, DeepSpeed ZeRO 0-2, or ZeRO-3, whose
+    gather / reduce-scatter machinery keeps buffers of its own (measured on CPU: ~25% more
+    than ZeRO-2 at the same config, see docs/benchmarks.md)."""
+    engine = mcfg.resolved_engine
+    return f"{engine}-zero3" if engine == "deepspeed" and mcfg.zero_stage == 3 else engine
+
+
 @dataclass
 class Verdict:
     launch: bool
@@ -246,7 +255,7 @@ class MemoryGuard:
     # -- before a trial
     def predict(self, cfg: TrialConfig) -> Verdict:
         mcfg = MemoryConfig.from_trial_config(cfg)
-        engine = mcfg.resolved_engine
+        engine = calibration_group(mcfg)
         model = model_shape_for(cfg.workload)
         limit = device_limit_bytes(self.hw, cfg.num_gpus, self.spec_limit)
         if model is None:

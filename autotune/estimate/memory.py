@@ -32,6 +32,7 @@ OptimizerName = Literal["adamw", "sgd", "adafactor"]
 DS_REDUCE_BUCKET_ELEMS = 500_000_000
 DS_ALLGATHER_BUCKET_ELEMS = 500_000_000
 DS_PREFETCH_BUCKET_ELEMS = 50_000_000
+DS_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
 class MemoryConfig(BaseModel):
@@ -192,7 +193,8 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
 
 
 def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
-    """Weights, gradients, optimizer state per rank on the device, and host bytes.
+    """Weights (own shard), ZeRO-3's gathered working set, gradients, optimizer state per
+    rank on the device, and host bytes.
 
     Under TP each rank holds 1/t of the model (replicated norms neglected); ZeRO then shards
     over the data-parallel ranks: stage 1 the optimizer state, stage 2 also the gradients,
@@ -206,6 +208,11 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
     opt_state = optimizer_state_bytes_per_param(cfg.optimizer, model)
     if cfg.resolved_engine == "deepspeed" and mixed:
         w_pp, g_pp, o_pp = c, c, opt_state + 4.0  # fp32 master copy lives with the optimizer
+    elif cfg.resolved_engine == "deepspeed" and cfg.zero_stage >= 1:
+        # DeepSpeed's ZeRO optimizers keep an fp32 copy of their partition even for an fp32
+        # model (stage_1_and_2.py `single_partition_of_fp32_groups`, stage3.py
+        # `fp32_partitioned_groups_flat`), so fp32 pays the master copy too.
+        w_pp, g_pp, o_pp = 4.0, 4.0, opt_state + 4.0
     else:  # fp32, or torch autocast: fp32 weights and gradients, no separate master copy
         w_pp, g_pp, o_pp = 4.0, 4.0, opt_state
     weights, grads, opt = psi * w_pp, psi * g_pp, psi * o_pp
@@ -217,8 +224,11 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
     if z >= 3:
         weights /= nd
     host = 0.0
+    # ZeRO-3 gathers parameters to use them and keeps up to `stage3_max_live_parameters`
+    # (default 1e9 elements) of them live: the whole model when it is smaller, else about
+    # that many (at least the largest module) (DeepSpeed config docs, "ZeRO optimizations").
     largest = (model.largest_layer_params or 0) / cfg.tp_degree
-    gathered = largest * w_pp if z == 3 else 0.0  # ZeRO-3 gathers a module whole to use it
+    gathered = min(psi, max(DS_MAX_LIVE_PARAMETERS, largest)) * w_pp if z == 3 else 0.0
     if cfg.offload in (Offload.optimizer, Offload.optimizer_params):
         # The optimizer partition (and, for the CPU Adam, an fp32 copy of the gradient
         # partition) live in host memory (ZeRO-Offload, Ren et al. 2021).
@@ -227,8 +237,8 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
     if cfg.offload is Offload.optimizer_params:
         host += weights
         weights = 0.0
-    return {"weights": int(weights + gathered), "gradients": int(grads), "optimizer": int(opt),
-            "host": int(host), "w_pp": w_pp}
+    return {"weights": int(weights), "gathered": int(gathered), "gradients": int(grads),
+            "optimizer": int(opt), "host": int(host), "w_pp": w_pp}
 
 
 # ---------------------------------------------------------------------------------------
@@ -374,15 +384,17 @@ def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
             opt_temp = psi * 4.0
     else:
         w = states["w_pp"]
+        if cfg.optimizer == "adamw" and cfg.offload is Offload.none:
+            # autotune's DeepSpeed config runs torch's AdamW (`torch_adam`), whose foreach step
+            # builds sqrt(exp_avg_sq) over this rank's optimizer partition.
+            opt_temp = psi * 4.0 / (cfg.dp_degree if cfg.zero_stage >= 1 else 1)
         if cfg.dp_degree > 1:
             buckets = min(psi, DS_REDUCE_BUCKET_ELEMS) * w
             if cfg.zero_stage in (1, 2):
                 buckets += min(psi, DS_ALLGATHER_BUCKET_ELEMS) * w
-            elif cfg.zero_stage == 3:
-                buckets += min(psi, DS_PREFETCH_BUCKET_ELEMS) * w
     return MemoryEstimate(
         params=model.params,
-        weights_bytes=states["weights"], gradients_bytes=states["gradients"],
+        weights_bytes=states["weights"] + states["gathered"], gradients_bytes=states["gradients"],
         optimizer_bytes=states["optimizer"], activations_bytes=acts, logits_bytes=logits,
         buckets_bytes=int(buckets), weight_cache_bytes=int(weight_cache),
         optimizer_temp_bytes=int(opt_temp), host_bytes=states["host"], notes=notes,
