@@ -1,8 +1,9 @@
 """Predicted vs measured peak memory per rank over a grid of real trials on this machine.
 
-    .venv/bin/python scripts/bench_memory.py                  # full grid (~20 min on 2 busy cores)
+    .venv/bin/python scripts/bench_memory.py                  # full grid (~30 min on 2 busy cores)
     .venv/bin/python scripts/bench_memory.py --quick          # 6 configs
-    .venv/bin/python scripts/bench_memory.py --json out.json --markdown out.md
+    .venv/bin/python scripts/bench_memory.py --json-out benchmarks/results/memory.json \
+        --md-out benchmarks/sections/memory.md --runs benchmarks/results/memory_runs
 
 For every config: the analytic estimate (autotune/estimate/memory.py), a real trial
 (autotune.launch.run_trial: torchrun / DeepSpeed, real steps) and its measured peak (CPU:
@@ -26,6 +27,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import context_lines, install_sigterm_handler, run_context, write_outputs  # noqa: E402
 
 from autotune.calibration import (DEFAULT_SAFETY_MARGIN, CalibrationPoint, MemoryGuard,  # noqa: E402
                                   fit_calibration, measured_peak_bytes)
@@ -137,10 +141,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="6 configs instead of the full grid")
     ap.add_argument("--no-zero", action="store_true", help="leave out the DeepSpeed ZeRO configs")
     ap.add_argument("--margin", type=float, default=DEFAULT_SAFETY_MARGIN)
-    ap.add_argument("--json", type=Path, help="write every figure here")
-    ap.add_argument("--markdown", type=Path, help="write the tables here")
-    ap.add_argument("--runs", type=Path, help="trial folders (default: a temporary folder)")
+    ap.add_argument("--json-out", help="write every figure here")
+    ap.add_argument("--md-out", help="write the markdown section here")
+    ap.add_argument("--runs", type=Path, help="trial folders (default: a temporary folder); "
+                    "configs already measured there are reused")
     args = ap.parse_args()
+    install_sigterm_handler()
+    ctx = run_context()
 
     from autotune.launch import run_trial
 
@@ -161,6 +168,7 @@ def main() -> int:
         verdict = guard.predict(cfg)
         est = verdict.estimate
         result = reusable_result(runs, cfg)
+        reused = result is not None
         if result is None:
             folder = runs / f"trial_{i:02d}"
             while folder.exists():
@@ -184,7 +192,7 @@ def main() -> int:
                    activations_kept_est_bytes=parts["kept"] + parts["kept_logits"]
                    + est.weight_cache_bytes,
                    saved_for_backward_bytes=result.observations.get("activation_saved_bytes"),
-                   wall_s=result.wall_s)
+                   wall_s=result.wall_s, reused=reused)
         records.append(rec)
         print(f"  {rec['config']:40s} analytic {rec['analytic_bytes'] / MiB:8.1f} MiB  measured "
               f"{measured / MiB:8.1f} MiB ({source})  [{time.time() - t0:.0f}s]", flush=True)
@@ -257,14 +265,11 @@ def main() -> int:
         median_rel_error_activations=statistics.median(
             abs(rel(a["estimate_bytes"], a["saved_bytes"])) for a in act_rows if a["saved_bytes"]),
     )
-    md = render_markdown(records, act_rows, summary)
+    md = "\n".join(["## Memory model (`scripts/bench_memory.py`)", "", *context_lines(ctx), "",
+                    render_markdown(records, act_rows, summary)])
     print()
-    print(md)
-    if args.markdown:
-        args.markdown.write_text(md)
-    if args.json:
-        args.json.write_text(json.dumps(dict(summary=summary, configs=records, activations=act_rows),
-                                        indent=2))
+    write_outputs(args.json_out, args.md_out,
+                  dict(context=ctx, summary=summary, configs=records, activations=act_rows), md)
     return 0
 
 
@@ -275,7 +280,10 @@ def render_markdown(records: list[dict], act_rows: list[dict], s: dict) -> str:
     def pct(p, m):
         return "-" if p is None else f"{rel(p, m):+.1%}"
 
-    out = [f"Hardware `{s['hardware']}`; model: built-in GPT {BENCH_SHAPE.n_layers} layers, d "
+    n_reused = sum(1 for r in records if r.get("reused"))
+    out = [f"{len(records)} configs measured by real trials ({n_reused} reused from earlier runs "
+           "in the `--runs` folder: same TrialConfig, same worker).", "",
+           f"Hardware `{s['hardware']}`; model: built-in GPT {BENCH_SHAPE.n_layers} layers, d "
            f"{BENCH_SHAPE.d_model}, vocab {BENCH_SHAPE.vocab_size}, seq {SEQ_LEN}. Measured = peak "
            "host RSS of the rank (CPU), estimated = autotune/estimate/memory.py. MiB per rank.", "",
            "| config | analytic | measured | error before | after (LOO) | after (sequential) |",

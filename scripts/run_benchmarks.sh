@@ -27,6 +27,8 @@ mkdir -p "$RESULTS" "$SECTIONS" "$ROOT/docs"
 read -r -a SEARCH_ARGS <<< "${BENCH_SEARCH_ARGS:-}"
 read -r -a OVERHEAD_ARGS <<< "${BENCH_OVERHEAD_ARGS:-}"
 read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
+# memory (scripts/bench_memory.py, ~30 min) runs on request: ONLY="memory" scripts/run_benchmarks.sh
+read -r -a MEMORY_ARGS <<< "${BENCH_MEMORY_ARGS:---runs ${TMPDIR:-/tmp}/autotune_bench_memory_runs}"
 if [[ "$SMOKE" == 1 ]]; then
   SEARCH_ARGS=(--space benchmarks/search_space_smoke.yaml --cache benchmarks/search_ground_truth_smoke.json
                --warmup-steps 1 --measure-steps 2 --max-measure-steps 2 --seeds 20 "${SEARCH_ARGS[@]}")
@@ -41,7 +43,8 @@ for name in $ONLY; do
     search) args=("${SEARCH_ARGS[@]}") ;;
     overhead) args=("${OVERHEAD_ARGS[@]}") ;;
     fidelity) args=("${FIDELITY_ARGS[@]}") ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, overhead, fidelity." >&2; exit 2 ;;
+    memory) args=("${MEMORY_ARGS[@]}") ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, overhead, fidelity, memory." >&2; exit 2 ;;
   esac
   echo "== bench_$name ${args[*]}"
   t0="$(date +%s)"
@@ -65,7 +68,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: $ONLY ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search overhead fidelity; do
+  for name in search overhead fidelity memory; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done
