@@ -30,7 +30,7 @@ def _spec(tmp_path: Path, name: str, prescreen: bool) -> SweepSpec:
                      "precision: [fp32]\ncheckpointing: [none]\n")
     return SweepSpec.model_validate(dict(
         workload=GPTWorkload(preset=None, shape=SHAPE), seq_len=64, space=str(space),
-        trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=240),
+        trial=dict(warmup_steps=1, measure_steps=1, max_measure_steps=1, timeout_s=240),
         memory=dict(limit_bytes_per_rank=LIMIT, prescreen=prescreen),
         storage=f"sqlite:///{tmp_path / 'db.sqlite'}", study=name))
 
@@ -100,4 +100,4 @@ def test_prescreened_sweep_launches_fewer_trials_and_finds_the_same_best(tmp_pat
     print(f"\nunscreened: {len(plain_launched)} launched, best micro-batch {_best(plain)}; "
           f"prescreened: {len(screened_launched)} launched, best micro-batch {_best(screened)}; "
           f"mb64 measured {over.user_attrs[POINT_ATTR]['measured_bytes'] / 2**20:.0f} MiB, "
-          f"predicted (uncalibrated) {pre['predicted_bytes'] / 2**20:.0f} MiB, limit {LIMIT / 2**20:.0f} MiB")
+          f"predicted {pre['predicted_bytes'] / 2**20:.0f} MiB ({pre['basis']}), limit {LIMIT / 2**20:.0f} MiB")
