@@ -14,7 +14,7 @@ from autotune.contract import (DeviceKind, Offload, Precision, TrialConfig, Tria
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
 NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "zero_fp16", "single",
-          "tp2", "tp2_dp2"]
+          "tp2", "tp2_dp2", "hf_single", "hf_tp2"]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,19 @@ def test_tp2_computes_what_one_unsplit_rank_computes(runs):
     one, tp2 = runs["single"], runs["tp2"]
     ok(one), ok(tp2)
     assert tp2.final_loss == pytest.approx(one.final_loss, rel=1e-5)
+
+
+def test_tp2_splits_a_hugging_face_llama_by_its_own_plan(runs):
+    obs = ok(runs["hf_tp2"])
+    w = obs["tp_linear_weights"]
+    # 4 query heads and 2 key/value heads of 16 dims, MLP 128: half of each per rank.
+    assert w["model.layers.0.self_attn.q_proj"]["local_shape"] == [32, 64]
+    assert w["model.layers.0.self_attn.k_proj"]["local_shape"] == [16, 64]
+    assert w["model.layers.0.self_attn.o_proj"]["local_shape"] == [64, 32]
+    assert w["model.layers.0.mlp.down_proj"]["local_shape"] == [64, 64]
+    assert obs["sharded_linears"] == 7 * 2
+    ok(runs["hf_single"])
+    assert runs["hf_tp2"].final_loss == pytest.approx(runs["hf_single"].final_loss, rel=1e-5)
 
 
 def test_tp_with_data_parallel_on_a_2d_mesh(runs):

@@ -7,7 +7,9 @@ The ranks form a 2-D mesh (dp, tp) = (world_size // tp_degree, tp_degree). In ev
 the built-in GPT the attention's qkv and the MLP's up projection are column-parallel and the
 attention output and MLP down projection row-parallel (Megatron-LM's split, Shoeybi et al.
 2019): each rank holds 1/tp of those weights and of the heads, and one all-reduce per
-sublayer joins the partial outputs. Embeddings and LayerNorms stay replicated. The ranks of
+sublayer joins the partial outputs. Embeddings and LayerNorms stay replicated. Hugging Face
+models are split by their own `config.base_model_tp_plan` (Llama, Qwen2, ...: q/k/v, gate
+and up column-wise, o and down row-wise). The ranks of
 one TP group must see the same tokens: rank 0 of the group broadcasts each micro-batch, as a
 Megatron data loader does. Gradients are averaged over the dp dimension once per optimizer
 step (one flat all-reduce, like DDP's buckets).
@@ -37,20 +39,55 @@ def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
     (the search space never suggests such a degree; a hand-written config may)."""
     from trials.workloads.gpt import GPT
 
-    if not isinstance(model, GPT):
-        raise UnsupportedConfig(
-            f"tensor parallel is implemented for the built-in GPT, not {type(model).__name__}. "
-            "To fix: set tp_degree 1 for this workload")
-    s = model.shape
     if world_size % tp:
         raise UnsupportedConfig(f"tp_degree={tp} does not divide the {world_size} ranks. "
                                 "To fix: choose a tp_degree that divides the GPU count")
-    if s.n_heads % tp:
-        raise UnsupportedConfig(f"tp_degree={tp} does not divide n_heads={s.n_heads}: each rank "
-                                "must hold whole heads. To fix: choose a tp_degree dividing the heads")
-    if (s.ffn_mult * s.d_model) % tp:
-        raise UnsupportedConfig(f"tp_degree={tp} does not divide the MLP width "
-                                f"{s.ffn_mult * s.d_model}. To fix: choose a tp_degree dividing it")
+    if isinstance(model, GPT):
+        s = model.shape
+        widths = {"n_heads": s.n_heads, "MLP width": s.ffn_mult * s.d_model}
+    elif _hf_tp_plan(model) is not None:
+        c = model.config
+        widths = {"num_attention_heads": c.num_attention_heads,
+                  "num_key_value_heads": getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
+                  "intermediate_size": c.intermediate_size}
+    else:
+        raise UnsupportedConfig(
+            f"tensor parallel is implemented for the built-in GPT and Hugging Face models with "
+            f"a column/row-wise `base_model_tp_plan` (Llama, Qwen2, ...), not "
+            f"{type(model).__name__}. To fix: set tp_degree 1 for this workload")
+    for name, width in widths.items():
+        if width % tp:
+            raise UnsupportedConfig(f"tp_degree={tp} does not divide {name}={width}: each rank "
+                                    f"must hold whole heads and equal slices. To fix: choose a "
+                                    f"tp_degree dividing {name}")
+
+
+def _hf_tp_plan(model: torch.nn.Module) -> dict[str, str] | None:
+    """A transformers model's own TP plan (`config.base_model_tp_plan`, FQN patterns relative
+    to `model.base_model`), when it uses only the plain column/row-wise split."""
+    plan = getattr(getattr(model, "config", None), "base_model_tp_plan", None)
+    if not plan or not hasattr(model, "base_model"):
+        return None
+    if any(style not in ("colwise", "rowwise") for style in plan.values()):
+        return None
+    return dict(plan)
+
+
+def tp_plans(model: torch.nn.Module, tp: int) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+    """(module, parallelize_module plan) pairs that split `model` `tp` ways."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from trials.workloads.gpt import GPT
+
+    style = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    if isinstance(model, GPT):
+        plan = {**{n: "colwise" for n in COLWISE}, **{n: "rowwise" for n in ROWWISE}}
+        for block in model.blocks:
+            interleave_qkv(block.attn.qkv, tp)
+        return [(block, {n: style[s]() for n, s in plan.items()}) for block in model.blocks]
+    # transformers' attention reshapes with -1 heads, so local heads follow the shard width.
+    plan = _hf_tp_plan(model) or {}
+    return [(model.base_model, {pattern: style[s]() for pattern, s in plan.items()})]
 
 
 def interleave_qkv(linear: torch.nn.Linear, tp: int) -> None:
@@ -70,8 +107,7 @@ def interleave_qkv(linear: torch.nn.Linear, tp: int) -> None:
 class TensorParallelEngine:
     def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                       parallelize_module)
+        from torch.distributed.tensor.parallel import parallelize_module
 
         tp = cfg.tp_degree
         if cfg.zero_stage > 0:
@@ -93,10 +129,8 @@ class TensorParallelEngine:
         # ones are scattered from the mesh's first rank by parallelize_module.
         for p in model.parameters():
             dist.broadcast(p.data, src=0)
-        plan = {**{n: ColwiseParallel() for n in COLWISE}, **{n: RowwiseParallel() for n in ROWWISE}}
-        for block in model.blocks:
-            interleave_qkv(block.attn.qkv, tp)
-            parallelize_module(block, tp_mesh, plan)
+        for module, plan in tp_plans(model, tp):
+            parallelize_module(module, tp_mesh, plan)
         self._activations = ActivationDtype(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = self._optimizer()
@@ -123,9 +157,12 @@ class TensorParallelEngine:
             batch = {"input_ids": batch, "labels": batch}
         if self.tp == 1:
             return batch
-        both = torch.stack([batch["input_ids"], batch["labels"]]).contiguous()
-        dist.broadcast(both, src=self.tp_src, group=self.tp_group)
-        return {"input_ids": both[0], "labels": both[1]}
+        out = {}
+        for key in ("input_ids", "labels"):
+            t = batch[key].contiguous()
+            dist.broadcast(t, src=self.tp_src, group=self.tp_group)
+            out[key] = t
+        return out
 
     def _average_over_dp(self) -> None:
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
