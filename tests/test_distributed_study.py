@@ -69,8 +69,11 @@ def test_two_sweeps_on_one_study_concurrently(tmp_path, postgres):
         assert PASSWORD not in text and "S3cret" not in text
 
     copy = f"sqlite:///{tmp_path}/copy.db"
+    # One machine may have measured both configs (the other reused them): copy from one that
+    # holds trial folders.
+    src_runs = next(r for r in runs if any((r / study).glob("trial_*/result.json")))
     r = run([*sweep_argv(spec, postgres.url, 1, runs[0])[:3], "study", "copy", postgres.url, copy,
-             "--study", study, "--runs-dir", str(runs[0]), "--to-runs-dir", str(tmp_path / "moved")],
+             "--study", study, "--runs-dir", str(src_runs), "--to-runs-dir", str(tmp_path / "moved")],
             tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "S3cret" not in r.stdout + r.stderr
