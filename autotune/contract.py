@@ -442,7 +442,10 @@ def deepspeed_config(cfg: TrialConfig) -> dict[str, Any]:
         "zero_optimization": zero,
         "optimizer": optimizer,
     }
-    if offloaded and cfg.optimizer == "sgd":
-        # DeepSpeed refuses an offloaded optimizer other than its CPU Adam unless told to.
-        config["zero_force_ds_cpu_optimizer"] = False
+    if cfg.optimizer == "sgd" and cfg.zero_stage > 0:
+        # torch's SGD is not on DeepSpeed's list of ZeRO-tested optimizers, and DeepSpeed
+        # refuses an offloaded optimizer other than its CPU Adam, unless told to.
+        config["zero_allow_untested_optimizer"] = True
+        if offloaded:
+            config["zero_force_ds_cpu_optimizer"] = False
     return config

@@ -169,6 +169,15 @@ def test_deepspeed_config_without_offload_uses_torch_adamw():
     assert ds["train_batch_size"] == 2
 
 
+def test_deepspeed_config_lets_sgd_run_under_zero():
+    plain = deepspeed_config(TrialConfig(optimizer="sgd"))
+    assert plain["optimizer"] == {"type": "SGD", "params": {"lr": 3e-4, "momentum": 0.9}}
+    assert "zero_allow_untested_optimizer" not in plain
+    off = deepspeed_config(TrialConfig(optimizer="sgd", zero_stage=2, offload=Offload.optimizer))
+    # Without these DeepSpeed refuses torch's SGD under ZeRO, and offloaded.
+    assert off["zero_allow_untested_optimizer"] is True and off["zero_force_ds_cpu_optimizer"] is False
+
+
 def test_zero_with_tp_is_unsupported_with_the_fix():
     import torch
 

@@ -133,23 +133,30 @@ class TensorParallelEngine:
             parallelize_module(module, tp_mesh, plan)
         self._activations = ActivationDtype(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = self._optimizer()
+        self.optimizers = self._optimizers()
         dtype = autocast_dtype(cfg.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision is Precision.fp16 else None
         self.optimizer_steps = 0
         self.micro_steps = 0
 
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        """One optimizer for the DTensor shards, one for the replicated plain tensors: foreach
+        kernels (CUDA's default) and the GradScaler's unscale cannot mix the two kinds in one
+        call, and a GradScaler steps several optimizers with one scale (torch.amp docs)."""
         from torch.distributed.tensor import DTensor
 
-        # Two groups: foreach kernels (CUDA's default) cannot mix DTensor and plain tensors.
         sharded = [p for p in self.params if isinstance(p, DTensor)]
         plain = [p for p in self.params if not isinstance(p, DTensor)]
-        groups = [{"params": g} for g in (sharded, plain) if g]
-        if self.cfg.optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=self.cfg.lr, momentum=0.9)
-        return torch.optim.AdamW(groups, lr=self.cfg.lr, weight_decay=0.1)
+        out = []
+        for group in (sharded, plain):
+            if not group:
+                continue
+            if self.cfg.optimizer == "sgd":
+                out.append(torch.optim.SGD(group, lr=self.cfg.lr, momentum=0.9))
+            else:
+                out.append(torch.optim.AdamW(group, lr=self.cfg.lr, weight_decay=0.1))
+        return out
 
     def _group_batch(self, batch: Any) -> dict[str, torch.Tensor]:
         """The micro-batch of this TP group: rank 0 of the group sends its own to the others."""
@@ -189,12 +196,14 @@ class TensorParallelEngine:
             self.micro_steps += 1
         if self.dp_group is not None:
             self._average_over_dp()
+        for optimizer in self.optimizers:
+            if self.scaler is not None:
+                self.scaler.step(optimizer)  # skipped, for both, if any gradient overflowed
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
-            self.scaler.step(self.optimizer)
             self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
         return total
 
@@ -226,10 +235,23 @@ class TensorParallelEngine:
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,
             **observe_params(self.raw_model),
-            **observe_optimizer(self.optimizer),
+            **_merged(observe_optimizer(o) for o in self.optimizers),
         }
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     to_local = getattr(t, "to_local", None)
     return to_local() if to_local is not None else t
+
+
+def _merged(views) -> dict[str, Any]:
+    """One optimizer view from several: state elements summed, devices and dtypes joined."""
+    out: dict[str, Any] = {}
+    for v in views:
+        if not out:
+            out = dict(v)
+            continue
+        out["optimizer_state_elements_local"] += v["optimizer_state_elements_local"]
+        for key in ("optimizer_state_devices", "optimizer_state_dtypes"):
+            out[key] = sorted(set(out[key]) | set(v[key]))
+    return out
