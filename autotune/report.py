@@ -277,6 +277,19 @@ def _apply_limits(options: list[OptionRow], limits: Limits) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def _reason_kind(error: str | None) -> tuple[str, str]:
+    """(kind, example): the error type before the first ':' groups trials that failed alike
+    (their messages differ in numbers); the first line of the message is the example."""
+    text = (error or "").strip()
+    if not text:
+        return "no reason recorded", ""
+    first = text.splitlines()[0]
+    kind, sep, _ = first.partition(":")
+    kind = kind.strip() if sep and kind.strip() and " " not in kind.strip() else first
+    example = first if len(first) <= 300 else first[:297].rsplit(" ", 1)[0] + " ..."
+    return kind[:120], example
+
+
 def _failures(rows: list[TrialRow]) -> list[FailureGroup]:
     groups: dict[tuple[str, str], list[TrialRow]] = {}
     for r in rows:
@@ -285,14 +298,14 @@ def _failures(rows: list[TrialRow]) -> list[FailureGroup]:
         groups.setdefault((r.state, r.status or "unknown"), []).append(r)
     out = []
     for (state, status), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        reasons: dict[str, list[int]] = {}
+        reasons: dict[str, tuple[str, list[int]]] = {}
         for r in members:
-            reason = (r.error or "no reason recorded").strip().splitlines()[0][:160] or "no reason recorded"
-            reasons.setdefault(reason, []).append(r.number)
+            kind, example = _reason_kind(r.error)
+            reasons.setdefault(kind, (example, []))[1].append(r.number)
         out.append(FailureGroup(
             state=state, status=status, count=len(members), trials=[r.number for r in members],
-            reasons=[FailureReason(reason=k, count=len(v), trials=v)
-                     for k, v in sorted(reasons.items(), key=lambda kv: -len(kv[1]))]))
+            reasons=[FailureReason(reason=k, example=ex, count=len(v), trials=v)
+                     for k, (ex, v) in sorted(reasons.items(), key=lambda kv: -len(kv[1][1]))]))
     return out
 
 
@@ -581,22 +594,23 @@ def print_report(doc: dict[str, Any], console) -> None:
                                     wide))
     if doc["failures"]:
         t = Table(title="Trials that did not complete", title_justify="left")
-        for col in ("state", "status", "count", "trials", "reason"):
-            t.add_column(col)
+        for col in ("state", "status", "count", "trials", "reason", "e.g."):
+            t.add_column(col, overflow="fold")
         for g in doc["failures"]:
             for i, reason in enumerate(g["reasons"]):
                 t.add_row(g["state"] if i == 0 else "", g["status"] if i == 0 else "",
-                          str(reason["count"]), ", ".join(map(str, reason["trials"])), reason["reason"])
+                          str(reason["count"]), ", ".join(map(str, reason["trials"])), reason["reason"],
+                          reason["example"])
         console.print(t)
     if doc["memory"]:
         t = Table(title="Memory: predicted (analytic) vs measured peak per rank", title_justify="left")
-        for col in ("#", "predicted", "measured", "source", "measured/predicted"):
-            t.add_column(col)
+        for col in ("#", "ended", "predicted", "measured", "source", "measured/predicted", "prediction"):
+            t.add_column(col, overflow="fold")
         for m in doc["memory"]:
             ratio = m["measured_over_predicted"]
-            t.add_row(str(m["trial"]), fmt_bytes(m["predicted_peak_mem_bytes"]),
+            t.add_row(str(m["trial"]), m["status"] or "-", fmt_bytes(m["predicted_peak_mem_bytes"]),
                       fmt_bytes(m["measured_peak_mem_bytes"]), m["measured_source"] or "-",
-                      f"{ratio:.2f}" if ratio is not None else "-")
+                      f"{ratio:.2f}" if ratio is not None else "-", m["predicted_basis"] or "-")
         console.print(t)
     if len(doc["scaling"]) > 1:
         console.print("scaling (best measured config per GPU count): " + ", ".join(

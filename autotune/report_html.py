@@ -204,35 +204,47 @@ def memory_figure(doc: dict[str, Any]):
     import plotly.graph_objects as go
 
     rows = _memory_rows(doc)
-    labels = [f"#{t['number']} {config_summary(t['config'])}" for t in rows]
+    labels = [_mem_label(t) for t in rows]
     gib = 1024 ** 3
     used = [(_mem_used(t) or 0) / gib for t in rows]
     free = [(t["headroom_bytes"] or 0) / gib if t["headroom_bytes"] is not None else 0 for t in rows]
     fig = go.Figure()
-    texts = [_mem_text(t) for t in rows]
-    on_free = any(f > 0 for f in free)  # write the figure where there is room for it
+    # Unmeasured rows (never launched) show their predicted diamond; their words go to hover.
+    texts = [_mem_text(t) if t["peak_mem_bytes"] else "" for t in rows]
+    hover = [_mem_text(t, long=True) for t in rows]
     fig.add_trace(go.Bar(y=labels, x=used, orientation="h", name="measured peak", marker_color="#D55E00",
-                         text=None if on_free else texts, textposition="outside"))
+                         hovertext=hover, hoverinfo="text"))
+    # The figures go right of each stacked bar (the last trace's "outside"), never rotated.
     fig.add_trace(go.Bar(y=labels, x=free, orientation="h", name="headroom (free)", marker_color="#cfe8cf",
-                         text=texts if on_free else None, textposition="inside", insidetextanchor="start"))
+                         text=texts, textposition="outside", textangle=0, cliponaxis=False,
+                         hovertext=hover, hoverinfo="text"))
     pred = [(lab, t["predicted_peak_mem_bytes"] / gib) for lab, t in zip(labels, rows) if t["predicted_peak_mem_bytes"]]
     if pred:
         fig.add_trace(go.Scatter(y=[p[0] for p in pred], x=[p[1] for p in pred], mode="markers",
                                  name="predicted peak", marker=dict(symbol="diamond", size=12, color="#000")))
+    ends = [u + f for u, f in zip(used, free)] + [p[1] for p in pred]
     fig.update_layout(barmode="stack", title="Memory per config: measured peak and headroom per rank",
-                      uniformtext=dict(minsize=10, mode="show"),
-                      xaxis=dict(title="GiB"), template="plotly_white",
-                      height=max(260, 60 + 40 * len(rows)), margin=dict(l=260, r=30, t=60, b=50))
+                      xaxis=dict(title="GiB per rank", range=[0, 2.2 * max(ends + [1e-3])]),
+                      template="plotly_white", legend=dict(orientation="h", y=-0.2, yanchor="top"),
+                      height=max(300, 140 + 40 * len(rows)), margin=dict(l=260, r=30, t=60, b=110))
     return fig
 
 
-def _mem_text(t: dict[str, Any]) -> str:
+def _mem_text(t: dict[str, Any], long: bool = False) -> str:
     if not t["peak_mem_bytes"]:
-        return "not measured"
+        pred = t["predicted_peak_mem_bytes"]
+        return "not measured" + (f" (predicted {fmt_bytes(pred)})" if pred else "")
     s = fmt_bytes(_mem_used(t))
     if t["mem_capacity_bytes"]:
-        s += f" of {fmt_bytes(t['mem_capacity_bytes'])} ({t['mem_capacity_source']})"
+        s += f" of {fmt_bytes(t['mem_capacity_bytes'])}"
+        if long:
+            s += f" ({t['mem_capacity_source']})"
     return s
+
+
+def _mem_label(t: dict[str, Any]) -> str:
+    ended = "" if t["status"] in (None, "ok") else f" [{t['status']}]"
+    return f"#{t['number']} {config_summary(t['config'])}{ended}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -314,12 +326,12 @@ def _failures_table(doc: dict[str, Any]) -> str:
     if not doc["failures"]:
         return "<p class='note'>Every trial completed.</p>"
     out = ["<table><tr><th class='l'>state</th><th class='l'>status</th><th>count</th>"
-           "<th class='l'>trials</th><th class='l'>reason</th></tr>"]
+           "<th class='l'>trials</th><th class='l'>reason</th><th class='l'>for example</th></tr>"]
     for g in doc["failures"]:
         for r in g["reasons"]:
             out.append(f"<tr><td class='l'>{_e(g['state'])}</td><td class='l'>{_e(g['status'])}</td>"
                        f"<td>{r['count']}</td><td class='l'>{_e(', '.join(map(str, r['trials'])))}</td>"
-                       f"<td class='l'>{_e(r['reason'])}</td></tr>")
+                       f"<td class='l'>{_e(r['reason'])}</td><td class='l'>{_e(r['example'])}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -327,14 +339,16 @@ def _failures_table(doc: dict[str, Any]) -> str:
 def _memory_table(doc: dict[str, Any]) -> str:
     if not doc["memory"]:
         return "<p class='note'>No memory predictions stored for these trials.</p>"
-    out = ["<table><tr><th>#</th><th>predicted</th><th>measured</th><th class='l'>source</th>"
-           "<th>measured / predicted</th></tr>"]
+    out = ["<table><tr><th>#</th><th class='l'>ended</th><th>predicted</th><th>measured</th>"
+           "<th class='l'>source</th><th>measured / predicted</th><th class='l'>prediction</th></tr>"]
     for m in doc["memory"]:
         r = m["measured_over_predicted"]
-        out.append(f"<tr><td>{m['trial']}</td><td>{_e(fmt_bytes(m['predicted_peak_mem_bytes']))}</td>"
+        out.append(f"<tr><td>{m['trial']}</td><td class='l'>{_e(m['status'] or '-')}</td>"
+                   f"<td>{_e(fmt_bytes(m['predicted_peak_mem_bytes']))}</td>"
                    f"<td>{_e(fmt_bytes(m['measured_peak_mem_bytes']))}</td>"
                    f"<td class='l'>{_e(m['measured_source'] or '-')}</td>"
-                   f"<td>{'-' if r is None else f'{r:.2f}'}</td></tr>")
+                   f"<td>{'-' if r is None else f'{r:.2f}'}</td>"
+                   f"<td class='l'>{_e(m['predicted_basis'] or '-')}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -517,7 +531,7 @@ def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
     rows = _memory_rows(doc)
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.9 + 0.45 * len(rows))), dpi=100)
     gib = 1024 ** 3
-    labels = [f"#{t['number']} {config_summary(t['config'])}" for t in rows]
+    labels = [_mem_label(t) for t in rows]
     used = [(_mem_used(t) or 0) / gib for t in rows]
     free = [(t["headroom_bytes"] or 0) / gib for t in rows]
     ax.barh(labels, used, color="#D55E00", label="measured peak")

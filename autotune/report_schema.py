@@ -114,7 +114,8 @@ class Counts(_M):
 
 
 class FailureReason(_M):
-    reason: str
+    reason: str = Field(description="the error type (text before the first ':'), or the message")
+    example: str = Field(description="the first line of one such trial's error")
     count: int
     trials: list[int]
 

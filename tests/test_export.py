@@ -44,9 +44,14 @@ json.dump({"num_processes": acc.num_processes, "accum": acc.gradient_accumulatio
 """
 
 DEEPSPEED_SCRIPT = """
-import json, os, sys
+import argparse, json, os
 import torch, deepspeed
 import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--local_rank", type=int, default=-1)  # the DeepSpeed launcher passes it
+ap.add_argument("out")
+args = ap.parse_args()
 
 model = torch.nn.Linear(16, 16)
 engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
@@ -60,7 +65,7 @@ json.dump({"train_batch_size": engine.train_batch_size(), "micro": micro,
            "accum": engine.gradient_accumulation_steps(), "world_size": dist.get_world_size(),
            "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
            "global_steps": engine.global_steps},
-          open(os.path.join(sys.argv[1], f"rank{dist.get_rank()}.json"), "w"))
+          open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w"))
 """
 
 
