@@ -194,10 +194,18 @@ def test_cli_json_keys_and_fits(run_cli):
     (["--model", "7b", "--gpu", "h100"], "did you mean"),
     (["--model", "7b", "--precision", "fp4"], "precision"),
 ])
-def test_cli_bad_flags_exit_2(run_cli, args, needle):
-    r = run_cli("estimate", *args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert needle in (r.stdout + r.stderr)
+def test_cli_bad_flags_exit_2(monkeypatch, capsys, args, needle):
+    # In-process through the console script's own entry point (`autotune.cli.main`: the same
+    # UserError -> one line, exit 2 path as the subprocess above, without its start-up time).
+    from autotune.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr("sys.argv", ["autotune", "estimate", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    assert exc.value.code == 2, (out.out, out.err)
+    assert needle in (out.out + out.err)
 
 
 def test_cli_flags_are_pinned(run_cli):
