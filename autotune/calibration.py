@@ -268,8 +268,16 @@ class MemoryGuard:
         if self.fit is not None:
             predicted, basis = self.fit.predict(analytic, engine, cfg.num_gpus * cfg.num_nodes)
             est = est.with_overhead(predicted - analytic, basis)
-            over = limit is not None and predicted * (1 + self.margin) > limit
-            basis = f"{basis}; safety margin {self.margin:.0%}"
+            # The margin guards what the model may get wrong: the part that scales with the
+            # model, plus the largest under-prediction the fit has shown on this machine. The
+            # runtime's constant is measured here; a margin on it (most of the figure on CPU)
+            # would hold back configs that fit.
+            known_engine = engine in self.fit.constant_bytes
+            variable = self.fit.scale * analytic if known_engine else predicted
+            guard = self.margin * variable + max(0.0, self.fit.max_under_prediction) * predicted
+            over = limit is not None and predicted + guard > limit
+            basis = (f"{basis}; safety margin {self.margin:.0%} of the model-dependent part "
+                     f"+ the fit's worst under-prediction {max(0.0, self.fit.max_under_prediction):.1%}")
         else:
             # No measurement yet: only the analytic figure, a lower bound (it leaves out the
             # runtime's own memory), so only configs certain not to fit are held back.

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.contract import (
+    DeviceKind,
     HardwareFingerprint,
     Launcher,
     Precision,
@@ -513,11 +514,15 @@ def record_result(trial: Any, result: TrialResult) -> None:
 def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[dict[str, Any]]:
     """A few sensible first configs on this machine, as Optuna params: all its ranks at a
     middle micro-batch, one rank at the same, and all ranks with full checkpointing at the
-    largest micro-batch (the memory-saving corner). Half precision where the machine has it."""
+    largest micro-batch (the memory-saving corner). bf16 on GPUs that have it; fp32 on CPU,
+    where bf16 runs without native kernels (measured ~15x slower on this project's CPU
+    machines: docs/benchmarks.md), so a bf16 baseline there would be three wasted trials."""
     from autotune.space import params_for
 
     rs = ms.restricted
-    prec = Precision.bf16 if Precision.bf16 in rs.precision else rs.precision[0]
+    on_gpu = ms.hardware.device_kind is DeviceKind.cuda
+    prefer = Precision.bf16 if on_gpu else Precision.fp32
+    prec = prefer if prefer in rs.precision else rs.precision[0]
     micros = sorted(rs.micro_batch_size)
     base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
                 grad_accum_steps=min(rs.grad_accum_steps), precision=prec, checkpointing="none")
