@@ -102,6 +102,14 @@ def sweep(
                           f"{config_summary(o.config.model_dump(mode='json'))}  {r.error_type or ''}: "
                           f"{(r.error or '').splitlines()[0] if r.error else ''}")
 
+    if max(rs.zero_stage) > 0:
+        from autotune.launch import prebuild_deepspeed_ops
+
+        console.print("  DeepSpeed ops: building once, outside any trial's timeout (cached after)...")
+        ok, out = prebuild_deepspeed_ops(hw.device_kind)
+        if not ok:
+            console.print(f"  [yellow]DeepSpeed ops did not build[/]: {out.splitlines()[-1] if out else ''}; "
+                          "ZeRO trials will say why")
     runs = runs_dir / spec.study
     from autotune.progress import SweepProgress
     from autotune.report import record_spec

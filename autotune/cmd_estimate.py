@@ -18,30 +18,12 @@ from typing import Optional
 
 import typer
 
+from autotune.contract import Checkpointing, Offload, Precision
 from autotune.errors import UserError
 
 # Headroom `fits` keeps below the GPU's memory for what the analytic model does not count
 # without a calibration (CUDA context, allocator fragmentation). A sweep fits it instead.
 DEFAULT_SAFETY_MARGIN = 0.10
-
-
-class _Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-    fp8 = "fp8"
-
-
-class _Checkpointing(str, Enum):
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-
-class _Offload(str, Enum):
-    none = "none"
-    optimizer = "optimizer"
-    optimizer_params = "optimizer+params"
 
 
 class _Optimizer(str, Enum):
@@ -116,12 +98,12 @@ def register(app: typer.Typer) -> None:
         vocab: Optional[int] = typer.Option(None, "--vocab", min=1, help="with --params: vocabulary size"),
         seq_len: int = typer.Option(2048, "--seq-len", min=1, help="tokens per sequence"),
         micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="sequences per rank per micro-step"),
-        precision: _Precision = typer.Option(_Precision.bf16, "--precision"),
-        checkpointing: _Checkpointing = typer.Option(
-            _Checkpointing.none, "--checkpointing",
+        precision: Precision = typer.Option(Precision.bf16, "--precision"),
+        checkpointing: Checkpointing = typer.Option(
+            Checkpointing.none, "--checkpointing",
             help="activation recompute: none, selective (every 2nd block), full"),
         zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage 0..3"),
-        offload: _Offload = typer.Option(_Offload.none, "--offload"),
+        offload: Offload = typer.Option(Offload.none, "--offload"),
         dp: int = typer.Option(1, "--dp", min=1, help="data-parallel degree"),
         tp: int = typer.Option(1, "--tp", min=1, help="tensor-parallel degree"),
         optimizer: _Optimizer = typer.Option(_Optimizer.adamw, "--optimizer"),

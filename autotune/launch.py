@@ -324,3 +324,17 @@ def template_argv_builder(template: list[str] | None, per_node: bool = False,
         return [python, "-m", "autotune.nodes", str(nodes_file)]
 
     return build
+
+
+def prebuild_deepspeed_ops(device: DeviceKind, timeout_s: float = 3600.0) -> tuple[bool, str]:
+    """Build DeepSpeed's JIT ops once, in a subprocess, before any DeepSpeed trial: built
+    inside a trial, the compile (minutes on a small CPU machine) would count against the
+    trial's timeout. About 5 s when already cached. Returns (ok, what it printed)."""
+    env = launch_env(TrialConfig(device=device))
+    env["DS_ACCELERATOR"] = "cuda" if device is DeviceKind.cuda else "cpu"
+    try:
+        p = subprocess.run([sys.executable, "-m", "trials.prebuild"], env=env, capture_output=True,
+                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout_s:.0f} s"
+    return p.returncode == 0, (p.stdout + p.stderr).strip()[-2000:]

@@ -142,8 +142,6 @@ def journal_path(url: str) -> Path:
 
 def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
     """An Optuna storage for `url` (None: the default SQLite file). UserError if unusable."""
-    import optuna
-
     url = url or DEFAULT_STORAGE
     kind = storage_kind(url)
     if kind == "journal":

@@ -56,6 +56,7 @@ from autotune.contract import (
     write_json_atomic,
 )
 from autotune.errors import UserError
+from autotune.launch import group_alive
 from autotune.spec import SweepSpec
 from autotune.storage import (  # noqa: F401 - redact_url and DEFAULT_STORAGE are re-exported
     DEFAULT_STORAGE,
@@ -195,16 +196,6 @@ def kill_trial_processes(pgid: int, trial_dir: str, grace_s: float = 3.0) -> int
     return len(pids)
 
 
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def _controller_record() -> dict[str, Any]:
     pid = os.getpid()
     return {"host": socket.gethostname(), "pid": pid, "start_ticks": _start_ticks(pid)}
@@ -231,7 +222,7 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
         if t.state is TrialState.RUNNING and process_alive(ctl["pid"], ctl.get("start_ticks")):
             continue  # a live sweep on this machine runs it
         pgid = launch.get("pgid")
-        if t.state is TrialState.FAIL and not (pgid and _group_exists(int(pgid))):
+        if t.state is TrialState.FAIL and not (pgid and group_alive(int(pgid))):
             continue
         killed = 0
         if pgid and t.user_attrs.get("trial_dir"):

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, context_lines, install_sigterm_handler, markdown_table,  # noqa: E402
+from bench_common import (context_lines, install_sigterm_handler, markdown_table,  # noqa: E402
                           run_context, write_outputs)
 
 from autotune.contract import GPTWorkload, TrialConfig  # noqa: E402

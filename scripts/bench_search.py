@@ -22,7 +22,6 @@ the peak RSS of its largest rank) exceeds it counts as an OOM trial.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import random
@@ -32,7 +31,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (ROOT, context_lines, install_sigterm_handler, markdown_table,  # noqa: E402

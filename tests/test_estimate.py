@@ -4,7 +4,6 @@ et al.'s per-layer formulas, exact parameter counts, and the `autotune estimate`
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 

@@ -8,7 +8,6 @@ torch.OutOfMemoryError, hang, return a NaN loss, segfault, or raise, on a chosen
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import psutil
 import pytest

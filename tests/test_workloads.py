@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from autotune.contract import Checkpointing, EntryPointWorkload, HFWorkload, TrialConfig, TrialStatus
+from autotune.contract import Checkpointing, EntryPointWorkload, HFWorkload, TrialStatus
 from tests.fixtures.trials import FIXTURES, run_many, tiny
 from trials.errors import UnsupportedConfig
 from trials.measure import SavedTensorMeter

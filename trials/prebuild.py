@@ -1,14 +1,14 @@
 """Build DeepSpeed's JIT C++ ops once, before any trial needs them.
 
-    python scripts/prebuild_deepspeed_ops.py            # the ops this machine's trials use
-    DS_ACCELERATOR=cpu python scripts/prebuild_deepspeed_ops.py
+    python -m trials.prebuild               # the ops this machine's trials use
+    DS_ACCELERATOR=cpu python -m trials.prebuild
 
 DeepSpeed compiles some ops on first use and caches them in ~/.cache/torch_extensions (or
 TORCH_EXTENSIONS_DIR). On CPU every DeepSpeed trial loads its shared-memory all-reduce
 (ShareMemCommBuilder) and every offload trial DeepSpeedCPUAdam (CPUAdamBuilder). Built inside
 a trial, the compile counts against the trial's timeout: measured on the 2-core dev machine
 (2026-11-30, machine busy with other jobs) 214 s and 1102 s; with a warm cache, loading
-takes about a second. CI runs this before the tests; a new machine should too.
+takes about a second. `autotune sweep` runs this once before a space that offers ZeRO; CI before the tests.
 """
 
 from __future__ import annotations
