@@ -615,9 +615,10 @@ def render(data, table: dict[str, Entry], args) -> str:
         m = MemorySpec().safety_margin
         lines += [f"Reading the prescreen rows: the smallest measured peak is {min(peaks) / 2**20:,.0f} "
                   f"MiB ({min(peaks) / lim:.0%} of the limit; on CPU most of it is the Python + torch "
-                  f"runtime, on a GPU the runtime is a small part of device memory). A {m:.0%} margin "
-                  f"on the whole calibrated prediction holds back every config predicted above "
-                  f"{lim / (1 + m) / 2**20:,.0f} MiB.", ""]
+                  f"runtime, on a GPU the runtime is a small part of device memory). The {m:.0%} "
+                  f"margin applies to the model-dependent part of the calibrated prediction plus "
+                  f"the fit's worst observed under-prediction (autotune.calibration), not to the "
+                  f"runtime's constant.", ""]
     lines += ["Best configs in the ground truth (feasible under the limit):", ""]
     feas = [e for e in table.values() if e.feasible]
     top = sorted(feas, key=lambda e: e.usd)[:3] + sorted(feas, key=lambda e: e.hours)[:3]
