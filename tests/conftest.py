@@ -13,6 +13,28 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
+def cli(capsys, monkeypatch):
+    """The real `autotune` entry point (`autotune.cli.main`), in this process: fast.
+
+    Returns (exit code, stdout, stderr). Subprocess runs are kept for the help text."""
+    from autotune.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def _run(*args: str):
+        monkeypatch.setattr(sys, "argv", ["autotune", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run
+
+
+@pytest.fixture
 def run_cli(tmp_path):
     """Run the real `autotune` CLI in a subprocess, in tmp_path; returns CompletedProcess."""
 

@@ -5,34 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 
 import pytest
 import yaml
 
 from autotune.errors import UserError
 from autotune.pricing.catalog import DEFAULT_CATALOG, load_catalog
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """The real `autotune` entry point (`autotune.cli.main`), in this process: fast.
-
-    Returns (exit code, stdout, stderr). Subprocess runs are kept for the help text."""
-    from autotune.cli import main
-
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def _run(*args: str):
-        monkeypatch.setattr(sys, "argv", ["autotune", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return _run
 
 
 REQUIRED_GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g",

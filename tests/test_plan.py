@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import yaml
@@ -14,27 +13,6 @@ from autotune.pricing.catalog import load_catalog
 from autotune.pricing.cost import bills_for_trial
 from autotune.pricing.objective import score_trial
 from autotune.spec import SweepSpec
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """The real `autotune` entry point (`autotune.cli.main`), in this process: fast.
-
-    Returns (exit code, stdout, stderr). Subprocess runs are kept for the help text."""
-    from autotune.cli import main
-
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def _run(*args: str):
-        monkeypatch.setattr(sys, "argv", ["autotune", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return _run
 
 
 EXAMPLE = ("cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 "
