@@ -86,6 +86,22 @@ def run_context() -> dict[str, Any]:
     }
 
 
+def add_output_args(ap) -> None:
+    """The output flags every benchmark script takes."""
+    ap.add_argument("--json-out", default=None, help="write the raw figures here (JSON)")
+    ap.add_argument("--md-out", default=None, help="write the document section here (Markdown)")
+
+
+def start_run():
+    """What every benchmark does first: its context (date, commit, machine, load), SIGTERM
+    handling, and this machine's fingerprint. Returns (context, hardware)."""
+    from autotune.hardware import local_hardware
+
+    ctx = run_context()
+    install_sigterm_handler()
+    return ctx, local_hardware()
+
+
 def machine_line(hw) -> str:
     mem = f", {hw.host_memory_bytes / 2**30:.0f} GiB RAM" if hw.host_memory_bytes else ""
     if hw.device_kind.value == "cuda":

@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (context_lines, fmt_bytes, install_sigterm_handler,  # noqa: E402
-                          markdown_table, run_context, spearman, write_outputs)
+from bench_common import (add_output_args, context_lines, fmt_bytes,  # noqa: E402
+                          markdown_table, spearman, start_run, write_outputs)
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialResult  # noqa: E402
 
@@ -77,14 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--from-json", default=None,
                     help="re-analyse the measurements of an earlier --json-out (no trials)")
-    ap.add_argument("--json-out", default=None)
-    ap.add_argument("--md-out", default=None)
+    add_output_args(ap)
     args = ap.parse_args(argv)
-    ctx = run_context()
-    install_sigterm_handler()
-    from autotune.hardware import local_hardware
-
-    hw = local_hardware()
+    ctx, hw = start_run()
     if args.from_json:
         old = json.loads(Path(args.from_json).read_text())
         rows, ctx = old["rows"], old["context"]

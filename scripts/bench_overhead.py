@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (context_lines, install_sigterm_handler, markdown_table,  # noqa: E402
-                          run_context, write_outputs)
+from bench_common import (add_output_args, context_lines, markdown_table,  # noqa: E402
+                          start_run, write_outputs)
 
 from autotune.contract import GPTWorkload, TrialConfig  # noqa: E402
 
@@ -112,14 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout-s", type=float, default=600.0)
-    ap.add_argument("--json-out", default=None)
-    ap.add_argument("--md-out", default=None)
+    add_output_args(ap)
     args = ap.parse_args(argv)
-    ctx = run_context()
-    install_sigterm_handler()
-    from autotune.hardware import local_hardware
-
-    hw = local_hardware()
+    ctx, hw = start_run()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_overhead_") as tmp:
         for ranks in args.ranks:

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, context_lines, install_sigterm_handler, markdown_table,  # noqa: E402
-                          percentile, run_context, write_outputs)
+from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
+                          percentile, start_run, write_outputs)
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialResult  # noqa: E402
 
@@ -460,16 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prescreen-margins", type=float, nargs="*", default=[0.02],
                     help="also replay the sweep with these prescreen safety margins (the "
                          "shipped default is the spec's memory.safety_margin)")
-    ap.add_argument("--json-out", default=None)
-    ap.add_argument("--md-out", default=None)
+    add_output_args(ap)
     args = ap.parse_args(argv)
 
-    from autotune.hardware import local_hardware
     from autotune.study import MachineSpace
 
-    ctx = run_context()
-    install_sigterm_handler()
-    hw = local_hardware()
+    ctx, hw = start_run()
     spec = make_spec(args)
     ms = MachineSpace.for_spec(spec)  # what a sweep on this machine offers
     rs = ms.restricted
