@@ -34,7 +34,7 @@ def _console(stderr: bool = False):
 @app.command()
 def sweep(
     spec_file: Optional[Path] = typer.Argument(None, help="sweep spec YAML; none: the built-in example"),
-    trials: Optional[int] = typer.Option(None, "--trials", "-n", min=1, help="trials to run in this invocation"),
+    trials: Optional[int] = typer.Option(None, "--trials", "-n", min=1, help="trials to launch in this invocation (a config already measured is reused, not counted)"),
     storage: Optional[str] = typer.Option(None, help=_STORAGE_HELP),
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),

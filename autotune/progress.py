@@ -82,6 +82,7 @@ class SweepProgress:
         self.n_trials = n_trials
         self.t0 = time.monotonic()
         self.finished: dict[int, str] = {}
+        self.no_run: set[int] = set()
         self.snap = Snapshot()
         self.current_since = time.monotonic()
         self._live = None
@@ -95,7 +96,10 @@ class SweepProgress:
         t.add_column(style="bold")
         t.add_column()
         elapsed = time.monotonic() - self.t0
-        t.add_row("sweep", f"{len(self.finished)}/{self.n_trials} trials finished here, "
+        free = len(self.no_run)
+        launched = len(self.finished) - free
+        t.add_row("sweep", f"{launched}/{self.n_trials} trials run here"
+                           + (f" (+{free} reused or held back: no run)" if free else "") + ", "
                            f"{_clock(elapsed)} elapsed; current trial running for "
                            f"{_clock(time.monotonic() - self.current_since)}")
         t.add_row("study", f"{s.complete} done, {s.running} running, {s.pruned} pruned, {s.failed} failed")
@@ -120,6 +124,8 @@ class SweepProgress:
             status = r.status.value
             self.finished[outcome.number] = ("ok" if r.ok and outcome.usd is not None
                                              else "failed" if status == "crash" else "pruned")
+            if outcome.reused_from is not None or status == "prescreened":
+                self.no_run.add(outcome.number)  # measured nothing: not counted against n_trials
             if on_trial is not None:
                 on_trial(outcome)
             self.refresh()

@@ -164,6 +164,8 @@ def _trial_row(t) -> TrialRow:
         constraints=dict(getattr(t, "constraints", None) or {}),
         search_gpu_hours=ua.get("search_gpu_hours"),
         search_usd=ua.get("search_usd"),
+        reused_from=ua.get("reused_from"),
+        local_move_from=ua.get("local_move_from"),
     )
 
 
@@ -386,7 +388,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     catalog = _load_catalog_quietly(spec.get("catalog"), notes)
     frozen = study.get_trials(deepcopy=False)
     rows = [_trial_row(t) for t in frozen]
-    options = [o for ft, r in zip(frozen, rows) for o in _options_for(ft, r, catalog)]
+    # A reused trial repeats its source's measurement: the option belongs to the source alone.
+    options = [o for ft, r in zip(frozen, rows) if r.reused_from is None for o in _options_for(ft, r, catalog)]
     _apply_limits(options, limits)
     front = pareto_front(options)
     front_keys = {(o.trial, o.offer) for o in front}

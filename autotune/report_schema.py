@@ -55,6 +55,11 @@ class TrialRow(_M):
     constraints: dict[str, float] = Field(description="Optuna constraint values; > 0 = violated")
     search_gpu_hours: float | None = Field(description="rank-hours this trial cost the search")
     search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")
+    reused_from: int | None = Field(default=None, description="the trial whose measurement of the "
+                                    "same config on the same hardware this one reused (no run)")
+    local_move_from: int | None = Field(default=None, description="queued by the sweep as a "
+                                        "neighbour of this front trial (the sampler had repeated "
+                                        "a measured config)")
 
 
 class Sensitivity(_M):

@@ -266,3 +266,76 @@ def params_for(wanted: dict[str, Any], rs: RestrictedSpace, global_batch_samples
     chooser = _Chooser(wanted)
     values = suggest(chooser, rs, global_batch_samples, full)
     return chooser.params, values
+
+
+class _PathTrial:
+    """Answers `suggest_categorical` along a fixed path of choice indices (for enumeration)."""
+
+    def __init__(self, path: list[int]):
+        self.path, self.depth, self.arity = path, 0, []
+        self.params: dict[str, Any] = {}
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        i = self.path[self.depth] if self.depth < len(self.path) else 0
+        self.arity.append(len(choices))
+        self.depth += 1
+        self.params[name] = choices[i]
+        return choices[i]
+
+
+def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = None,
+                      full: RestrictedSpace | None = None,
+                      limit: int | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+    """Every (Optuna params, TrialConfig values) pair `suggest` can return, depth first in the
+    space's order; None when there are more than `limit` (a space too large to list)."""
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    stack: list[list[int]] = [[]]
+    while stack:
+        path = stack.pop()
+        t = _PathTrial(path)
+        values = suggest(t, rs, global_batch_samples, full)
+        if len(path) < len(t.arity):  # an unexplored decision: branch on it
+            stack.extend(path + [i] for i in reversed(range(t.arity[len(path)])))
+            continue
+        out.append((t.params, values))
+        if limit is not None and len(out) > limit:
+            return None
+    return out
+
+
+# The dimensions a local move changes, one at a time, to the next choice up or down.
+_STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
+              "checkpointing", "zero_stage", "offload")
+
+
+def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
+               full: RestrictedSpace | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The configs one step away from `values`: one dimension moved to the adjacent choice of
+    this machine's list (the others kept where still valid, e.g. accumulation re-derived for a
+    fixed global batch), as (Optuna params, TrialConfig values), without `values` itself."""
+    plain = {k: getattr(v, "value", v) for k, v in values.items()}
+    lists = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
+             "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
+             "precision": [p.value for p in rs.precision],
+             "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,
+             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]))]}
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    seen = {_values_key(values)}
+    for dim in _STEP_DIMS:
+        choices = lists[dim]
+        if plain[dim] not in choices:
+            continue
+        i = choices.index(plain[dim])
+        for j in (i - 1, i + 1):
+            if not 0 <= j < len(choices):
+                continue
+            params, moved = params_for({**plain, dim: choices[j]}, rs, global_batch_samples, full)
+            k = _values_key(moved)
+            if k not in seen:
+                seen.add(k)
+                out.append((params, moved))
+    return out
+
+
+def _values_key(values: dict[str, Any]) -> tuple:
+    return tuple(str(getattr(values[k], "value", values[k])) for k in _STEP_DIMS)

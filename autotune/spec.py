@@ -93,7 +93,9 @@ class BudgetSpec(_Spec):
     autotune/study.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
     constraints on each trial's projected long run)."""
 
-    trials: int = Field(default=8, gt=0, description="trials per invocation (Optuna n_trials)")
+    trials: int = Field(
+        default=8, gt=0, description="trials launched per invocation; a proposal that reuses a "
+        "measured config or that the memory prescreen holds back runs nothing and does not count")
     max_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)
     total_trials: int | None = Field(

@@ -28,7 +28,10 @@ once do not enqueue them twice.
 Sampler: TPE, multivariate + group (a small, conditional, mostly categorical space; GPSampler
 would need torch in the controller and handles conditional spaces poorly), constant liar so
 concurrent workers spread out, and a seed mixed with the process id so they do not propose
-the same sequence.
+the same sequence. When TPE proposes a config already measured here, the sweep reuses the
+measurement and queues an untried neighbour of the Pareto front (`LocalMoves`), so a sampler
+that has settled keeps finding new configs near the best ones. `n_trials` counts launched
+trials; a sweep stops early once every config of a listable space has been tried.
 """
 
 from __future__ import annotations
@@ -381,6 +384,18 @@ class MachineSpace:
                    unrestricted(space, n_heads))
 
 
+def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, num_nodes: int,
+                     seed: int) -> TrialConfig:
+    """The TrialConfig a trial with these suggested values launches on this machine."""
+    return TrialConfig(
+        workload=spec.workload, seq_len=spec.seq_len, **values, num_nodes=num_nodes,
+        launcher=launcher_for(values, spec), device=ms.hardware.device_kind,
+        warmup_steps=spec.trial.warmup_steps, measure_steps=spec.trial.measure_steps,
+        max_measure_steps=spec.trial.max_measure_steps, timeout_s=spec.trial.timeout_s,
+        threads_per_rank=spec.trial.threads_per_rank, seed=seed,
+    )
+
+
 def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOutcome], None] | None = None,
                    note: Callable[[str], None] | None = None, machine: MachineSpace | None = None):
     """The Optuna objective for this spec on this machine."""
@@ -410,13 +425,7 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
         values = suggest(trial, ms.restricted, spec.batch.global_batch_samples, ms.full)
         num_nodes = ls.num_nodes[0] if len(ls.num_nodes) == 1 else \
             trial.suggest_categorical("num_nodes", ls.num_nodes)
-        cfg = TrialConfig(
-            workload=spec.workload, seq_len=spec.seq_len, **values, num_nodes=num_nodes,
-            launcher=launcher_for(values, spec), device=hw.device_kind,
-            warmup_steps=spec.trial.warmup_steps, measure_steps=spec.trial.measure_steps,
-            max_measure_steps=spec.trial.max_measure_steps, timeout_s=spec.trial.timeout_s,
-            threads_per_rank=spec.trial.threads_per_rank, seed=spec.seed + trial.number,
-        )
+        cfg = trial_config_for(values, spec, ms, num_nodes, seed=spec.seed + trial.number)
         trial_dir = runs_dir / f"trial_{trial.number:04d}"
         key = config_key(cfg, hw.key())
         trial.set_user_attr("config", cfg.model_dump(mode="json"))
@@ -604,9 +613,102 @@ class SearchBudget:
         return None
 
 
+# ---------------------------------------------------------------------------------------
+# Local moves: what to measure when the sampler repeats itself
+# ---------------------------------------------------------------------------------------
+
+# Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
+# space it cannot list (autotune.space.enumerate_configs caps the listing).
+MAX_IDLE_PROPOSALS = 50
+ENUMERATE_LIMIT = 5000
+
+
+def was_launched(t) -> bool:
+    """The trial ran its own measurement: not reused from another, not held back."""
+    return t.user_attrs.get("status") not in (None, "prescreened") and "reused_from" not in t.user_attrs
+
+
+def pareto_front(trials, hardware_key: str) -> list:
+    """This hardware's feasible, non-dominated complete trials (one per config), cheapest first."""
+    from optuna.trial import TrialState
+
+    done: dict[Any, Any] = {}
+    for t in trials:
+        if (t.state is TrialState.COMPLETE and t.values and t.user_attrs.get("hardware") == hardware_key
+                and all(v <= 0 for v in t.constraints.values())):
+            done.setdefault(t.user_attrs.get("config_key"), t)
+    pts = list(done.values())
+    front = [t for t in pts if not any(_dominates_or_equal(tuple(o.values), tuple(t.values))
+                                       and tuple(o.values) != tuple(t.values) for o in pts)]
+    return sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
+
+
+class LocalMoves:
+    """When the sampler proposes a config this hardware has measured already (its model has
+    settled on a region it knows), the sweep queues an untried neighbour of the Pareto front
+    (one dimension moved to the adjacent choice: `autotune.space.neighbours`), cheapest front
+    point first, in a seeded random order. TPE keeps re-proposing its incumbent on a small
+    space; without this, those proposals are spent measuring nothing (docs/benchmarks.md).
+    On a space small enough to list, it also tells when every config has been tried."""
+
+    def __init__(self, spec: SweepSpec, ms: MachineSpace, seed: int):
+        import random
+
+        self.spec, self.ms, self.hw_key = spec, ms, ms.hardware.key()
+        self.rng = random.Random(seed)
+        self.queued: set[str] = set()
+        self._all_keys: set[str] = set()
+        self._listed: bool | None = None
+
+    def _key(self, values: dict[str, Any], num_nodes: int) -> str:
+        return config_key(trial_config_for(values, self.spec, self.ms, num_nodes, seed=0), self.hw_key)
+
+    def tried(self, trials) -> set[str]:
+        return {t.user_attrs["config_key"] for t in trials
+                if t.user_attrs.get("hardware") == self.hw_key and "config_key" in t.user_attrs}
+
+    def enqueue_next(self, study) -> bool:
+        """Queue one untried neighbour of the front; False when the front has none left."""
+        from autotune.space import neighbours
+
+        trials = study.get_trials(deepcopy=False)
+        tried = self.tried(trials) | self.queued
+        gb, rs, full = self.spec.batch.global_batch_samples, self.ms.restricted, self.ms.full
+        for t in pareto_front(trials, self.hw_key):
+            cfg = t.user_attrs["config"]
+            nodes = int(cfg.get("num_nodes", 1))
+            candidates = neighbours(cfg, rs, gb, full)
+            self.rng.shuffle(candidates)
+            for params, values in candidates:
+                key = self._key(values, nodes)
+                if key in tried:
+                    continue
+                if len(self.spec.launcher.num_nodes) > 1:
+                    params = {**params, "num_nodes": nodes}
+                study.enqueue_trial(params, user_attrs={"local_move_from": t.number})
+                self.queued.add(key)
+                return True
+        return False
+
+    def exhausted(self, study) -> int | None:
+        """The number of configs when every config this machine can run has been tried; None
+        otherwise, or when the space is too large to list."""
+        from autotune.space import enumerate_configs
+
+        if self._listed is None:
+            listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
+                                       self.ms.full, limit=ENUMERATE_LIMIT)
+            self._listed = listed is not None
+            self._all_keys = {self._key(v, n) for _, v in listed or [] for n in self.spec.launcher.num_nodes}
+        if not self._listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
+            return None
+        return len(self._all_keys)
+
+
 @dataclass
 class SweepSummary:
-    trials_run: int = 0
+    trials_run: int = 0  # launched here: each ran its own measurement
+    proposals: int = 0  # Optuna trials here, including reused and prescreened ones
     stop_reason: str | None = None
     interrupted: bool = False
     recovered: list[int] = field(default_factory=list)
@@ -661,21 +763,44 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
     summary.baselines_enqueued = enqueue_baselines(study, spec, ms)
     objective = make_objective(spec, runs_dir, on_trial, note, machine=ms)
 
+    moves = LocalMoves(spec, ms, seed=spec.seed)
+
     with _Interrupt(note) as interrupt:
-        def after_trial(st, _frozen) -> None:
-            summary.trials_run += 1
+        idle = 0  # proposals in a row that launched nothing
+
+        def after_trial(st, frozen) -> None:
+            nonlocal idle
+            summary.proposals += 1
+            if was_launched(frozen):
+                summary.trials_run += 1
+                idle = 0
+            else:
+                idle += 1
+                if "reused_from" in frozen.user_attrs:
+                    moves.enqueue_next(st)
             if interrupt.requested:
                 summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C)", True
                 st.stop()
                 return
             reason = budget.exhausted(st)
+            if reason is None and summary.trials_run >= n_trials:
+                st.stop()
+                return
+            if reason is None and idle:
+                n_all = moves.exhausted(st)
+                if n_all is not None:
+                    reason = f"every config this machine can run has been tried ({n_all} configs)"
+                elif idle >= MAX_IDLE_PROPOSALS:
+                    reason = (f"{idle} proposals in a row were configs already tried: the sampler "
+                              "has settled; widen the search space to search further")
             if reason:
                 summary.stop_reason = reason
                 st.stop()
 
         try:
-            study.optimize(objective, n_trials=n_trials, catch=(TrialCrashed,),
-                           callbacks=[after_trial])
+            # n_trials counts launched trials (after_trial stops the study): a reused or
+            # prescreened proposal measures nothing and costs nothing.
+            study.optimize(objective, n_trials=None, catch=(TrialCrashed,), callbacks=[after_trial])
         except KeyboardInterrupt:
             summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C twice): the running trial was failed", True
     return summary

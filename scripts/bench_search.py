@@ -22,9 +22,11 @@ the peak RSS of its largest rank) exceeds it counts as an OOM trial.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -53,35 +55,11 @@ CACHE_VERSION = 1
 # ---------------------------------------------------------------------------------------
 
 
-class _PathTrial:
-    """Answers `suggest_categorical` along a fixed path of choice indices (for enumeration)."""
-
-    def __init__(self, path: list[int]):
-        self.path, self.depth, self.arity = path, 0, []
-        self.params: dict[str, Any] = {}
-
-    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-        i = self.path[self.depth] if self.depth < len(self.path) else 0
-        self.arity.append(len(choices))
-        self.depth += 1
-        self.params[name] = choices[i]
-        return choices[i]
-
-
 def enumerate_space(rs, global_batch_samples: int | None) -> list[tuple[dict, dict]]:
     """All (optuna params, TrialConfig values) pairs `suggest` can return, depth first."""
-    from autotune.space import suggest
+    from autotune.space import enumerate_configs
 
-    out, stack = [], [[]]
-    while stack:
-        path = stack.pop()
-        t = _PathTrial(path)
-        values = suggest(t, rs, global_batch_samples)
-        if len(path) < len(t.arity):  # an unexplored decision: branch on it
-            stack.extend(path + [i] for i in reversed(range(t.arity[len(path)])))
-            continue
-        out.append((t.params, values))
-    return out
+    return enumerate_configs(rs, global_batch_samples)
 
 
 def config_key(values: dict[str, Any]) -> str:
@@ -125,7 +103,11 @@ def cache_identity(args, hw) -> dict[str, Any]:
 
 
 def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
-    """Measure every config not in a matching cache; returns the cache document."""
+    """Measure every config `args.repeats` times (rounds over the whole space, so that a slow
+    spell of the machine spreads over configs instead of hitting one); configs already in a
+    matching cache keep their runs. Returns the cache document: entries[key] = {config,
+    results: [TrialResult, ...]} (a version-1 cache's single `result` becomes the first run)."""
+    from autotune.contract import write_json_atomic
     from autotune.launch import run_trial
 
     ident = cache_identity(args, hw)
@@ -137,24 +119,27 @@ def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
             doc = old
         else:
             log(f"cache {cache} was measured elsewhere or with other settings: measuring again")
-    todo = [(p, v) for p, v in configs if config_key(v) not in doc["entries"]]
+    for entry in doc["entries"].values():
+        if "result" in entry:
+            entry["results"] = [entry.pop("result")]
+    todo = [(rep, v) for rep in range(args.repeats) for _, v in configs
+            if len(doc["entries"].get(config_key(v), {}).get("results", [])) <= rep]
     if todo and args.replay_only:
-        raise SystemExit(f"--replay-only: {len(todo)} configs are not in {cache}")
+        raise SystemExit(f"--replay-only: {len(todo)} runs are missing from {cache}")
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
-        for i, (_, values) in enumerate(todo):
+        for i, (rep, values) in enumerate(todo):
             cfg = trial_config(values, spec, hw, seed=spec.seed)
             t0 = time.monotonic()
             result = run_trial(cfg, Path(tmp) / f"trial_{i:04d}")
             result.log_tail = None  # keep the data file small; the status and error stay
-            doc["entries"][config_key(values)] = {"config": cfg.model_dump(mode="json"),
-                                                  "result": result.model_dump(mode="json")}
-            log(f"  [{i + 1}/{len(todo)}] {config_key(values)}: {result.status.value} "
-                f"{result.tokens_per_s or 0:,.0f} tok/s, {time.monotonic() - t0:.1f}s")
+            entry = doc["entries"].setdefault(config_key(values), {"config": cfg.model_dump(mode="json"),
+                                                                    "results": []})
+            entry["results"].append(result.model_dump(mode="json"))
+            log(f"  [{i + 1}/{len(todo)}] run {rep + 1}: {config_key(values)}: {result.status.value} "
+                f"{result.tokens_per_s or 0:,.0f} tok/s, {time.monotonic() - t0:.1f}s", flush=True)
             if (i + 1) % 5 == 0 or i + 1 == len(todo):  # resumable if interrupted
                 doc["measured_utc"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
                 doc["load_avg_during"] = doc.get("load_avg_during", []) + [_load1()]
-                from autotune.contract import write_json_atomic
-
                 write_json_atomic(cache, doc)
     return doc
 
@@ -174,17 +159,14 @@ def _load1() -> float | None:
 
 
 @dataclass
-class Entry:
-    key: str
-    values: dict[str, Any]
-    cfg: TrialConfig
+class Measured:
+    """One real run of a config, as the replay scores it."""
+
     result: TrialResult
     emulated_peak_bytes: int | None
-    predicted_bytes: int | None
     oom: bool = False
     hours: float | None = None
     usd: float | None = None
-    tokens_per_s: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -198,6 +180,50 @@ class Entry:
         if self.oom:
             return max(0.0, wall - self.result.phase_s.get("measure", 0.0))
         return wall
+
+
+@dataclass
+class Entry:
+    """A config of the ground truth: its runs, and the truth a strategy is judged on (medians
+    over the runs). A replay's trial of the config *observes* one of its runs, drawn by the
+    replay's seed: a search sees one noisy measurement per config, as a sweep does."""
+
+    key: str
+    values: dict[str, Any]
+    cfg: TrialConfig
+    runs: list[Measured]
+    emulated_peak_bytes: int | None = None
+    oom: bool = False
+    hours: float | None = None
+    usd: float | None = None
+    tokens_per_s: float | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.hours is not None and not self.oom
+
+    @property
+    def result(self) -> TrialResult:
+        return self.runs[0].result
+
+    @property
+    def trial_s(self) -> float:
+        return _median([m.trial_s for m in self.runs])
+
+    def observed(self, seed: int) -> Measured:
+        """The run a replay with this seed measures for this config (deterministic)."""
+        digest = hashlib.sha256(f"{seed}/{self.key}".encode()).digest()
+        return self.runs[int.from_bytes(digest[:4], "big") % len(self.runs)]
+
+    @property
+    def spread(self) -> float | None:
+        """Run-to-run spread of tokens/s: (max - min) / median, None with one ok run."""
+        tps = [m.result.tokens_per_s for m in self.runs if m.result.ok and m.result.tokens_per_s]
+        return (max(tps) - min(tps)) / _median(tps) if len(tps) > 1 else None
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
 
 
 def emulated_peak(result: TrialResult) -> int | None:
@@ -228,12 +254,25 @@ def build_table(doc, configs, spec, mem_limit_bytes: int | None) -> dict[str, En
         key = config_key(values)
         raw = doc["entries"][key]
         cfg = TrialConfig.model_validate(raw["config"])
-        result = TrialResult.model_validate(raw["result"])
-        e = Entry(key, values, cfg, result, emulated_peak(result), None)
-        if result.ok:
-            score = score_trial(result, cfg, spec, catalog, device_type_key(cfg))
-            if score is not None:
-                e.hours, e.usd, e.tokens_per_s = score.hours, score.usd, result.tokens_per_s
+        runs = []
+        for r in raw.get("results") or [raw["result"]]:
+            result = TrialResult.model_validate(r)
+            m = Measured(result, emulated_peak(result))
+            if result.ok:
+                score = score_trial(result, cfg, spec, catalog, device_type_key(cfg))
+                if score is not None:
+                    m.hours, m.usd = score.hours, score.usd
+            if mem_limit_bytes is not None and m.emulated_peak_bytes is not None:
+                m.oom = m.emulated_peak_bytes > mem_limit_bytes
+            runs.append(m)
+        e = Entry(key, values, cfg, runs)
+        peaks = [m.emulated_peak_bytes for m in runs if m.emulated_peak_bytes is not None]
+        e.emulated_peak_bytes = int(_median(peaks)) if peaks else None
+        scored = [m for m in runs if m.hours is not None]
+        # A config is judged feasible when most of its runs ran and scored.
+        if len(scored) * 2 > len(runs):
+            e.hours, e.usd = _median([m.hours for m in scored]), _median([m.usd for m in scored])
+            e.tokens_per_s = _median([m.result.tokens_per_s for m in scored])
         if mem_limit_bytes is not None and e.emulated_peak_bytes is not None:
             e.oom = e.emulated_peak_bytes > mem_limit_bytes
         table[key] = e
@@ -280,9 +319,10 @@ def cfg_key(cfg: TrialConfig) -> str:
 
 @contextmanager
 def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_hours: float,
-                      limit: int | None):
-    """Replace autotune.launch.run_trial by a lookup in the table for the duration; stops the
-    study once configs within 3% of both optima have been launched."""
+                      seed: int):
+    """Replace autotune.launch.run_trial by a lookup in the table for the duration (the run
+    this seed observes); stops the study once configs within 3% of both optima (by the
+    truth) have been launched."""
     import autotune.launch as launch
 
     done = _stop_when_found(table, best_usd, best_hours)
@@ -290,10 +330,11 @@ def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_h
 
     def fake_run_trial(cfg: TrialConfig, trial_dir, *a, **kw) -> TrialResult:
         e = table[cfg_key(cfg)]
-        run.steps.append(Step(e.key, True, e.trial_s))
+        seen = e.observed(seed)
+        run.steps.append(Step(e.key, True, seen.trial_s))
         if done(e) and state["study"] is not None:
             state["study"].stop()
-        return e.result.model_copy(deep=True)
+        return seen.result.model_copy(deep=True)
 
     real = launch.run_trial
     launch.run_trial = fake_run_trial
@@ -304,7 +345,8 @@ def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_h
 
 
 def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, best_hours: float,
-                    mode: str, limit: int | None, safety_margin: float | None = None) -> Run:
+                    mode: str, limit: int | None, safety_margin: float | None = None,
+                    seed: int = 0) -> Run:
     """One replay of autotune's own loop. mode: "sweep" (run_sweep: baselines, prescreen,
     reuse), "sweep_no_prescreen", or "objective" (make_objective alone: the sampler with no
     baselines; with RandomSampler this is random search)."""
@@ -321,7 +363,7 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=sampler,
                                 directions=DIRECTIONS, study_name="replay")
     with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp, \
-            trials_from_table(table, run, best_usd, best_hours, limit) as state:
+            trials_from_table(table, run, best_usd, best_hours, seed) as state:
         state["study"] = study
         if mode in ("sweep", "sweep_no_prescreen"):
             run_sweep(spec, study, max_trials, Path(tmp))
@@ -336,17 +378,19 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
     return run
 
 
-def replay_order(table, keys: list[str]) -> Run:
-    return Run([Step(k, True, table[k].trial_s) for k in keys])
+def replay_order(table, keys: list[str], seed: int = 0) -> Run:
+    return Run([Step(k, True, table[k].observed(seed).trial_s) for k in keys])
 
 
-def replay_deepspeed_style(table, rs, spec, rng: random.Random, metric: str) -> Run:
+def replay_deepspeed_style(table, rs, spec, seed: int, metric: str) -> Run:
     """In the style of DeepSpeed's autotuner: for each setting of the other dimensions (order
     shuffled by the seed), for each ZeRO stage in increasing order, binary-search the largest
     micro-batch that fits, then try smaller micro-batches while one improves the metric by
     >= 5%; move to the next stage only while a stage improves the best by >= 5%.
     `metric`: "usd" or "hours" (lower is better) - the heuristic optimizes what it is scored on.
+    Its decisions read the run this seed observes for each config, as the sampler replays do.
     """
+    rng = random.Random(seed)
     gain = 0.05
     by_outer: dict[tuple, dict[int, dict[int, str]]] = {}
     for e in table.values():
@@ -358,16 +402,15 @@ def replay_deepspeed_style(table, rs, spec, rng: random.Random, metric: str) -> 
     outers = sorted(by_outer)
     rng.shuffle(outers)
     run = Run()
-    tried: dict[str, Entry] = {}
+    tried: dict[str, Measured] = {}
 
-    def probe(key: str) -> Entry:
-        e = table[key]
+    def probe(key: str) -> Measured:
         if key not in tried:
-            run.steps.append(Step(key, True, e.trial_s))
-            tried[key] = e
-        return e
+            tried[key] = table[key].observed(seed)
+            run.steps.append(Step(key, True, tried[key].trial_s))
+        return tried[key]
 
-    def value(e: Entry) -> float:
+    def value(e: Measured) -> float:
         return getattr(e, metric) if e.feasible else math.inf
 
     for outer in outers:
@@ -450,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="ground-truth data file")
     ap.add_argument("--remeasure", action="store_true", help="measure every config again")
     ap.add_argument("--replay-only", action="store_true", help="fail instead of measuring")
+    ap.add_argument("--measure-only", action="store_true", help="measure the ground truth, no replays")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="independent runs per config (run-to-run noise on a shared CPU is ~10%%)")
     ap.add_argument("--seeds", type=int, default=20, help="replays per strategy (>= 20)")
     ap.add_argument("--max-trials-factor", type=float, default=2.0,
                     help="sampler replays stop after this many x the number of configs")
@@ -476,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     doc = measure_ground_truth(configs, spec, hw, args)
     measure_s = time.monotonic() - t0
+    if args.measure_only:
+        return 0
 
     table0 = build_table(doc, configs, spec, None)
     peaks = sorted(e.emulated_peak_bytes for e in table0.values()
@@ -509,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def replays(mode: str, sampler_for, margin: float | None = None) -> list[Run]:
         return [replay_autotune(table, spec, ms, sampler_for(s), max_trials, best_usd, best_hours,
-                                mode, limit, margin) for s in seeds]
+                                mode, limit, margin, seed=s) for s in seeds]
 
     runs[SHIPPED] = replays("sweep", make_sampler)
     print(f"  replayed {SHIPPED} ({time.monotonic() - t1:.0f}s)", flush=True)
@@ -520,9 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     runs[RANDOM] = replays("objective", lambda s: optuna.samplers.RandomSampler(seed=s))
     print(f"  replayed the sampler strategies ({time.monotonic() - t1:.0f}s)", flush=True)
     runs["grid, shuffled order"] = [
-        replay_order(table, random.Random(s).sample(keys_in_order, len(keys_in_order))) for s in seeds]
+        replay_order(table, random.Random(s).sample(keys_in_order, len(keys_in_order)), s) for s in seeds]
     runs["grid, fixed order (space order)"] = [replay_order(table, keys_in_order)]
-    ds = {m: [replay_deepspeed_style(table, rs, spec, random.Random(s), m) for s in seeds]
+    ds = {m: [replay_deepspeed_style(table, rs, spec, s, m) for s in seeds]
           for m in ("usd", "hours")}
     replay_s = time.monotonic() - t1
 

@@ -31,7 +31,7 @@ def test_two_sweeps_on_one_study_concurrently(tmp_path, postgres):
     the password nowhere in output, trial folders or the report. Then the study is copied to
     a SQLite file with its trial folders and reported from there."""
     study = f"dist{os.getpid()}"
-    spec = write_spec(tmp_path, study, [1, 2])  # 2 configs: 6 trials must reuse 4 times
+    spec = write_spec(tmp_path, study, [1, 2])  # 2 configs; each sweep asks for 3 launches
     runs = [tmp_path / "runs_a", tmp_path / "runs_b"]
     procs = [subprocess.Popen(sweep_argv(spec, postgres.url, 3, r), cwd=tmp_path, env=cli_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -39,11 +39,13 @@ def test_two_sweeps_on_one_study_concurrently(tmp_path, postgres):
     outs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out
+        # Neither can launch 3: each stops once both configs are measured (by either machine).
+        assert "stopped: every config this machine can run has been tried (2 configs)" in out, out
 
     trials = optuna.load_study(study_name=study, storage=open_storage(postgres.url)).trials
     assert sorted(t.number for t in trials) == list(range(len(trials)))
     finished = [t for t in trials if t.state.is_finished()]
-    assert len(finished) == 6 and all(t.state is TrialState.COMPLETE for t in finished), \
+    assert len(finished) >= 2 and all(t.state is TrialState.COMPLETE for t in finished), \
         [(t.number, t.state, t.user_attrs.get("error")) for t in trials]
     measured = [t for t in finished if "reused_from" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -78,3 +79,27 @@ def test_unreadable_result_is_a_crash(tmp_path):
     (tmp_path / "result.json").write_text("{not json")
     r = read_result(tmp_path / "result.json", 0, False, err, out, TrialConfig())
     assert r.status is TrialStatus.crash and "unreadable" in r.error
+
+
+def test_prebuild_clears_a_lock_left_by_a_dead_build_only(tmp_path):
+    """A DeepSpeed op build killed mid-way leaves torch's lock file; later loads would wait on
+    it forever. trials.prebuild removes it when old and no process works in the folder."""
+    import subprocess
+    import time
+
+    from trials.prebuild import STALE_LOCK_AGE_S, clear_stale_lock
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not clear_stale_lock(tmp_path)  # fresh: a build may have just taken it
+    old = time.time() - STALE_LOCK_AGE_S - 5
+    os.utime(lock, (old, old))
+    busy = subprocess.Popen(["sleep", "30"], cwd=tmp_path)  # stands for ninja in the folder
+    try:
+        time.sleep(0.2)
+        assert not clear_stale_lock(tmp_path) and lock.exists()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert clear_stale_lock(tmp_path) and not lock.exists()
+    assert not clear_stale_lock(tmp_path)  # nothing left to remove

@@ -46,13 +46,14 @@ def _sweep(tmp_path: Path, name: str, prescreen: bool):
     runs = tmp_path / "runs" / name
     run_sweep(spec, study, n_trials=len(MICRO_BATCHES), runs_dir=runs)
     launched = sorted(p.parent.name for p in runs.glob("trial_*/command.json"))
-    # (run_sweep also queues its baseline configs; only the three proposals ran here)
+    # (run_sweep also queues its baseline configs: the same configs, so they reuse)
     return study, launched
 
 
 def _trials(study) -> dict:
+    # (a proposal of a config already tried reuses that trial's record: not its own config)
     return {t.user_attrs["config"]["micro_batch_size"]: t for t in study.trials
-            if "config" in t.user_attrs}
+            if "config" in t.user_attrs and "reused_from" not in t.user_attrs}
 
 
 def _best(study) -> int:

@@ -106,3 +106,53 @@ def test_space_nothing_runnable_is_a_user_error(tmp_path):
     p.write_text("num_gpus: [64]\n")
     with pytest.raises(UserError, match="num_gpus"):
         restrict(load_space(str(p)), capabilities_for(CPU2))
+
+
+def _key(v):
+    return tuple(str(getattr(x, "value", x)) for x in (
+        v["num_gpus"], v["tp_degree"], v["micro_batch_size"], v["grad_accum_steps"], v["precision"],
+        v["checkpointing"], v["zero_stage"], v["offload"]))
+
+
+def test_enumeration_lists_exactly_what_random_suggestions_reach():
+    from autotune.space import enumerate_configs
+
+    rs = restrict(load_space("default"), capabilities_for(CPU2))
+    listed = enumerate_configs(rs, 8)
+    keys = [_key(v) for _, v in listed]
+    assert len(keys) == len(set(keys))
+    for v in _suggestions(rs, 200, 8):  # every random suggestion is in the listing
+        assert _key(v) in set(keys)
+    for _, v in listed:
+        TrialConfig(**v)  # and every listed config is valid
+        assert v["micro_batch_size"] * v["grad_accum_steps"] * v["num_gpus"] // v["tp_degree"] == 8
+    # A space too large to list is answered None, not a truncated list.
+    big = restrict(load_space("default"), capabilities_for(H100x8, compute_capability=(9, 0)))
+    assert enumerate_configs(big, None, limit=100) is None
+
+
+def test_neighbours_move_one_dimension_one_choice():
+    from autotune.space import neighbours
+
+    rs = restrict(SearchSpace(num_gpus=[1, 2], micro_batch_size=[1, 2, 4, 8],
+                              precision=[Precision.fp32, Precision.bf16], zero_stage=[0, 1, 2],
+                              offload=[Offload.none, Offload.optimizer]), capabilities_for(CPU2))
+    here = dict(num_gpus=2, tp_degree=1, micro_batch_size=2, grad_accum_steps=2,
+                precision=Precision.fp32, checkpointing="none", zero_stage=1, offload=Offload.none)
+    got = {_key(v) for _, v in neighbours(here, rs, 8)}
+    base = _key(here)
+
+    def moved(**kw):
+        return _key({**here, **kw})
+
+    assert got == {
+        moved(num_gpus=1, grad_accum_steps=4),  # one rank: accumulation re-derived for global 8
+        moved(micro_batch_size=1, grad_accum_steps=4), moved(micro_batch_size=4, grad_accum_steps=1),
+        moved(precision=Precision.bf16),
+        moved(zero_stage=0), moved(zero_stage=2),
+        moved(offload=Offload.optimizer),
+    }
+    assert base not in got
+    # Zero stage 0 offers no offload: its neighbours never carry one.
+    at0 = neighbours({**here, "zero_stage": 0}, rs, 8)
+    assert all(v["offload"] is Offload.none or v["zero_stage"] > 0 for _, v in at0)

@@ -45,8 +45,11 @@ def test_sweep_then_resume(tmp_path, run_cli):
     assert "cheapest" in p.stdout and "fastest" in p.stdout
 
     first = _report(run_cli, tmp_path)
-    assert len(first["trials"]) == 3
-    for t in first["trials"]:
+    # --trials counts launched trials; a proposal of a config already measured reuses it.
+    ran = [t for t in first["trials"] if t["reused_from"] is None]
+    assert len(ran) == 3
+    assert all(t["state"] == "COMPLETE" for t in first["trials"])
+    for t in ran:
         assert t["state"] == "COMPLETE", t
         assert t["status"] == "ok" and t["tokens_per_s"] > 0
         assert t["config"]["num_gpus"] == 2
@@ -66,6 +69,35 @@ def test_sweep_then_resume(tmp_path, run_cli):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "(3 trials so far)" in p.stdout
     second = _report(run_cli, tmp_path)
-    assert len(second["trials"]) == 4
-    # The first three are untouched by the resume.
-    assert second["trials"][:3] == first["trials"]
+    assert len([t for t in second["trials"] if t["reused_from"] is None]) == 4
+    # The first ones are untouched by the resume.
+    assert second["trials"][:len(first["trials"])] == first["trials"]
+    keys = [json.dumps(t["config"], sort_keys=True) for t in second["trials"] if t["reused_from"] is None]
+    assert len(keys) == len(set(keys)), "a config was measured twice"
+
+
+SMALL_SPACE = """
+num_gpus: [1]
+micro_batch_size: [1, 2, 4]
+precision: [fp32]
+checkpointing: [none]
+"""
+
+
+def test_sweep_stops_when_every_config_is_tried(tmp_path, run_cli):
+    """A space of 3 configs and --trials 10: each config runs once, proposals of measured ones
+    are reused (free), and the sweep stops by itself saying why."""
+    (tmp_path / "space.yaml").write_text(SMALL_SPACE)
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("SPACE", str(tmp_path / "space.yaml")))
+    p = run_cli("sweep", "spec.yaml", "--trials", "10")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "stopped: every config this machine can run has been tried (3 configs)" in p.stdout, p.stdout
+    trials = _report(run_cli, tmp_path)["trials"]
+    ran = [t for t in trials if t["reused_from"] is None]
+    assert sorted(t["config"]["micro_batch_size"] for t in ran) == [1, 2, 4]
+    assert all(t["status"] == "ok" and t["state"] == "COMPLETE" for t in trials)
+    for t in trials:
+        if t["reused_from"] is not None:  # a reused proposal points at the trial that ran it
+            src = trials[t["reused_from"]]
+            assert src["reused_from"] is None and src["config"] == t["config"]
+            assert t["search_gpu_hours"] == 0.0

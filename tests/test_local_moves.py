@@ -1,0 +1,64 @@
+"""The sweep's local moves (autotune.study.LocalMoves): which config it queues when the sampler
+proposes one already measured. The study records here are written directly (values and
+config attributes, as a sweep stores them): this tests the choice, a pure function of the
+study's records; real sweeps that use it are in tests/test_sweep_e2e.py."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.contract import GPTWorkload
+from autotune.spec import SweepSpec
+from autotune.study import DIRECTIONS, LocalMoves, MachineSpace, config_key, pareto_front, trial_config_for
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8]\nprecision: [fp32]\n"
+                     "checkpointing: [none, full]\n")
+    spec = SweepSpec(workload=GPTWorkload(preset="tiny"), seq_len=32, space=str(space))
+    ms = MachineSpace.for_spec(spec)
+    study = optuna.create_study(directions=DIRECTIONS)
+    return spec, ms, study
+
+
+def _record(study, spec, ms, micro: int, ckpt: str, hours: float, usd: float) -> None:
+    values = dict(num_gpus=1, tp_degree=1, micro_batch_size=micro, grad_accum_steps=1,
+                  precision="fp32", checkpointing=ckpt, zero_stage=0, offload="none")
+    cfg = trial_config_for(values, spec, ms, 1, seed=0)
+    hw = ms.hardware.key()
+    study.add_trial(optuna.trial.create_trial(
+        params={"micro_batch_size": micro, "checkpointing": ckpt},
+        distributions={"micro_batch_size": optuna.distributions.CategoricalDistribution([1, 2, 4, 8]),
+                       "checkpointing": optuna.distributions.CategoricalDistribution(["none", "full"])},
+        values=[hours, usd], system_attrs={"constraints": [0.0]},
+        user_attrs={"config": cfg.model_dump(mode="json"), "hardware": hw, "status": "ok",
+                    "config_key": config_key(cfg, hw)}))
+
+
+def test_queues_an_untried_neighbour_of_the_cheapest_front_point(setup):
+    spec, ms, study = setup
+    _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)   # the best
+    _record(study, spec, ms, 2, "none", hours=12.0, usd=6.0)   # dominated
+    _record(study, spec, ms, 8, "none", hours=11.0, usd=7.0)   # dominated
+    assert [t.params["micro_batch_size"] for t in pareto_front(study.trials, ms.hardware.key())] == [4]
+    moves = LocalMoves(spec, ms, seed=0)
+    # Micro 4's neighbours: micro 2 and 8 (tried) and full checkpointing (untried): the only move.
+    assert moves.enqueue_next(study)
+    (waiting,) = [t for t in study.trials if t.state.name == "WAITING"]
+    fixed = waiting.system_attrs["fixed_params"]
+    assert (fixed["micro_batch_size"], fixed["checkpointing"]) == (4, "full")
+    assert waiting.user_attrs["local_move_from"] == 0
+    # Queued once: asked again, nothing near the front is left untried.
+    assert not moves.enqueue_next(study)
+    assert moves.exhausted(study) is None  # 8 configs, 3 tried (the queued one is not yet tried)
+
+
+def test_exhausted_once_every_listed_config_is_tried(setup):
+    spec, ms, study = setup
+    for micro in (1, 2, 4, 8):
+        for ckpt in ("none", "full"):
+            _record(study, spec, ms, micro, ckpt, hours=float(micro), usd=float(micro))
+    assert LocalMoves(spec, ms, seed=0).exhausted(study) == 8
