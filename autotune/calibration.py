@@ -272,12 +272,19 @@ class MemoryGuard:
             # model, plus the largest under-prediction the fit has shown on this machine. The
             # runtime's constant is measured here; a margin on it (most of the figure on CPU)
             # would hold back configs that fit.
-            known_engine = engine in self.fit.constant_bytes
-            variable = self.fit.scale * analytic if known_engine else predicted
-            guard = self.margin * variable + max(0.0, self.fit.max_under_prediction) * predicted
-            over = limit is not None and predicted + guard > limit
-            basis = (f"{basis}; safety margin {self.margin:.0%} of the model-dependent part "
-                     f"+ the fit's worst under-prediction {max(0.0, self.fit.max_under_prediction):.1%}")
+            if engine in self.fit.constant_bytes:
+                guard = (self.margin * self.fit.scale * analytic
+                         + max(0.0, self.fit.max_under_prediction) * predicted)
+                over = limit is not None and predicted + guard > limit
+                basis = (f"{basis}; safety margin {self.margin:.0%} of the model-dependent part "
+                         f"+ the fit's worst under-prediction {max(0.0, self.fit.max_under_prediction):.1%}")
+            else:
+                # No trial of this engine yet: the borrowed constant is an estimate, not a
+                # bound. Holding back on it would keep the engine from ever being measured,
+                # hence calibrated (measured: a sweep that met ZeRO first never tried DDP,
+                # docs/benchmarks.md). Held back only when certain, as before any trial.
+                over = limit is not None and analytic > limit
+                basis += "; held back only if the analytic lower bound exceeds the limit"
         else:
             # No measurement yet: only the analytic figure, a lower bound (it leaves out the
             # runtime's own memory), so only configs certain not to fit are held back.

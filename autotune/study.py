@@ -28,9 +28,10 @@ once do not enqueue them twice.
 Sampler: TPE, multivariate + group (a small, conditional, mostly categorical space; GPSampler
 would need torch in the controller and handles conditional spaces poorly), constant liar so
 concurrent workers spread out, and a seed mixed with the process id so they do not propose
-the same sequence. When TPE proposes a config already measured here, the sweep reuses the
-measurement and queues an untried neighbour of the Pareto front (`LocalMoves`), so a sampler
-that has settled keeps finding new configs near the best ones. `n_trials` counts launched
+the same sequence. Local moves (`LocalMoves`): every second trial after the baselines, and
+whenever TPE proposes a config already measured here (reused) or held back by the prescreen,
+the sweep queues an untried neighbour of the best configs, so a sampler that has settled
+keeps finding new configs near the best ones. `n_trials` counts launched
 trials; a sweep stops early once every config of a listable space has been tried.
 """
 
@@ -105,12 +106,14 @@ def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: 
                         fix="choose another --study name") from None
 
 
-def make_sampler(seed: int):
+def make_sampler(seed: int, worker: int | None = None):
+    """TPE for a sweep. Concurrent workers with one seed would propose the same sequence, so
+    the worker's identity (default: the process id) is mixed into the seed."""
     import optuna
 
-    # Concurrent workers with one seed would propose the same sequence: mix in the process.
+    worker = os.getpid() if worker is None else worker
     return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True,
-                                      seed=(seed * 1_000_003 + os.getpid()) % 2**32,
+                                      seed=(seed * 1_000_003 + worker) % 2**32,
                                       n_startup_trials=4)
 
 
@@ -265,9 +268,11 @@ def config_key(cfg: TrialConfig, hardware_key: str) -> str:
 def _finished_same_key(study, key: str, number: int):
     from optuna.trial import TrialState
 
+    # A prescreened trial measured nothing: a later proposal that the (by then calibrated)
+    # prescreen lets through runs for real instead of reusing it.
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
             if t.user_attrs.get("config_key") == key and t.number != number
-            and t.user_attrs.get("status") is not None]
+            and t.user_attrs.get("status") not in (None, "prescreened")]
     return min(done, key=lambda t: t.number, default=None)
 
 
@@ -620,6 +625,10 @@ class SearchBudget:
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
 # space it cannot list (autotune.space.enumerate_configs caps the listing).
 MAX_IDLE_PROPOSALS = 50
+# After the baselines, every second launched trial is a local move and the others are TPE's:
+# TPE models the whole space, the moves try what is next to the best configs measured (the
+# alternation measured best of every 1, 2, 3 or only-on-repeat in scripts/bench_search.py).
+LOCAL_MOVE_EVERY = 2
 ENUMERATE_LIMIT = 5000
 
 
@@ -628,8 +637,9 @@ def was_launched(t) -> bool:
     return t.user_attrs.get("status") not in (None, "prescreened") and "reused_from" not in t.user_attrs
 
 
-def pareto_front(trials, hardware_key: str) -> list:
-    """This hardware's feasible, non-dominated complete trials (one per config), cheapest first."""
+def ranked_by_front(trials, hardware_key: str) -> list:
+    """This hardware's feasible complete trials (one per config), Pareto front first, then the
+    front of the rest, and so on; cheapest first within a front."""
     from optuna.trial import TrialState
 
     done: dict[Any, Any] = {}
@@ -637,19 +647,27 @@ def pareto_front(trials, hardware_key: str) -> list:
         if (t.state is TrialState.COMPLETE and t.values and t.user_attrs.get("hardware") == hardware_key
                 and all(v <= 0 for v in t.constraints.values())):
             done.setdefault(t.user_attrs.get("config_key"), t)
-    pts = list(done.values())
-    front = [t for t in pts if not any(_dominates_or_equal(tuple(o.values), tuple(t.values))
-                                       and tuple(o.values) != tuple(t.values) for o in pts)]
-    return sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
+    rest, ranked = list(done.values()), []
+    while rest:
+        front = [t for t in rest if not any(_dominates_or_equal(tuple(o.values), tuple(t.values))
+                                            and tuple(o.values) != tuple(t.values) for o in rest)]
+        ranked += sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
+        rest = [t for t in rest if t not in front]
+    return ranked
 
 
 class LocalMoves:
     """When the sampler proposes a config this hardware has measured already (its model has
-    settled on a region it knows), the sweep queues an untried neighbour of the Pareto front
-    (one dimension moved to the adjacent choice: `autotune.space.neighbours`), cheapest front
-    point first, in a seeded random order. TPE keeps re-proposing its incumbent on a small
-    space; without this, those proposals are spent measuring nothing (docs/benchmarks.md).
-    On a space small enough to list, it also tells when every config has been tried."""
+    settled on a region it knows) or one the memory prescreen holds back (TPE proposes those
+    again and again: they carry no objective values to learn from), the sweep queues an
+    untried neighbour (one dimension moved to the adjacent choice: `autotune.space.neighbours`,
+    in a seeded random order) of the best config that has one left: the Pareto front first,
+    then the next front. A single measurement is noisy (docs/benchmarks.md: runs of one config
+    differ by 10-30% on a shared CPU), so the runner-up's neighbours matter as much as the
+    incumbent's. TPE keeps re-proposing its incumbent on a small space; without this, those
+    proposals are spent measuring nothing (docs/benchmarks.md). The sweep also queues a move
+    after every `LOCAL_MOVE_EVERY`-th launched trial past the baselines. On a space small
+    enough to list, it also tells when every config has been tried."""
 
     def __init__(self, spec: SweepSpec, ms: MachineSpace, seed: int):
         import random
@@ -674,7 +692,7 @@ class LocalMoves:
         trials = study.get_trials(deepcopy=False)
         tried = self.tried(trials) | self.queued
         gb, rs, full = self.spec.batch.global_batch_samples, self.ms.restricted, self.ms.full
-        for t in pareto_front(trials, self.hw_key):
+        for t in ranked_by_front(trials, self.hw_key):
             cfg = t.user_attrs["config"]
             nodes = int(cfg.get("num_nodes", 1))
             candidates = neighbours(cfg, rs, gb, full)
@@ -774,10 +792,12 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             if was_launched(frozen):
                 summary.trials_run += 1
                 idle = 0
-            else:
-                idle += 1
-                if "reused_from" in frozen.user_attrs:
+                if LOCAL_MOVE_EVERY and summary.trials_run > summary.baselines_enqueued \
+                        and summary.trials_run % LOCAL_MOVE_EVERY == 0:
                     moves.enqueue_next(st)
+            else:  # reused, or held back by the prescreen (often again): measure a neighbour
+                idle += 1
+                moves.enqueue_next(st)
             if interrupt.requested:
                 summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C)", True
                 st.stop()

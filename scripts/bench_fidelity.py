@@ -4,7 +4,8 @@
     .venv/bin/python scripts/bench_fidelity.py --long-factor 10 --md-out docs/_fidelity.md
 
 For each config (built-in GPT, 1 rank): a short trial (the sweep's default window) and a
-trial measuring ten times more steps: tokens/s and peak memory compared. Then the same
+trial measuring ten times more steps: tokens/s and peak memory compared, next to the same
+short trial run a second time (the machine's run-to-run noise). Then the same
 per-rank work on 2 ranks is measured and compared with two projections:
 - analytic: FLOPs per token (autotune.estimate.compute.hardware_flops_per_token, recompute
   included) at one effective FLOP rate, calibrated on the first config's short trial (a CPU
@@ -105,6 +106,9 @@ def measure(args, hw, ctx: dict) -> list[dict]:
             short = TrialConfig(**base, measure_steps=args.measure_steps,
                                 max_measure_steps=args.max_measure_steps)
             r_short = trial(short, Path(tmp) / f"c{i}_short")
+            # The same short trial again: the machine's run-to-run noise, the floor under
+            # any short-vs-long difference.
+            r_again = trial(short, Path(tmp) / f"c{i}_short_again")
             n_long = args.long_factor * max(r_short.measured_steps, args.measure_steps)
             long = TrialConfig(**base, measure_steps=n_long, max_measure_steps=n_long)
             r_long = trial(long, Path(tmp) / f"c{i}_long")
@@ -112,7 +116,8 @@ def measure(args, hw, ctx: dict) -> list[dict]:
             r_two = trial(two, Path(tmp) / f"c{i}_2ranks")
             rows.append({"config": text, "short": short.model_dump(mode="json"),
                          "results": {k: r.model_dump(mode="json", exclude={"log_tail"})
-                                     for k, r in (("short", r_short), ("long", r_long), ("two", r_two))}})
+                                     for k, r in (("short", r_short), ("again", r_again), ("long", r_long),
+                                                  ("two", r_two))}})
             if args.json_out:  # the measurements survive a failure of the analysis below
                 Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.json_out).write_text(json.dumps(
@@ -168,14 +173,27 @@ def render(data, args) -> str:
              f"the step-time CV is high), as a sweep; long = {args.long_factor} x the short trial's "
              f"measured steps. Memory = trial-added peak (peak RSS minus RSS before the model was "
              f"built, max over ranks; the allocator peak on CUDA).", ""]
-    t1 = []
+    t1, vs_long, vs_again = [], [], []
     for r, x in zip(rows, res):
-        s, lg = x["short"], x["long"]
+        s, lg, again = x["short"], x["long"], x.get("again")
         t1.append([r["config"], s.tokens_per_s, lg.tokens_per_s, pct(s.tokens_per_s, lg.tokens_per_s),
+                   again.tokens_per_s if again else "not run", pct(s.tokens_per_s, again and again.tokens_per_s),
                    s.step_time_cv, lg.step_time_cv, fmt_bytes(trial_added(s)), fmt_bytes(trial_added(lg)),
                    pct(trial_added(s), trial_added(lg))])
-    lines.append(markdown_table(["config", "short tok/s", "long tok/s", "short vs long", "short CV",
-                                 "long CV", "short peak", "long peak", "short vs long"], t1))
+        if s.ok and lg.ok:
+            vs_long.append(abs(s.tokens_per_s - lg.tokens_per_s) / lg.tokens_per_s)
+        if s.ok and again and again.ok:
+            vs_again.append(abs(s.tokens_per_s - again.tokens_per_s) / again.tokens_per_s)
+    lines.append(markdown_table(["config", "short tok/s", "long tok/s", "short vs long",
+                                 "short again tok/s", "short vs again", "short CV", "long CV",
+                                 "short peak", "long peak", "short vs long"], t1))
+    if vs_again:
+        import statistics
+
+        lines += ["", f"Median |short vs long| {statistics.median(vs_long):.1%}; median |short vs the "
+                  f"same short trial run again| {statistics.median(vs_again):.1%}: the second is the "
+                  "machine's run-to-run noise, which no longer measurement window removes (a run "
+                  "lands on a slower or faster spell of a shared machine as a whole)."]
     ok = [(r, x) for r, x in zip(rows, res) if x["short"].ok and x["long"].ok]
     rho_long = spearman([x["short"].tokens_per_s for _, x in ok], [x["long"].tokens_per_s for _, x in ok])
     lines += ["", f"Rank correlation short vs long tokens/s across configs: Spearman "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate docs/benchmarks.md with one command: search efficiency, trial overhead and
-# fidelity on this machine (about 20 minutes on an idle 2-core machine, less when the
-# search ground truth in benchmarks/search_ground_truth.json is reused).
+# fidelity on this machine (about 10 minutes on an idle 2-core machine while the search
+# ground truth in benchmarks/search_ground_truth.json is reused; measuring it again, 40
+# configs x 3 runs, adds about 35 minutes).
 #
 #   scripts/run_benchmarks.sh                   # the full run
 #   SMOKE=1 scripts/run_benchmarks.sh           # tiny settings, minutes; labelled a smoke run
@@ -31,7 +32,7 @@ read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
 read -r -a MEMORY_ARGS <<< "${BENCH_MEMORY_ARGS:---runs ${TMPDIR:-/tmp}/autotune_bench_memory_runs}"
 if [[ "$SMOKE" == 1 ]]; then
   SEARCH_ARGS=(--space benchmarks/search_space_smoke.yaml --cache benchmarks/search_ground_truth_smoke.json
-               --warmup-steps 1 --measure-steps 2 --max-measure-steps 2 --seeds 20 "${SEARCH_ARGS[@]}")
+               --warmup-steps 1 --measure-steps 2 --max-measure-steps 2 --seeds 20 --repeats 1 "${SEARCH_ARGS[@]}")
   OVERHEAD_ARGS=(--repeats 1 --warmup-steps 1 --measure-steps 2 "${OVERHEAD_ARGS[@]}")
   FIDELITY_ARGS=(--configs "4,1,fp32,none" "8,1,fp32,none" "4,1,fp32,full" --warmup-steps 1
                  --measure-steps 2 --max-measure-steps 2 "${FIDELITY_ARGS[@]}")

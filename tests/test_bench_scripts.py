@@ -119,7 +119,7 @@ def test_autotune_replays_run_the_tools_loop_and_reach_the_optimum(world):
 def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
     _, spec, ms, configs, doc = world
     table = bench_search.build_table(doc, configs, spec, 500 * MiB)
-    run = bench_search.replay_deepspeed_style(table, ms.restricted, spec, random.Random(0), "hours")
+    run = bench_search.replay_deepspeed_style(table, ms.restricted, spec, 0, "hours")
     launched = [s.key for s in run.steps]
     assert len(launched) == len(set(launched))  # each config measured once
     # Without checkpointing micro 4 does not fit: micro 2 is the largest that does, found by
@@ -137,3 +137,24 @@ def test_percentile_and_spearman():
     # ties share their mean rank: ranks (1.5, 1.5, 3) vs (1, 2, 3) -> r = 0.866
     assert bench_common.spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(math.sqrt(3) / 2)
     assert bench_common.spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_several_runs_truth_is_the_median_and_a_replay_observes_one(world):
+    """With runs of different speed per config, the strategies are judged on the median run
+    while each replay's trial sees one run, drawn by its seed (the same one every time)."""
+    _, spec, _, configs, doc = world
+    for entry in doc["entries"].values():
+        one = TrialResult.model_validate(entry.pop("result"))
+        runs = []
+        for factor in (0.8, 1.0, 1.3):  # a slow, a typical and a fast run of the same config
+            r = one.model_copy(deep=True)
+            r.tokens_per_s = one.tokens_per_s * factor
+            runs.append(r.model_dump(mode="json"))
+        entry["results"] = runs
+    table = bench_search.build_table(doc, configs, spec, None)
+    e = next(iter(table.values()))
+    assert e.tokens_per_s == pytest.approx(e.runs[1].result.tokens_per_s)  # the median run
+    assert e.usd == pytest.approx(e.runs[1].usd) and e.spread == pytest.approx(0.5)
+    seen = {bench_search.Entry.observed(e, s).result.tokens_per_s for s in range(40)}
+    assert len(seen) == 3  # seeds draw different runs ...
+    assert all(e.observed(s) is e.observed(s) for s in range(5))  # ... deterministically

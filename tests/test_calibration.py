@@ -118,6 +118,13 @@ def test_prescreen_verdicts_uncalibrated_and_calibrated():
     assert v.predicted_bytes == pytest.approx(500 * MB + v.estimate.analytic_bytes, rel=1e-6)
     assert v.launch == (v.predicted_bytes * 1.1 <= limit)
     assert v.estimate.as_dict()["detail"]["overhead_bytes"] == pytest.approx(500 * MB, rel=1e-6)
+    # An engine with no trial yet is predicted with the largest known constant, but held back
+    # only when its analytic lower bound cannot fit: a borrowed constant would otherwise keep
+    # it from ever being measured and calibrated.
+    guard.fit = fit_calibration([CalibrationPoint(20 * MB, 700 * MB, "deepspeed")], CPU.key())
+    ddp = guard.predict(_tiny_cfg(1))
+    assert ddp.predicted_bytes > limit and ddp.launch and "no ddp trial yet" in ddp.basis
+    assert not guard.predict(_tiny_cfg(64)).launch  # its lower bound alone is over the limit
     # disabled prescreen: predicts, never holds back
     assert MemoryGuard(CPU, limit_bytes_per_rank=limit, enabled=False).predict(_tiny_cfg(64)).launch
 

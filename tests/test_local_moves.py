@@ -10,7 +10,7 @@ import pytest
 
 from autotune.contract import GPTWorkload
 from autotune.spec import SweepSpec
-from autotune.study import DIRECTIONS, LocalMoves, MachineSpace, config_key, pareto_front, trial_config_for
+from autotune.study import DIRECTIONS, LocalMoves, MachineSpace, config_key, ranked_by_front, trial_config_for
 
 
 @pytest.fixture()
@@ -38,12 +38,12 @@ def _record(study, spec, ms, micro: int, ckpt: str, hours: float, usd: float) ->
                     "config_key": config_key(cfg, hw)}))
 
 
-def test_queues_an_untried_neighbour_of_the_cheapest_front_point(setup):
+def test_queues_untried_neighbours_of_the_best_configs_first(setup):
     spec, ms, study = setup
     _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)   # the best
     _record(study, spec, ms, 2, "none", hours=12.0, usd=6.0)   # dominated
     _record(study, spec, ms, 8, "none", hours=11.0, usd=7.0)   # dominated
-    assert [t.params["micro_batch_size"] for t in pareto_front(study.trials, ms.hardware.key())] == [4]
+    assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware.key())] == [4, 2, 8]
     moves = LocalMoves(spec, ms, seed=0)
     # Micro 4's neighbours: micro 2 and 8 (tried) and full checkpointing (untried): the only move.
     assert moves.enqueue_next(study)
@@ -51,9 +51,13 @@ def test_queues_an_untried_neighbour_of_the_cheapest_front_point(setup):
     fixed = waiting.system_attrs["fixed_params"]
     assert (fixed["micro_batch_size"], fixed["checkpointing"]) == (4, "full")
     assert waiting.user_attrs["local_move_from"] == 0
-    # Queued once: asked again, nothing near the front is left untried.
-    assert not moves.enqueue_next(study)
-    assert moves.exhausted(study) is None  # 8 configs, 3 tried (the queued one is not yet tried)
+    # Queued once. Asked again: the runner-up's (micro 2) untried neighbours come next.
+    assert moves.enqueue_next(study)
+    second = [t for t in study.trials if t.state.name == "WAITING"][1]
+    assert second.user_attrs["local_move_from"] == 1
+    fixed = second.system_attrs["fixed_params"]
+    assert (fixed["micro_batch_size"], fixed["checkpointing"]) in {(1, "none"), (2, "full")}
+    assert moves.exhausted(study) is None  # 8 configs, 3 tried (queued ones are not yet tried)
 
 
 def test_exhausted_once_every_listed_config_is_tried(setup):
