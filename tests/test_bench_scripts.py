@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 from pathlib import Path
 
