@@ -191,9 +191,11 @@ def render(data, args) -> str:
         import statistics
 
         lines += ["", f"Median |short vs long| {statistics.median(vs_long):.1%}; median |short vs the "
-                  f"same short trial run again| {statistics.median(vs_again):.1%}: the second is the "
-                  "machine's run-to-run noise, which no longer measurement window removes (a run "
-                  "lands on a slower or faster spell of a shared machine as a whole)."]
+                  f"same short trial run again right after| {statistics.median(vs_again):.1%}. Two "
+                  "runs seconds apart are the floor; runs minutes apart differ more on a shared "
+                  "machine whose speed drifts (the search section's Noise paragraph: runs of one "
+                  "config minutes apart), and a longer window inside one trial does not remove "
+                  "that drift."]
     ok = [(r, x) for r, x in zip(rows, res) if x["short"].ok and x["long"].ok]
     rho_long = spearman([x["short"].tokens_per_s for _, x in ok], [x["long"].tokens_per_s for _, x in ok])
     lines += ["", f"Rank correlation short vs long tokens/s across configs: Spearman "

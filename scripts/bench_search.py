@@ -601,10 +601,13 @@ def main(argv: list[str] | None = None) -> int:
                         "median_prescreened": 0.0}
 
     spreads = [e.spread for e in table.values() if e.spread is not None]
+    cvs = [m.result.step_time_cv for e in table.values() for m in e.runs
+           if m.result.ok and m.result.step_time_cv is not None]
     best_entry = min(feasible, key=lambda e: e.usd)
     noise = {"median_spread": percentile(spreads, 50) if spreads else math.nan,
              "p90_spread": percentile(spreads, 90) if spreads else math.nan,
              "max_spread": max(spreads, default=math.nan),
+             "cv_min": min(cvs, default=math.nan), "cv_max": max(cvs, default=math.nan),
              "n_within_cost": sum(e.usd <= best_usd * (1 + WITHIN) for e in feasible),
              "n_within_time": sum(e.hours <= best_hours * (1 + WITHIN) for e in feasible),
              "best_runs_tokens_per_s": [m.result.tokens_per_s for m in best_entry.runs if m.result.ok]}
@@ -644,8 +647,8 @@ def render(data, table: dict[str, Entry], args) -> str:
         f"{data['ground_truth_measured_utc']} (1-min load average while measuring: "
         f"{', '.join(str(x) for x in data['ground_truth_load_avg'] or []) or 'not recorded'}).",
         "",
-        f"**Noise.** The same config measured again on this machine differs from run to run far "
-        f"more than within a run: run-to-run spread of tokens/s ((max - min) / median over a "
+        f"**Noise.** The same config measured again on this machine differs from run to run more "
+        f"than within a run (step-time CV {data['noise']['cv_min']:.0%}-{data['noise']['cv_max']:.0%}): run-to-run spread of tokens/s ((max - min) / median over a "
         f"config's runs) median {data['noise']['median_spread']:.0%}, 90th percentile "
         f"{data['noise']['p90_spread']:.0%}, max {data['noise']['max_spread']:.0%}. So the *truth* "
         f"a strategy is judged on is each config's median run, while a replay's trial observes "

@@ -9,6 +9,7 @@
 #   BENCH_SEARCH_ARGS="--seeds 50 --remeasure" BENCH_OVERHEAD_ARGS="--repeats 5" \
 #     BENCH_FIDELITY_ARGS="--long-factor 10" scripts/run_benchmarks.sh
 #   ONLY="search overhead" scripts/run_benchmarks.sh   # a subset (others keep their last section)
+#   ONLY=none scripts/run_benchmarks.sh                # only reassemble the document from the sections
 #
 # Each script also writes its raw figures to benchmarks/results/<name>.json. A GPU check
 # report copied to benchmarks/gpu_check_report.md (from scripts/gpu_check.sh) is included.
@@ -39,6 +40,7 @@ if [[ "$SMOKE" == 1 ]]; then
 fi
 
 STARTED="$(date +%s)"
+[[ "$ONLY" == none ]] && ONLY=""
 for name in $ONLY; do
   case "$name" in
     search) args=("${SEARCH_ARGS[@]}") ;;
@@ -67,7 +69,7 @@ done
   fi
   echo
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.hardware import local_hardware; print(machine_line(local_hardware()))')"
-  echo "This invocation ran: $ONLY ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
+  echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
   for name in search overhead fidelity memory; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
