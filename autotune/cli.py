@@ -78,10 +78,12 @@ def sweep(
 
     console = _console()
     st = open_study(spec.storage, spec.study, seed=spec.seed)
-    before = len(st.trials)
+    from autotune.study import was_launched
+
+    before = sum(1 for t in st.get_trials(deepcopy=False) if was_launched(t))
     url = redact_url(spec.storage or DEFAULT_STORAGE)
     console.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {url} "
-                  f"({before} trials so far), {n_trials} more on {hw.device_name} "
+                  f"({before} trials measured so far), {n_trials} more on {hw.device_name} "
                   f"x{hw.device_count}")
     if rs.dropped:
         console.print("  not offered on this machine: " + "; ".join(

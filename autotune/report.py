@@ -314,7 +314,7 @@ def _failures(rows: list[TrialRow]) -> list[FailureGroup]:
 def _memory_checks(frozen, rows: list[TrialRow]) -> list[MemoryCheck]:
     out = []
     for t, r in zip(frozen, rows):
-        if r.predicted_peak_mem_bytes is None:
+        if r.predicted_peak_mem_bytes is None or r.reused_from is not None:  # one row per measurement
             continue
         measured, source = _measured_per_rank(t.user_attrs)
         ratio = measured / r.predicted_peak_mem_bytes if measured and r.predicted_peak_mem_bytes else None

@@ -789,15 +789,12 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
         def after_trial(st, frozen) -> None:
             nonlocal idle
             summary.proposals += 1
-            if was_launched(frozen):
+            launched = was_launched(frozen)
+            if launched:
                 summary.trials_run += 1
                 idle = 0
-                if LOCAL_MOVE_EVERY and summary.trials_run > summary.baselines_enqueued \
-                        and summary.trials_run % LOCAL_MOVE_EVERY == 0:
-                    moves.enqueue_next(st)
-            else:  # reused, or held back by the prescreen (often again): measure a neighbour
+            else:
                 idle += 1
-                moves.enqueue_next(st)
             if interrupt.requested:
                 summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C)", True
                 st.stop()
@@ -816,6 +813,12 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             if reason:
                 summary.stop_reason = reason
                 st.stop()
+                return
+            # Going on: a local move when the proposal measured nothing (a repeat, or held
+            # back), and every LOCAL_MOVE_EVERY-th launched trial past the baselines.
+            if not launched or (summary.trials_run > summary.baselines_enqueued
+                                and summary.trials_run % LOCAL_MOVE_EVERY == 0):
+                moves.enqueue_next(st)
 
         try:
             # n_trials counts launched trials (after_trial stops the study): a reused or

@@ -67,7 +67,7 @@ def test_sweep_then_resume(tmp_path, run_cli):
 
     p = run_cli("sweep", "spec.yaml", "--trials", "1")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "(3 trials so far)" in p.stdout
+    assert "(3 trials measured so far)" in p.stdout
     second = _report(run_cli, tmp_path)
     assert len([t for t in second["trials"] if t["reused_from"] is None]) == 4
     # The first ones are untouched by the resume.
