@@ -160,12 +160,10 @@ def _load1() -> float | None:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Measured:
-    """One real run of a config, as the replay scores it."""
+@dataclass(kw_only=True)
+class _Scored:
+    """What the replay reads of a run, or of a config's truth: priced, or out of memory."""
 
-    result: TrialResult
-    emulated_peak_bytes: int | None
     oom: bool = False
     hours: float | None = None
     usd: float | None = None
@@ -173,6 +171,14 @@ class Measured:
     @property
     def feasible(self) -> bool:
         return self.hours is not None and not self.oom
+
+
+@dataclass
+class Measured(_Scored):
+    """One real run of a config, as the replay scores it."""
+
+    result: TrialResult
+    emulated_peak_bytes: int | None
 
     @property
     def trial_s(self) -> float:
@@ -185,7 +191,7 @@ class Measured:
 
 
 @dataclass
-class Entry:
+class Entry(_Scored):
     """A config of the ground truth: its runs, and the truth a strategy is judged on (medians
     over the runs). A replay's trial of the config *observes* one of its runs, drawn by the
     replay's seed: a search sees one noisy measurement per config, as a sweep does."""
@@ -195,14 +201,7 @@ class Entry:
     cfg: TrialConfig
     runs: list[Measured]
     emulated_peak_bytes: int | None = None
-    oom: bool = False
-    hours: float | None = None
-    usd: float | None = None
     tokens_per_s: float | None = None
-
-    @property
-    def feasible(self) -> bool:
-        return self.hours is not None and not self.oom
 
     @property
     def result(self) -> TrialResult:
