@@ -108,7 +108,10 @@ def sweep(
         from autotune.launch import prebuild_deepspeed_ops
 
         console.print("  DeepSpeed ops: building once, outside any trial's timeout (cached after)...")
-        ok, out = prebuild_deepspeed_ops(hw.device_kind)
+        from autotune.contract import Offload
+
+        ok, out = prebuild_deepspeed_ops(hw.device_kind,
+                                         offload=any(o is not Offload.none for o in rs.offload))
         if not ok:
             console.print(f"  [yellow]DeepSpeed ops did not build[/]: {out.splitlines()[-1] if out else ''}; "
                           "ZeRO trials will say why")

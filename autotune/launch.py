@@ -326,14 +326,17 @@ def template_argv_builder(template: list[str] | None, per_node: bool = False,
     return build
 
 
-def prebuild_deepspeed_ops(device: DeviceKind, timeout_s: float = 3600.0) -> tuple[bool, str]:
+def prebuild_deepspeed_ops(device: DeviceKind, offload: bool = True,
+                          timeout_s: float = 3600.0) -> tuple[bool, str]:
     """Build DeepSpeed's JIT ops once, in a subprocess, before any DeepSpeed trial: built
     inside a trial, the compile (minutes on a small CPU machine) would count against the
-    trial's timeout. About 5 s when already cached. Returns (ok, what it printed)."""
+    trial's timeout. About 5 s when already cached. `offload=False` skips the ops only
+optimizer offload loads. Returns (ok, what it printed)."""
     env = launch_env(TrialConfig(device=device))
     env["DS_ACCELERATOR"] = "cuda" if device is DeviceKind.cuda else "cpu"
     try:
-        p = subprocess.run([sys.executable, "-m", "trials.prebuild"], env=env, capture_output=True,
+        argv = [sys.executable, "-m", "trials.prebuild", *([] if offload else ["--no-offload"])]
+        p = subprocess.run(argv, env=env, capture_output=True,
                            text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {timeout_s:.0f} s"

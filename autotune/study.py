@@ -260,7 +260,8 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
 
 def config_key(cfg: TrialConfig, hardware_key: str) -> str:
     """Identity of a measurement: the config without its seed, on one kind of hardware."""
-    doc = cfg.model_dump(mode="json", exclude={"seed"})
+    # The device peak is bookkeeping for MFU (from the catalog), not part of what is measured.
+    doc = cfg.model_dump(mode="json", exclude={"seed", "device_peak_flops"})
     text = json.dumps({"config": doc, "hardware": hardware_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -376,6 +377,9 @@ class MachineSpace:
     hardware: HardwareFingerprint
     restricted: Any
     full: Any
+    # Dense peak FLOP/s of this machine's GPU per precision, from the catalog (MFU in every
+    # trial); empty on CPU or for a GPU the catalog does not know (MFU then says why not).
+    peak_flops: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def for_spec(cls, spec: SweepSpec) -> "MachineSpace":
@@ -386,7 +390,23 @@ class MachineSpace:
         space = load_space(spec.space)
         n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
         return cls(hw, restrict(space, capabilities_for(hw, spec.trial.threads_per_rank), n_heads),
-                   unrestricted(space, n_heads))
+                   unrestricted(space, n_heads), device_peak_flops(hw, spec.platforms.catalog))
+
+
+def device_peak_flops(hw: HardwareFingerprint, catalog_path: str | None) -> dict[str, float]:
+    """{precision: dense peak FLOP/s} of the detected GPU, from the catalog; {} on CPU."""
+    from autotune.contract import DeviceKind, Precision
+    from autotune.pricing.catalog import load_catalog
+
+    if hw.device_kind is not DeviceKind.cuda or not hw.device_name:
+        return {}
+    catalog = load_catalog(catalog_path)
+    key = catalog.match_device(hw.device_name)
+    if key is None:
+        return {}
+    gpu = catalog.gpus[key]
+    peaks = {p.value: gpu.peak_flops(p.value) for p in Precision}
+    return {p: v for p, v in peaks.items() if v}
 
 
 def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, num_nodes: int,
@@ -398,6 +418,8 @@ def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, 
         warmup_steps=spec.trial.warmup_steps, measure_steps=spec.trial.measure_steps,
         max_measure_steps=spec.trial.max_measure_steps, timeout_s=spec.trial.timeout_s,
         threads_per_rank=spec.trial.threads_per_rank, seed=seed,
+        device_peak_flops=ms.peak_flops.get(str(getattr(values.get("precision"), "value",
+                                                         values.get("precision")))),
     )
 
 

@@ -7,11 +7,19 @@
 #   OUT=/tmp/out scripts/gpu_check.sh --preset medium --trials 10
 #   scripts/gpu_check.sh --dry-run            # the same pipeline on CPU, tiny preset (a test)
 #
+#   scripts/gpu_check.sh --python python3 --wheels .whl   # offline GPU node: its own torch, no venv
+#
 # Options: --dry-run, --out DIR (default $OUT, else ./gpu_check_out), --preset NAME (small),
 # --trials N (8), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
-# --no-fp8 (skip torchao and the fp8 trial), --no-install (use the venv as it is).
+# --no-fp8 (skip torchao and the fp8 trial), --no-install (use the venv as it is),
+# --python PY (run with this interpreter as it is, e.g. an image's python3 that holds a CUDA
+# torch, no venv: a venv made from a venv would not see that torch), --wheels DIR (install the
+# missing packages from these wheel files, offline, into OUT/site; for machines without an index),
+# --long-steps N (measured steps of the long rerun of the best config; 0 skips it; 100),
+# --trial-timeout S (each trial's timeout; 240 on a GPU).
 # Writes into the output folder: gpu_check_summary.json, gpu_check_report.md, report.txt
-# (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders).
+# (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders),
+# extra/ (direct trials: fp8, ZeRO, the long rerun).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +31,12 @@ VENV=""
 FP8=1
 INSTALL=1
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+PYTHON=""
+WHEELS=""
+LONG_STEPS=100
+TRIAL_TIMEOUT_S=""
+
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,6 +47,10 @@ while [[ $# -gt 0 ]]; do
     --venv) VENV="$2"; shift ;;
     --no-fp8) FP8=0 ;;
     --no-install) INSTALL=0 ;;
+    --python) PYTHON="$2"; shift ;;
+    --wheels) WHEELS="$2"; shift ;;
+    --long-steps) LONG_STEPS="$2"; shift ;;
+    --trial-timeout) TRIAL_TIMEOUT_S="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_check: unknown option '$1'. To fix: see --help." >&2; exit 2 ;;
   esac
@@ -43,6 +60,7 @@ done
 STARTED="$(date +%s)"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+if [[ -n "$WHEELS" ]]; then WHEELS="$(cd "$WHEELS" && pwd)"; fi
 cd "$ROOT"
 
 if [[ "$DRY_RUN" == 1 ]]; then
@@ -63,25 +81,43 @@ else
   nvidia-smi > "$OUT_DIR/nvidia_smi.txt" 2>&1 || true
 fi
 VENV="${VENV:-$ROOT/.venv-gpu-check}"
+TIMEOUT_S="${TRIAL_TIMEOUT_S:-$TIMEOUT_S}"
 
 # --- environment ------------------------------------------------------------------------
-if [[ ! -x "$VENV/bin/python" ]]; then
-  # System site packages: reuse a CUDA torch the machine already has (containers, images).
-  python3 -m venv --system-site-packages "$VENV"
-fi
-PY="$VENV/bin/python"
-if [[ "$INSTALL" == 1 ]]; then
-  "$PY" -m pip install --quiet --upgrade pip
-  "$PY" -m pip install --quiet -e "$ROOT"
-  # NVML for the device-level memory peak (the worker samples it while a trial runs).
-  "$PY" -m pip install --quiet nvidia-ml-py || echo "gpu_check: nvidia-ml-py not installed: NVML peaks will read 'not measured'" >&2
-  if [[ "$FP8" == 1 ]]; then
-    "$PY" -m pip install --quiet torchao || { echo "gpu_check: torchao not installed: fp8 not tried" >&2; FP8=0; }
+if [[ -n "$PYTHON" ]]; then
+  # The interpreter as it is, with the repository on the path (no install of autotune itself).
+  PY="$(command -v "$PYTHON")"
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  if [[ -n "$WHEELS" ]]; then
+    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$OUT_DIR/site" "$WHEELS"/*.whl
+    export PYTHONPATH="$PYTHONPATH:$OUT_DIR/site"
   fi
+  AUTOTUNE=("$PY" -m autotune.cli)
+else
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    # System site packages: reuse a CUDA torch the machine already has (containers, images).
+    python3 -m venv --system-site-packages "$VENV"
+  fi
+  PY="$VENV/bin/python"
+  if [[ -n "$WHEELS" ]]; then
+    "$PY" -m pip install --quiet --no-index --no-deps "$WHEELS"/*.whl
+    "$PY" -m pip install --quiet --no-index --no-deps --no-build-isolation -e "$ROOT"
+  elif [[ "$INSTALL" == 1 ]]; then
+    "$PY" -m pip install --quiet --upgrade pip
+    "$PY" -m pip install --quiet -e "$ROOT"
+    # NVML for the device-level memory peak (the worker samples it while a trial runs).
+    "$PY" -m pip install --quiet nvidia-ml-py || echo "gpu_check: nvidia-ml-py not installed: NVML peaks will read 'not measured'" >&2
+    if [[ "$FP8" == 1 ]]; then
+      "$PY" -m pip install --quiet torchao || { echo "gpu_check: torchao not installed: fp8 not tried" >&2; FP8=0; }
+    fi
+  fi
+  AUTOTUNE=("$VENV/bin/autotune")
 fi
 if [[ "$FP8" == 1 ]] && ! "$PY" -c "import torchao" >/dev/null 2>&1; then
+  echo "gpu_check: torchao does not import: fp8 not tried" >&2
   FP8=0
 fi
+"$PY" -c "import torch, sys; print('gpu_check: torch', torch.__version__, 'cuda', torch.version.cuda)"
 if [[ "$DRY_RUN" == 0 ]]; then
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
     echo "gpu_check: torch in $VENV sees no CUDA device. To fix: install a CUDA build of torch into the venv (or use --venv)." >&2
@@ -115,10 +151,11 @@ EOF
 rm -rf "$OUT_DIR/runs" "$OUT_DIR/extra" "$OUT_DIR/study.db"
 STORAGE="sqlite:///$OUT_DIR/study.db"
 echo "gpu_check: sweep of $TRIALS trials, preset $PRESET, into $OUT_DIR"
-"$VENV/bin/autotune" sweep "$OUT_DIR/spec.yaml" --trials "$TRIALS" --storage "$STORAGE" \
-  --study gpu_check --runs-dir "$OUT_DIR/runs" 2>&1 | tee "$OUT_DIR/sweep.log"
-"$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" > "$OUT_DIR/report.txt" 2>&1 || true
-"$VENV/bin/autotune" report --study gpu_check --storage "$STORAGE" --json > "$OUT_DIR/report.json" 2>/dev/null || true
+"${AUTOTUNE[@]}" sweep "$OUT_DIR/spec.yaml" --trials "$TRIALS" --storage "$STORAGE" \
+  --study gpu_check --runs-dir "$OUT_DIR/runs" 2>&1 | tee "$OUT_DIR/sweep.log" \
+  || echo "gpu_check: the sweep exited non-zero (see sweep.log); the summary reports what ran" >&2
+"${AUTOTUNE[@]}" report --study gpu_check --storage "$STORAGE" > "$OUT_DIR/report.txt" 2>&1 || true
+"${AUTOTUNE[@]}" report --study gpu_check --storage "$STORAGE" --json > "$OUT_DIR/report.json" 2>/dev/null || true
 
 # --- direct trials: what the sweep may not offer on this machine ----------------------------
 # fp8 (the sweep offers it only where it can probe the GPU and torchao) and ZeRO 1 / 3 (offered
@@ -130,19 +167,45 @@ mkdir -p "$OUT_DIR/extra"
 for item in "${EXTRA[@]}"; do
   prec="${item%%:*}"; zero="${item##*:}"
   name="${prec}_zero${zero}"
-  "$PY" - "$OUT_DIR/extra/${name}_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" "$prec" "$zero" "$DRY_RUN" <<'PYEOF'
+  "$PY" - "$OUT_DIR/extra/${name}_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" "$prec" "$zero" "$DRY_RUN" "$TIMEOUT_S" <<'PYEOF'
 import sys
 from autotune.contract import DeviceKind, GPTWorkload, Launcher, TrialConfig
-path, preset, seq_len, warmup, measure, prec, zero, dry = sys.argv[1:9]
+path, preset, seq_len, warmup, measure, prec, zero, dry, timeout = sys.argv[1:10]
 TrialConfig(workload=GPTWorkload(preset=preset), seq_len=int(seq_len),
             micro_batch_size=2 if dry == "1" else 16, precision=prec, zero_stage=int(zero),
             launcher=Launcher.deepspeed if int(zero) > 0 else Launcher.torchrun,
             device=DeviceKind.cpu if dry == "1" else DeviceKind.cuda, warmup_steps=int(warmup),
-            measure_steps=int(measure), max_measure_steps=int(measure), timeout_s=240).write(path)
+            measure_steps=int(measure), max_measure_steps=int(measure), timeout_s=timeout).write(path)
 PYEOF
-  "$VENV/bin/autotune" trial "$OUT_DIR/extra/${name}_config.json" --out "$OUT_DIR/extra/trial_${name}" \
+  "${AUTOTUNE[@]}" trial "$OUT_DIR/extra/${name}_config.json" --out "$OUT_DIR/extra/trial_${name}" \
     > "$OUT_DIR/extra/${name}.txt" 2>&1 || echo "gpu_check: direct trial $name did not succeed (see extra/${name}.txt)" >&2
 done
+
+# --- the long rerun: the sweep's fastest config, LONG_STEPS measured steps --------------------
+# Short trial vs a longer run of the same config: how far a sweep's short window is from what
+# a long run sees (the summary sets the two side by side).
+if [[ "$LONG_STEPS" -gt 0 ]]; then
+  "$PY" - "$OUT_DIR/runs" "$OUT_DIR/extra/long_config.json" "$LONG_STEPS" <<'PYEOF' \
+    && "${AUTOTUNE[@]}" trial "$OUT_DIR/extra/long_config.json" --out "$OUT_DIR/extra/trial_long" \
+         > "$OUT_DIR/extra/long.txt" 2>&1 \
+    || echo "gpu_check: the long rerun did not succeed (see extra/long.txt)" >&2
+import sys
+from pathlib import Path
+from autotune.contract import TrialConfig, TrialResult
+runs, out, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+best = None
+for res in runs.rglob("result.json"):
+    r = TrialResult.read(res)
+    if r.ok and r.tokens_per_s and (best is None or r.tokens_per_s > best[0]):
+        best = (r.tokens_per_s, res.parent)
+if best is None:
+    sys.exit("no successful sweep trial to rerun")
+cfg = TrialConfig.read(best[1] / "config.json")
+cfg.model_copy(update={"measure_steps": steps, "max_measure_steps": steps,
+                       "timeout_s": cfg.timeout_s * 3}).write(out)
+print(f"gpu_check: long rerun of {best[1].name} ({best[0]:,.0f} tok/s) with {steps} measured steps")
+PYEOF
+fi
 
 # --- summary ------------------------------------------------------------------------------
 MODE=gpu

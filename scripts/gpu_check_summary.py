@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -86,6 +87,24 @@ def summarise_trial(folder: Path) -> dict | None:
     }
 
 
+def compare_long(trials: list[dict]) -> dict | None:
+    """The long rerun (folder trial_long) against the sweep trial of the same config that it
+    reran: tokens/s of each and their ratio; None when either is missing or failed."""
+    long = next((t for t in trials if t["trial"] == "trial_long" and t["status"] == "ok"), None)
+    if long is None:
+        return None
+    # Sweep trials are trial_NNNN; the direct trials carry names (trial_long, trial_fp8_zero0).
+    same = [t for t in trials if re.fullmatch(r"trial_\d+", t["trial"]) and t["status"] == "ok"
+            and t["config"] == long["config"]]
+    if not same:
+        return None
+    short = max(same, key=lambda t: t["tokens_per_s"] or 0)
+    return {"short_trial": short["trial"], "short_tokens_per_s": short["tokens_per_s"],
+            "short_step_time_cv": short["step_time_cv"], "long_tokens_per_s": long["tokens_per_s"],
+            "long_step_time_cv": long["step_time_cv"],
+            "long_over_short": long["tokens_per_s"] / short["tokens_per_s"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, required=True, help="folder of trial folders")
@@ -110,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
             r = by_dir.get(t["trial"], {})
             t["sweep_predicted_bytes"] = r.get("predicted_peak_mem_bytes")
             t["sweep_predicted_basis"] = r.get("predicted_basis")
+    long_vs_short = compare_long(trials)
     ctx = run_context()
     import time
 
     doc = {"mode": args.mode, "context": ctx, "trials": trials,
            "elapsed_s": (time.time() - args.started) if args.started else None,
-           "ok": sum(t["status"] == "ok" for t in trials), "total": len(trials)}
+           "ok": sum(t["status"] == "ok" for t in trials), "total": len(trials),
+           "long_vs_short": long_vs_short}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_check_summary.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     md = render(doc)
@@ -158,6 +179,12 @@ def render(doc: dict) -> str:
     lines.append(markdown_table(["trial", "config", "status", "tokens/s", "MFU", "allocator peak",
                                  "NVML peak", "predicted (analytic)", "analytic vs allocator",
                                  "sweep's prediction (calibrated)", "wall s"], rows))
+    lvs = doc.get("long_vs_short")
+    if lvs:
+        lines += ["", f"Short trial vs long rerun of the same config: {lvs['short_trial']} "
+                  f"{lvs['short_tokens_per_s']:,.0f} tok/s (CV {lvs['short_step_time_cv']:.1%}) vs "
+                  f"{lvs['long_tokens_per_s']:,.0f} tok/s (CV {lvs['long_step_time_cv']:.1%}): "
+                  f"long/short = {lvs['long_over_short']:.3f}"]
     pb = sorted({t["sweep_predicted_basis"] for t in doc["trials"] if t.get("sweep_predicted_basis")})
     if pb:
         lines += ["", "Sweep's prediction basis: " + "; ".join(pb)]

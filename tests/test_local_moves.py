@@ -66,3 +66,28 @@ def test_exhausted_once_every_listed_config_is_tried(setup):
         for ckpt in ("none", "full"):
             _record(study, spec, ms, micro, ckpt, hours=float(micro), usd=float(micro))
     assert LocalMoves(spec, ms, seed=0).exhausted(study) == 8
+
+
+def test_gpu_trials_carry_the_catalog_peak_so_the_worker_computes_mfu(setup):
+    """The fingerprint the GPU check recorded on an H200 (a mock of the GPU: none runs here):
+    each trial's config carries the catalog's dense peak for its precision, the number the
+    worker divides by for MFU; on CPU it stays unset (MFU "not computed", never guessed). The
+    peak is bookkeeping: it does not change the config's identity for reuse."""
+    from autotune.contract import DeviceKind, HardwareFingerprint
+    from autotune.study import device_peak_flops
+
+    spec, ms, _ = setup
+    h200 = HardwareFingerprint(hostname="gpu-node", device_kind=DeviceKind.cuda, device_name="NVIDIA H200",
+                               device_count=1, device_memory_bytes=143771 * 2**20)
+    peaks = device_peak_flops(h200, None)
+    assert peaks["bf16"] == pytest.approx(989e12, rel=0.01)  # H200 SXM datasheet, dense bf16
+    assert peaks["fp8"] == pytest.approx(2 * peaks["bf16"], rel=0.01)
+    values = dict(num_gpus=1, tp_degree=1, micro_batch_size=2, grad_accum_steps=1,
+                  precision="bf16", checkpointing="none", zero_stage=0, offload="none")
+    gpu_ms = MachineSpace(h200, ms.restricted, ms.full, peaks)
+    on_gpu = trial_config_for(values, spec, gpu_ms, 1, seed=0)
+    assert on_gpu.device_peak_flops == peaks["bf16"]
+    assert trial_config_for(values, spec, ms, 1, seed=0).device_peak_flops is None  # CPU
+    assert device_peak_flops(h200.model_copy(update={"device_name": "Some Future GPU"}), None) == {}
+    no_peak = on_gpu.model_copy(update={"device_peak_flops": None})
+    assert config_key(on_gpu, "hw") == config_key(no_peak, "hw")

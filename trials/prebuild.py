@@ -1,6 +1,7 @@
 """Build DeepSpeed's JIT C++ ops once, before any trial needs them.
 
     python -m trials.prebuild               # the ops this machine's trials use
+    python -m trials.prebuild --no-offload  # not DeepSpeedCPUAdam: the sweep offers no offload
     DS_ACCELERATOR=cpu python -m trials.prebuild
 
 DeepSpeed compiles some ops on first use and caches them in ~/.cache/torch_extensions (or
@@ -18,8 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-# The ops a trial can load, per accelerator (trials/engines/deepspeed.py, contract.deepspeed_config).
-OPS = {"cpu": ["ShareMemCommBuilder", "CPUAdamBuilder"], "cuda": ["CPUAdamBuilder"]}
+# The ops a trial can load, per accelerator (trials/engines/deepspeed.py, contract.deepspeed_config):
+# every DeepSpeed trial on CPU uses the shared-memory all-reduce; only optimizer offload uses
+# DeepSpeedCPUAdam (without offload the config asks for torch's own AdamW). On CUDA, NCCL
+# needs no op, so a space without offload builds nothing there.
+OPS = {"cpu": ["ShareMemCommBuilder"], "cuda": []}
+OFFLOAD_OPS = {"cpu": ["CPUAdamBuilder"], "cuda": ["CPUAdamBuilder"]}
 
 
 # A build that dies (killed, out of memory) leaves torch's `lock` file in the op's build
@@ -62,12 +67,19 @@ def _build_dir(op_name: str) -> Path | None:
         return None
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-offload", action="store_true",
+                    help="skip the ops only optimizer offload uses (DeepSpeedCPUAdam)")
+    args = ap.parse_args(argv)
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if _has_cuda() else "cpu")
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator().device_name()
-    for name in OPS.get(accelerator, []):
+    names = OPS.get(accelerator, []) + ([] if args.no_offload else OFFLOAD_OPS.get(accelerator, []))
+    for name in names:
         builder = get_accelerator().create_op_builder(name)
         if builder is None or not builder.is_compatible(verbose=False):
             print(f"{name}: not compatible with this machine, skipped")
