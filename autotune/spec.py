@@ -90,7 +90,7 @@ class PlatformSpec(_Spec):
 
 class BudgetSpec(_Spec):
     """When to stop searching (`trials`, `total_trials`, `search_*`, `patience_trials`; see
-    autotune/study.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
+    autotune/search/sweep.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
     constraints on each trial's projected long run)."""
 
     trials: int = Field(
@@ -118,7 +118,7 @@ class BudgetSpec(_Spec):
 class LauncherSpec(_Spec):
     """How a trial's processes start when a cluster scheduler starts them or a trial spans
     nodes. `argv` is a template: a list of strings, each filled field by field (`{num_nodes}`,
-    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/launch.py TEMPLATE_FIELDS), never
+    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/launch.py TEMPLATE_FIELDS), never
     a shell string; the element "{launcher_argv}" becomes the node launcher's whole argv
     (torchrun with a c10d rendezvous). E.g. Slurm, inside an allocation:
     `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`."""
@@ -136,7 +136,7 @@ class LauncherSpec(_Spec):
 
     @model_validator(mode="after")
     def _check(self) -> "LauncherSpec":
-        from autotune.launch import TEMPLATE_FIELDS, template_fields
+        from autotune.run.launch import TEMPLATE_FIELDS, template_fields
 
         if any(n <= 0 for n in self.num_nodes):
             raise ValueError("`num_nodes` choices must be positive")
@@ -153,7 +153,7 @@ class LauncherSpec(_Spec):
 
 
 class MemorySpec(_Spec):
-    """The memory prescreen (autotune/calibration.py): configs predicted not to fit are not
+    """The memory prescreen (autotune/search/calibration.py): configs predicted not to fit are not
     launched. The limit is the GPU's memory, or on CPU the host memory shared by the ranks;
     `limit_bytes_per_rank` sets a smaller one (e.g. to emulate a small device on CPU, where a
     trial measured above it then counts as out of memory)."""

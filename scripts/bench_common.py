@@ -53,7 +53,7 @@ def git_commit() -> str:
 
 def load_warning() -> str | None:
     """A warning when the machine is busier than its cores: timings taken now are contaminated."""
-    from autotune.hardware import usable_cpu_count
+    from autotune.run.hardware import usable_cpu_count
 
     try:
         load1 = os.getloadavg()[0]
@@ -68,7 +68,7 @@ def load_warning() -> str | None:
 
 
 def run_context() -> dict[str, Any]:
-    from autotune.hardware import local_hardware
+    from autotune.run.hardware import local_hardware
 
     hw = local_hardware()
     try:
@@ -99,7 +99,7 @@ def add_output_args(ap) -> None:
 def start_run():
     """What every benchmark does first: its context (date, commit, machine, load), SIGTERM
     handling, and this machine's fingerprint. Returns (context, hardware)."""
-    from autotune.hardware import local_hardware
+    from autotune.run.hardware import local_hardware
 
     ctx = run_context()
     install_sigterm_handler()

@@ -42,7 +42,7 @@ def parse_config(text: str) -> tuple[int, int, str, str]:
 
 
 def trial(cfg: TrialConfig, folder: Path, log=print) -> TrialResult:
-    from autotune.launch import run_trial
+    from autotune.run.launch import run_trial
 
     r = run_trial(cfg, folder)
     log(f"  {folder.name}: {r.status.value} {r.tokens_per_s or 0:,.0f} tok/s "

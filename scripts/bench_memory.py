@@ -6,8 +6,8 @@
         --md-out benchmarks/sections/memory.md --runs benchmarks/results/memory_runs
 
 For every config: the analytic estimate (autotune/estimate/memory.py), a real trial
-(autotune.launch.run_trial: torchrun / DeepSpeed, real steps) and its measured peak (CPU:
-host RSS of the rank; CUDA: device peak). Then the calibration (autotune/calibration.py) is
+(autotune.run.launch.run_trial: torchrun / DeepSpeed, real steps) and its measured peak (CPU:
+host RSS of the rank; CUDA: device peak). Then the calibration (autotune/search/calibration.py) is
 evaluated honestly: leave-one-out (each config predicted from a fit on the others) and
 sequentially (each config from the configs before it, as a study sees them). Then the
 prescreen rule (calibrated x (1 + margin) <= limit) is checked at every limit between the
@@ -31,14 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import context_lines, install_sigterm_handler, run_context, write_outputs  # noqa: E402
 
-from autotune.calibration import (DEFAULT_SAFETY_MARGIN, CalibrationPoint, MemoryGuard,  # noqa: E402
+from autotune.search.calibration import (DEFAULT_SAFETY_MARGIN, CalibrationPoint, MemoryGuard,  # noqa: E402
                                   fit_calibration, measured_peak_bytes)
 from autotune.contract import (Checkpointing, GPTShape, GPTWorkload, Launcher, Offload,  # noqa: E402
                                Precision, TrialConfig)
 from autotune.estimate.compute import model_from_gpt_shape  # noqa: E402
 from autotune.estimate.memory import (MemoryConfig, activation_parts,  # noqa: E402
                                       korthikanti_layer_bytes)
-from autotune.hardware import local_hardware  # noqa: E402
+from autotune.run.hardware import local_hardware  # noqa: E402
 
 # Big enough that the model, not the Python + torch process, decides the peak; small enough
 # for a trial of two steps on one CPU thread per rank (~17M parameters). Two steps: the
@@ -149,7 +149,7 @@ def main() -> int:
     install_sigterm_handler()
     ctx = run_context()
 
-    from autotune.launch import run_trial
+    from autotune.run.launch import run_trial
 
     hw = local_hardware()
     guard = MemoryGuard(hw)  # no fit: analytic figures

@@ -4,7 +4,7 @@ launcher run of the same steps, and where the time goes.
     .venv/bin/python scripts/bench_overhead.py                 # 1 and 2 ranks, 3 repeats each
     .venv/bin/python scripts/bench_overhead.py --repeats 5 --ranks 1 --md-out docs/_overhead.md
 
-A trial is `autotune.launch.run_trial` (torchrun -> trials.worker -> result.json), timed from
+A trial is `autotune.run.launch.run_trial` (torchrun -> trials.worker -> result.json), timed from
 the controller. The bare run is torchrun of scripts/bench_overhead_bare.py: the same model
 class, micro-batch, accumulation, warm-up and measured steps in a plain torch loop, with
 no controller, contract, engine, noise-scale probe or result file. Runs alternate
@@ -34,7 +34,7 @@ TARGET_OVERHEAD = 0.20  # issue #8: a trial adds at most 20% wall time over a ba
 
 
 def run_one_trial(cfg: TrialConfig, folder: Path) -> dict:
-    from autotune.launch import run_trial
+    from autotune.run.launch import run_trial
 
     t0 = time.monotonic()
     result = run_trial(cfg, folder)
@@ -62,7 +62,7 @@ def run_one_trial(cfg: TrialConfig, folder: Path) -> dict:
 
 
 def run_one_bare(cfg: TrialConfig, folder: Path) -> dict:
-    from autotune.launch import free_port, launch_env
+    from autotune.run.launch import free_port, launch_env
 
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
             str(cfg.num_gpus), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
@@ -145,7 +145,7 @@ def render(data, args) -> str:
              f"Config: built-in GPT `{args.preset}`, seq_len {args.seq_len}, micro-batch "
              f"{args.micro_batch} x accumulation {args.accum}, fp32, {args.warmup_steps} warm-up + "
              f"{args.measure_steps} measured steps (window not extended), torchrun. Medians of "
-             f"{args.repeats} alternating runs. *Trial* = `autotune.launch.run_trial` timed from "
+             f"{args.repeats} alternating runs. *Trial* = `autotune.run.launch.run_trial` timed from "
              f"the controller; *bare* = torchrun of `scripts/bench_overhead_bare.py` (same model "
              f"class and steps, plain torch loop). Target (issue #8): a trial adds at most "
              f"{TARGET_OVERHEAD:.0%} wall time over the bare run.", ""]

@@ -5,19 +5,19 @@
 
 Two stages. (1) Ground truth: every config of a CPU search space (benchmarks/
 search_space_cpu.yaml, built-in GPT, fixed global batch) is measured `--repeats` times with real
-trials (autotune.launch.run_trial), in rounds over the space, and cached in
+trials (autotune.run.launch.run_trial), in rounds over the space, and cached in
 benchmarks/search_ground_truth.json with the hardware fingerprint; the cache is reused (and
 topped up) while fingerprint and settings match. Strategies are judged on each config's median
 run; each replay's trial observes one run, drawn by the replay's seed. (2) Replay: search
 strategies are run many times (seeds) against that table. autotune's own strategies run the
-tool's real code - `autotune.study.run_sweep` (baselines, memory prescreen and calibration,
+tool's real code - `autotune.search.sweep.run_sweep` (baselines, memory prescreen and calibration,
 reuse of repeated configs, TPE from `make_sampler`) or `make_objective` - with only
-`autotune.launch.run_trial` answered from the table instead of launching. The baselines:
+`autotune.run.launch.run_trial` answered from the table instead of launching. The baselines:
 Optuna random search through the same objective, the full grid (fixed and shuffled order)
 and a DeepSpeed-autotuner-style heuristic.
 
 Memory on CPU is plentiful, so a device memory limit is emulated with the tool's own
-`memory.limit_bytes_per_rank` (autotune/calibration.py): a config whose measured peak (on CPU
+`memory.limit_bytes_per_rank` (autotune/search/calibration.py): a config whose measured peak (on CPU
 the peak RSS of its largest rank) exceeds it counts as an OOM trial.
 """
 
@@ -53,13 +53,13 @@ CACHE_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------
-# The space: every config `autotune.space.suggest` can produce, in its order
+# The space: every config `autotune.search.space.suggest` can produce, in its order
 # ---------------------------------------------------------------------------------------
 
 
 def enumerate_space(rs, global_batch_samples: int | None) -> list[tuple[dict, dict]]:
     """All (optuna params, TrialConfig values) pairs `suggest` can return, depth first."""
-    from autotune.space import enumerate_configs
+    from autotune.search.space import enumerate_configs
 
     return enumerate_configs(rs, global_batch_samples)
 
@@ -87,8 +87,8 @@ def make_spec(args):
 
 
 def trial_config(values: dict, spec, hw, seed: int) -> TrialConfig:
-    """The TrialConfig `autotune.study.make_objective` would launch for these values."""
-    from autotune.study import launcher_for
+    """The TrialConfig `autotune.search.sweep.make_objective` would launch for these values."""
+    from autotune.search.sweep import launcher_for
 
     return TrialConfig(workload=spec.workload, seq_len=spec.seq_len, **values,
                        launcher=launcher_for(values, spec), device=hw.device_kind,
@@ -110,7 +110,7 @@ def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
     matching cache keep their runs. Returns the cache document: entries[key] = {config,
     results: [TrialResult, ...]} (a version-1 cache's single `result` becomes the first run)."""
     from autotune.contract import write_json_atomic
-    from autotune.launch import run_trial
+    from autotune.run.launch import run_trial
 
     ident = cache_identity(args, hw)
     doc: dict[str, Any] = {"identity": ident, "entries": {}}
@@ -230,7 +230,7 @@ def _median(xs: list[float]) -> float:
 def emulated_peak(result: TrialResult) -> int | None:
     """The peak a device limit is about, as the tool defines it (calibration.measured_peak_bytes:
     NVML or allocator on CUDA, peak RSS on CPU; max over ranks)."""
-    from autotune.calibration import measured_peak_bytes
+    from autotune.search.calibration import measured_peak_bytes
 
     return measured_peak_bytes(result)[0]
 
@@ -239,7 +239,7 @@ def prescreen_basis() -> str:
     from autotune.spec import MemorySpec
 
     margin = MemorySpec().safety_margin
-    return ("autotune.calibration.MemoryGuard as the sweep runs it: the analytic estimate "
+    return ("autotune.search.calibration.MemoryGuard as the sweep runs it: the analytic estimate "
             "(autotune.estimate.memory) plus an overhead fitted from the study's own measured "
             f"trials, with the spec's default {margin:.0%} safety margin; before the first "
             "measured trial only configs whose analytic lower bound exceeds the limit are held back")
@@ -247,7 +247,7 @@ def prescreen_basis() -> str:
 
 def build_table(doc, configs, spec, mem_limit_bytes: int | None) -> dict[str, Entry]:
     from autotune.pricing.catalog import load_catalog
-    from autotune.pricing.objective import device_type_key, score_trial
+    from autotune.search.score import device_type_key, score_trial
 
     catalog = load_catalog(spec.platforms.catalog)
     table: dict[str, Entry] = {}
@@ -321,10 +321,10 @@ def cfg_key(cfg: TrialConfig) -> str:
 @contextmanager
 def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_hours: float,
                       seed: int):
-    """Replace autotune.launch.run_trial by a lookup in the table for the duration (the run
+    """Replace autotune.run.launch.run_trial by a lookup in the table for the duration (the run
     this seed observes); stops the study once configs within 3% of both optima (by the
     truth) have been launched."""
-    import autotune.launch as launch
+    import autotune.run.launch as launch
 
     done = _stop_when_found(table, best_usd, best_hours)
     state: dict[str, Any] = {"study": None}
@@ -355,8 +355,8 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
     search)."""
     import optuna
 
-    import autotune.study
-    from autotune.study import DIRECTIONS, TrialCrashed, make_objective, run_sweep
+    import autotune.search.sweep
+    from autotune.search.sweep import DIRECTIONS, TrialCrashed, make_objective, run_sweep
 
     run = Run()
     spec = spec.model_copy(deep=True)
@@ -370,13 +370,13 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
             trials_from_table(table, run, best_usd, best_hours, seed) as state:
         state["study"] = study
         if mode.startswith("sweep"):
-            baselines = autotune.study.baseline_params
+            baselines = autotune.search.sweep.baseline_params
             if mode == "sweep_no_baselines":
-                autotune.study.baseline_params = lambda *a, **kw: []
+                autotune.search.sweep.baseline_params = lambda *a, **kw: []
             try:
                 run_sweep(spec, study, max_trials, Path(tmp))
             finally:
-                autotune.study.baseline_params = baselines
+                autotune.search.sweep.baseline_params = baselines
         else:
             study.optimize(make_objective(spec, Path(tmp), machine=ms), n_trials=max_trials,
                            catch=(TrialCrashed,))
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     add_output_args(ap)
     args = ap.parse_args(argv)
 
-    from autotune.study import MachineSpace
+    from autotune.search.sweep import MachineSpace
 
     ctx, hw = start_run()
     spec = make_spec(args)
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from autotune.study import make_sampler
+    from autotune.search.sweep import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -656,28 +656,28 @@ def render(data, table: dict[str, Entry], args) -> str:
         f"the cost optimum by the truth; the optimum's own runs: "
         f"{', '.join(f'{x:,.0f}' for x in data['noise']['best_runs_tokens_per_s'])} tokens/s.",
         "",
-        "Not offered on this machine (dropped by `autotune.space.restrict`, as in a sweep): "
+        "Not offered on this machine (dropped by `autotune.search.space.restrict`, as in a sweep): "
         + (", ".join(f"{k} {v}" for k, v in data["dropped"].items()) or "nothing") + ".",
         "",
         f"**Emulated memory limit**: CPU memory is plentiful, so a device limit of "
         f"{(lim or 0) / 2**20:,.0f} MiB per rank ({data['mem_limit_how']}) is imposed in the replay: "
         f"set as the tool's own `memory.limit_bytes_per_rank`: a config whose measured peak (on CPU "
-        f"the peak RSS of its largest rank, as `autotune.calibration.measured_peak_bytes`) exceeds "
+        f"the peak RSS of its largest rank, as `autotune.search.calibration.measured_peak_bytes`) exceeds "
         f"it counts as an OOM trial (it costs a trial and its wall time without the measured "
         f"steps). {n_oom} of {len(table)} configs are OOM under it; "
         f"{n_fail} failed for other reasons.",
         f"Prescreen: {data['prescreen']}; a config it holds back runs no trial and costs no "
         f"trial-seconds. A config suggested again reuses its measurement (no trial), as in a sweep.",
         "",
-        f"Objective: `autotune.pricing.objective.score_trial` (hours to the default target and "
+        f"Objective: `autotune.search.score.score_trial` (hours to the default target and "
         f"dollars on the catalog's CPU offer). Optimum: {data['best_usd']:.4g} USD by cost, "
         f"{data['best_hours']:.4g} h by time. A strategy *reaches* the optimum at the first "
         f"trial whose config is within 3% of it. Trials = trials launched up to then; "
         f"trial-seconds = their measured wall time. {data['settings']['seeds']} seeds per "
         f"strategy; the Optuna-only rows stop after {args.max_trials_factor:g} x the number of "
-        f"configs proposals, the sweep rows when every config has been tried (as a sweep does); a sweep queues local moves (autotune.study.LocalMoves). "
+        f"configs proposals, the sweep rows when every config has been tried (as a sweep does); a sweep queues local moves (autotune.search.sweep.LocalMoves). "
         f"'not reached' = the strategy ended without reaching it (grid and heuristic end by "
-        f"themselves). `autotune.study.make_sampler` mixes the process id into its seed (so that "
+        f"themselves). `autotune.search.sweep.make_sampler` mixes the process id into its seed (so that "
         f"concurrent workers differ); the replays pass worker 0 instead, so they are reproducible.",
         "",
     ]
@@ -703,7 +703,7 @@ def render(data, table: dict[str, Entry], args) -> str:
                   f"MiB ({min(peaks) / lim:.0%} of the limit; on CPU most of it is the Python + torch "
                   f"runtime, on a GPU the runtime is a small part of device memory). The {m:.0%} "
                   f"margin applies to the model-dependent part of the calibrated prediction plus "
-                  f"the fit's worst observed under-prediction (autotune.calibration), not to the "
+                  f"the fit's worst observed under-prediction (autotune.search.calibration), not to the "
                   f"runtime's constant.", ""]
     lines += ["Best configs in the ground truth (feasible under the limit; tokens/s, hours and "
               "USD are the median run; the last column lists every run's tokens/s):", ""]

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.contract import TrialConfig, TrialResult  # noqa: E402
-from autotune.launch import run_trial  # noqa: E402
+from autotune.run.launch import run_trial  # noqa: E402
 
 
 def _line(name: str, r: TrialResult) -> str:

@@ -68,7 +68,7 @@ done
     echo "benchmark's sizes; figures show that the scripts work, not what the tool achieves."
   fi
   echo
-  echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.hardware import local_hardware; print(machine_line(local_hardware()))')"
+  echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
   for name in search overhead fidelity memory; do

@@ -35,8 +35,8 @@ def world(tmp_path):
     """A 2-rank CPU space (12 configs) and a synthetic table: throughput grows with the
     micro-batch and halves under checkpointing; peak RSS = 300 MiB of runtime + a part that
     grows with the micro-batch (a quarter of it under checkpointing)."""
-    from autotune.hardware import local_hardware
-    from autotune.study import MachineSpace
+    from autotune.run.hardware import local_hardware
+    from autotune.search.sweep import MachineSpace
 
     space = tmp_path / "space.yaml"
     space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\n"
@@ -93,10 +93,10 @@ def test_emulated_limit_marks_oom_and_grid_reach_is_its_position(world):
 
 def test_autotune_replays_run_the_tools_loop_and_reach_the_optimum(world):
     _, spec, ms, configs, doc = world
-    import autotune.launch
-    from autotune.study import make_sampler
+    import autotune.run.launch
+    from autotune.search.sweep import make_sampler
 
-    real = autotune.launch.run_trial
+    real = autotune.run.launch.run_trial
     limit = 500 * MiB
     table = bench_search.build_table(doc, configs, spec, limit)
     feasible = [e for e in table.values() if e.feasible]
@@ -112,7 +112,7 @@ def test_autotune_replays_run_the_tools_loop_and_reach_the_optimum(world):
         # It stopped once both optima were found: the last launch reached one of them.
         last = table[keys[-1]]
         assert last.feasible and (last.usd <= best_usd * 1.03 or last.hours <= best_hours * 1.03)
-    assert autotune.launch.run_trial is real  # the lookup was only in place during the replay
+    assert autotune.run.launch.run_trial is real  # the lookup was only in place during the replay
 
 
 def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.calibration import (CALIBRATION_ATTR, POINT_ATTR, CalibrationPoint, MemoryGuard,
+from autotune.search.calibration import (CALIBRATION_ATTR, POINT_ATTR, CalibrationPoint, MemoryGuard,
                                   device_limit_bytes, fit_calibration)
 from autotune.contract import (DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision,
                                TrialConfig)

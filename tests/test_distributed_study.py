@@ -14,8 +14,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.contract import DeviceKind, HardwareFingerprint
-from autotune.storage import open_storage
-from autotune.study import MachineSpace, baseline_params, open_study
+from autotune.run.storage import open_storage
+from autotune.search.sweep import MachineSpace, baseline_params, open_study
 from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
 from tests.pg import PASSWORD
 
@@ -97,7 +97,7 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
     """A 2-core CPU machine and an 8-GPU machine (its capabilities only: nothing is launched,
     so no GPU is needed) suggest into one real study: Optuna accepts every parameter, each
     machine gets only what it can run, and the same kind of machine shares names."""
-    from autotune.space import capabilities_for, load_space, restrict, suggest, unrestricted
+    from autotune.search.space import capabilities_for, load_space, restrict, suggest, unrestricted
     from autotune.spec import SweepSpec
 
     spec = SweepSpec()

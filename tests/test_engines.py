@@ -207,7 +207,7 @@ def test_the_space_never_suggests_zero_with_tp():
     import optuna
 
     from autotune.contract import HardwareFingerprint
-    from autotune.space import SearchSpace, capabilities_for, restrict, suggest
+    from autotune.search.space import SearchSpace, capabilities_for, restrict, suggest
 
     hw = HardwareFingerprint(device_kind=DeviceKind.cpu, cpu_count=8)
     caps = capabilities_for(hw)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autotune.contract import TrialConfig, deepspeed_config
-from autotune.launch import free_port
+from autotune.run.launch import free_port
 from tests.report_study import ddp_study, zero_study
 
 pytestmark = pytest.mark.e2e
@@ -149,9 +149,9 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
 
 def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     from autotune.errors import UserError
-    from autotune.export import plan_export
-    from autotune.report import collect
-    from autotune.study import open_study
+    from autotune.report.export import plan_export
+    from autotune.report.build import collect
+    from autotune.search.sweep import open_study
 
     study = ddp_study(tmp_path_factory)
     st = open_study(study.storage, study.name, create=False)

@@ -17,8 +17,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.storage import open_storage
-from autotune.study import open_study
+from autotune.run.storage import open_storage
+from autotune.search.sweep import open_study
 from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus
-from autotune.launch import build_argv, free_port, launch_env, read_result
+from autotune.run.launch import build_argv, free_port, launch_env, read_result
 
 
 @pytest.mark.parametrize("launcher", list(Launcher))

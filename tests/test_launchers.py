@@ -10,7 +10,7 @@ import json
 import pytest
 
 from autotune.contract import DeviceKind, Launcher, Precision, TrialConfig, TrialStatus
-from autotune.launch import WORKER_MODULE, build_argv, launch_env
+from autotune.run.launch import WORKER_MODULE, build_argv, launch_env
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
 LAUNCHERS = [launcher.value for launcher in Launcher]

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialStatus
 from autotune.errors import UserError
-from autotune.launch import fill_template, run_trial, template_argv_builder
+from autotune.run.launch import fill_template, run_trial, template_argv_builder
 from autotune.spec import SweepSpec, load_spec
 
 
@@ -52,7 +52,7 @@ def test_spec_launcher_section_is_validated(tmp_path):
 @pytest.mark.e2e
 def test_two_torchrun_agents_as_two_nodes_make_one_trial(tmp_path):
     """Two torchrun agents on this machine stand in for two nodes: --nnodes 2, one rank each,
-    a c10d rendezvous on 127.0.0.1 and a free port, started per node by autotune.nodes."""
+    a c10d rendezvous on 127.0.0.1 and a free port, started per node by autotune.run.nodes."""
     cfg = _cfg(num_gpus=1, num_nodes=2)
     build = template_argv_builder(["{launcher_argv}"], per_node=True, rdzv_host="127.0.0.1")
     result = run_trial(cfg, tmp_path / "trial", argv_builder=build)

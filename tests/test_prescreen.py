@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.calibration import CALIBRATION_ATTR, POINT_ATTR, PRESCREEN_ATTR
+from autotune.search.calibration import CALIBRATION_ATTR, POINT_ATTR, PRESCREEN_ATTR
 from autotune.contract import GPTShape, GPTWorkload
 from autotune.spec import SweepSpec
 
@@ -36,7 +36,7 @@ def _spec(tmp_path: Path, name: str, prescreen: bool) -> SweepSpec:
 
 
 def _sweep(tmp_path: Path, name: str, prescreen: bool):
-    from autotune.study import open_study, run_sweep
+    from autotune.search.sweep import open_study, run_sweep
 
     spec = _spec(tmp_path, name, prescreen)
     study = open_study(spec.storage, spec.study)

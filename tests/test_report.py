@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.report import pareto_front
-from autotune.report_schema import REPORT_SCHEMA_VERSION, OptionRow, ReportDoc, report_json_schema
+from autotune.report.build import pareto_front
+from autotune.report.schema import REPORT_SCHEMA_VERSION, OptionRow, ReportDoc, report_json_schema
 from tests.report_study import TEST_SPOT_OFFER, ddp_study
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +41,7 @@ def test_json_report_validates_against_the_documented_schema(doc):
     text = DOCS_SCHEMA.read_text()
     shipped = json.loads(text[text.index("```json") + len("```json"):text.rindex("```")])
     assert shipped == json.loads(json.dumps(report_json_schema())), \
-        "docs/report_schema.md is stale: regenerate with python -m autotune.report_schema"
+        "docs/report_schema.md is stale: regenerate with python -m autotune.report.schema"
     assert f"`schema_version` is `{REPORT_SCHEMA_VERSION}`" in text
     # ... and a real report is valid under it (extra keys are refused by the models).
     parsed = ReportDoc.model_validate(doc)
@@ -92,8 +92,8 @@ def test_report_content_is_the_real_measurements(doc, study):
 
 
 def test_limits_split_options_into_feasible_and_not(study, doc):
-    from autotune.report import collect
-    from autotune.study import open_study
+    from autotune.report.build import collect
+    from autotune.search.sweep import open_study
 
     hours = sorted(o["hours"] for o in doc["options"])
     if hours[0] == hours[-1]:
@@ -168,7 +168,7 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
 
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
     from autotune.errors import UserError
-    from autotune.report_html import write_html, write_report_dir
+    from autotune.report.html import write_html, write_report_dir
 
     with pytest.raises(UserError, match="does not exist"):
         write_html(doc, tmp_path / "missing" / "r.html")
@@ -197,8 +197,8 @@ def test_live_progress_panel_reads_the_study(study, doc):
 
     from rich.console import Console
 
-    from autotune.progress import SweepProgress, snapshot
-    from autotune.study import open_study
+    from autotune.report.progress import SweepProgress, snapshot
+    from autotune.search.sweep import open_study
 
     st = open_study(study.storage, study.name, create=False)
     snap = snapshot(st)

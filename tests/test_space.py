@@ -9,7 +9,7 @@ import pytest
 
 from autotune.contract import DeviceKind, HardwareFingerprint, Offload, Precision, TrialConfig
 from autotune.errors import UserError
-from autotune.space import SearchSpace, capabilities_for, load_space, restrict, suggest
+from autotune.search.space import SearchSpace, capabilities_for, load_space, restrict, suggest
 
 CPU2 = HardwareFingerprint(device_kind=DeviceKind.cpu, device_count=2, cpu_count=2)
 H100x8 = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="NVIDIA H100 80GB HBM3",
@@ -115,7 +115,7 @@ def _key(v):
 
 
 def test_enumeration_lists_exactly_what_random_suggestions_reach():
-    from autotune.space import enumerate_configs
+    from autotune.search.space import enumerate_configs
 
     rs = restrict(load_space("default"), capabilities_for(CPU2))
     listed = enumerate_configs(rs, 8)
@@ -132,7 +132,7 @@ def test_enumeration_lists_exactly_what_random_suggestions_reach():
 
 
 def test_neighbours_move_one_dimension_one_choice():
-    from autotune.space import neighbours
+    from autotune.search.space import neighbours
 
     rs = restrict(SearchSpace(num_gpus=[1, 2], micro_batch_size=[1, 2, 4, 8],
                               precision=[Precision.fp32, Precision.bf16], zero_stage=[0, 1, 2],

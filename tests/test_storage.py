@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autotune.errors import UserError
-from autotune.storage import (
+from autotune.run.storage import (
     HeartbeatSettings,
     claim,
     claim_owner,

@@ -1,6 +1,6 @@
 """The trial worker: TrialConfig JSON in -> train a few real steps -> TrialResult JSON out.
 
-Launched by `autotune.launch` exactly as a long run would be, e.g.:
+Launched by `autotune.run.launch` exactly as a long run would be, e.g.:
 
     python -m torch.distributed.run --nproc-per-node 2 -m trials.worker \\
         --config trial/config.json --result trial/result.json

@@ -10,7 +10,7 @@ et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", se
 counted tensor by tensor so the same code gives the paper's closed forms under the paper's
 assumptions and the built-in GPT's real figure under its own (see `layer_activation_bytes`).
 The framework overhead (CUDA context, allocator, runtime) is not guessed here: it comes from
-`autotune.calibration`, fitted on this hardware from measured trials.
+`autotune.search.calibration`, fitted on this hardware from measured trials.
 """
 
 from __future__ import annotations
@@ -359,7 +359,7 @@ def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, 
 
 
 def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
-    """Analytic peak memory per rank; the calibrated overhead is added by `autotune.calibration`."""
+    """Analytic peak memory per rank; the calibrated overhead is added by `autotune.search.calibration`."""
     states = model_state_bytes(model, cfg)
     acts, logits = activation_bytes(model, cfg)
     psi = model.params / cfg.tp_degree

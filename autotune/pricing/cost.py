@@ -131,7 +131,7 @@ class Bill:
         return asdict(self)
 
     def report_dict(self) -> dict:
-        """The bill in the shape `autotune.report` reads (one option of a trial)."""
+        """The bill in the shape `autotune.report.build` reads (one option of a trial)."""
         d = self.as_dict()
         d.update(gpu_type=self.gpu, basis=self.throughput_basis, sensitivity={
             "plus_30pct_time_hours": self.hours_plus_30pct, "plus_30pct_time_usd": self.usd_plus_30pct,

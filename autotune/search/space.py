@@ -1,4 +1,4 @@
-"""Search spaces: `search_spaces/*.yaml` -> define-by-run suggestions for an Optuna trial.
+"""Search spaces: `autotune/data/search_spaces/*.yaml` -> define-by-run suggestions for an Optuna trial.
 
     space = load_space("default")                       # or a path to a YAML file
     choices = restrict(space, capabilities_for(hw), shape_heads=4)
@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.contract import Checkpointing, DeviceKind, HardwareFingerprint, Offload, Precision
 from autotune.errors import UserError, format_validation_error, load_yaml_file
-from autotune.hardware import max_ranks
+from autotune.run.hardware import max_ranks
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parents[1] / "data" / "search_spaces"
 
 
 def _positive_unique(values: list[int]) -> list[int]:
@@ -81,7 +81,7 @@ def load_space(name_or_path: str) -> SearchSpace:
         return SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(p, exc),
-                        fix="see search_spaces/default.yaml for the format") from None
+                        fix="see autotune/data/search_spaces/default.yaml for the format") from None
 
 
 @dataclass(frozen=True)

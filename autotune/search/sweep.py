@@ -15,12 +15,12 @@ it. Each trial records the machine (`hardware`: the key that keeps GPU types apa
 and reports; `machine`: the full fingerprint) and where its processes run (`controller`,
 `launch`), so a sweep that finds a RUNNING trial whose controller on this host is dead kills
 its orphaned process group, fails it and re-queues it (`recover_dead_trials`); trials of dead
-machines elsewhere are failed by the heartbeat (autotune/storage.py).
+machines elsewhere are failed by the heartbeat (autotune/run/storage.py).
 
 No config is measured twice on the same hardware: a trial first looks for a finished trial
 with the same `config_key` (config without its seed, plus the hardware key) and reuses it
 (values, attributes, constraints; `reused_from`). Otherwise it must win an atomic claim on
-the key (`autotune.storage.claim`) before launching; a trial that loses waits for the winner
+the key (`autotune.run.storage.claim`) before launching; a trial that loses waits for the winner
 and reuses its result, or claims the next generation if the winner failed. Baselines are
 enqueued once per machine kind under the same kind of claim, so two workers starting at
 once do not enqueue them twice.
@@ -60,9 +60,9 @@ from autotune.contract import (
     write_json_atomic,
 )
 from autotune.errors import UserError
-from autotune.launch import group_alive
+from autotune.run.launch import group_alive
 from autotune.spec import SweepSpec
-from autotune.storage import (  # noqa: F401 - redact_url and DEFAULT_STORAGE are re-exported
+from autotune.run.storage import (  # noqa: F401 - redact_url and DEFAULT_STORAGE are re-exported
     DEFAULT_STORAGE,
     claim,
     claim_owner,
@@ -216,7 +216,7 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
     import optuna
     from optuna.trial import TrialState
 
-    from autotune.storage import retry_callback
+    from autotune.run.storage import retry_callback
 
     host = socket.gethostname()
     storage = study._storage
@@ -357,7 +357,7 @@ def rank_hour_price_usd(spec: SweepSpec, cfg: TrialConfig, catalog) -> float | N
     """What one rank-hour of this machine costs the search (None: not priced)."""
     if spec.budget.search_price_usd_per_gpu_hour is not None:
         return spec.budget.search_price_usd_per_gpu_hour
-    from autotune.pricing.objective import device_type_key
+    from autotune.search.score import device_type_key
 
     try:
         prices = [o.price_usd_per_gpu_hour for o in catalog.offers_for(device_type_key(cfg))
@@ -372,7 +372,7 @@ def rank_hour_price_usd(spec: SweepSpec, cfg: TrialConfig, catalog) -> float | N
 
 @dataclass
 class MachineSpace:
-    """What this machine offers of the study's space (see autotune/space.py)."""
+    """What this machine offers of the study's space (see autotune/search/space.py)."""
 
     hardware: HardwareFingerprint
     restricted: Any
@@ -383,8 +383,8 @@ class MachineSpace:
 
     @classmethod
     def for_spec(cls, spec: SweepSpec) -> "MachineSpace":
-        from autotune.hardware import local_hardware
-        from autotune.space import capabilities_for, load_space, restrict, unrestricted
+        from autotune.run.hardware import local_hardware
+        from autotune.search.space import capabilities_for, load_space, restrict, unrestricted
 
         hw = local_hardware()
         space = load_space(spec.space)
@@ -428,10 +428,10 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
     """The Optuna objective for this spec on this machine."""
     import optuna
 
-    from autotune.launch import run_trial, template_argv_builder
+    from autotune.run.launch import run_trial, template_argv_builder
     from autotune.pricing.catalog import load_catalog
-    from autotune.pricing.objective import device_type_key, score_trial
-    from autotune.space import suggest
+    from autotune.search.score import device_type_key, score_trial
+    from autotune.search.space import suggest
 
     ms = machine or MachineSpace.for_spec(spec)
     hw = ms.hardware
@@ -439,7 +439,7 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
     ls = spec.launcher
     builder = template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
                                     rdzv_host=ls.rdzv_host, job_name=f"autotune-{spec.study}")
-    from autotune.calibration import MemoryGuard
+    from autotune.search.calibration import MemoryGuard
 
     guard = MemoryGuard(hw, spec.memory.limit_bytes_per_rank, spec.memory.safety_margin,
                         enabled=spec.memory.prescreen)
@@ -544,7 +544,7 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     largest micro-batch (the memory-saving corner). bf16 on GPUs that have it; fp32 on CPU,
     where bf16 runs without native kernels (measured ~15x slower on this project's CPU
     machines: docs/benchmarks.md), so a bf16 baseline there would be three wasted trials."""
-    from autotune.space import params_for
+    from autotune.search.space import params_for
 
     rs = ms.restricted
     on_gpu = ms.hardware.device_kind is DeviceKind.cuda
@@ -645,7 +645,7 @@ class SearchBudget:
 # ---------------------------------------------------------------------------------------
 
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
-# space it cannot list (autotune.space.enumerate_configs caps the listing).
+# space it cannot list (autotune.search.space.enumerate_configs caps the listing).
 MAX_IDLE_PROPOSALS = 50
 # After the baselines, every second launched trial is a local move and the others are TPE's:
 # TPE models the whole space, the moves try what is next to the best configs measured (the
@@ -682,7 +682,7 @@ class LocalMoves:
     """When the sampler proposes a config this hardware has measured already (its model has
     settled on a region it knows) or one the memory prescreen holds back (TPE proposes those
     again and again: they carry no objective values to learn from), the sweep queues an
-    untried neighbour (one dimension moved to the adjacent choice: `autotune.space.neighbours`,
+    untried neighbour (one dimension moved to the adjacent choice: `autotune.search.space.neighbours`,
     in a seeded random order) of the best config that has one left: the Pareto front first,
     then the next front. A single measurement is noisy (docs/benchmarks.md: runs of one config
     differ by 10-30% on a shared CPU), so the runner-up's neighbours matter as much as the
@@ -709,7 +709,7 @@ class LocalMoves:
 
     def enqueue_next(self, study) -> bool:
         """Queue one untried neighbour of the front; False when the front has none left."""
-        from autotune.space import neighbours
+        from autotune.search.space import neighbours
 
         trials = study.get_trials(deepcopy=False)
         tried = self.tried(trials) | self.queued
@@ -733,7 +733,7 @@ class LocalMoves:
     def exhausted(self, study) -> int | None:
         """The number of configs when every config this machine can run has been tried; None
         otherwise, or when the space is too large to list."""
-        from autotune.space import enumerate_configs
+        from autotune.search.space import enumerate_configs
 
         if self._listed is None:
             listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
@@ -757,7 +757,7 @@ class SweepSummary:
 
 class _Interrupt:
     """First Ctrl-C: finish the running trial, then stop. Second: fail it now (its process
-    group is killed by autotune.launch) and stop; the study stays consistent either way."""
+    group is killed by autotune.run.launch) and stop; the study stays consistent either way."""
 
     def __init__(self, note: Callable[[str], None] | None):
         self.requested = False

@@ -197,7 +197,7 @@ def report_json_schema() -> dict[str, Any]:
     return schema
 
 
-if __name__ == "__main__":  # python -m autotune.report_schema > schema.json
+if __name__ == "__main__":  # python -m autotune.report.schema > schema.json
     import json
     import sys
 

@@ -301,7 +301,7 @@ class MemoryGuard:
 
     def record_prescreened(self, trial: Any, verdict: Verdict) -> TrialResult:
         """What a config held back looks like: a result that says it was never launched."""
-        from autotune.report import fmt_bytes
+        from autotune.report.build import fmt_bytes
 
         msg = (f"not launched: predicted peak {fmt_bytes(verdict.predicted_bytes)} per rank "
                f"(+{verdict.margin:.0%} margin) exceeds the limit {fmt_bytes(verdict.limit_bytes)} "
@@ -333,7 +333,7 @@ class MemoryGuard:
             self.save(trial.study)
         if (result.ok and measured and self.spec_limit is not None and verdict.limit_bytes is not None
                 and measured > verdict.limit_bytes):
-            from autotune.report import fmt_bytes
+            from autotune.report.build import fmt_bytes
 
             return result.model_copy(update=dict(
                 status=TrialStatus.oom, error_type="OverMemoryLimit",

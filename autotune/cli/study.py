@@ -52,7 +52,7 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
                to_runs_dir: Path) -> dict:
     import optuna
 
-    from autotune.storage import open_storage, redact_url, user_study_names
+    from autotune.run.storage import open_storage, redact_url, user_study_names
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     src, dst = open_storage(src_url), open_storage(dst_url)

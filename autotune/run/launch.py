@@ -93,7 +93,7 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
     # DeepSpeed otherwise probes for an accelerator in every process (and logs a warning on CPU).
     env["DS_ACCELERATOR"] = cfg.device.value
     # The worker must import `trials` and `autotune.contract` from this checkout.
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -291,7 +291,7 @@ def template_argv_builder(template: list[str] | None, per_node: bool = False,
 
     One node without a template: the ordinary launcher (`build_argv`). Several nodes: every
     node runs `node_argv`; with `per_node` the controller starts the template once per node
-    (through `python -m autotune.nodes`, in the trial's process group, so a timeout or Ctrl-C
+    (through `python -m autotune.run.nodes`, in the trial's process group, so a timeout or Ctrl-C
     still kills every agent it started), otherwise once (a scheduler such as `srun` fans out).
     A multi-node trial's folder must be on a filesystem every node sees (rank 0 writes
     result.json there)."""
@@ -321,7 +321,7 @@ def template_argv_builder(template: list[str] | None, per_node: bool = False,
             for r in range(cfg.num_nodes)]
         nodes_file = trial_dir / "nodes.json"
         write_json_atomic(nodes_file, {"argvs": per_node_argvs})
-        return [python, "-m", "autotune.nodes", str(nodes_file)]
+        return [python, "-m", "autotune.run.nodes", str(nodes_file)]
 
     return build
 

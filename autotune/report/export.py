@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.contract import DeviceKind, Launcher, Precision, TrialConfig, deepspeed_config
 from autotune.errors import UserError
-from autotune.report import fmt_bytes, fmt_hours, fmt_usd, zero_summary
+from autotune.report.build import fmt_bytes, fmt_hours, fmt_usd, zero_summary
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 DEEPSPEED_CONFIG = "ds_config.json"
@@ -329,7 +329,7 @@ def render(plan: ExportPlan, final_dir: Path) -> dict[str, str]:
 
 def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
     """Write every file into a temporary folder beside `out`, then rename it into place."""
-    from autotune.report_html import chmod_like_umask, replace_dir
+    from autotune.report.html import chmod_like_umask, replace_dir
 
     out = Path(out)
     if not out.parent.resolve().is_dir():

@@ -11,7 +11,7 @@ URLs accepted (`--storage` or `storage:` in the spec):
 - `journal:///abs/path/study.log`, `journal://relative/study.log`, or any path ending in `.log`:
   Optuna's append-only journal file (JournalFileBackend); needs no server, works on a shared
   filesystem. It has no heartbeats: a trial whose machine died stays RUNNING until a sweep on the
-  same host finds its controller dead (see `autotune.study.recover_dead_trials`).
+  same host finds its controller dead (see `autotune.search.sweep.recover_dead_trials`).
 
 Heartbeats (RDB storages only): every running trial records a heartbeat each `interval_s`; a
 RUNNING trial silent for `grace_s` is marked FAIL by the next sweep that asks for a trial, and

@@ -23,9 +23,9 @@ from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
-from autotune.pricing.objective import job_from_model
+from autotune.search.score import job_from_model
 from autotune.pricing.target import tokens_to_target
-from autotune.space import SearchSpace, load_space
+from autotune.search.space import SearchSpace, load_space
 from autotune.spec import SweepSpec
 
 # Headroom kept below the GPU's memory for what the analytic model does not count without a

@@ -60,12 +60,12 @@ def sweep(
         spec = spec.model_copy(update={"budget": spec.budget.model_copy(update=budget_flags)})
     n_trials = trials or spec.budget.trials
 
-    from autotune.report import collect, config_summary, fmt_bytes, fmt_hours, fmt_usd, print_report
-    from autotune.study import DEFAULT_STORAGE, open_study, redact_url, run_sweep
+    from autotune.report.build import collect, config_summary, fmt_bytes, fmt_hours, fmt_usd, print_report
+    from autotune.search.sweep import DEFAULT_STORAGE, open_study, redact_url, run_sweep
 
     # Validate the space and hardware restriction before touching the study.
-    from autotune.hardware import local_hardware
-    from autotune.space import capabilities_for, load_space, restrict
+    from autotune.run.hardware import local_hardware
+    from autotune.search.space import capabilities_for, load_space, restrict
 
     hw = local_hardware()
     n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
@@ -78,7 +78,7 @@ def sweep(
 
     console = _console()
     st = open_study(spec.storage, spec.study, seed=spec.seed)
-    from autotune.study import was_launched
+    from autotune.search.sweep import was_launched
 
     before = sum(1 for t in st.get_trials(deepcopy=False) if was_launched(t))
     url = redact_url(spec.storage or DEFAULT_STORAGE)
@@ -105,7 +105,7 @@ def sweep(
                           f"{(r.error or '').splitlines()[0] if r.error else ''}")
 
     if max(rs.zero_stage) > 0:
-        from autotune.launch import prebuild_deepspeed_ops
+        from autotune.run.launch import prebuild_deepspeed_ops
 
         console.print("  DeepSpeed ops: building once, outside any trial's timeout (cached after)...")
         from autotune.contract import Offload
@@ -116,8 +116,8 @@ def sweep(
             console.print(f"  [yellow]DeepSpeed ops did not build[/]: {out.splitlines()[-1] if out else ''}; "
                           "ZeRO trials will say why")
     runs = runs_dir / spec.study
-    from autotune.progress import SweepProgress
-    from autotune.report import record_spec
+    from autotune.report.progress import SweepProgress
+    from autotune.report.build import record_spec
 
     record_spec(st, spec)  # the report's limits and catalog
     progress = SweepProgress(console, st, n_trials)
@@ -143,13 +143,13 @@ def report(
     deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
-    from autotune.report import collect, print_report
-    from autotune.study import DEFAULT_STORAGE, open_study
+    from autotune.report.build import collect, print_report
+    from autotune.search.sweep import DEFAULT_STORAGE, open_study
 
     doc = collect(open_study(storage, study, create=False), max_usd=max_usd,
                   deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE)
     if html is not None or out is not None:
-        from autotune.report_html import write_html, write_report_dir
+        from autotune.report.html import write_html, write_report_dir
 
         if html is not None:
             write_html(doc, html)
@@ -174,7 +174,7 @@ def trial(
 
     from autotune.contract import TrialConfig
     from autotune.errors import format_validation_error
-    from autotune.launch import run_trial
+    from autotune.run.launch import run_trial
 
     if not config_file.is_file():
         raise UserError(f"config file '{config_file}' does not exist", fix="check the path")
@@ -182,12 +182,12 @@ def trial(
         cfg = TrialConfig.model_validate_json(config_file.read_text())
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
-                        fix="see autotune/contract.py TrialConfig for the fields") from None
+                        fix="see autotune/contract/__init__.py TrialConfig for the fields") from None
     result = run_trial(cfg, out)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        from autotune.report import fmt_bytes
+        from autotune.report.build import fmt_bytes
 
         c = _console()
         c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""))
@@ -217,9 +217,9 @@ def _register_commands() -> None:
     """Commands that live in their own modules: each module has `register(app)`.
 
     Keep imports inside those `register` functions light (no torch)."""
-    from autotune import cmd_cost, cmd_estimate, cmd_export, cmd_study
+    from autotune.cli import cost, estimate, export, study
 
-    for register in (cmd_estimate.register, cmd_study.register, cmd_cost.register, cmd_export.register):
+    for register in (estimate.register, study.register, cost.register, export.register):
         register(app)
 
 

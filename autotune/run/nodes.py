@@ -1,8 +1,8 @@
 """Start one launcher agent per node of a multi-node trial and wait for all of them.
 
-    python -m autotune.nodes trial_dir/nodes.json     # {"argvs": [[...node 0...], [...node 1...]]}
+    python -m autotune.run.nodes trial_dir/nodes.json     # {"argvs": [[...node 0...], [...node 1...]]}
 
-Written by `autotune.launch.template_argv_builder` when the spec's `launcher.per_node` is set
+Written by `autotune.run.launch.template_argv_builder` when the spec's `launcher.per_node` is set
 (e.g. `argv: [ssh, "{host}", "{launcher_argv}"]`, or the agents of a two-"node" test on one
 machine). The agents stay in this process's group, so the controller's timeout or Ctrl-C kills
 them all. The first agent that fails takes the others down, as torchrun does for ranks.
@@ -24,7 +24,7 @@ GRACE_S = 5.0
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m autotune.nodes NODES_JSON", file=sys.stderr)
+        print("usage: python -m autotune.run.nodes NODES_JSON", file=sys.stderr)
         return 2
     with open(args[0]) as f:
         node_argvs = json.load(f)["argvs"]

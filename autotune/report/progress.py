@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autotune.report import config_summary, fmt_hours, fmt_usd
+from autotune.report.build import config_summary, fmt_hours, fmt_usd
 
 
 @dataclass

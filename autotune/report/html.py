@@ -4,7 +4,7 @@
     write_html(doc, "report.html")          # one file, opens offline
     write_report_dir(doc, "report/")        # report.html, report.json, pareto.png, throughput.png, memory.png
 
-`doc` is `autotune.report.collect(...)`. Nothing half-written: files go to a temporary name
+`doc` is `autotune.report.build.collect(...)`. Nothing half-written: files go to a temporary name
 next to the target and are renamed into place.
 """
 
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotune.report import config_summary, fmt_bytes, fmt_hours, fmt_pct, fmt_usd, zero_summary
+from autotune.report.build import config_summary, fmt_bytes, fmt_hours, fmt_pct, fmt_usd, zero_summary
 
 PNG_NAMES = ("pareto.png", "throughput.png", "memory.png")
 # Colours a reader can tell apart (Okabe-Ito, colour-blind safe), one per platform.

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from autotune.report_schema import (
+from autotune.report.schema import (
     REPORT_SCHEMA_VERSION,
     Counts,
     FailureGroup,
@@ -372,7 +372,7 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None) -> ReportDoc:
     """The whole report as a validated `ReportDoc`. Limits given here win over the study's."""
-    from autotune.study import redact_url
+    from autotune.search.sweep import redact_url
 
     spec = dict(study.user_attrs.get(SPEC_ATTR) or {})
     budget = spec.get("budget") or {}
@@ -433,7 +433,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
 
 def collect(study, max_usd: float | None = None, deadline_hours: float | None = None,
             storage_url: str | None = None) -> dict[str, Any]:
-    """The report as a JSON-able dict (schema: `autotune.report_schema.ReportDoc`)."""
+    """The report as a JSON-able dict (schema: `autotune.report.schema.ReportDoc`)."""
     return build_report(study, max_usd, deadline_hours, storage_url).model_dump(mode="json")
 
 

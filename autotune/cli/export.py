@@ -32,9 +32,9 @@ def export(
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
     from rich.console import Console
 
-    from autotune.export import BILL_MD, plan_export, write_export
-    from autotune.report import collect, fmt_hours, fmt_usd
-    from autotune.study import DEFAULT_STORAGE, open_study
+    from autotune.report.export import BILL_MD, plan_export, write_export
+    from autotune.report.build import collect, fmt_hours, fmt_usd
+    from autotune.search.sweep import DEFAULT_STORAGE, open_study
 
     st = open_study(storage, study, create=False)
     doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE)

@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
         from autotune.estimate.compute import flops_per_token, model_from_params
         from autotune.estimate.scaling import CommModel
         from autotune.pricing.catalog import PRECISIONS, load_catalog
-        from autotune.pricing.objective import job_from_model
+        from autotune.search.score import job_from_model
         from autotune.pricing.quote import BasePoint, quote
 
         catalog = load_catalog(catalog_file)
@@ -262,7 +262,7 @@ def register(app: typer.Typer) -> None:
         communication, and the full bill on every matching offer)."""
         from autotune.pricing.catalog import load_catalog
         from autotune.pricing.cost import explain
-        from autotune.pricing.plan import plan
+        from autotune.search.plan import plan
         from autotune.spec import load_spec
 
         spec = load_spec(spec_file)
