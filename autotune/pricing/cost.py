@@ -6,8 +6,9 @@
     bills, skipped = bills_for(catalog, tp, tokens, job)  # every matching offer, cheapest first
 
 What a bill counts, and why:
-- compute: the GPUs billed (whole instances: `Offer.billed_gpus`) for the training time, at the
-  offer's granularity (second / minute / hour; a monthly rental pays whole months unless
+- compute: the GPUs billed (whole instances: `Offer.placement` rents the cheapest instance that
+  holds the job, or enough of the largest; the bill names it, its region and the idle GPUs) for
+  the training time, at the instance's price and the offer's granularity (second / minute / hour; a monthly rental pays whole months unless
   `JobSpec.month_rest_used` says the rest of the month is used by other work);
 - setup hours (billed before training starts), checkpoint writes (size / storage bandwidth),
   storage of dataset + kept checkpoints for the job's duration, egress of the final model
@@ -123,6 +124,11 @@ class Bill:
     price_date: str
     price_source: str
     notes: list[str] = field(default_factory=list)
+    instance: str = ""        # what is rented: the instance type (x `nodes` of them)
+    regions: list[str] = field(default_factory=list)  # where these prices hold
+    region: str = ""          # the regions in a few words
+    idle_gpus: int = 0        # billed but not used by the job (instance sizes)
+    inter_node_gb_per_s: float | None = None  # the network assumed between nodes (nodes > 1)
     rank_usd: int | None = None
     rank_usd_worst_case: int | None = None
     rank_hours: int | None = None
@@ -186,12 +192,15 @@ def _round_up(hours: float, unit_h: float) -> float:
     return math.ceil(hours / unit_h - 1e-9) * unit_h
 
 
-def _dollars(offer: Offer, t: _Timeline, billed_gpus: int, job: JobSpec) -> dict[str, float]:
-    """Dollar terms of one timeline. Every term is a plain product a person can redo by hand."""
+def _dollars(offer: Offer, t: _Timeline, billed_gpus: int, job: JobSpec,
+             rate: float | None = None) -> dict[str, float]:
+    """Dollar terms of one timeline. Every term is a plain product a person can redo by hand.
+
+    `rate`: $ per billed GPU-hour of the rented instance (default: the offer's)."""
     if offer.pricing == "own":
         assert offer.own is not None
         rate = offer.own.amortised_usd_per_gpu_hour
-    else:
+    elif rate is None:
         rate = offer.usd_per_gpu_hour  # monthly: price / 730 per hour of use
     terms = {
         "compute": t.work_h * billed_gpus * rate,
@@ -224,25 +233,26 @@ def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSp
         raise ValueError(f"throughput on {throughput.gpu} priced on a {offer.gpu} offer")
     if throughput.tokens_per_s <= 0 or tokens <= 0:
         raise ValueError("tokens and tokens_per_s must be > 0")
-    billed = offer.billed_gpus(throughput.num_gpus)
-    if billed is None:
-        raise Infeasible(f"{offer.name}: {throughput.num_gpus} GPUs do not fit "
-                         f"({offer.gpus_per_node} per node x {offer.max_nodes} nodes)")
-    nodes = offer.nodes_for(throughput.num_gpus)
+    where = offer.placement(throughput.num_gpus)
+    if where is None:
+        raise Infeasible(offer.unfit_reason(throughput.num_gpus) or offer.name)
+    billed, nodes = where.billed_gpus, where.count
+    rate = where.usd_per_gpu_hour if offer.pricing in ("on-demand", "spot") else offer.usd_per_gpu_hour
     work_h = tokens / throughput.tokens_per_s / 3600.0
     notes: list[str] = []
 
     def priced(work: float, extra: int, keep_notes: bool = False) -> tuple[_Timeline, dict[str, float]]:
         t = _timeline(offer, nodes, work, job, extra, notes if keep_notes else None)
-        return t, _dollars(offer, t, billed, job)
+        return t, _dollars(offer, t, billed, job, rate)
 
     t, terms = priced(work_h, 0, keep_notes=True)
     t30, terms30 = priced(work_h * SLOWDOWN_SENSITIVITY, 0)
     t1, terms1 = priced(work_h, 1)
     tw, termsw = priced(work_h * SLOWDOWN_SENSITIVITY, 1)
     if billed > throughput.num_gpus:
-        notes.append(f"{billed - throughput.num_gpus} of {billed} billed GPUs idle "
-                     f"(instance sizes: {offer.gpu_counts or offer.gpus_per_node})")
+        notes.append(f"{billed - throughput.num_gpus} of {billed} billed GPUs idle: "
+                     f"{where.label} is the smallest rental that holds {throughput.num_gpus} "
+                     f"(sizes: {', '.join(str(g) for _, g, _ in offer.sizes())})")
     if offer.billing == "month" and not job.month_rest_used and terms["billing_rounding"] > 0:
         notes.append(f"monthly rental: pays {math.ceil(t.wall_h / HOURS_PER_MONTH - 1e-9)} whole "
                      f"month(s) for {t.wall_h:.1f} h (use --month-rest-used if the rest is used)")
@@ -260,8 +270,11 @@ def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSp
         hours_worst_case=tw.wall_h, usd_worst_case=sum(termsw.values()),
         checkpoint_interval_hours=t.interval_h, checkpoint_write_hours=t.write_h,
         expected_interruptions=t.interruptions,
-        price_usd_per_gpu_hour=offer.usd_per_gpu_hour, price_date=offer.price_date,
-        price_source=offer.price_source, notes=notes,
+        price_usd_per_gpu_hour=rate if offer.pricing != "own" else offer.usd_per_gpu_hour,
+        price_date=offer.price_date, price_source=offer.price_source, notes=notes,
+        instance=where.instance, regions=list(offer.regions), region=offer.region_label,
+        idle_gpus=billed - throughput.num_gpus,
+        inter_node_gb_per_s=offer.inter_node_gb_per_s if nodes > 1 else None,
     )
 
 

@@ -113,9 +113,8 @@ def quote(catalog: Catalog, base: BasePoint, run_counts: list[int], gpu_types: l
             continue
         for n in run_counts:
             try:
-                if o.billed_gpus(n) is None:
-                    raise Infeasible(f"{o.name}: {n} GPUs do not fit "
-                                     f"({o.gpus_per_node} per node x {o.max_nodes} nodes)")
+                if o.placement(n) is None:
+                    raise Infeasible(o.unfit_reason(n) or o.name)
                 tp = throughput_on(catalog, base, o, n, comm)
                 bills.append(compute_bill(o, tokens_for(n), tp, job))
             except Infeasible as exc:
