@@ -53,8 +53,8 @@ def test_instance_sizes_decide_billed_gpus():
     cat = load_catalog()
     runpod = cat.offer("runpod-h100-sxm")  # 1, 2, 4 or 8 GPUs on one node
     assert [runpod.billed_gpus(n) for n in (1, 3, 8, 9)] == [1, 4, 8, None]
-    p5en = cat.offer("aws-p5en-ondemand")  # whole 8-GPU instances, up to 16 nodes
-    assert [p5en.billed_gpus(n) for n in (1, 12, 128, 129)] == [8, 16, 128, None]
+    p5en = cat.offer("aws-p5en-ondemand")  # whole 8-GPU instances, up to 64 nodes
+    assert [p5en.billed_gpus(n) for n in (1, 12, 512, 513)] == [8, 16, 512, None]
     cpu = cat.offer("aws-c7i-ondemand")  # vCPUs: the smallest c7i has 2
     assert cpu.billed_gpus(1) == 2 and cpu.billed_gpus(3) == 4
 

@@ -4,8 +4,9 @@
     autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 \\
         --global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16
     autotune cost --gpu h100-sxm --mfu 0.4 --params 7e9 --target-tokens 1e11 --json
-    autotune catalog [--catalog FILE] [--json]
-    autotune plan spec.yaml --mfu 0.4 [--gpu h100-sxm] [--json]
+    autotune catalog [--catalog FILE] [--provider aws] [--region 'us-*'] [--json]
+    autotune catalog import --skypilot ~/.sky/catalogs/v7 --skip-unknown --out my_prices.yaml
+    autotune plan spec.yaml --mfu 0.4 [--gpu h100-sxm] [--region us-east-1] [--json]
 
 Torch-free and fast: pure arithmetic over the catalog (see autotune/pricing/).
 """
@@ -20,6 +21,7 @@ from typing import Optional
 
 import typer
 
+from autotune.cmd_catalog import provider_option, region_option
 from autotune.errors import UserError
 
 COST_EPILOG = (
@@ -62,6 +64,16 @@ def _basis_kind(basis: str) -> str:
     return basis.split(":")[0].split(" ")[0]
 
 
+def rented(b) -> str:
+    """What a bill rents, e.g. '2x p5.48xlarge (400 GB/s between nodes)' or '1x gpu_8x_a100 (7 idle)'."""
+    out = f"{b.nodes}x {b.instance}"
+    if b.idle_gpus:
+        out += f" ({b.idle_gpus} idle)"
+    if b.nodes > 1:
+        out += f" ({b.inter_node_gb_per_s:g} GB/s between nodes)" if b.inter_node_gb_per_s else ""
+    return out
+
+
 def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
     from autotune.pricing.cost import explain
 
@@ -71,7 +83,8 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         gpus = f"{b.gpus_used}" + (f"/{b.gpus}" if b.gpus != b.gpus_used else "")
         eff = f"  eff {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
         ck = f"  ckpt every {_fmt_h(b.checkpoint_interval_hours)}" if b.checkpoint_interval_hours else ""
-        console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}): {gpus} x {b.gpu}  "
+        console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}, {b.region}): {gpus} x {b.gpu} "
+                      f"on {rented(b)}  "
                       f"{b.tokens_per_s:,.0f} tok/s ({_basis_kind(b.throughput_basis)}){eff}  "
                       f"{_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  [bold]${b.usd:,.2f}[/]  "
                       f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
@@ -122,6 +135,8 @@ def register(app: typer.Typer) -> None:
         checkpoint_interval_hours: float = typer.Option(1.0, "--checkpoint-interval-hours", min=0.001, help="checkpoint policy where no interruption rate is known"),
         month_rest_used: bool = typer.Option(False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
         as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
+        provider: Optional[list[str]] = provider_option(),
+        region: Optional[list[str]] = region_option(),
     ) -> None:
         """Price a training run on every matching offer, cheapest first, without any trial.
 
@@ -139,7 +154,7 @@ def register(app: typer.Typer) -> None:
         from autotune.search.score import job_from_model
         from autotune.pricing.quote import BasePoint, quote
 
-        catalog = load_catalog(catalog_file)
+        catalog = load_catalog(catalog_file).select(providers=provider, regions=region)
         catalog.gpu_type(gpu)  # "did you mean"
         if precision not in PRECISIONS:
             raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}",
@@ -199,18 +214,30 @@ def register(app: typer.Typer) -> None:
             return
         print_bills(bills, skipped, catalog, job, _console())
 
-    @app.command(name="catalog")
+    catalog_app = typer.Typer(help="List and validate the catalog; `catalog import` reads SkyPilot's catalogs.")
+    app.add_typer(catalog_app, name="catalog")
+    from autotune.cmd_catalog import register as register_import
+
+    register_import(catalog_app)
+
+    @catalog_app.callback(invoke_without_command=True)
     def catalog_cmd(
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
+        ctx: typer.Context,
+        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML, or a SkyPilot catalog folder (default: the shipped one)"),
         as_json: bool = typer.Option(False, "--json", help="print the validated catalog as JSON"),
+        provider: Optional[list[str]] = provider_option(),
+        region: Optional[list[str]] = region_option(),
     ) -> None:
-        """List and validate the catalog: GPU types (peaks, memory, bandwidth) and offers (prices with dates)."""
+        """List and validate the catalog: GPU types (peaks, memory, bandwidth) and offers (instance
+        sizes, regions, prices with dates). `autotune catalog import --help`: SkyPilot's catalogs."""
+        if ctx.invoked_subcommand is not None:
+            return
         from rich.table import Table
 
         from autotune.pricing.catalog import load_catalog
         from autotune.pricing.cost import breakevens
 
-        cat = load_catalog(catalog_file)
+        cat = load_catalog(catalog_file).select(providers=provider, regions=region)
         _warn_stale(cat)
         if as_json:
             doc = cat.model_dump(mode="json")
@@ -231,7 +258,8 @@ def register(app: typer.Typer) -> None:
                       t.source[:60])
         c.print(g)
         o = Table(title="Offers (dense TFLOPS above; prices in USD)", title_justify="left")
-        for col in ("offer", "gpu", "pricing", "price", "billing", "GPUs/node x nodes", "price date", "source"):
+        for col in ("offer", "gpu", "pricing", "price", "billing", "instance sizes (GPUs)", "nodes",
+                    "region", "price date", "source"):
             o.add_column(col)
         for x in cat.offers:
             if x.pricing == "monthly":
@@ -239,9 +267,15 @@ def register(app: typer.Typer) -> None:
             elif x.pricing == "own":
                 price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
             else:
-                price = f"${x.price_usd_per_gpu_hour:.3f}/GPU-h"
-            o.add_row(x.name, x.gpu, x.pricing, price, x.billing, f"{x.gpus_per_node} x {x.max_nodes}",
-                      x.price_date, x.price_source[:60])
+                rates = sorted({round(r, 4) for _, _, r in x.sizes()})
+                price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
+                         else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
+            sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
+            nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
+                     and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
+                                                     if x.max_nodes > 1 else "1"))
+            o.add_row(x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
+                      ", ".join(x.regions) or "-", x.price_date, x.price_source[:60])
         c.print(o)
         for be in breakevens(cat):
             c.print(f"break-even: {be.text}")
@@ -253,9 +287,11 @@ def register(app: typer.Typer) -> None:
         mfu: float = typer.Option(0.35, "--mfu", help="stated fraction of the dense peak reached "
                                   "(default 0.35: torchtitan's 33-39% on H100, Dec 2024)"),
         gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the spec's, else the shipped one)"),
+        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
         top: int = typer.Option(10, "--top", min=1, help="how many bills to show, cheapest first"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+        provider: Optional[list[str]] = provider_option(),
+        region: Optional[list[str]] = region_option(),
     ) -> None:
         """The whole search on the analytic models alone, for hardware you don't have: no trial
         runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
@@ -266,7 +302,7 @@ def register(app: typer.Typer) -> None:
         from autotune.spec import load_spec
 
         spec = load_spec(spec_file)
-        catalog = load_catalog(catalog_file or spec.platforms.catalog)
+        catalog = load_catalog(catalog_file or spec.platforms.catalog).select(providers=provider, regions=region)
         for name in spec.platforms.offers or []:
             catalog.offer(name)
         result = plan(spec, catalog, hfu=mfu, gpu_types=gpu)
@@ -286,12 +322,12 @@ def register(app: typer.Typer) -> None:
             c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
         c.print("[bold]cheapest[/]")
         for b in result.bills[:top]:
-            c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}): {b.tokens_per_s:,.0f} tok/s "
+            c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
                     f"(estimated)  eff {b.scaling_efficiency:.0%}  {_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
                     f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
         c.print("[bold]fastest[/]")
         for b in fastest[: min(top, 5)]:
-            c.print(f"      {b.config} on {b.offer}: {_fmt_h(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
+            c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {_fmt_h(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
         for line in explain(result.bills):
             c.print(line, soft_wrap=True)
         if result.bills:

@@ -200,8 +200,8 @@ class Offer(_Model):
     def _fields_for_pricing(self) -> "Offer":
         _check_date(self.price_date, "price_date")
         p = self.pricing
-        if self.instances is not None:
-            self._check_instances()
+        if self.instances is not None and p in ("on-demand", "spot"):
+            self._check_instances()  # derives price_usd_per_gpu_hour from the instance prices
         if p in ("on-demand", "spot") and self.price_usd_per_gpu_hour is None:
             raise ValueError(f"a {p} offer needs `price_usd_per_gpu_hour` (or a "
                              f"`price_usd_per_hour` on each of its `instances`)")
@@ -224,6 +224,8 @@ class Offer(_Model):
             if not self.gpu_counts or any(c <= 0 or c > self.gpus_per_node for c in self.gpu_counts):
                 raise ValueError(f"`gpu_counts` must be between 1 and gpus_per_node={self.gpus_per_node}")
             self.gpu_counts = sorted(set(self.gpu_counts))
+        if self.instances is not None and p not in ("on-demand", "spot"):
+            self._check_instances()
         return self
 
     def _check_instances(self) -> None:
@@ -316,7 +318,7 @@ class Offer(_Model):
             return "region not stated"
         if len(self.regions) == 1:
             return self.regions[0]
-        return f"{self.regions[0]} (+{len(self.regions) - 1} more at these prices)"
+        return f"{self.regions[0]} +{len(self.regions) - 1} more"
 
     @property
     def usd_per_gpu_hour(self) -> float:
