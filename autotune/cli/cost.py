@@ -311,6 +311,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             doc = {"assumptions": result.assumptions, "configs": result.configs,
                    "not_fitting": result.not_fitting, "price_note": catalog.price_note(),
+                   "why_none": result.why_none,
                    "bills": [b.as_dict() for b in result.bills[:top]],
                    "fastest": [b.as_dict() for b in fastest]}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -333,5 +334,5 @@ def register(app: typer.Typer) -> None:
         if result.bills:
             c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
         else:
-            c.print("no config fits any offered GPU (see `autotune estimate` for the memory breakdown)")
+            c.print(result.why_none, soft_wrap=True)
         c.print(catalog.price_note())

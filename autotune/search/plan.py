@@ -8,6 +8,12 @@ For every GPU type with an offer and every config of the spec's search space: me
 of `autotune.estimate.compute` at a stated fraction of the GPU's dense peak, communication
 from `autotune.estimate.scaling` (ring collectives, no overlap assumed), and the bill from
 `autotune.pricing.cost`. Every figure is an estimate and says so.
+
+Large models reach beyond one node: with the default space, a GPU type whose largest node
+cannot hold the model's training state (16 bytes/param, mixed-precision Adam) also gets the
+counts 16, 32, ... 512 its multi-node offers sell. When nothing can be billed,
+`PlanResult.why_none` says why (memory, no offer with that many GPUs, no known inter-node
+bandwidth) and what to add.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ MEMORY_MARGIN = 0.10
 # The stated default: torchtitan's Llama-3.1-8B FSDP runs on 8-128 H100 reach 33-39% MFU
 # (benchmarks/llama3_h100_202412_torchtitan.md, Dec 2024; see /work/shared/reference.md).
 DEFAULT_HFU = 0.35
+# Training state per parameter with mixed-precision Adam: 2 (16-bit weights) + 2 (gradients)
+# + 12 (fp32 master, two moments) bytes (Rajbhandari et al. 2019, ZeRO, sec. 3.1).
+STATE_BYTES_PER_PARAM = 16
+# Multi-node GPU counts the default space reaches, up to what the catalog's offers sell.
+MULTI_NODE_COUNTS = (16, 32, 64, 128, 256, 512)
 
 
 @dataclass
@@ -43,6 +54,7 @@ class PlanResult:
     configs: int                 # (config, GPU type) pairs considered
     not_fitting: int             # of those, over the GPU's memory
     assumptions: list[str] = field(default_factory=list)
+    why_none: str | None = None  # when no bill: why, and what to add (a UserError's text)
 
 
 def model_of(spec: SweepSpec) -> ModelShape:
@@ -86,6 +98,21 @@ def _label(c: dict, gpu: str) -> str:
     return " ".join(parts)
 
 
+def _beyond_one_node(model: ModelShape, catalog: Catalog, types: list[str]) -> dict[str, list[int]]:
+    """GPU type -> multi-node counts its offers sell, for the types whose largest node cannot
+    hold the model's training state (an empty list: no offer of that type sells more)."""
+    out = {}
+    for gpu in types:
+        offers = catalog.offers_for(gpu)
+        mem = catalog.gpus[gpu].memory_bytes
+        node = max((o.gpus_per_node for o in offers), default=0)
+        if not node or not mem or model.params * STATE_BYTES_PER_PARAM <= node * mem:
+            continue
+        top = max(o.max_gpus for o in offers)
+        out[gpu] = [n for n in MULTI_NODE_COUNTS if node < n <= top]
+    return out
+
+
 def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
          gpu_types: list[str] | None = None) -> PlanResult:
     if not 0 < hfu <= 1:
@@ -97,6 +124,10 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     for t in types:
         catalog.gpu_type(t)  # "did you mean"
     types = [t for t in types if catalog.gpus[t].device_class == "gpu"]
+    large = _beyond_one_node(model, catalog, types)
+    reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
+    if reach:
+        space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
     assumptions = [
         f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
         f"{model.source})",
@@ -111,6 +142,13 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     if any(o is not Offload.none for o in space.offload):
         assumptions.append("offload configs left out: their host transfers and CPU optimizer step "
                            "have no analytic model here (measure them with a sweep)")
+    for gpu, counts in reach.items():
+        assumptions.append(f"{gpu}: the training state ({STATE_BYTES_PER_PARAM} B/param = "
+                           f"{model.params * STATE_BYTES_PER_PARAM / 1e9:,.0f} GB) exceeds one node, so the "
+                           f"default space also tries {', '.join(map(str, counts))} GPUs (multi-node offers)")
+    fits: dict[str, set[int]] = {}       # GPU type -> GPU counts of configs that fit in memory
+    smallest_mem: dict[str, float] = {}  # GPU type -> the least memory any config needs
+    no_network: dict[str, set[str]] = {}  # GPU type -> offers that hold the count, network unknown
     fpt = flops_per_token(model, seq)
     mem_cache: dict[tuple, int] = {}
     bills: list[Bill] = []
@@ -148,9 +186,11 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
             if not peak or not g.memory_bytes:
                 continue  # fp8 on Ampere, or a GPU without sourced peaks
             configs += 1
+            smallest_mem[gpu] = min(smallest_mem.get(gpu, mem), mem)
             if mem > g.memory_bytes * (1 - MEMORY_MARGIN):
                 not_fitting += 1
                 continue
+            fits.setdefault(gpu, set()).add(c["num_gpus"])
             # One data-parallel replica (tp GPUs) runs its micro-batches at hfu x tp x peak.
             compute_s = (c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt
                          / (hfu * peak * c["tp_degree"]))
@@ -161,14 +201,18 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
                 link = link_for(g, o)
                 cs = comm_s(comm, link, c["num_gpus"])
                 if cs is None:
+                    no_network.setdefault(gpu, set()).add(o.name)
                     skipped.append(Skipped(o.name, f"{label}: no bandwidth known between its nodes"))
                     continue
                 step = compute_s + cs
                 tps = dp * c["micro_batch_size"] * seq * c["grad_accum_steps"] / step
                 mfu = tps * fpt / (c["num_gpus"] * peak)
+                nodes = o.nodes_for(c["num_gpus"])
+                over = (f"{g.interconnect or 'the GPU link'} within nodes, {o.inter_node_gb_per_s:g} GB/s "
+                        f"per node between {nodes} nodes" if nodes > 1 else (g.interconnect or "one node"))
                 basis = (f"estimated: {hfu:.0%} of {gpu} {prec.value} peak on {hw_fpt:.3g} FLOPs/token "
-                         f"(MFU {mfu:.1%}), {cs:.3g} s of collectives per {step:.3g} s step, "
-                         f"memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
+                         f"(MFU {mfu:.1%}), {cs:.3g} s of collectives per {step:.3g} s step over "
+                         f"{over}, memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
                 tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
                 try:
                     bills.append(compute_bill(o, tokens, tp_, job))
@@ -178,4 +222,51 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
         assumptions.insert(1, f"target: {next(iter(tokens_cache.values()))[1]}")
     else:
         assumptions.insert(1, "target: depends on each config's global batch (steps or loss target)")
-    return PlanResult(rank(bills), skipped, configs, not_fitting, assumptions)
+    why = None if bills else _why_none(catalog, types, configs, fits, smallest_mem, no_network,
+                                       [gpu for gpu, counts in large.items() if not counts],
+                                       model.params * STATE_BYTES_PER_PARAM)
+    return PlanResult(rank(bills), skipped, configs, not_fitting, assumptions, why)
+
+
+def _why_none(catalog: Catalog, types: list[str], configs: int, fits: dict[str, set[int]],
+              smallest_mem: dict[str, float], no_network: dict[str, set[str]],
+              single_node: list[str], state_bytes: float) -> str:
+    """Why no config got a bill, and what to add, as a UserError's text. `single_node`: the
+    types whose nodes cannot hold the training state and that no offer sells beyond a node."""
+    if not types or not configs:
+        return str(UserError(f"no GPU type to plan on ({', '.join(types) or 'none with an offer'} "
+                             f"lack sourced peaks or memory, or the space holds no valid config)",
+                             fix="pick a GPU type with --gpu (list them: autotune catalog)"))
+    clusters = sorted({o.gpu for o in catalog.offers if o.max_nodes > 1 and o.inter_node_gb_per_s})
+    if not fits and single_node:
+        return str(UserError(
+            f"no config fits: the training state ({state_bytes / 1e9:,.0f} GB at {STATE_BYTES_PER_PARAM} "
+            f"B/param) needs more than one node of {', '.join(single_node)}, and no offer of "
+            f"{'it' if len(single_node) == 1 else 'them'} sells more than one node",
+            fix=f"add a multi-node offer of {single_node[0]} (max_nodes, inter_node_gb_per_s) with "
+                f"--catalog FILE" + (f", or plan on {', '.join(clusters)} (--gpu), whose offers sell "
+                                     f"clusters" if clusters else "")))
+    if not fits:
+        least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of "
+                          f"{catalog.gpus[gpu].memory_bytes * (1 - MEMORY_MARGIN) / 1e9:,.0f} GB usable"
+                          for gpu in sorted(smallest_mem))
+        return str(UserError(f"no config fits in memory (the smallest needs: {least})",
+                             fix="add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the "
+                                 "space, or a GPU type with more memory; `autotune estimate` shows "
+                                 "where the memory goes"))
+    parts, fixes = [], []
+    for gpu in sorted(fits):
+        counts = sorted(fits[gpu])
+        offers = catalog.offers_for(gpu)
+        if no_network.get(gpu):
+            parts.append(f"on {gpu}, {', '.join(sorted(no_network[gpu]))} sell(s) {counts[0]}+ GPUs but "
+                         f"state no bandwidth between nodes")
+            fixes.append("set inter_node_gb_per_s on those offers (--catalog FILE)")
+            continue
+        top = max((o.max_gpus for o in offers), default=0)
+        biggest = max(offers, key=lambda o: o.max_gpus).name if offers else "none"
+        parts.append(f"configs fit on {gpu} with {', '.join(map(str, counts))} GPUs, but no {gpu} offer "
+                     f"sells that many (the most: {top}, {biggest})")
+        fixes.append(f"add a multi-node offer of {gpu} (max_nodes, inter_node_gb_per_s) with "
+                     f"--catalog FILE, or try a GPU type whose offers sell {counts[0]}+ GPUs")
+    return str(UserError("no bill: " + "; ".join(parts), fix="; or ".join(dict.fromkeys(fixes))))
