@@ -17,6 +17,7 @@ from typing import Optional
 
 import typer
 
+from autotune.cmd_catalog import provider_option, region_option
 from autotune.errors import EXIT_USER_ERROR, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -141,13 +142,16 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="write report.html, report.json and PNG plots into this folder"),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
+    provider: Optional[list[str]] = provider_option(),
+    region: Optional[list[str]] = region_option(),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
     from autotune.report.build import collect, print_report
     from autotune.search.sweep import DEFAULT_STORAGE, open_study
 
     doc = collect(open_study(storage, study, create=False), max_usd=max_usd,
-                  deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE)
+                  deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE,
+                  providers=provider, regions=region)
     if html is not None or out is not None:
         from autotune.report.html import write_html, write_report_dir
 

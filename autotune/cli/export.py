@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from autotune.cmd_catalog import provider_option, region_option
 from autotune.contract import Launcher
 
 
@@ -28,6 +29,8 @@ def export(
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
     force: bool = typer.Option(False, "--force", help="replace a non-empty --out folder"),
+    provider: Optional[list[str]] = provider_option(),
+    region: Optional[list[str]] = region_option(),
 ) -> None:
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
     from rich.console import Console
@@ -37,7 +40,8 @@ def export(
     from autotune.search.sweep import DEFAULT_STORAGE, open_study
 
     st = open_study(storage, study, create=False)
-    doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE)
+    doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE,
+                  providers=provider, regions=region)
     trials = {t.number: t for t in st.get_trials(deepcopy=False)}
     plan = plan_export(doc, trials, pick, offer=offer, launcher=launcher)
     paths = write_export(plan, out, force=force)

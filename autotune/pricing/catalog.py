@@ -358,7 +358,7 @@ class Catalog(_Model):
                 raise ValueError(f"offer name '{o.name}' appears twice")
             seen.add(o.name)
             if o.gpu not in self.gpus:
-                close = difflib.get_close_matches(o.gpu, list(self.gpus), n=1)
+                close = difflib.get_closematches(o.gpu, list(self.gpus), n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise ValueError(f"offer '{o.name}': unknown gpu '{o.gpu}'{hint}")
         return self
@@ -399,12 +399,12 @@ class Catalog(_Model):
             return self
         offers = list(self.offers)
         if providers:
-            _check_names(providers, self.providers(), "--provider", "provider")
-            offers = [o for o in offers if _matches(o.provider, providers)]
+            check_names(providers, self.providers(), "--provider", "provider")
+            offers = [o for o in offers if matches(o.provider, providers)]
         if regions:
-            _check_names(regions, self.regions(), "--region", "region")
-            offers = [o.model_copy(update={"regions": [r for r in o.regions if _matches(r, regions)]})
-                      for o in offers if any(_matches(r, regions) for r in o.regions)]
+            check_names(regions, self.regions(), "--region", "region")
+            offers = [o.model_copy(update={"regions": [r for r in o.regions if matches(r, regions)]})
+                      for o in offers if any(matches(r, regions) for r in o.regions)]
         if not offers:
             asked = " and ".join(f"{flag} {', '.join(v)}" for flag, v in
                                  (("--provider", providers), ("--region", regions)) if v)
@@ -445,13 +445,15 @@ def _norm(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
-def _matches(value: str, patterns: list[str]) -> bool:
+def matches(value: str, patterns: list[str]) -> bool:
+    """Whether `value` matches one of the shell-style patterns (case ignored)."""
     return any(fnmatch.fnmatchcase(value.lower(), p.lower()) for p in patterns)
 
 
-def _check_names(asked: list[str], known: list[str], flag: str, what: str) -> None:
+def check_names(asked: list[str], known: list[str], flag: str, what: str) -> None:
+    """UserError with "did you mean" for a --provider / --region value matching none of `known`."""
     for name in asked:
-        if not any(_matches(k, [name]) for k in known):
+        if not any(matches(k, [name]) for k in known):
             raise UserError(f"{flag} '{name}': no offer in the catalog is in that {what}"
                             f"{_did_you_mean(name, known)}",
                             fix=f"use one of {', '.join(known) or '(none: the offers state no ' + what + ')'}"
@@ -459,7 +461,7 @@ def _check_names(asked: list[str], known: list[str], flag: str, what: str) -> No
 
 
 def _did_you_mean(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    close = difflib.get_closematches(name, choices, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

@@ -194,7 +194,8 @@ def _offer_info(catalog, name: str | None) -> dict[str, Any]:
                 except (TypeError, ValueError, ZeroDivisionError):
                     pass
             return {"provider": o.provider, "pricing": o.pricing, "gpu_type": o.gpu,
-                    "price_usd_per_gpu_hour": price, "price_date": o.price_date}
+                    "price_usd_per_gpu_hour": price, "price_date": o.price_date,
+                    "regions": list(getattr(o, "regions", []))}
     return {}
 
 
@@ -238,6 +239,7 @@ def _options_for(ft, row: TrialRow, catalog) -> list[OptionRow]:
         provider, pricing = b.get("provider", info.get("provider")), b.get("pricing", info.get("pricing"))
         out.append(OptionRow(
             trial=row.number, config=row.config, offer=b["offer"], provider=provider, pricing=pricing,
+            regions=b.get("regions", info.get("regions")) or [], instance=b.get("instance"),
             platform=f"{provider or '?'}/{pricing or '?'}",
             gpu_type=b.get("gpu_type", info.get("gpu_type")),
             price_usd_per_gpu_hour=b.get("price_usd_per_gpu_hour", info.get("price_usd_per_gpu_hour")),
@@ -369,8 +371,26 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
         return None
 
 
+def _select(options: list[OptionRow], catalog, providers: list[str] | None,
+            regions: list[str] | None) -> list[OptionRow]:
+    """Options on offers of these providers, in these regions (--provider / --region)."""
+    from autotune.pricing.catalog import check_names, matches
+
+    for asked, values, flag, what in ((providers, [o.provider or "" for o in options], "--provider", "provider"),
+                                      (regions, [r for o in options for r in o.regions], "--region", "region")):
+        if asked:
+            known = getattr(catalog, f"{what}s")() if catalog is not None else sorted(set(values) - {""})
+            check_names(asked, known, flag, what)
+    kept = [o for o in options if (not providers or matches(o.provider or "", providers))
+            and (not regions or any(matches(r, regions) for r in o.regions))]
+    if regions:  # an offer spanning regions names only the ones asked for
+        kept = [o.model_copy(update={"regions": [r for r in o.regions if matches(r, regions)]}) for o in kept]
+    return kept
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
-                 storage_url: str | None = None) -> ReportDoc:
+                 storage_url: str | None = None, providers: list[str] | None = None,
+                 regions: list[str] | None = None) -> ReportDoc:
     """The whole report as a validated `ReportDoc`. Limits given here win over the study's."""
     from autotune.search.sweep import redact_url
 
@@ -390,6 +410,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     rows = [_trial_row(t) for t in frozen]
     # A reused trial repeats its source's measurement: the option belongs to the source alone.
     options = [o for ft, r in zip(frozen, rows) if r.reused_from is None for o in _options_for(ft, r, catalog)]
+    if providers or regions:
+        options = _select(options, catalog, providers, regions)
     _apply_limits(options, limits)
     front = pareto_front(options)
     front_keys = {(o.trial, o.offer) for o in front}
@@ -432,9 +454,11 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
 
 
 def collect(study, max_usd: float | None = None, deadline_hours: float | None = None,
-            storage_url: str | None = None) -> dict[str, Any]:
+            storage_url: str | None = None, providers: list[str] | None = None,
+            regions: list[str] | None = None) -> dict[str, Any]:
     """The report as a JSON-able dict (schema: `autotune.report.schema.ReportDoc`)."""
-    return build_report(study, max_usd, deadline_hours, storage_url).model_dump(mode="json")
+    return build_report(study, max_usd, deadline_hours, storage_url, providers,
+                        regions).model_dump(mode="json")
 
 
 # ---------------------------------------------------------------------------------------

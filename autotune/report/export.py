@@ -281,6 +281,8 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
         s = o.get("sensitivity") or {}
         price = o.get("price_usd_per_gpu_hour")
         out += [f"Projected bill on **{o['offer']}** ({o['platform']}"
+                + (f", instance {o['instance']}" if o.get("instance") else "")
+                + (f", region {', '.join(o['regions'])}" if o.get("regions") else "")
                 + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
                 + f"); figures {o['basis_kind']}: {o['basis']}.", "",
                 "| case | hours | dollars |", "|---|---:|---:|",

@@ -78,6 +78,8 @@ class OptionRow(_M):
     config: dict[str, Any]
     offer: str
     provider: str | None
+    regions: list[str] = Field(default_factory=list, description="regions where the offer's prices hold")
+    instance: str | None = Field(default=None, description="the instance type rented (x nodes)")
     pricing: str | None = Field(description="on-demand, spot, reserved, owned, ...")
     platform: str = Field(description="provider/pricing: the colour of the Pareto plot")
     gpu_type: str | None

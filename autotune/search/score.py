@@ -165,6 +165,7 @@ def _compact(b: Bill) -> dict:
     """A bill as stored with the trial (JSON): the figures a report shows."""
     keep = ("offer", "provider", "pricing", "gpu_type", "gpus", "hours", "gpu_hours", "usd",
             "usd_worst_case", "hours_worst_case", "sensitivity", "basis", "price_usd_per_gpu_hour",
-            "checkpoint_interval_hours", "expected_interruptions", "price_date", "breakdown")
+            "checkpoint_interval_hours", "expected_interruptions", "price_date", "breakdown",
+            "instance", "nodes", "regions", "idle_gpus")
     d = b.report_dict()
     return {k: d[k] for k in keep}
