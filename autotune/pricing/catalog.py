@@ -358,7 +358,7 @@ class Catalog(_Model):
                 raise ValueError(f"offer name '{o.name}' appears twice")
             seen.add(o.name)
             if o.gpu not in self.gpus:
-                close = difflib.get_closematches(o.gpu, list(self.gpus), n=1)
+                close = difflib.get_close_matches(o.gpu, list(self.gpus), n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else ""
                 raise ValueError(f"offer '{o.name}': unknown gpu '{o.gpu}'{hint}")
         return self
@@ -461,7 +461,7 @@ def check_names(asked: list[str], known: list[str], flag: str, what: str) -> Non
 
 
 def _did_you_mean(name: str, choices: list[str]) -> str:
-    close = difflib.get_closematches(name, choices, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
