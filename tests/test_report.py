@@ -218,3 +218,23 @@ def test_live_progress_panel_reads_the_study(study, doc):
     text = buf.getvalue()
     assert f"{len(doc['trials'])} done, 0 running, 0 pruned, 0 failed" in text
     assert f"trial {snap.cheapest[0]}:" in text and "search cost" in text
+
+
+def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
+    p = study.cli("report", "--json", "--provider", TEST_SPOT_OFFER["provider"])
+    assert p.returncode == 0, p.stderr
+    options = json.loads(p.stdout)["options"]
+    assert options and {o["offer"] for o in options} == {TEST_SPOT_OFFER["name"]}
+    # The shipped CPU offer is priced for us-east-1; the test offer states no region.
+    p = study.cli("report", "--json", "--region", "us-east-1")
+    assert p.returncode == 0, p.stderr
+    options = json.loads(p.stdout)["options"]
+    assert options and {(o["offer"], tuple(o["regions"])) for o in options} == {("aws-c7i-ondemand", ("us-east-1",))}
+    assert all(o["instance"] for o in options)
+    p = study.cli("report", "--provider", "testclod")
+    assert p.returncode == 2 and "did you mean 'testcloud'" in p.stderr and "Traceback" not in p.stderr
+    out = tmp_path / "launch"
+    p = study.cli("export", "--pick", "cheapest", "--out", str(out), "--provider", "aws")
+    assert p.returncode == 0, p.stderr
+    bill = next(out.glob("*.md")).read_text()
+    assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
