@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from autotune.cmd_catalog import provider_option, region_option
+from autotune.cli.catalog import provider_option, region_option
 from autotune.errors import EXIT_USER_ERROR, UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from autotune.cmd_catalog import provider_option, region_option
+from autotune.cli.catalog import provider_option, region_option
 from autotune.errors import UserError
 
 COST_EPILOG = (
@@ -216,7 +216,7 @@ def register(app: typer.Typer) -> None:
 
     catalog_app = typer.Typer(help="List and validate the catalog; `catalog import` reads SkyPilot's catalogs.")
     app.add_typer(catalog_app, name="catalog")
-    from autotune.cmd_catalog import register as register_import
+    from autotune.cli.catalog import register as register_import
 
     register_import(catalog_app)
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from autotune.cmd_catalog import provider_option, region_option
+from autotune.cli.catalog import provider_option, region_option
 from autotune.contract import Launcher
 
 
