@@ -138,7 +138,7 @@ def test_region_and_provider_filters_narrow_the_bills(cli):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--region", "us-eats-1"], "--region 'us-eats-1': no offer in the catalog is in that region (did you mean 'us-east-1'?)"),
+    (["--region", "us-eats-1"], "--region 'us-eats-1': no offer in the catalog has that region (did you mean 'us-east-1'?)"),
     (["--provider", "lamda"], "did you mean 'lambda'?"),
     (["--provider", "lambda", "--region", "eu-north-1"], "matches --provider lambda and --region eu-north-1 together"),
 ])

@@ -4,7 +4,7 @@
     gpu = cat.gpu_type("h100-sxm")        # "did you mean" on unknown names
     offers = cat.offers_for("h100-sxm")   # every offer of that GPU type
     cat.select(providers=["aws"], regions=["us-east-1"])  # --provider / --region
-    cat.offer("aws-p5").placement(16)     # which instances hold 16 GPUs: 2x p5.48xlarge
+    cat.offer("aws-p5-ondemand").placement(16)  # what 16 GPUs rent: 2x p5.48xlarge
 
 An offer sells one GPU type at one pricing kind in one or more regions (the same prices hold
 in each), as instance sizes (`instances`: name, GPUs, hourly price of the whole instance), and
@@ -454,7 +454,7 @@ def check_names(asked: list[str], known: list[str], flag: str, what: str) -> Non
     """UserError with "did you mean" for a --provider / --region value matching none of `known`."""
     for name in asked:
         if not any(matches(k, [name]) for k in known):
-            raise UserError(f"{flag} '{name}': no offer in the catalog is in that {what}"
+            raise UserError(f"{flag} '{name}': no offer in the catalog has that {what}"
                             f"{_did_you_mean(name, known)}",
                             fix=f"use one of {', '.join(known) or '(none: the offers state no ' + what + ')'}"
                                 f" (shell patterns such as 'us-*' work too)")

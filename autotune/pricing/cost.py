@@ -8,8 +8,9 @@
 What a bill counts, and why:
 - compute: the GPUs billed (whole instances: `Offer.placement` rents the cheapest instance that
   holds the job, or enough of the largest; the bill names it, its region and the idle GPUs) for
-  the training time, at the instance's price and the offer's granularity (second / minute / hour; a monthly rental pays whole months unless
-  `JobSpec.month_rest_used` says the rest of the month is used by other work);
+  the training time, at that instance's price and the offer's granularity (second / minute /
+  hour; a monthly rental pays whole months unless `JobSpec.month_rest_used` says the rest of
+  the month is used by other work);
 - setup hours (billed before training starts), checkpoint writes (size / storage bandwidth),
   storage of dataset + kept checkpoints for the job's duration, egress of the final model
   and of the checkpoints taken home, ingress of the dataset;
@@ -237,7 +238,7 @@ def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSp
     if where is None:
         raise Infeasible(offer.unfit_reason(throughput.num_gpus) or offer.name)
     billed, nodes = where.billed_gpus, where.count
-    rate = where.usd_per_gpu_hour if offer.pricing in ("on-demand", "spot") else offer.usd_per_gpu_hour
+    rate = where.usd_per_gpu_hour  # the instance's own price (monthly: / 730; own: amortised + power)
     work_h = tokens / throughput.tokens_per_s / 3600.0
     notes: list[str] = []
 
@@ -270,7 +271,7 @@ def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSp
         hours_worst_case=tw.wall_h, usd_worst_case=sum(termsw.values()),
         checkpoint_interval_hours=t.interval_h, checkpoint_write_hours=t.write_h,
         expected_interruptions=t.interruptions,
-        price_usd_per_gpu_hour=rate if offer.pricing != "own" else offer.usd_per_gpu_hour,
+        price_usd_per_gpu_hour=rate,
         price_date=offer.price_date, price_source=offer.price_source, notes=notes,
         instance=where.instance, regions=list(offer.regions), region=offer.region_label,
         idle_gpus=billed - throughput.num_gpus,
