@@ -9,58 +9,16 @@ A spec file is YAML; every field has a default, so `{}` is a valid spec (the def
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autotune.contract import GPTWorkload, Launcher, Workload
+from autotune.contract import GPTWorkload, Launcher, TrialConfig, Workload
 from autotune.errors import UserError, format_validation_error, load_yaml_file
+from autotune.pricing.target import TargetSpec
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class TargetSpec(_Spec):
-    """The training target. Give exactly one of: tokens; steps (with the global batch);
-    epochs (with dataset_tokens); loss (with the reference run that reached it:
-    reference_tokens at reference_global_batch_tokens). See autotune/pricing/target.py."""
-
-    tokens: float | None = Field(default=None, description="training tokens to process")
-    steps: int | None = Field(default=None, description="optimizer steps at the global batch")
-    epochs: float | None = Field(default=None, description="passes over the dataset")
-    dataset_tokens: float | None = Field(default=None, description="dataset size in tokens")
-    loss: float | None = Field(default=None, description="loss to reach (needs a reference run)")
-    reference_tokens: float | None = Field(
-        default=None, description="tokens the reference run took to reach `loss`")
-    reference_global_batch_tokens: int | None = Field(
-        default=None, description="the reference run's global batch, in tokens")
-    b_noise_tokens: float | None = Field(
-        default=None, description="gradient noise scale in tokens; default: measured by the trials")
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> "TargetSpec":
-        given = [n for n in ("tokens", "steps", "epochs", "loss") if getattr(self, n) is not None]
-        if len(given) > 1:
-            raise ValueError(f"give one target, not {' and '.join(given)}")
-        for n in ("tokens", "steps", "epochs", "dataset_tokens", "reference_tokens",
-                  "reference_global_batch_tokens", "b_noise_tokens"):
-            v = getattr(self, n)
-            if v is not None and v <= 0:
-                raise ValueError(f"`{n}` must be > 0, got {v}")
-        if self.epochs is not None and self.dataset_tokens is None:
-            raise ValueError("an `epochs` target needs `dataset_tokens`")
-        if self.loss is not None and (self.reference_tokens is None
-                                      or self.reference_global_batch_tokens is None):
-            raise ValueError("a `loss` target needs `reference_tokens` and "
-                             "`reference_global_batch_tokens` (the run that reached that loss)")
-        return self
-
-    def tokens_to_target(self, global_batch_tokens: int, b_noise_tokens: float | None = None) -> float:
-        """Tokens the long run must process to reach this target at the given global batch."""
-        from autotune.pricing.target import tokens_to_target
-
-        return tokens_to_target(self, global_batch_tokens, b_noise_tokens).tokens
 
 
 class BatchPolicy(_Spec):
@@ -72,12 +30,19 @@ class BatchPolicy(_Spec):
     global_batch_samples: int | None = Field(default=None, gt=0)
 
 
+def _trial_default(name: str):
+    """TrialConfig's default for a field: one home for a trial's length and patience."""
+    return TrialConfig.model_fields[name].default
+
+
 class TrialSettings(_Spec):
-    warmup_steps: int = Field(default=2, ge=0)
-    measure_steps: int = Field(default=5, gt=0)
-    max_measure_steps: int = Field(default=15, gt=0)
-    timeout_s: float = Field(default=300.0, gt=0)
-    threads_per_rank: int = Field(default=1, gt=0)
+    """How each trial of the sweep runs; defaults are TrialConfig's (autotune.contract)."""
+
+    warmup_steps: int = Field(default=_trial_default("warmup_steps"), ge=0)
+    measure_steps: int = Field(default=_trial_default("measure_steps"), gt=0)
+    max_measure_steps: int = Field(default=_trial_default("max_measure_steps"), gt=0)
+    timeout_s: float = Field(default=_trial_default("timeout_s"), gt=0)
+    threads_per_rank: int = Field(default=_trial_default("threads_per_rank"), gt=0)
     launcher: Launcher | None = Field(
         default=None, description="force a launcher; default: deepspeed for ZeRO, else torchrun"
     )
@@ -90,7 +55,7 @@ class PlatformSpec(_Spec):
 
 class BudgetSpec(_Spec):
     """When to stop searching (`trials`, `total_trials`, `search_*`, `patience_trials`; see
-    autotune/search/sweep.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
+    autotune/search/budget.py `SearchBudget`) and what a config may cost (`max_usd`, `deadline_hours`:
     constraints on each trial's projected long run)."""
 
     trials: int = Field(
@@ -172,7 +137,6 @@ class SweepSpec(_Spec):
     space: str = Field(default="default", description="search space name or YAML path")
     trial: TrialSettings = Field(default_factory=TrialSettings)
     platforms: PlatformSpec = Field(default_factory=PlatformSpec)
-    objectives: list[Literal["hours", "usd"]] = Field(default_factory=lambda: ["hours", "usd"])
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
     launcher: LauncherSpec = Field(default_factory=LauncherSpec)
@@ -181,6 +145,17 @@ class SweepSpec(_Spec):
     seed: int = 0
     source: str | None = Field(default=None, exclude=True, description="the file it came from")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_objectives(cls, data):
+        # `objectives` was accepted and ignored: a sweep always minimises hours and dollars to
+        # the target together (the report's Pareto set). Said plainly rather than ignored.
+        if isinstance(data, dict) and "objectives" in data:
+            raise ValueError("`objectives` is not a spec field: a sweep always minimises hours and "
+                             "dollars to the target together; remove it, and pick by one of them "
+                             "with `autotune export --pick cheapest` or `--pick fastest`")
+        return data
+
 
 def load_spec(path: str | Path) -> SweepSpec:
     data = load_yaml_file(path, "spec")
@@ -188,7 +163,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc),
-                        fix="correct the field as described (see README, 'Spec files')") from None
+                        fix="correct the field as described (the fields and their defaults: "
+                            "autotune/spec.py; an example: README, 'Usage')") from None
     spec.source = str(path)
     return spec
 

@@ -53,7 +53,7 @@ def git_commit() -> str:
 
 def load_warning() -> str | None:
     """A warning when the machine is busier than its cores: timings taken now are contaminated."""
-    from autotune.run.hardware import usable_cpu_count
+    from autotune.contract.hardware import usable_cpu_count
 
     try:
         load1 = os.getloadavg()[0]

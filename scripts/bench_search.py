@@ -11,8 +11,8 @@ topped up) while fingerprint and settings match. Strategies are judged on each c
 run; each replay's trial observes one run, drawn by the replay's seed. (2) Replay: search
 strategies are run many times (seeds) against that table. autotune's own strategies run the
 tool's real code - `autotune.search.sweep.run_sweep` (baselines, memory prescreen and calibration,
-reuse of repeated configs, TPE from `make_sampler`) or `make_objective` - with only
-`autotune.run.launch.run_trial` answered from the table instead of launching. The baselines:
+reuse of repeated configs, TPE from `make_sampler`) or `make_objective` - with only the
+TrialRunner they take answering from the table instead of launching. The baselines:
 Optuna random search through the same objective, the full grid (fixed and shuffled order)
 and a DeepSpeed-autotuner-style heuristic.
 
@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from bench_common import (ROOT, add_output_args, context_lines, markdown_table, 
                           percentile, start_run, write_outputs)
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialResult  # noqa: E402
+from autotune.record import TrialRecord  # noqa: E402
 
 DEFAULT_SPACE = ROOT / "benchmarks" / "search_space_cpu.yaml"
 DEFAULT_CACHE = ROOT / "benchmarks" / "search_ground_truth.json"
@@ -86,15 +86,11 @@ def make_spec(args):
                                          timeout_s=args.timeout_s))
 
 
-def trial_config(values: dict, spec, hw, seed: int) -> TrialConfig:
-    """The TrialConfig `autotune.search.sweep.make_objective` would launch for these values."""
-    from autotune.search.sweep import launcher_for
+def trial_config(values: dict, spec, ms, seed: int) -> TrialConfig:
+    """The TrialConfig a sweep launches for these values (the sweep's own rule)."""
+    from autotune.search.objective import trial_config_for
 
-    return TrialConfig(workload=spec.workload, seq_len=spec.seq_len, **values,
-                       launcher=launcher_for(values, spec), device=hw.device_kind,
-                       warmup_steps=spec.trial.warmup_steps, measure_steps=spec.trial.measure_steps,
-                       max_measure_steps=spec.trial.max_measure_steps, timeout_s=spec.trial.timeout_s,
-                       threads_per_rank=spec.trial.threads_per_rank, seed=seed)
+    return trial_config_for(values, spec, ms, num_nodes=1, seed=seed)
 
 
 def cache_identity(args, hw) -> dict[str, Any]:
@@ -104,7 +100,7 @@ def cache_identity(args, hw) -> dict[str, Any]:
             "measure_steps": args.measure_steps, "max_measure_steps": args.max_measure_steps}
 
 
-def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
+def measure_ground_truth(configs, spec, ms, args, log=print) -> dict[str, Any]:
     """Measure every config `args.repeats` times (rounds over the whole space, so that a slow
     spell of the machine spreads over configs instead of hitting one); configs already in a
     matching cache keep their runs. Returns the cache document: entries[key] = {config,
@@ -112,7 +108,7 @@ def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
     from autotune.contract import write_json_atomic
     from autotune.run.launch import run_trial
 
-    ident = cache_identity(args, hw)
+    ident = cache_identity(args, ms.hardware)
     doc: dict[str, Any] = {"identity": ident, "entries": {}}
     cache = Path(args.cache)
     if cache.is_file() and not args.remeasure:
@@ -130,7 +126,7 @@ def measure_ground_truth(configs, spec, hw, args, log=print) -> dict[str, Any]:
         raise SystemExit(f"--replay-only: {len(todo)} runs are missing from {cache}")
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
         for i, (rep, values) in enumerate(todo):
-            cfg = trial_config(values, spec, hw, seed=spec.seed)
+            cfg = trial_config(values, spec, ms, seed=spec.seed)
             t0 = time.monotonic()
             result = run_trial(cfg, Path(tmp) / f"trial_{i:04d}")
             result.log_tail = None  # keep the data file small; the status and error stay
@@ -246,7 +242,7 @@ def prescreen_basis() -> str:
 
 
 def build_table(doc, configs, spec, mem_limit_bytes: int | None) -> dict[str, Entry]:
-    from autotune.pricing.catalog import load_catalog
+    from autotune.pricing.load import load_catalog
     from autotune.search.score import device_type_key, score_trial
 
     catalog = load_catalog(spec.platforms.catalog)
@@ -318,31 +314,22 @@ def cfg_key(cfg: TrialConfig) -> str:
                            zero_stage=cfg.zero_stage, offload=cfg.offload))
 
 
-@contextmanager
-def trials_from_table(table: dict[str, Entry], run: Run, best_usd: float, best_hours: float,
-                      seed: int):
-    """Replace autotune.run.launch.run_trial by a lookup in the table for the duration (the run
-    this seed observes); stops the study once configs within 3% of both optima (by the
-    truth) have been launched."""
-    import autotune.run.launch as launch
-
+def table_runner(table: dict[str, Entry], run: Run, best_usd: float, best_hours: float, seed: int,
+                 study):
+    """A TrialRunner (autotune.run.launch) that answers each trial from the table (the run this
+    seed observes) instead of launching it; stops the study once configs within 3% of both
+    optima (by the truth) have been launched."""
     done = _stop_when_found(table, best_usd, best_hours)
-    state: dict[str, Any] = {"study": None}
 
-    def fake_run_trial(cfg: TrialConfig, trial_dir, *a, **kw) -> TrialResult:
+    def run_from_table(cfg: TrialConfig, trial_dir, on_start=None) -> TrialResult:
         e = table[cfg_key(cfg)]
         seen = e.observed(seed)
         run.steps.append(Step(e.key, True, seen.trial_s))
-        if done(e) and state["study"] is not None:
-            state["study"].stop()
+        if done(e):
+            study.stop()
         return seen.result.model_copy(deep=True)
 
-    real = launch.run_trial
-    launch.run_trial = fake_run_trial
-    try:
-        yield state
-    finally:
-        launch.run_trial = real
+    return run_from_table
 
 
 def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, best_hours: float,
@@ -355,8 +342,9 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
     search)."""
     import optuna
 
-    import autotune.search.sweep
-    from autotune.search.sweep import DIRECTIONS, TrialCrashed, make_objective, run_sweep
+    from autotune.search.objective import TrialCrashed, make_objective
+    from autotune.search.study import DIRECTIONS
+    from autotune.search.sweep import run_sweep
 
     run = Run()
     spec = spec.model_copy(deep=True)
@@ -366,25 +354,19 @@ def replay_autotune(table, spec, ms, sampler, max_trials: int, best_usd: float, 
         spec.memory.safety_margin = safety_margin
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=sampler,
                                 directions=DIRECTIONS, study_name="replay")
-    with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp, \
-            trials_from_table(table, run, best_usd, best_hours, seed) as state:
-        state["study"] = study
+    runner = table_runner(table, run, best_usd, best_hours, seed, study)
+    with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp:
         if mode.startswith("sweep"):
-            baselines = autotune.search.sweep.baseline_params
-            if mode == "sweep_no_baselines":
-                autotune.search.sweep.baseline_params = lambda *a, **kw: []
-            try:
-                run_sweep(spec, study, max_trials, Path(tmp))
-            finally:
-                autotune.search.sweep.baseline_params = baselines
+            run_sweep(spec, study, max_trials, Path(tmp), runner=runner,
+                      baselines=mode != "sweep_no_baselines")
         else:
-            study.optimize(make_objective(spec, Path(tmp), machine=ms), n_trials=max_trials,
-                           catch=(TrialCrashed,))
+            study.optimize(make_objective(spec, Path(tmp), machine=ms, runner=runner),
+                           n_trials=max_trials, catch=(TrialCrashed,))
     # Configs the prescreen held back: trials that ran no measurement and reused none.
     for t in study.trials:
-        if t.user_attrs.get("status") == "prescreened":
-            cfg = TrialConfig.model_validate(t.user_attrs["config"])
-            run.prescreened.append(cfg_key(cfg))
+        rec = TrialRecord.of(t)
+        if rec.status == "prescreened":
+            run.prescreened.append(cfg_key(rec.trial_config()))
     return run
 
 
@@ -521,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     add_output_args(ap)
     args = ap.parse_args(argv)
 
-    from autotune.search.sweep import MachineSpace
+    from autotune.search.machine import MachineSpace
 
     ctx, hw = start_run()
     spec = make_spec(args)
@@ -532,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{ {k: [getattr(x, 'value', x) for x in v] for k, v in rs.dropped.items()} or 'none'}",
           flush=True)
     t0 = time.monotonic()
-    doc = measure_ground_truth(configs, spec, hw, args)
+    doc = measure_ground_truth(configs, spec, ms, args)
     measure_s = time.monotonic() - t0
     if args.measure_only:
         return 0
@@ -558,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    from autotune.search.sweep import make_sampler
+    from autotune.search.study import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -675,9 +657,9 @@ def render(data, table: dict[str, Entry], args) -> str:
         f"trial whose config is within 3% of it. Trials = trials launched up to then; "
         f"trial-seconds = their measured wall time. {data['settings']['seeds']} seeds per "
         f"strategy; the Optuna-only rows stop after {args.max_trials_factor:g} x the number of "
-        f"configs proposals, the sweep rows when every config has been tried (as a sweep does); a sweep queues local moves (autotune.search.sweep.LocalMoves). "
+        f"configs proposals, the sweep rows when every config has been tried (as a sweep does); a sweep queues local moves (autotune.search.strategy.LocalMoves). "
         f"'not reached' = the strategy ended without reaching it (grid and heuristic end by "
-        f"themselves). `autotune.search.sweep.make_sampler` mixes the process id into its seed (so that "
+        f"themselves). `autotune.search.study.make_sampler` mixes the process id into its seed (so that "
         f"concurrent workers differ); the replays pass worker 0 instead, so they are reproducible.",
         "",
     ]

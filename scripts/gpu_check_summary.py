@@ -26,7 +26,7 @@ from autotune.contract import TrialConfig, TrialResult  # noqa: E402
 
 def catalog_peak_flops(device_name: str, precision: str) -> tuple[float | None, str]:
     try:
-        from autotune.pricing.catalog import load_catalog
+        from autotune.pricing.load import load_catalog
 
         cat = load_catalog(None)
         for key, gpu in cat.gpus.items():

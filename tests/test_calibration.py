@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.search.calibration import (CALIBRATION_ATTR, POINT_ATTR, CalibrationPoint, MemoryGuard,
+from autotune.search.calibration import (CALIBRATION_ATTR, CalibrationPoint, MemoryGuard,
                                   device_limit_bytes, fit_calibration)
 from autotune.contract import (DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision,
                                TrialConfig)
@@ -81,12 +81,12 @@ def test_calibration_is_stored_with_the_study_and_kept_on_resume(tmp_path):
     guard = MemoryGuard(CPU)
     for analytic, measured in ((50, 380), (200, 560), (700, 1120)):
         t = study.ask()
-        t.set_user_attr(POINT_ATTR, {"hardware": CPU.key(), "engine": "ddp",
+        t.set_user_attr("memory_point", {"hardware": CPU.key(), "engine": "ddp",
                                      "analytic_bytes": analytic * MB, "measured_bytes": measured * MB})
         study.tell(t, [1.0, 1.0])
     # another machine's points never enter this hardware's fit
     t = study.ask()
-    t.set_user_attr(POINT_ATTR, {"hardware": "cuda:H100", "engine": "ddp",
+    t.set_user_attr("memory_point", {"hardware": "cuda:H100", "engine": "ddp",
                                  "analytic_bytes": 1e9, "measured_bytes": 9e9})
     study.tell(t, [1.0, 1.0])
     fit = guard.load(study)

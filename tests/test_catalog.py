@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from autotune.errors import UserError
-from autotune.pricing.catalog import DEFAULT_CATALOG, load_catalog
+from autotune.pricing.catalog import DEFAULT_CATALOG
+from autotune.pricing.load import load_catalog
 
 
 REQUIRED_GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g",

@@ -7,9 +7,11 @@ import math
 
 import pytest
 
-from autotune.pricing.catalog import Catalog, Offer
+from autotune.pricing.catalog import Catalog
+from autotune.pricing.offers import Offer
 from autotune.pricing.cost import (JobSpec, Throughput, breakeven, bills_for, compute_bill,
-                                   daly_interval, explain, young_interval)
+                                   daly_interval, young_interval)
+from autotune.pricing.quote import explain
 
 DATE = "2026-11-01"
 

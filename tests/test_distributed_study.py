@@ -15,7 +15,9 @@ from optuna.trial import TrialState
 
 from autotune.contract import DeviceKind, HardwareFingerprint
 from autotune.run.storage import open_storage
-from autotune.search.sweep import MachineSpace, baseline_params, open_study
+from autotune.search.machine import MachineSpace
+from autotune.search.strategy import baseline_params
+from autotune.search.study import open_study
 from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
 from tests.pg import PASSWORD
 

@@ -151,7 +151,7 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     from autotune.errors import UserError
     from autotune.report.export import plan_export
     from autotune.report.build import collect
-    from autotune.search.sweep import open_study
+    from autotune.search.study import open_study
 
     study = ddp_study(tmp_path_factory)
     st = open_study(study.storage, study.name, create=False)

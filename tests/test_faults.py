@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.run.storage import open_storage
-from autotune.search.sweep import open_study
+from autotune.search.study import open_study
 from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
 
 pytestmark = pytest.mark.e2e

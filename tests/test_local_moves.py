@@ -1,4 +1,4 @@
-"""The sweep's local moves (autotune.search.sweep.LocalMoves): which config it queues when the sampler
+"""The sweep's local moves (autotune.search.strategy.LocalMoves): which config it queues when the sampler
 proposes one already measured. The study records here are written directly (values and
 config attributes, as a sweep stores them): this tests the choice, a pure function of the
 study's records; real sweeps that use it are in tests/test_sweep_e2e.py."""
@@ -10,7 +10,11 @@ import pytest
 
 from autotune.contract import GPTWorkload
 from autotune.spec import SweepSpec
-from autotune.search.sweep import DIRECTIONS, LocalMoves, MachineSpace, config_key, ranked_by_front, trial_config_for
+from autotune.search.machine import MachineSpace
+from autotune.search.objective import trial_config_for
+from autotune.search.reuse import config_key
+from autotune.search.strategy import LocalMoves, ranked_by_front
+from autotune.search.study import DIRECTIONS
 
 
 @pytest.fixture()
@@ -74,7 +78,7 @@ def test_gpu_trials_carry_the_catalog_peak_so_the_worker_computes_mfu(setup):
     worker divides by for MFU; on CPU it stays unset (MFU "not computed", never guessed). The
     peak is bookkeeping: it does not change the config's identity for reuse."""
     from autotune.contract import DeviceKind, HardwareFingerprint
-    from autotune.search.sweep import device_peak_flops
+    from autotune.search.machine import device_peak_flops
 
     spec, ms, _ = setup
     h200 = HardwareFingerprint(hostname="gpu-node", device_kind=DeviceKind.cuda, device_name="NVIDIA H200",

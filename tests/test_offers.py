@@ -9,7 +9,9 @@ import json
 import pytest
 import yaml
 
-from autotune.pricing.catalog import Catalog, Offer, load_catalog
+from autotune.pricing.catalog import Catalog
+from autotune.pricing.load import load_catalog
+from autotune.pricing.offers import Offer
 from autotune.pricing.cost import Throughput, compute_bill
 
 DATE = "2026-11-01"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from autotune.contract import GPTWorkload, HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
-from autotune.pricing.catalog import load_catalog
-from autotune.pricing.cost import bills_for_trial
+from autotune.pricing.load import load_catalog
+from autotune.report.options import bills_for_trial
 from autotune.search.score import score_trial
 from autotune.spec import SweepSpec
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.search.calibration import CALIBRATION_ATTR, POINT_ATTR, PRESCREEN_ATTR
 from autotune.contract import GPTShape, GPTWorkload
+from autotune.record import TrialRecord
+from autotune.search.calibration import CALIBRATION_ATTR
 from autotune.spec import SweepSpec
 
 LIMIT = 600 * 2**20
@@ -36,7 +37,8 @@ def _spec(tmp_path: Path, name: str, prescreen: bool) -> SweepSpec:
 
 
 def _sweep(tmp_path: Path, name: str, prescreen: bool):
-    from autotune.search.sweep import open_study, run_sweep
+    from autotune.search.study import open_study
+    from autotune.search.sweep import run_sweep
 
     spec = _spec(tmp_path, name, prescreen)
     study = open_study(spec.storage, spec.study)
@@ -72,15 +74,15 @@ def test_prescreened_sweep_launches_fewer_trials_and_finds_the_same_best(tmp_pat
     over = by_mb[64]
     assert over.state.name == "PRUNED" and over.user_attrs["status"] == "oom"
     assert "exceeds the memory limit" in over.user_attrs["error"]
-    assert over.user_attrs[POINT_ATTR]["measured_bytes"] > LIMIT  # a real measurement, recorded
+    assert TrialRecord.of(over).memory_point.measured_bytes > LIMIT  # a real measurement, recorded
 
     # Prescreened: micro-batch 64 was never launched, and says why.
     s_by_mb = _trials(screened)
     held = s_by_mb[64]
     assert held.state.name == "PRUNED" and held.user_attrs["status"] == "prescreened"
-    pre = held.user_attrs[PRESCREEN_ATTR]
-    assert pre["launch"] is False and pre["predicted_bytes"] > LIMIT
-    assert pre["breakdown"]["activations_bytes"] > 0 and pre["breakdown"]["total_bytes"] > 0
+    pre = TrialRecord.of(held).memory_prescreen
+    assert pre.launch is False and pre.predicted_bytes > LIMIT
+    assert pre.breakdown["activations_bytes"] > 0 and pre.breakdown["total_bytes"] > 0
     assert [v for k, v in held.system_attrs.items() if k.endswith(":feasible")] == [1.0]
     assert len(screened_launched) == 2 < len(plain_launched)
     assert f"trial_{held.number:04d}" not in screened_launched
@@ -90,15 +92,15 @@ def test_prescreened_sweep_launches_fewer_trials_and_finds_the_same_best(tmp_pat
 
     # Calibration: completed trials carry predicted vs measured; the study stores the fit.
     for t in (s_by_mb[1], s_by_mb[4]):
-        point = t.user_attrs[POINT_ATTR]
-        assert point["measured_bytes"] > 0 and point["predicted_bytes"] > 0
+        point = TrialRecord.of(t).memory_point
+        assert point.measured_bytes > 0 and point.predicted_bytes > 0
     fit = screened.user_attrs[CALIBRATION_ATTR]
     (key,) = fit.keys()
     assert fit[key]["n_points"] == 2
     # The second trial was predicted by the fit on the first, and that fit is close.
-    second = s_by_mb[4].user_attrs[POINT_ATTR]
-    assert abs(second["rel_error"]) < 0.10
+    second = TrialRecord.of(s_by_mb[4]).memory_point
+    assert abs(second.rel_error) < 0.10
     print(f"\nunscreened: {len(plain_launched)} launched, best micro-batch {_best(plain)}; "
           f"prescreened: {len(screened_launched)} launched, best micro-batch {_best(screened)}; "
-          f"mb64 measured {over.user_attrs[POINT_ATTR]['measured_bytes'] / 2**20:.0f} MiB, "
-          f"predicted {pre['predicted_bytes'] / 2**20:.0f} MiB ({pre['basis']}), limit {LIMIT / 2**20:.0f} MiB")
+          f"mb64 measured {TrialRecord.of(over).memory_point.measured_bytes / 2**20:.0f} MiB, "
+          f"predicted {pre.predicted_bytes / 2**20:.0f} MiB ({pre.basis}), limit {LIMIT / 2**20:.0f} MiB")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.report.build import pareto_front
+from autotune.report.options import pareto_set
 from autotune.report.schema import REPORT_SCHEMA_VERSION, OptionRow, ReportDoc, report_json_schema
 from tests.report_study import TEST_SPOT_OFFER, ddp_study
 
@@ -77,7 +77,7 @@ def test_report_content_is_the_real_measurements(doc, study):
         assert o["sensitivity"]["plus_30pct_time_usd"] > o["usd"]
     # The Pareto set is exactly the non-dominated options.
     opts = [OptionRow.model_validate(o) for o in doc["options"]]
-    expect = {(o.trial, o.offer) for o in pareto_front(opts)}
+    expect = {(o.trial, o.offer) for o in pareto_set(opts)}
     assert {(o["trial"], o["offer"]) for o in doc["pareto"]} == expect
     for p in doc["pareto"]:
         assert not any(o["hours"] <= p["hours"] and o["usd"] <= p["usd"]
@@ -93,7 +93,7 @@ def test_report_content_is_the_real_measurements(doc, study):
 
 def test_limits_split_options_into_feasible_and_not(study, doc):
     from autotune.report.build import collect
-    from autotune.search.sweep import open_study
+    from autotune.search.study import open_study
 
     hours = sorted(o["hours"] for o in doc["options"])
     if hours[0] == hours[-1]:
@@ -198,7 +198,7 @@ def test_live_progress_panel_reads_the_study(study, doc):
     from rich.console import Console
 
     from autotune.report.progress import SweepProgress, snapshot
-    from autotune.search.sweep import open_study
+    from autotune.search.study import open_study
 
     st = open_study(study.storage, study.name, create=False)
     snap = snapshot(st)

@@ -8,7 +8,7 @@ import pytest
 from autotune.errors import UserError
 from autotune.estimate.scaling import (CommModel, Link, Measured, comm_s, fit_step_model,
                                        gpu_type_factor, project, project_gpu_type)
-from autotune.pricing.catalog import load_catalog
+from autotune.pricing.load import load_catalog
 
 W = 8192  # tokens per GPU per optimizer step
 COMM = CommModel(params=1e9, grad_bytes_per_param=2, zero_stage=0)

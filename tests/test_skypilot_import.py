@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.pricing.catalog import load_catalog
+from autotune.pricing.load import load_catalog
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "skypilot"
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from autotune.contract import GPT_PRESETS, Checkpointing, Precision, TrialStatus
+from autotune.estimate.compute import flops_per_token, model_from_preset
 from tests.fixtures.trials import entry, run_many, tiny
 from trials.measure import LinearCallCounter, SavedTensorMeter, percentile, summarize
 from trials.noise_scale import NoiseScale
@@ -73,7 +74,12 @@ def test_flops_mfu_and_hfu_without_recompute(trials):
     r = results["base"]
     shape = GPT_PRESETS["tiny"]
     assert r.params == shape.num_params()
-    assert r.flops_per_token == pytest.approx(6 * r.params + 12 * shape.n_layers * shape.d_model * 32)
+    # 6N on the matmul parameters: the learned positions are a lookup table, the token
+    # embedding counts once (as the tied LM head). The estimate applies the same rule.
+    matmul = r.params - shape.max_seq_len * shape.d_model
+    assert r.observations["matmul_params"] == matmul
+    assert r.flops_per_token == pytest.approx(6 * matmul + 12 * shape.n_layers * shape.d_model * 32)
+    assert r.flops_per_token == pytest.approx(flops_per_token(model_from_preset("tiny"), 32))
     assert r.mfu == pytest.approx(r.tokens_per_s * r.flops_per_token / PEAK)
     assert r.observations["linear_forward_passes_per_micro_step"] == pytest.approx(1.0)
     assert r.hfu == pytest.approx(r.mfu)  # nothing recomputed: hardware FLOPs = model FLOPs

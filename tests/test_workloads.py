@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from autotune.contract import Checkpointing, EntryPointWorkload, HFWorkload, TrialStatus
+from autotune.estimate.compute import flops_per_token, model_from_hf_config
 from tests.fixtures.trials import FIXTURES, run_many, tiny
 from trials.errors import UnsupportedConfig
 from trials.measure import SavedTensorMeter
@@ -110,7 +111,11 @@ def test_hf_trial_runs_with_checkpointing_applied(hf_trial):
     assert r.status is TrialStatus.ok, f"{r.error_type}: {r.error}\n{r.log_tail}"
     assert r.observations["checkpointed_layers"] == [0, 1]
     assert r.observations["linear_forward_passes_per_micro_step"] > 1.3  # recomputed
-    assert r.flops_per_token == pytest.approx(6 * r.params + 12 * 2 * 64 * cfg.seq_len)
+    # Llama's input embedding is untied: a lookup table, left out of 6N (as the estimate does).
+    assert r.observations["matmul_params"] == r.params - LLAMA["vocab_size"] * LLAMA["hidden_size"]
+    assert r.flops_per_token == pytest.approx(6 * r.observations["matmul_params"] + 12 * 2 * 64 * cfg.seq_len)
+    model = model_from_hf_config({"model_type": "llama", **LLAMA})
+    assert r.flops_per_token == pytest.approx(flops_per_token(model, cfg.seq_len))
     # Activation bytes below the same model's without checkpointing, measured here in-process
     # with the same meter.
     plain = build_workload(cfg.model_copy(update={"checkpointing": Checkpointing.none}), CPU)

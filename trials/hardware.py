@@ -1,25 +1,12 @@
-"""The hardware a trial ran on, as seen from inside the worker (torch is imported here)."""
+"""The hardware a trial ran on, as seen from inside the worker (torch is imported here): the
+host part as the controller reads it (`autotune.contract.hardware`), the device from torch."""
 
 from __future__ import annotations
-
-import os
-import platform
-import socket
 
 import torch
 
 from autotune.contract import DeviceKind, HardwareFingerprint
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from autotune.contract.hardware import host_fingerprint
 
 
 def _nvidia_driver() -> str | None:
@@ -34,8 +21,7 @@ def _nvidia_driver() -> str | None:
 
 
 def fingerprint(device: torch.device, world_size: int) -> HardwareFingerprint:
-    hw = HardwareFingerprint(hostname=socket.gethostname(), cpu_model=_cpu_model(),
-                             cpu_count=os.cpu_count() or 1, torch_version=torch.__version__)
+    hw = host_fingerprint().model_copy(update=dict(torch_version=torch.__version__))
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return hw.model_copy(update=dict(

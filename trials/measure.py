@@ -1,4 +1,5 @@
-"""Measurement inside a trial: step timing, memory peaks, activation bytes, FLOPs.
+"""Measurement inside a trial: step timing, memory peaks, activation bytes (FLOPs per
+token and MFU follow `autotune.contract.flops`, the rule the estimates use too).
 
     timer = StepTimer(device)
     with timer.step():            # synchronises the device before and after
@@ -252,42 +253,3 @@ class LinearCallCounter:
 def _numel(p: torch.Tensor) -> int:
     # ZeRO-3 leaves a 0-element placeholder; `ds_numel` is the real size.
     return int(getattr(p, "ds_numel", p.numel()))
-
-
-# ---------------------------------------------------------------------------------------
-# FLOPs
-# ---------------------------------------------------------------------------------------
-
-
-def model_flops_per_token(params: int | None, shape: dict | None, seq_len: int) -> float | None:
-    """6N (forward 2N + backward 4N) + attention 12·L·d·s (Kaplan et al. 2020; PaLM,
-    Chowdhery et al. 2022, App. B). `shape` needs `n_layers` and `d_model`; without it the
-    attention term is left out (and the caller says so)."""
-    if not params:
-        return None
-    return 6.0 * params + _attention_flops(shape, seq_len)
-
-
-def hardware_flops_per_token(params: int | None, shape: dict | None, seq_len: int,
-                             recompute_fraction: float) -> float | None:
-    """Model FLOPs plus the recomputed forward: full recompute adds 2N + 4·L·d·s (8N in
-    all, PaLM App. B); selective recompute adds its fraction of it."""
-    model = model_flops_per_token(params, shape, seq_len)
-    if model is None:
-        return None
-    forward = 2.0 * params + _attention_flops(shape, seq_len) / 3.0
-    return model + max(0.0, recompute_fraction) * forward
-
-
-def _attention_flops(shape: dict | None, seq_len: int) -> float:
-    if not shape or not shape.get("n_layers") or not shape.get("d_model"):
-        return 0.0
-    return 12.0 * shape["n_layers"] * shape["d_model"] * seq_len
-
-
-def utilization(tokens_per_s: float, flops_per_token: float | None, num_devices: int,
-                device_peak_flops: float | None) -> float | None:
-    """Achieved FLOP/s ÷ (devices × peak); None when the peak is unknown (never guessed)."""
-    if not flops_per_token or not device_peak_flops:
-        return None
-    return tokens_per_s * flops_per_token / (num_devices * device_peak_flops)

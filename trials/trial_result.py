@@ -12,8 +12,9 @@ import statistics
 from typing import Any
 
 from autotune.contract import MemoryReport, MemorySource, TrialResult, TrialStatus
+from autotune.contract.flops import hardware_flops_per_token, model_flops_per_token, utilization
 from trials.hardware import fingerprint
-from trials.measure import hardware_flops_per_token, model_flops_per_token, summarize, utilization
+from trials.measure import summarize
 from trials.noise_scale import NoiseScale
 
 
@@ -48,8 +49,11 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
         notes.append(flops_note)
     hw_flops = None
     if flops is not None:
+        shape = built.shape or {}
         hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
-                    else hardware_flops_per_token(built.params, built.shape, cfg.seq_len, recompute))
+                    else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
+                                                  shape.get("d_model"), cfg.seq_len, recompute))
+        obs["matmul_params"] = built.matmul_params
         obs["hardware_flops_per_token"] = hw_flops
         obs["recompute_fraction"] = recompute
         obs["recompute_source"] = recompute_source
@@ -102,8 +106,12 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
 def _model_flops(cfg, built) -> tuple[float | None, str | None]:
     if built.flops_per_token:
         return float(built.flops_per_token), None
-    flops = model_flops_per_token(built.params, built.shape, cfg.seq_len)
-    if flops is not None and built.shape is None:
+    if not built.params:
+        return None, None
+    shape = built.shape or {}
+    flops = model_flops_per_token(built.matmul_params, shape.get("n_layers"), shape.get("d_model"),
+                                  cfg.seq_len)
+    if built.shape is None:
         return flops, "FLOPs per token = 6N only: the model's layer count and width are unknown, " \
                       "so attention FLOPs are left out"
     return flops, None

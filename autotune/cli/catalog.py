@@ -54,7 +54,7 @@ def register(catalog_app: typer.Typer) -> None:
         on-demand (and spot) prices. Nothing is written when any input is bad."""
         from rich.console import Console
 
-        from autotune.pricing.catalog import load_catalog
+        from autotune.pricing.load import load_catalog
         from autotune.pricing.skypilot import catalog_from_skypilot, write_catalog
 
         result = catalog_from_skypilot(skypilot.expanduser(), load_catalog(base), names=_names(mapping),

@@ -22,7 +22,10 @@ from typing import Optional
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
+from autotune.cli.common import console
 from autotune.errors import UserError
+from autotune.format import fmt_hours
+from autotune.report.labels import basis_kind
 
 COST_EPILOG = (
     "Example (planning, copy and run): a 1.3B model measured at 3,200 tokens/s on one A100 80GB, "
@@ -44,24 +47,10 @@ def _number(text: str | None, flag: str, integer: bool = False, allow_zero: bool
     return int(round(value)) if integer else value
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
-
-
 def _warn_stale(catalog) -> None:
     msg = catalog.stale_warning()
     if msg:
-        _console(stderr=True).print(f"[yellow]{msg}[/]", soft_wrap=True)
-
-
-def _fmt_h(h: float) -> str:
-    return f"{h * 60:.1f} min" if h < 1 else (f"{h:,.1f} h" if h < 48 else f"{h / 24:,.1f} d")
-
-
-def _basis_kind(basis: str) -> str:
-    return basis.split(":")[0].split(" ")[0]
+        console(stderr=True).print(f"[yellow]{msg}[/]", soft_wrap=True)
 
 
 def rented(b) -> str:
@@ -75,18 +64,18 @@ def rented(b) -> str:
 
 
 def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
-    from autotune.pricing.cost import explain
+    from autotune.pricing.quote import explain
 
     console.print("[bold]Bills, cheapest first[/] (GPUs used/billed; eff = scaling efficiency; worst = "
                   "+30% time and one more interruption, with its rank)", soft_wrap=True)
     for b in bills:
         gpus = f"{b.gpus_used}" + (f"/{b.gpus}" if b.gpus != b.gpus_used else "")
         eff = f"  eff {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
-        ck = f"  ckpt every {_fmt_h(b.checkpoint_interval_hours)}" if b.checkpoint_interval_hours else ""
+        ck = f"  ckpt every {fmt_hours(b.checkpoint_interval_hours)}" if b.checkpoint_interval_hours else ""
         console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}, {b.region}): {gpus} x {b.gpu} "
                       f"on {rented(b)}  "
-                      f"{b.tokens_per_s:,.0f} tok/s ({_basis_kind(b.throughput_basis)}){eff}  "
-                      f"{_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  [bold]${b.usd:,.2f}[/]  "
+                      f"{b.tokens_per_s:,.0f} tok/s ({basis_kind(b.throughput_basis)}){eff}  "
+                      f"{fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  [bold]${b.usd:,.2f}[/]  "
                       f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
     if bills and explain_lines:
         for line in explain(bills):
@@ -150,7 +139,8 @@ def register(app: typer.Typer) -> None:
 
         from autotune.estimate.compute import flops_per_token, model_from_params
         from autotune.estimate.scaling import CommModel
-        from autotune.pricing.catalog import PRECISIONS, load_catalog
+        from autotune.pricing.catalog import PRECISIONS
+        from autotune.pricing.load import load_catalog
         from autotune.search.score import job_from_model
         from autotune.pricing.quote import BasePoint, quote
 
@@ -212,7 +202,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
             return
-        print_bills(bills, skipped, catalog, job, _console())
+        print_bills(bills, skipped, catalog, job, console())
 
     catalog_app = typer.Typer(help="List and validate the catalog; `catalog import` reads SkyPilot's catalogs.")
     app.add_typer(catalog_app, name="catalog")
@@ -234,7 +224,7 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        from autotune.pricing.catalog import load_catalog
+        from autotune.pricing.load import load_catalog
         from autotune.pricing.cost import breakevens
 
         cat = load_catalog(catalog_file).select(providers=provider, regions=region)
@@ -245,7 +235,7 @@ def register(app: typer.Typer) -> None:
             doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        c = _console()
+        c = console()
         g = Table(title=f"GPU types ({cat.source_file})", title_justify="left")
         for col in ("type", "memory", "fp32", "tf32", "bf16", "fp8", "mem GB/s", "link", "source"):
             g.add_column(col)
@@ -296,8 +286,8 @@ def register(app: typer.Typer) -> None:
         """The whole search on the analytic models alone, for hardware you don't have: no trial
         runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
         communication, and the full bill on every matching offer)."""
-        from autotune.pricing.catalog import load_catalog
-        from autotune.pricing.cost import explain
+        from autotune.pricing.load import load_catalog
+        from autotune.pricing.quote import explain
         from autotune.search.plan import plan
         from autotune.spec import load_spec
 
@@ -316,7 +306,7 @@ def register(app: typer.Typer) -> None:
                    "fastest": [b.as_dict() for b in fastest]}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        c = _console()
+        c = console()
         c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
                 f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
         for a in result.assumptions:
@@ -324,11 +314,11 @@ def register(app: typer.Typer) -> None:
         c.print("[bold]cheapest[/]")
         for b in result.bills[:top]:
             c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
-                    f"(estimated)  eff {b.scaling_efficiency:.0%}  {_fmt_h(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
+                    f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
                     f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
         c.print("[bold]fastest[/]")
         for b in fastest[: min(top, 5)]:
-            c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {_fmt_h(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
+            c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
         for line in explain(result.bills):
             c.print(line, soft_wrap=True)
         if result.bills:

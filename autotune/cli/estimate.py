@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from autotune.contract import Checkpointing, Offload, Precision
+from autotune.cli.common import console
 from autotune.errors import UserError
 
 # Headroom `fits` keeps below the GPU's memory for what the analytic model does not count
@@ -63,7 +64,7 @@ def resolve_model(model: str | None, params: str | None, layers: int | None, hid
 
 
 def gpu_memory_bytes(name: str) -> int:
-    from autotune.pricing.catalog import load_catalog
+    from autotune.pricing.load import load_catalog
 
     cat = load_catalog()
     gpus = {k.lower(): k for k in cat.gpus}
@@ -152,10 +153,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from rich.console import Console
         from rich.table import Table
 
-        con = Console(highlight=False)
+        con = console()
         con.print(f"[bold]{shape.name}[/]: {shape.params:,} parameters ({shape.source})")
         con.print(f"config: seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
                   f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "

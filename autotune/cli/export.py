@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
+from autotune.cli.common import console
 from autotune.contract import Launcher
 
 
@@ -33,11 +34,11 @@ def export(
     region: Optional[list[str]] = region_option(),
 ) -> None:
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
-    from rich.console import Console
-
     from autotune.report.export import BILL_MD, plan_export, write_export
-    from autotune.report.build import collect, fmt_hours, fmt_usd
-    from autotune.search.sweep import DEFAULT_STORAGE, open_study
+    from autotune.format import fmt_hours, fmt_usd
+    from autotune.report.build import collect
+    from autotune.run.storage import DEFAULT_STORAGE
+    from autotune.search.study import open_study
 
     st = open_study(storage, study, create=False)
     doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE,
@@ -45,10 +46,10 @@ def export(
     trials = {t.number: t for t in st.get_trials(deepcopy=False)}
     plan = plan_export(doc, trials, pick, offer=offer, launcher=launcher)
     paths = write_export(plan, out, force=force)
-    console = Console(highlight=False)
+    con = console()
     o = plan.option
     where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} ({o['basis_kind']})" if o else " (not priced)")
-    console.print(f"exported trial {plan.trial} ({plan.pick}){where}")
+    con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:
-        console.print(f"  {p}")
-    console.print(f"run: {out / 'launch.sh'} train.py ...   (the bill: {out / BILL_MD})")
+        con.print(f"  {p}")
+    con.print(f"run: {out / 'launch.sh'} train.py ...   (the bill: {out / BILL_MD})")

@@ -18,6 +18,7 @@ from typing import Optional
 
 import typer
 
+from autotune.cli.common import console
 from autotune.errors import UserError
 
 study_app = typer.Typer(no_args_is_help=True, help="Manage studies: copy one to another storage.")
@@ -39,10 +40,8 @@ def copy(
                                                "unless the study name changes)"),
 ) -> None:
     """Copy STUDY from SRC_URL to DST_URL (Optuna copy_study) plus its trial folders."""
-    from rich.console import Console
-
     result = copy_study(src_url, dst_url, study, to_study or study, runs_dir, to_runs_dir or runs_dir)
-    Console(highlight=False).print(
+    console().print(
         f"copied study '{study}' ({result['trials']} trials) from {result['src']} to "
         f"{result['dst']} as '{result['to_study']}'; {result['folders']} trial folders -> "
         f"{result['runs']}")
@@ -52,6 +51,7 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
                to_runs_dir: Path) -> dict:
     import optuna
 
+    from autotune.record import TrialRecord
     from autotune.run.storage import open_storage, redact_url, user_study_names
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -82,9 +82,10 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
         to.set_user_attr(k, v)
     trials = []
     for t in from_study.get_trials(deepcopy=True):
-        old = t.user_attrs.get("trial_dir")
+        old = TrialRecord.of(t).trial_dir
         if old and folders and (dst_runs / Path(old).name).is_dir():
-            t.user_attrs = {**t.user_attrs, "trial_dir": str((dst_runs / Path(old).name).resolve())}
+            moved = TrialRecord.attrs(trial_dir=str((dst_runs / Path(old).name).resolve()))
+            t.user_attrs = {**t.user_attrs, **moved}
         trials.append(t)
     to.add_trials(trials)
     return {"trials": len(trials), "folders": folders, "src": redact_url(src_url),

@@ -1,7 +1,7 @@
 """Model shapes, parameter counts, FLOPs per token and MFU: the compute side of the estimate.
 
     m = model_from_preset("7b")                      # or model_from_hf_config("config.json")
-    m.params, flops_per_token(m, seq_len=4096)       # 6N + 12*L*d*s
+    m.params, flops_per_token(m, seq_len=4096)       # 6N + 12*L*d*s (autotune.contract.flops)
     mfu(tokens_per_s=3000.0, flops_per_token_=..., num_devices=8, device_peak_flops=989e12)
 
 Stable public API (imported by `autotune.estimate.scaling` and `autotune plan`):
@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.contract import GPT_PRESETS, GPTShape
+from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
+from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
+from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError
 
 Recompute = Literal["none", "selective", "full"]
@@ -207,39 +209,38 @@ def model_from_params(params: int, n_layers: int | None = None, d_model: int | N
     )
 
 
-def flops_per_token(model: ModelShape, seq_len: int) -> float:
-    """Model FLOPs per trained token (the MFU numerator): 6N + 12 * L * d * s.
+def model_from_workload(workload: Any) -> ModelShape | None:
+    """The model description of a sweep's workload (`autotune.contract` Workload): the built-in
+    GPT's or a Hugging Face config's; None for a user entry point (no shape to reason about).
+    UserError when a Hugging Face config cannot be read."""
+    if isinstance(workload, GPTWorkload):
+        return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
+    if isinstance(workload, HFWorkload):
+        if workload.config_path:
+            return model_from_hf_config(workload.config_path)
+        return model_from_hf_config({"model_type": workload.model_type, **workload.config_overrides})
+    return None
 
-    6N: 2N forward + 4N backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
-    Models", sec. 2.1), N the parameters used in matmuls (`matmul_params`; the tied
-    embedding counts once, as the LM head). 12*L*d*s: attention scores and weighted sum,
-    forward + backward, at full (non-causal) cost, as in PaLM (Chowdhery et al. 2022,
-    Appendix B). Without layers/hidden (`--params N` alone) the attention term is left out.
-    """
-    attn = 12.0 * model.n_layers * model.d_model * seq_len if model.n_layers and model.d_model else 0.0
-    return 6.0 * model.matmul_params + attn
+
+def flops_per_token(model: ModelShape, seq_len: int) -> float:
+    """Model FLOPs per trained token (the MFU numerator) of a model: 6N + 12 * L * d * s with
+    N = `matmul_params` (`autotune.contract.flops`, the rule the worker's MFU follows). Without
+    layers/hidden (`--params N` alone) the attention term is left out."""
+    return model_flops_per_token(model.matmul_params, model.n_layers, model.d_model, seq_len)
 
 
 def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompute = "none",
                              recomputed_layer_fraction: float | None = None) -> float:
-    """FLOPs the hardware executes per token (the HFU numerator), recomputation included.
-
-    Full recompute runs the forward twice: 8N + 16*L*d*s (PaLM Appendix B). Selective
-    (a fraction f of the blocks recomputed whole) adds f of one forward: (6 + 2f)N + (12 + 4f)Lds.
-    """
+    """FLOPs the hardware executes per token (the HFU numerator), recomputation included:
+    full recompute runs the forward twice (8N + 16*L*d*s); selective recomputes a fraction
+    of the blocks (default: the worker's every 2nd block)."""
     f = {"none": 0.0, "full": 1.0}.get(recompute, recomputed_layer_fraction)
     if f is None:
         f = 0.5  # the worker's default: every 2nd block
-    attn = 4.0 * model.n_layers * model.d_model * seq_len if model.n_layers and model.d_model else 0.0
-    return flops_per_token(model, seq_len) + f * (2.0 * model.matmul_params + attn)
+    return _hardware_flops(model.matmul_params, model.n_layers, model.d_model, seq_len, f)
 
 
 def mfu(tokens_per_s: float, flops_per_token_: float, num_devices: int,
         device_peak_flops: float | None) -> float | None:
-    """Model FLOPs utilisation: achieved model FLOP/s / (devices x dense peak FLOP/s).
-
-    None when the peak is unknown (e.g. a CPU core): a guessed peak would mislead.
-    """
-    if not device_peak_flops or num_devices <= 0 or tokens_per_s <= 0:
-        return None
-    return tokens_per_s * flops_per_token_ / (num_devices * device_peak_flops)
+    """Model FLOPs utilisation (`autotune.contract.flops.utilization`)."""
+    return utilization(tokens_per_s, flops_per_token_, num_devices, device_peak_flops)

@@ -19,9 +19,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
 
-from autotune.contract import Checkpointing, Offload, Precision, TrialConfig
+from autotune.contract import (Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig,
+                               engine_for)
 from autotune.estimate.compute import ModelShape
 
 Engine = Literal["ddp", "deepspeed"]
@@ -35,13 +36,16 @@ DS_PREFETCH_BUCKET_ELEMS = 50_000_000
 DS_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
-class MemoryConfig(BaseModel):
-    """The knobs of a configuration that decide its memory (a subset of TrialConfig).
+class MemoryConfig(TrainingKnobs):
+    """The knobs of a configuration that decide its memory: TrialConfig's knobs
+    (`autotune.contract.TrainingKnobs`: the same defaults and rules) plus what the estimate
+    needs beyond them.
 
     `engine` decides the mixed-precision layout: "ddp" is torch autocast (fp32 weights and
-    gradients, 16-bit copies of the weights cached for the step, fp32 residual stream);
-    "deepspeed" keeps 16-bit weights and gradients and an fp32 master copy in the optimizer
-    (the ZeRO paper's layout). Default: deepspeed with ZeRO, else ddp (as `autotune sweep`).
+    gradients, 16-bit copies of the weights cached for the step, fp32 residual stream), as
+    the DDP, tensor-parallel and accelerate engines run; "deepspeed" keeps 16-bit weights and
+    gradients and an fp32 master copy in the optimizer (the ZeRO paper's layout). Default:
+    the layout of the engine the config runs on (`autotune.contract.engine_for`).
     `attention`: "fused" = torch SDPA / flash (stores the output and a log-sum-exp, never the
     s x s scores), "eager" = scores and softmax stored, "recompute" = Korthikanti's selective
     recompute of the attention core (stores nothing of it).
@@ -49,44 +53,29 @@ class MemoryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seq_len: int = Field(gt=0)
-    micro_batch_size: int = Field(default=1, gt=0)
-    precision: Precision = Precision.bf16
-    checkpointing: Checkpointing = Checkpointing.none
-    checkpoint_every: int = Field(default=2, gt=0, description="selective: every k-th block recomputed")
-    zero_stage: int = Field(default=0, ge=0, le=3)
-    offload: Offload = Offload.none
+    optimizer: OptimizerName = "adamw"  # adafactor too: planning for optimizers trials lack
     dp_degree: int = Field(default=1, gt=0)
-    tp_degree: int = Field(default=1, gt=0)
-    optimizer: OptimizerName = "adamw"
     engine: Engine | None = None
     attention: Attention = "fused"
     dropout: bool = False
     sequence_parallel: bool = False
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "MemoryConfig":
-        if self.offload is not Offload.none and self.zero_stage == 0:
-            raise ValueError("offload needs ZeRO. To fix: set zero stage >= 1 or offload none")
-        if self.offload is Offload.optimizer_params and self.zero_stage != 3:
-            raise ValueError("parameter offload needs ZeRO stage 3. To fix: set zero stage 3 "
-                             "or offload optimizer")
-        return self
-
     @property
     def resolved_engine(self) -> Engine:
         if self.engine is not None:
             return self.engine
-        return "deepspeed" if self.zero_stage > 0 else "ddp"
+        return memory_layout(engine_for(self.zero_stage, self.tp_degree))
 
     @classmethod
     def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
-        engine: Engine = "deepspeed" if cfg.zero_stage > 0 or cfg.launcher.value == "deepspeed" else "ddp"
-        return cls(seq_len=cfg.seq_len, micro_batch_size=cfg.micro_batch_size,
-                   precision=cfg.precision, checkpointing=cfg.checkpointing,
-                   checkpoint_every=cfg.checkpoint_every, zero_stage=cfg.zero_stage,
-                   offload=cfg.offload, dp_degree=cfg.dp_degree, tp_degree=cfg.tp_degree,
-                   optimizer=cfg.optimizer, engine=engine)
+        knobs = cfg.model_dump(include=set(TrainingKnobs.model_fields))
+        return cls(**knobs, dp_degree=cfg.dp_degree,
+                   engine=memory_layout(engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher)))
+
+
+def memory_layout(engine: EngineKind) -> Engine:
+    """DeepSpeed keeps ZeRO's 16-bit + fp32-master layout; every other engine is torch autocast."""
+    return "deepspeed" if engine is EngineKind.deepspeed else "ddp"
 
 
 @dataclass

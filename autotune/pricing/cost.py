@@ -27,10 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from autotune.pricing.catalog import HOURS_PER_MONTH, Catalog, Offer
+from autotune.pricing.catalog import Catalog
+from autotune.pricing.offers import HOURS_PER_MONTH, Offer
 
 GB = 1e9  # providers price storage and transfer per GB; we use 1e9 bytes
-SLOWDOWN_SENSITIVITY = 1.3  # "+30% time": the practitioners' sensitivity (reference.md)
+# "+30% time": our stated sensitivity for a long run slower than its short trial (stragglers,
+# data loading, restarts beyond the interruption model); a round figure, not a measurement.
+SLOWDOWN_SENSITIVITY = 1.3
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,74 +382,3 @@ def breakevens(catalog: Catalog) -> list[BreakEven]:
             if other.pricing != "own":
                 out.append(breakeven(own, other))
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# Explaining a ranking
-# ---------------------------------------------------------------------------------------
-
-
-def explain(bills: list[Bill]) -> list[str]:
-    """Why the cheapest is not the fastest (when it is not): GPU-hours and scaling efficiency."""
-    if not bills:
-        return []
-    cheapest = min(bills, key=lambda b: (b.usd, b.usd_worst_case))
-    fastest = min(bills, key=lambda b: (b.hours, b.usd))
-    worst_safe = min(bills, key=lambda b: (b.usd_worst_case, b.usd))
-
-    def desc(b: Bill) -> str:
-        eff = f", scaling efficiency {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
-        cfg = f" [{b.config}]" if b.config else ""
-        return (f"{b.offer}{cfg}: {b.gpus_used} GPU(s), {b.hours:,.1f} h, {b.gpu_hours:,.0f} GPU-hours"
-                f"{eff}, ${b.usd:,.2f} (worst case ${b.usd_worst_case:,.2f})")
-
-    lines = [f"cheapest: {desc(cheapest)}"]
-    if fastest is not cheapest:
-        lines.append(f"fastest:  {desc(fastest)}")
-        parts = []
-        if fastest.gpu_hours > cheapest.gpu_hours * 1.005:
-            part = f"{fastest.gpu_hours:,.0f} GPU-hours against {cheapest.gpu_hours:,.0f}"
-            if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
-                    and fastest.gpus_used != cheapest.gpus_used):
-                part += (f" (at {fastest.gpus_used} GPUs each GPU delivers {fastest.scaling_efficiency:.0%} "
-                         f"of its base throughput, at {cheapest.gpus_used} GPUs "
-                         f"{cheapest.scaling_efficiency:.0%}: lower scaling efficiency)")
-            parts.append(part)
-        if fastest.price_usd_per_gpu_hour > cheapest.price_usd_per_gpu_hour * 1.005:
-            parts.append(f"${fastest.price_usd_per_gpu_hour:.3f} against "
-                         f"${cheapest.price_usd_per_gpu_hour:.3f} per GPU-hour")
-        lines.append(f"the fastest finishes {cheapest.hours / fastest.hours:.2f}x sooner but costs "
-                     f"{fastest.usd / cheapest.usd:.2f}x more: "
-                     + (" and ".join(parts) if parts else "its other terms (storage, egress, rounding)"))
-    else:
-        lines.append("the cheapest is also the fastest")
-    if worst_safe is not cheapest:
-        lines.append(f"best worst case (+30% time and one more interruption): {desc(worst_safe)}")
-    return lines
-
-
-# ---------------------------------------------------------------------------------------
-# A stored trial, priced again (for reports)
-# ---------------------------------------------------------------------------------------
-
-
-def bills_for_trial(trial, catalog: Catalog | None) -> list[dict] | None:
-    """Every matching offer's bill for a completed Optuna trial, as report dicts.
-
-    Re-prices the inputs the sweep stored with the trial's score (`pricing_inputs`: measured
-    throughput, tokens to target, job sizes) over `catalog`, so a report with a newer catalog
-    shows newer prices; without a catalog, or for a trial stored without inputs, the bills
-    stored at sweep time. None when the trial has no score.
-    """
-    score = (getattr(trial, "user_attrs", None) or {}).get("score") or {}
-    inputs = score.get("pricing_inputs")
-    if catalog is not None and inputs and inputs.get("gpu") in catalog.gpus:
-        tp = Throughput(gpu=inputs["gpu"], num_gpus=int(inputs["num_gpus"]),
-                        tokens_per_s=float(inputs["tokens_per_s"]), basis=inputs["basis"],
-                        config=inputs.get("config", ""))
-        job = JobSpec(**{k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()})
-        offers = [o for o in (inputs.get("offers") or []) if any(x.name == o for x in catalog.offers)]
-        bills, _ = bills_for(catalog, tp, float(inputs["tokens"]), job, offers=offers or None)
-        return [b.report_dict() for b in bills]
-    stored = score.get("bills")
-    return list(stored) if stored else None

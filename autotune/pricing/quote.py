@@ -4,6 +4,7 @@ GPU count and GPU type asked for. Used by `autotune cost` and `autotune plan`.
     base = BasePoint(gpu="a100-80gb", num_gpus=1, tokens_per_s=3200.0, tokens_per_gpu_step=8192)
     bills, skipped = quote(catalog, base, run_counts=[8, 16], gpu_types=["a100-80gb"],
                            comm=CommModel(params=1.3e9), tokens_for=lambda n: 2e10, job=JobSpec())
+    explain(bills)        # why the cheapest is not the fastest, in sentences
 
 Every throughput says where it came from: "measured ..." at the measured count and type
 (measured wins), "projected from ..." elsewhere (autotune/estimate/scaling.py), "estimated
@@ -18,7 +19,8 @@ from typing import Callable
 from autotune.errors import UserError
 from autotune.estimate.scaling import (CommModel, Measured, comm_s, fit_step_model, link_for,
                                        project, project_gpu_type)
-from autotune.pricing.catalog import Catalog, Offer
+from autotune.pricing.catalog import Catalog
+from autotune.pricing.offers import Offer
 from autotune.pricing.cost import Bill, Infeasible, JobSpec, Skipped, Throughput, compute_bill, rank
 
 
@@ -121,3 +123,46 @@ def quote(catalog: Catalog, base: BasePoint, run_counts: list[int], gpu_types: l
                 skipped.append(Skipped(o.name, str(exc)))
     return rank(bills), skipped
 
+
+# ---------------------------------------------------------------------------------------
+# Explaining a ranking
+# ---------------------------------------------------------------------------------------
+
+
+def explain(bills: list[Bill]) -> list[str]:
+    """Why the cheapest is not the fastest (when it is not): GPU-hours and scaling efficiency."""
+    if not bills:
+        return []
+    cheapest = min(bills, key=lambda b: (b.usd, b.usd_worst_case))
+    fastest = min(bills, key=lambda b: (b.hours, b.usd))
+    worst_safe = min(bills, key=lambda b: (b.usd_worst_case, b.usd))
+
+    def desc(b: Bill) -> str:
+        eff = f", scaling efficiency {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
+        cfg = f" [{b.config}]" if b.config else ""
+        return (f"{b.offer}{cfg}: {b.gpus_used} GPU(s), {b.hours:,.1f} h, {b.gpu_hours:,.0f} GPU-hours"
+                f"{eff}, ${b.usd:,.2f} (worst case ${b.usd_worst_case:,.2f})")
+
+    lines = [f"cheapest: {desc(cheapest)}"]
+    if fastest is not cheapest:
+        lines.append(f"fastest:  {desc(fastest)}")
+        parts = []
+        if fastest.gpu_hours > cheapest.gpu_hours * 1.005:
+            part = f"{fastest.gpu_hours:,.0f} GPU-hours against {cheapest.gpu_hours:,.0f}"
+            if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
+                    and fastest.gpus_used != cheapest.gpus_used):
+                part += (f" (at {fastest.gpus_used} GPUs each GPU delivers {fastest.scaling_efficiency:.0%} "
+                         f"of its base throughput, at {cheapest.gpus_used} GPUs "
+                         f"{cheapest.scaling_efficiency:.0%}: lower scaling efficiency)")
+            parts.append(part)
+        if fastest.price_usd_per_gpu_hour > cheapest.price_usd_per_gpu_hour * 1.005:
+            parts.append(f"${fastest.price_usd_per_gpu_hour:.3f} against "
+                         f"${cheapest.price_usd_per_gpu_hour:.3f} per GPU-hour")
+        lines.append(f"the fastest finishes {cheapest.hours / fastest.hours:.2f}x sooner but costs "
+                     f"{fastest.usd / cheapest.usd:.2f}x more: "
+                     + (" and ".join(parts) if parts else "its other terms (storage, egress, rounding)"))
+    else:
+        lines.append("the cheapest is also the fastest")
+    if worst_safe is not cheapest:
+        lines.append(f"best worst case (+30% time and one more interruption): {desc(worst_safe)}")
+    return lines

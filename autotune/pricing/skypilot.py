@@ -1,6 +1,6 @@
 """SkyPilot's catalogs (one `vms.csv` per cloud, e.g. ~/.sky/catalogs/v7/aws/vms.csv) as offers.
 
-    result = catalog_from_skypilot(Path("~/.sky/catalogs/v7").expanduser(), load_catalog())
+    result = catalog_from_skypilot(Path("~/.sky/catalogs/v7").expanduser(), load_catalog())  # pricing.load
     result.catalog            # the shipped GPU types + one offer per (cloud, GPU, pricing, prices)
     result.left_out           # rows not imported, by reason; result.unknown: unmapped accelerators
     write_catalog(result.catalog, Path("my_prices.yaml"), header=result.header())
@@ -35,7 +35,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from autotune.errors import UserError, format_validation_error
-from autotune.pricing.catalog import SCHEMA_VERSION, Catalog, InstanceType, Offer
+from autotune.pricing.catalog import SCHEMA_VERSION, Catalog
+from autotune.pricing.offers import Offer
 
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
 HEADER_HELP = ("SkyPilot's vms.csv header holds InstanceType, AcceleratorName, AcceleratorCount, "

@@ -15,12 +15,49 @@ the gradient noise scale, measured by the trials or given.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotune.errors import UserError
 
-if TYPE_CHECKING:
-    from autotune.spec import TargetSpec
+
+class TargetSpec(BaseModel):
+    """The training target. Give exactly one of: tokens; steps (with the global batch);
+    epochs (with dataset_tokens); loss (with the reference run that reached it:
+    reference_tokens at reference_global_batch_tokens). The spec's `target:` section
+    (autotune.spec); `tokens_to_target` below turns it into tokens at a global batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: float | None = Field(default=None, description="training tokens to process")
+    steps: int | None = Field(default=None, description="optimizer steps at the global batch")
+    epochs: float | None = Field(default=None, description="passes over the dataset")
+    dataset_tokens: float | None = Field(default=None, description="dataset size in tokens")
+    loss: float | None = Field(default=None, description="loss to reach (needs a reference run)")
+    reference_tokens: float | None = Field(
+        default=None, description="tokens the reference run took to reach `loss`")
+    reference_global_batch_tokens: int | None = Field(
+        default=None, description="the reference run's global batch, in tokens")
+    b_noise_tokens: float | None = Field(
+        default=None, description="gradient noise scale in tokens; default: measured by the trials")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "TargetSpec":
+        given = [n for n in ("tokens", "steps", "epochs", "loss") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one target, not {' and '.join(given)}")
+        for n in ("tokens", "steps", "epochs", "dataset_tokens", "reference_tokens",
+                  "reference_global_batch_tokens", "b_noise_tokens"):
+            v = getattr(self, n)
+            if v is not None and v <= 0:
+                raise ValueError(f"`{n}` must be > 0, got {v}")
+        if self.epochs is not None and self.dataset_tokens is None:
+            raise ValueError("an `epochs` target needs `dataset_tokens`")
+        if self.loss is not None and (self.reference_tokens is None
+                                      or self.reference_global_batch_tokens is None):
+            raise ValueError("a `loss` target needs `reference_tokens` and "
+                             "`reference_global_batch_tokens` (the run that reached that loss)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -53,7 +90,7 @@ def loss_target_tokens(reference_tokens: float, reference_batch_tokens: float,
     return e_min * data_efficiency_factor(batch_tokens, b_noise_tokens)
 
 
-def tokens_to_target(target: "TargetSpec", global_batch_tokens: int,
+def tokens_to_target(target: TargetSpec, global_batch_tokens: int,
                      b_noise_tokens: float | None = None,
                      b_noise_source: str = "measured by the trials") -> TokensToTarget:
     """Tokens the long run must process to reach `target` at `global_batch_tokens`.

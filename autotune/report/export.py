@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.contract import DeviceKind, Launcher, Precision, TrialConfig, deepspeed_config
+from autotune.contract import (ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig,
+                               deepspeed_config)
 from autotune.errors import UserError
-from autotune.report.build import fmt_bytes, fmt_hours, fmt_usd, zero_summary
+from autotune.format import fmt_bytes, fmt_hours, fmt_usd
+from autotune.record import TrialRecord
+from autotune.report.labels import zero_summary
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 DEEPSPEED_CONFIG = "ds_config.json"
@@ -31,9 +34,6 @@ TRIAL_CONFIG = "trial_config.json"
 BILL_MD = "bill.md"
 BILL_JSON = "bill.json"
 
-# accelerate's names for our precisions (accelerate/utils/dataclasses.py PrecisionType).
-_ACCELERATE_PRECISION = {Precision.fp32: "no", Precision.bf16: "bf16", Precision.fp16: "fp16",
-                         Precision.fp8: "fp8"}
 
 
 @dataclass
@@ -95,10 +95,9 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
                             fix="drop --offer to take the trial's cheapest offer")
         option = min(mine, key=lambda o: (o["usd"], o["hours"]), default=None)
     row = next(t for t in doc["trials"] if t["number"] == number)
-    ft = trials_by_number[number]
     try:
-        cfg = TrialConfig.model_validate(ft.user_attrs["config"])
-    except (KeyError, ValueError) as exc:
+        cfg = TrialRecord.of(trials_by_number[number]).trial_config()
+    except ValueError as exc:
         raise UserError(f"trial {number}: its stored config is unreadable ({type(exc).__name__})",
                         fix="re-run the trial with this version of autotune") from None
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
@@ -132,7 +131,7 @@ def accelerate_config(cfg: TrialConfig, ds_config_path: str | None) -> dict[str,
         "gpu_ids": "all",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": _ACCELERATE_PRECISION[cfg.precision],
+        "mixed_precision": ACCELERATE_MIXED_PRECISION[cfg.precision],
         "num_machines": cfg.num_nodes,
         "num_processes": ranks,
         "rdzv_backend": "static",
@@ -174,7 +173,7 @@ def settings_env(cfg: TrialConfig) -> list[tuple[str, str]]:
         # Accelerator() reads these: accumulation has no key in accelerate's config file, and
         # under torchrun / deepspeed no config file is read at all.
         ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(cfg.grad_accum_steps)),
-        ("ACCELERATE_MIXED_PRECISION", _ACCELERATE_PRECISION[cfg.precision]),
+        ("ACCELERATE_MIXED_PRECISION", ACCELERATE_MIXED_PRECISION[cfg.precision]),
         # DeepSpeed picks its accelerator by probing; say which, as autotune's trials do.
         ("DS_ACCELERATOR", cfg.device.value),
     ]
@@ -331,7 +330,7 @@ def render(plan: ExportPlan, final_dir: Path) -> dict[str, str]:
 
 def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
     """Write every file into a temporary folder beside `out`, then rename it into place."""
-    from autotune.report.html import chmod_like_umask, replace_dir
+    from autotune.report.files import chmod_like_umask, replace_dir
 
     out = Path(out)
     if not out.parent.resolve().is_dir():

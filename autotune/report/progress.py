@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from autotune.report.build import config_summary, fmt_hours, fmt_usd
+from autotune.format import fmt_hours, fmt_usd
+from autotune.record import TrialRecord
+from autotune.report.labels import config_summary
 
 
 @dataclass
@@ -41,7 +43,7 @@ def snapshot(study, finished: dict[int, str] | None = None) -> Snapshot:
     snap = Snapshot()
     for t in study.get_trials(deepcopy=False):
         state = t.state.name
-        ua = t.user_attrs
+        rec = TrialRecord.of(t)
         if state == "RUNNING" and t.number in finished:
             state = {"ok": "COMPLETE", "failed": "FAIL"}.get(finished[t.number], "PRUNED")
         if state == "COMPLETE":
@@ -52,15 +54,15 @@ def snapshot(study, finished: dict[int, str] | None = None) -> Snapshot:
             snap.failed += 1
         elif state == "RUNNING":
             snap.running += 1
-        if ua.get("search_usd") is not None:
-            snap.search_usd = (snap.search_usd or 0.0) + float(ua["search_usd"])
-        elif ua.get("search_gpu_hours"):
+        if rec.search_usd is not None:
+            snap.search_usd = (snap.search_usd or 0.0) + rec.search_usd
+        elif rec.search_gpu_hours:
             snap.unpriced = True
-        snap.search_gpu_hours += float(ua.get("search_gpu_hours") or 0.0)
-        score = ua.get("score") or {}
-        if state != "COMPLETE" or score.get("usd") is None or _violates(t):
+        snap.search_gpu_hours += rec.search_gpu_hours or 0.0
+        score = rec.score
+        if state != "COMPLETE" or score is None or _violates(t):
             continue
-        row = (t.number, float(score["usd"]), float(score["hours"]), config_summary(ua.get("config") or {}))
+        row = (t.number, score.usd, score.hours, config_summary(rec.config or {}))
         if snap.cheapest is None or row[1] < snap.cheapest[1]:
             snap.cheapest = row
         if snap.fastest is None or row[2] < snap.fastest[2]:

@@ -10,37 +10,10 @@ a CPU machine, whose "GPUs" are ranks of one CPU thread each.
 from __future__ import annotations
 
 import os
-import platform
-import socket
 from functools import lru_cache
 
 from autotune.contract import DeviceKind, HardwareFingerprint
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _host_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def usable_cpu_count() -> int:
-    """CPU cores this process may run on (cgroup/affinity aware where the OS says)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from autotune.contract.hardware import host_fingerprint
 
 
 def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
@@ -70,12 +43,7 @@ def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
 
 @lru_cache(maxsize=1)
 def local_hardware() -> HardwareFingerprint:
-    hw = HardwareFingerprint(
-        hostname=socket.gethostname(),
-        cpu_model=_cpu_model(),
-        cpu_count=usable_cpu_count(),
-        host_memory_bytes=_host_memory_bytes(),
-    )
+    hw = host_fingerprint()
     if os.environ.get("AUTOTUNE_FORCE_CPU") != "1":
         gpus = _nvml_gpus()
         if gpus is not None:

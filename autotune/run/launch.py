@@ -1,6 +1,7 @@
 """Launch one trial: TrialConfig in a folder -> launcher argv -> process group -> TrialResult.
 
     result = run_trial(cfg, trial_dir)            # never raises for a failed trial
+    runner = launcher_runner(argv_builder)        # a TrialRunner: what a sweep runs trials with
 
 Each trial gets a folder holding config.json, command.json (the exact argv), stdout.log and
 stderr.log, and result.json written atomically by rank 0 of the worker. How a trial ended is
@@ -19,11 +20,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Protocol
 
 from autotune.contract import (
+    ACCELERATE_MIXED_PRECISION,
     DeviceKind,
     Launcher,
-    Precision,
     TrialConfig,
     TrialResult,
     TrialStatus,
@@ -31,10 +33,6 @@ from autotune.contract import (
 )
 
 WORKER_MODULE = "trials.worker"
-# `accelerate launch --mixed_precision` for each precision: the ranks run it as a user's
-# accelerate run would, and the worker's accelerate engine checks it matches the config.
-ACCELERATE_PRECISION = {Precision.fp32: "no", Precision.bf16: "bf16", Precision.fp16: "fp16",
-                        Precision.fp8: "fp8"}
 LOG_TAIL_CHARS = 4000
 KILL_GRACE_S = 5.0
 
@@ -65,7 +63,7 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
                 "--module", WORKER_MODULE, *worker_args]
     if cfg.launcher is Launcher.accelerate:
         argv = [python, "-m", "accelerate.commands.launch", "--num_processes", n,
-                "--num_machines", "1", "--mixed_precision", ACCELERATE_PRECISION[cfg.precision],
+                "--num_machines", "1", "--mixed_precision", ACCELERATE_MIXED_PRECISION[cfg.precision],
                 "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(cfg.threads_per_rank)]
         if cfg.num_gpus > 1:
             # Several ranks: accelerate's torchrun path. Not --cpu, even on CPU: with --cpu
@@ -176,6 +174,26 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     result.wall_s = wall_s
     result.write(result_path)
     return result
+
+
+class TrialRunner(Protocol):
+    """Runs one trial to its end and returns its result (a failed trial is a result too): the
+    only way a sweep measures. `on_start(pid)` is called once the trial's process group
+    exists (pid = its leader), so a later sweep can kill what a dead controller left. The
+    default is `launcher_runner()`; benchmark replays and tests pass their own."""
+
+    def __call__(self, cfg: TrialConfig, trial_dir: Path,
+                 on_start: Callable[[int], None] | None = None) -> TrialResult: ...
+
+
+def launcher_runner(argv_builder=None, python: str = sys.executable) -> TrialRunner:
+    """The TrialRunner that launches real trials (`run_trial`), through `argv_builder` when
+    given (a cluster template: `template_argv_builder`)."""
+
+    def run(cfg: TrialConfig, trial_dir: Path, on_start: Callable[[int], None] | None = None) -> TrialResult:
+        return run_trial(cfg, trial_dir, python=python, on_start=on_start, argv_builder=argv_builder)
+
+    return run
 
 
 def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out_path: Path,

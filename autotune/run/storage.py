@@ -11,7 +11,7 @@ URLs accepted (`--storage` or `storage:` in the spec):
 - `journal:///abs/path/study.log`, `journal://relative/study.log`, or any path ending in `.log`:
   Optuna's append-only journal file (JournalFileBackend); needs no server, works on a shared
   filesystem. It has no heartbeats: a trial whose machine died stays RUNNING until a sweep on the
-  same host finds its controller dead (see `autotune.search.sweep.recover_dead_trials`).
+  same host finds its controller dead (see `autotune.run.processes.recover_dead_trials`).
 
 Heartbeats (RDB storages only): every running trial records a heartbeat each `interval_s`; a
 RUNNING trial silent for `grace_s` is marked FAIL by the next sweep that asks for a trial, and
@@ -35,6 +35,7 @@ from urllib.parse import unquote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import UserError
+from autotune.record import TrialRecord
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Studies whose name starts with this are autotune's own bookkeeping (atomic claims, below),
@@ -250,7 +251,7 @@ def retry_callback(hb: HeartbeatSettings | None = None):
     class _Retry(optuna.storages.RetryHeartbeatStaleTrialCallback):
         def __call__(self, study, trial) -> None:
             trial = copy.deepcopy(trial)
-            trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in ("baseline",)}
+            trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in TrialRecord.KEPT_ON_RETRY}
             super().__call__(study, trial)
 
     with warnings.catch_warnings():

@@ -1,10 +1,10 @@
 """Keep the memory model honest on this hardware: fit its overhead from the study's own
 trials, and prescreen configurations with the calibrated model before launching them.
 
-    guard = MemoryGuard(spec, hw)
+    guard = MemoryGuard(hw, spec.memory.limit_bytes_per_rank, spec.memory.safety_margin)
     verdict = guard.prescreen(trial, cfg)        # loads (and refits) the study's calibration
     if not verdict.launch: guard.record_prescreened(trial, verdict)   # PRUNED, infeasible
-    guard.after_trial(trial, cfg, verdict, result)                     # a calibration point
+    result = guard.after_trial(trial, cfg, verdict, result)            # a calibration point
 
 The fit. Measured peak per rank = c[engine] + d[ranks > 1] + s * analytic, where `analytic`
 is everything `autotune.estimate.memory` counts. The constant is what a runtime costs
@@ -21,7 +21,7 @@ fixed at 1 (overhead = a constant) rather than extrapolated from noise.
 
 The fit is stored in the study's user attributes under `memory_calibration`, keyed by the
 hardware key, so a resumed study on the same hardware keeps it; its points live in the
-trials' own user attributes (`memory_point`), so workers on several machines never
+trials' own records (`TrialRecord.memory_point`), so workers on several machines never
 overwrite each other's data, and each refit uses every point of this hardware.
 """
 
@@ -34,15 +34,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from autotune.contract import (DeviceKind, GPTWorkload, HardwareFingerprint, HFWorkload, TrialConfig,
-                               TrialResult, TrialStatus)
+from autotune.contract import DeviceKind, HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
 from autotune.errors import UserError
-from autotune.estimate.compute import ModelShape, model_from_gpt_shape, model_from_hf_config
+from autotune.estimate.compute import ModelShape, model_from_workload
 from autotune.estimate.memory import MemoryConfig, MemoryEstimate, estimate_memory
+from autotune.record import MemoryPointRecord, TrialRecord
+from autotune.format import fmt_bytes
 
-CALIBRATION_ATTR = "memory_calibration"
-POINT_ATTR = "memory_point"
-PRESCREEN_ATTR = "memory_prescreen"
+CALIBRATION_ATTR = "memory_calibration"  # study user attribute: {hardware key: CalibrationFit}
 DEFAULT_SAFETY_MARGIN = 0.10
 MIN_POINTS_FOR_SLOPE = 3
 MIN_SPREAD_FOR_SLOPE = 1.15  # max/min analytic bytes; less and a slope is extrapolated noise
@@ -171,17 +170,12 @@ def measured_peak_bytes(result: TrialResult) -> tuple[int | None, str]:
 
 
 def model_shape_for(workload: Any) -> ModelShape | None:
-    """The model description the estimate needs, or None when the workload gives none."""
-    if isinstance(workload, GPTWorkload):
-        return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
-    if isinstance(workload, HFWorkload):
-        try:
-            if workload.config_path:
-                return model_from_hf_config(workload.config_path)
-            return model_from_hf_config({"model_type": workload.model_type, **workload.config_overrides})
-        except UserError:
-            return None
-    return None  # a user entry point: no shape to reason about
+    """The model description the estimate needs, or None when the workload gives none (an
+    entry point) or its config cannot be read (the trial then says why)."""
+    try:
+        return model_from_workload(workload)
+    except UserError:
+        return None
 
 
 def calibration_group(mcfg: MemoryConfig) -> str:
@@ -296,18 +290,15 @@ class MemoryGuard:
     def prescreen(self, trial: Any, cfg: TrialConfig) -> Verdict:
         self.load(trial.study)
         verdict = self.predict(cfg)
-        trial.set_user_attr(PRESCREEN_ATTR, verdict.as_dict())
+        TrialRecord.write(trial, memory_prescreen=verdict.as_dict())
         return verdict
 
     def record_prescreened(self, trial: Any, verdict: Verdict) -> TrialResult:
         """What a config held back looks like: a result that says it was never launched."""
-        from autotune.report.build import fmt_bytes
-
         msg = (f"not launched: predicted peak {fmt_bytes(verdict.predicted_bytes)} per rank "
                f"(+{verdict.margin:.0%} margin) exceeds the limit {fmt_bytes(verdict.limit_bytes)} "
                f"({verdict.basis})")
-        trial.set_user_attr("status", "prescreened")
-        trial.set_user_attr("error", f"PredictedOOM: {msg}")
+        TrialRecord.write(trial, status="prescreened", error=f"PredictedOOM: {msg}")
         return TrialResult(status=TrialStatus.oom, error_type="PredictedOOM", error=msg,
                            notes=["prescreened: memory estimated, not measured"])
 
@@ -319,13 +310,11 @@ class MemoryGuard:
         if result.ok and measured and verdict.estimate is not None:
             cpu = self.hw.device_kind is DeviceKind.cpu
             analytic = verdict.estimate.analytic_bytes + (verdict.estimate.host_bytes if cpu else 0)
-            trial.set_user_attr(POINT_ATTR, {
-                "hardware": self.hw_key, "engine": verdict.engine, "ranks": verdict.ranks,
-                "analytic_bytes": analytic,
-                "predicted_bytes": verdict.predicted_bytes, "measured_bytes": measured,
-                "measured_source": source,
-                "rel_error": (verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None,
-            })
+            TrialRecord.write(trial, memory_point=MemoryPointRecord(
+                hardware=self.hw_key, engine=verdict.engine, ranks=verdict.ranks,
+                analytic_bytes=analytic, predicted_bytes=verdict.predicted_bytes,
+                measured_bytes=measured, measured_source=source,
+                rel_error=(verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None))
             points = [p for p in study_points(trial.study, self.hw_key) if p.trial_number != trial.number]
             points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number,
                                            verdict.ranks))
@@ -333,8 +322,6 @@ class MemoryGuard:
             self.save(trial.study)
         if (result.ok and measured and self.spec_limit is not None and verdict.limit_bytes is not None
                 and measured > verdict.limit_bytes):
-            from autotune.report.build import fmt_bytes
-
             return result.model_copy(update=dict(
                 status=TrialStatus.oom, error_type="OverMemoryLimit",
                 error=f"measured peak {fmt_bytes(measured)} ({source}) exceeds the memory limit "
@@ -346,10 +333,10 @@ def study_points(study: Any, hw_key: str) -> list[CalibrationPoint]:
     """Every calibration point of this hardware recorded by the study's trials."""
     out = []
     for t in study.get_trials(deepcopy=False):
-        p = t.user_attrs.get(POINT_ATTR)
-        if p and p.get("hardware") == hw_key and p.get("measured_bytes") and p.get("analytic_bytes"):
-            out.append(CalibrationPoint(float(p["analytic_bytes"]), float(p["measured_bytes"]),
-                                        str(p["engine"]), t.number, int(p.get("ranks", 1))))
+        p = TrialRecord.of(t).memory_point
+        if p and p.hardware == hw_key and p.measured_bytes and p.analytic_bytes:
+            out.append(CalibrationPoint(float(p.analytic_bytes), float(p.measured_bytes),
+                                        p.engine, t.number, p.ranks))
     return out
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from autotune.contract import Offload, Precision
 from autotune.errors import UserError
 from autotune.estimate.compute import (ModelShape, flops_per_token, hardware_flops_per_token,
-                                       model_from_gpt_shape, model_from_hf_config)
+                                       model_from_workload)
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
 from autotune.pricing.catalog import Catalog
@@ -37,8 +37,9 @@ from autotune.spec import SweepSpec
 # Headroom kept below the GPU's memory for what the analytic model does not count without a
 # calibration on real hardware (CUDA context, allocator fragmentation).
 MEMORY_MARGIN = 0.10
-# The stated default: torchtitan's Llama-3.1-8B FSDP runs on 8-128 H100 reach 33-39% MFU
-# (benchmarks/llama3_h100_202412_torchtitan.md, Dec 2024; see /work/shared/reference.md).
+# The stated default: torchtitan's Llama 3.1 8B FSDP runs on 8 and 128 H100 reach 33-39% MFU
+# without Float8 (github.com/pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md,
+# torchtitan commit 9dec370, Dec 2024).
 DEFAULT_HFU = 0.35
 # Training state per parameter with mixed-precision Adam: 2 (16-bit weights) + 2 (gradients)
 # + 12 (fp32 master, two moments) bytes (Rajbhandari et al. 2019, ZeRO, sec. 3.1).
@@ -58,13 +59,9 @@ class PlanResult:
 
 
 def model_of(spec: SweepSpec) -> ModelShape:
-    w = spec.workload
-    if w.kind == "gpt":
-        return model_from_gpt_shape(w.resolved_shape(), name=w.preset or "gpt")
-    if w.kind == "hf":
-        if w.config_path:
-            return model_from_hf_config(w.config_path)
-        return model_from_hf_config({"model_type": w.model_type, **w.config_overrides})
+    model = model_from_workload(spec.workload)
+    if model is not None:
+        return model
     raise UserError("`autotune plan` needs the model's shape; an entry-point workload has none",
                     fix="use a gpt or hf workload in the spec (or `autotune cost --mfu --params`)")
 

@@ -29,32 +29,28 @@ class Engine(Protocol):
 
 
 def build_engine(cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int) -> Engine:
-    """The engine a config asks for: ZeRO -> DeepSpeed; TP -> DTensor tensor parallel; else
-    the engine of the launcher the long run uses (DeepSpeed's, at ZeRO stage 0, for the
-    DeepSpeed launcher; accelerate's Accelerator for accelerate); else torch DDP.
+    """The engine a config asks for (`autotune.contract.engine_for`: the rule the controller's
+    memory estimate and calibration use too).
 
     Every launcher sets the same RANK / WORLD_SIZE environment, so ZeRO under torchrun or
     accelerate runs too (deepspeed.initialize, as a script calling it directly would)."""
-    from autotune.contract import Launcher
+    from autotune.contract import EngineKind, engine_for
 
     if cfg.zero_stage > 0 and cfg.tp_degree > 1:
         from trials.engines.deepspeed import ZERO_WITH_TP
         from trials.errors import UnsupportedConfig
 
         raise UnsupportedConfig(ZERO_WITH_TP)
-    if cfg.zero_stage > 0:
+    kind = engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher)
+    if kind is EngineKind.deepspeed:
         from trials.engines.deepspeed import DeepSpeedEngine
 
         return DeepSpeedEngine(cfg, model, device, world_size)
-    if cfg.tp_degree > 1:
+    if kind is EngineKind.tensor_parallel:
         from trials.engines.tp import TensorParallelEngine
 
         return TensorParallelEngine(cfg, model, device, world_size)
-    if cfg.launcher is Launcher.deepspeed:
-        from trials.engines.deepspeed import DeepSpeedEngine
-
-        return DeepSpeedEngine(cfg, model, device, world_size)
-    if cfg.launcher is Launcher.accelerate:
+    if kind is EngineKind.accelerate:
         from trials.engines.accelerate import AccelerateEngine
 
         return AccelerateEngine(cfg, model, device, world_size)

@@ -17,15 +17,10 @@ from typing import Any, Iterator
 
 import torch
 
-from autotune.contract import Precision, TrialConfig
+from autotune.contract import ACCELERATE_MIXED_PRECISION, Precision, TrialConfig
 from trials.engines.ddp import loss_of
 from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
 from trials.errors import UnsupportedConfig
-
-# accelerate's names for the trial's precisions (`accelerate launch --mixed_precision`).
-MIXED_PRECISION = {Precision.fp32: "no", Precision.bf16: "bf16", Precision.fp16: "fp16",
-                   Precision.fp8: "fp8"}
-
 
 class AccelerateEngine:
     def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
@@ -34,7 +29,7 @@ class AccelerateEngine:
         if cfg.precision is Precision.fp8:
             raise UnsupportedConfig("fp8 under the accelerate launcher is not implemented. "
                                     "To fix: use launcher torchrun for fp8 trials")
-        want = MIXED_PRECISION[cfg.precision]
+        want = ACCELERATE_MIXED_PRECISION[cfg.precision]
         try:
             self.accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum_steps)
         except ValueError as exc:  # e.g. a precision accelerate refuses on this device

@@ -23,10 +23,16 @@ class BuiltWorkload:
     batches: Iterator[Any]
     params: int
     shape: dict[str, int] | None = None  # n_layers, d_model (for the FLOPs attention term)
+    lookup_params: int = 0  # used only as lookup tables: no matmul FLOPs (autotune.contract.flops)
     flops_per_token: float | None = None  # given by the user's entry point, if any
     kind: str = "gpt"
     hf_config: Any = None
     checkpointed_layers: list[int] = field(default_factory=list)
+
+    @property
+    def matmul_params(self) -> int:
+        """The N of 6N: parameters that take part in a matmul for every token."""
+        return self.params - self.lookup_params
 
 
 def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
@@ -43,7 +49,9 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         return BuiltWorkload(model, random_batches(shape.vocab_size, cfg.seq_len,
                                                    cfg.micro_batch_size, device, seed),
                              params=shape.num_params(),
-                             shape={"n_layers": shape.n_layers, "d_model": shape.d_model})
+                             shape={"n_layers": shape.n_layers, "d_model": shape.d_model},
+                             # learned positions; the token embedding is also the (tied) LM head
+                             lookup_params=shape.max_seq_len * shape.d_model)
     if isinstance(wl, HFWorkload):
         from trials.workloads import hf
 
@@ -55,7 +63,7 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         return BuiltWorkload(model.to(device), hf.random_batches(config.vocab_size, cfg.seq_len,
                                                                  cfg.micro_batch_size, device, seed),
                              params=count_params(model), shape=hf.shape_of(config), kind="hf",
-                             hf_config=config)
+                             hf_config=config, lookup_params=lookup_params(model))
     if isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import build_entry_point
 
@@ -63,13 +71,25 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         shape = ({"n_layers": int(info["n_layers"]), "d_model": int(info["d_model"])}
                  if info.get("n_layers") and info.get("d_model") else None)
         return BuiltWorkload(model, batches, params=count_params(model), shape=shape,
-                             flops_per_token=info.get("flops_per_token"), kind="entry_point")
+                             flops_per_token=info.get("flops_per_token"), kind="entry_point",
+                             lookup_params=lookup_params(model))
     raise UnsupportedConfig(f"workload kind '{wl.kind}' is not known to this worker")
 
 
 def count_params(model: torch.nn.Module) -> int:
     """Distinct parameters (tied weights once), as the 6N of the FLOPs estimate wants."""
     return sum(p.numel() for p in model.parameters())
+
+
+def lookup_params(model: torch.nn.Module) -> int:
+    """Embedding weights that no matmul uses (not tied to an nn.Linear or the model's output
+    embeddings): learned positions, an untied input embedding."""
+    matmul = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    out = getattr(model, "get_output_embeddings", lambda: None)()
+    if out is not None and getattr(out, "weight", None) is not None:
+        matmul.add(id(out.weight))
+    return sum(m.weight.numel() for m in model.modules()
+               if isinstance(m, torch.nn.Embedding) and id(m.weight) not in matmul)
 
 
 def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:

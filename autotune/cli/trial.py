@@ -1,0 +1,67 @@
+"""`autotune trial`: one trial outside any study, the small run before the long one.
+
+    autotune trial config.json [--out autotune_runs/single] [--json]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from autotune.cli.common import console
+from autotune.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(trial)
+
+
+def trial(
+    config_file: Path = typer.Argument(..., help="TrialConfig JSON"),
+    out: Path = typer.Option(Path("autotune_runs/single"), help="trial folder"),
+    as_json: bool = typer.Option(False, "--json", help="print the TrialResult JSON"),
+) -> None:
+    """Run one trial outside any study (the small run before the long one)."""
+    from pydantic import ValidationError
+
+    from autotune.contract import TrialConfig
+    from autotune.errors import format_validation_error
+    from autotune.run.launch import run_trial
+
+    if not config_file.is_file():
+        raise UserError(f"config file '{config_file}' does not exist", fix="check the path")
+    try:
+        cfg = TrialConfig.model_validate_json(config_file.read_text())
+    except ValidationError as exc:
+        raise UserError(format_validation_error(config_file, exc),
+                        fix="see autotune/contract/config.py TrialConfig for the fields") from None
+    result = run_trial(cfg, out)
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        from autotune.format import fmt_bytes
+
+        c = console()
+        c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""))
+        if result.ok:
+            r, obs = result, result.observations
+            c.print(f"tokens/s: {r.tokens_per_s:,.0f} ({r.tokens_per_s_per_rank:,.0f} per rank, "
+                    f"{r.world_size} ranks)  samples/s: {r.samples_per_s:,.1f}")
+            c.print(f"step: median {r.step_time_median_s:.4f}s p90 {r.step_time_p90_s:.4f}s "
+                    f"cv {r.step_time_cv:.2f} over {r.measured_steps} steps after {r.warmup_steps} warm-up")
+            pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
+            c.print(f"MFU {pct(r.mfu)}  HFU {pct(r.hfu)}  FLOPs/token {r.flops_per_token or 0:.3g}"
+                    f"  params {r.params or 0:,}")
+            c.print(f"peak memory: {fmt_bytes(r.peak_mem_bytes)} ({r.peak_mem_source.value})")
+            if "activation_saved_bytes" in obs:
+                c.print(f"activations saved for backward: {fmt_bytes(obs['activation_saved_bytes'])} "
+                        f"per micro-step ({obs.get('activation_dtype')})")
+            gns = "not measured" if r.gradient_noise_scale is None else f"{r.gradient_noise_scale:,.1f} samples"
+            c.print(f"gradient noise scale: {gns}")
+            c.print(f"final loss: {r.final_loss:.4f}  folder: {out}")
+            for note in r.notes:
+                c.print(f"  note: {note}")
+    if not result.ok:
+        raise typer.Exit(1)

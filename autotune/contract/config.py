@@ -1,0 +1,302 @@
+"""What a trial runs: the choices (precision, checkpointing, offload, launcher, device), the
+workload, and `TrialConfig`, the file the controller writes and the worker reads.
+
+    cfg = TrialConfig(workload=GPTWorkload(preset="tiny"), seq_len=128, micro_batch_size=4)
+    cfg.write(folder / "config.json")
+
+Every change to a field is a change to `SCHEMA_VERSION`; `tests/test_contract.py` pins the
+JSON schema so the surface changes on purpose only.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune.contract.jsonio import write_json_atomic
+
+SCHEMA_VERSION = 1
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
+class Checkpointing(str, Enum):
+    """Activation checkpointing: `selective` recomputes every `checkpoint_every`-th block."""
+
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class Offload(str, Enum):
+    none = "none"
+    optimizer = "optimizer"
+    optimizer_params = "optimizer+params"
+
+
+class Launcher(str, Enum):
+    torchrun = "torchrun"
+    deepspeed = "deepspeed"
+    accelerate = "accelerate"
+
+
+class DeviceKind(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+
+class ContractModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------------------
+
+
+class GPTShape(ContractModel):
+    """Shape of the built-in GPT decoder (pre-LN, learned positions, GELU MLP, tied head)."""
+
+    n_layers: int = Field(gt=0)
+    d_model: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    max_seq_len: int = Field(default=2048, gt=0)
+    ffn_mult: int = Field(default=4, gt=0, description="MLP hidden = ffn_mult * d_model")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "GPTShape":
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}. "
+                "To fix: pick n_heads that divides d_model."
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def num_params(self, include_embeddings: bool = True) -> int:
+        """Exact parameter count of `trials.workloads.gpt.GPT` for this shape."""
+        d, f = self.d_model, self.ffn_mult * self.d_model
+        per_layer = (
+            2 * 2 * d  # two LayerNorms (weight + bias)
+            + d * 3 * d + 3 * d  # qkv projection
+            + d * d + d  # attention output projection
+            + d * f + f  # MLP up
+            + f * d + d  # MLP down
+        )
+        body = self.n_layers * per_layer + 2 * d  # + final LayerNorm
+        if not include_embeddings:
+            return body
+        # token embedding (tied with the LM head) + learned positions
+        return body + self.vocab_size * d + self.max_seq_len * d
+
+
+# Presets from ~1M parameters (tests) up to 7B shapes (planning only: `estimate`, `plan`).
+GPT_PRESETS: dict[str, GPTShape] = {
+    "tiny": GPTShape(n_layers=2, d_model=128, n_heads=4, vocab_size=2048, max_seq_len=256),
+    "mini": GPTShape(n_layers=4, d_model=256, n_heads=8, vocab_size=8192, max_seq_len=512),
+    "small": GPTShape(n_layers=12, d_model=768, n_heads=12, vocab_size=50304, max_seq_len=1024),
+    "medium": GPTShape(n_layers=24, d_model=1024, n_heads=16, vocab_size=50304, max_seq_len=1024),
+    "large": GPTShape(n_layers=36, d_model=1280, n_heads=20, vocab_size=50304, max_seq_len=1024),
+    "1b": GPTShape(n_layers=24, d_model=2048, n_heads=16, vocab_size=50304, max_seq_len=2048),
+    "7b": GPTShape(n_layers=32, d_model=4096, n_heads=32, vocab_size=32000, max_seq_len=4096),
+}
+
+
+def preset_names() -> list[str]:
+    return list(GPT_PRESETS)
+
+
+class GPTWorkload(ContractModel):
+    """The built-in GPT: a preset by name, or explicit shapes."""
+
+    kind: Literal["gpt"] = "gpt"
+    preset: str | None = "tiny"
+    shape: GPTShape | None = None
+
+    @model_validator(mode="after")
+    def _known_preset(self) -> "GPTWorkload":
+        if self.shape is None:
+            if self.preset not in GPT_PRESETS:
+                import difflib
+
+                close = difflib.get_close_matches(str(self.preset), GPT_PRESETS, n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise ValueError(
+                    f"unknown GPT preset '{self.preset}'.{hint} "
+                    f"To fix: use one of {', '.join(GPT_PRESETS)}, or give `shape`."
+                )
+        return self
+
+    def resolved_shape(self) -> GPTShape:
+        return self.shape if self.shape is not None else GPT_PRESETS[str(self.preset)]
+
+
+class HFWorkload(ContractModel):
+    """A Hugging Face causal LM built from a config with random weights (never a download).
+
+    Either `config_path` (a local config.json) or `model_type` plus `config_overrides`
+    (e.g. model_type="llama", overrides {"hidden_size": 256, ...}).
+    """
+
+    kind: Literal["hf"] = "hf"
+    config_path: str | None = None
+    model_type: str | None = None
+    config_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "HFWorkload":
+        if (self.config_path is None) == (self.model_type is None):
+            raise ValueError(
+                "a Hugging Face workload needs exactly one of `config_path` or `model_type`. "
+                "To fix: point config_path at a local config.json, or name model_type."
+            )
+        return self
+
+
+class EntryPointWorkload(ContractModel):
+    """The user's own model and data: `module:function` returning (model, batch iterator).
+
+    The function is called on every rank as
+    `fn(seq_len=..., micro_batch_size=..., device=torch.device, **kwargs)` and returns
+    `(model, batches)` or `(model, batches, info)`:
+    - `model`: a torch.nn.Module (fp32 weights; the worker applies precision and parallelism)
+      where `model(input_ids, labels=labels)` returns the mean loss of the micro-batch (a
+      tensor, or an object with `.loss`, as transformers models do);
+    - `batches`: an iterable of one rank's micro-batches, dicts with `input_ids` and `labels`
+      (or one tensor of token ids, used as both); a re-iterable (a DataLoader) is restarted;
+    - `info` (optional dict): `flops_per_token` (model FLOPs, forward + backward), or
+      `n_layers` and `d_model` for the attention term of the 6N + 12·L·d·s estimate.
+    Activation checkpointing applies where the model has transformers'
+    `gradient_checkpointing_enable`; otherwise such a trial is `unsupported`.
+    """
+
+    kind: Literal["entry_point"] = "entry_point"
+    entry_point: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    python_path: list[str] = Field(
+        default_factory=list, description="folders put on sys.path before the import"
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> "EntryPointWorkload":
+        module, sep, fn = self.entry_point.partition(":")
+        if not sep or not module or not fn:
+            raise ValueError(
+                f"entry_point '{self.entry_point}' is not 'module:function'. "
+                "To fix: write it as e.g. 'my_pkg.train:build'."
+            )
+        return self
+
+
+Workload = Annotated[Union[GPTWorkload, HFWorkload, EntryPointWorkload], Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------------------------------
+# Trial config and result
+# ---------------------------------------------------------------------------------------
+
+
+class TrainingKnobs(ContractModel):
+    """The knobs of a training configuration that decide its speed and memory. One home for
+    their defaults and consistency rules: `TrialConfig` (what a trial runs) and the memory
+    estimate's `MemoryConfig` both extend it."""
+
+    seq_len: int = Field(default=128, gt=0)
+    micro_batch_size: int = Field(default=1, gt=0)
+    precision: Precision = Precision.fp32
+    checkpointing: Checkpointing = Checkpointing.none
+    checkpoint_every: int = Field(default=2, gt=0, description="selective: every k-th block")
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    offload: Offload = Offload.none
+    tp_degree: int = Field(default=1, gt=0)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+
+    @model_validator(mode="after")
+    def _offload_needs_zero(self) -> "TrainingKnobs":
+        if self.offload is not Offload.none and self.zero_stage == 0:
+            raise ValueError("offload needs ZeRO. To fix: set zero_stage >= 1 or offload none.")
+        if self.offload is Offload.optimizer_params and self.zero_stage != 3:
+            raise ValueError(
+                "parameter offload needs ZeRO stage 3. To fix: set zero_stage 3 or offload optimizer."
+            )
+        return self
+
+
+class TrialConfig(TrainingKnobs):
+    """Everything a worker needs to run one trial. Written by the controller, read by the worker.
+
+    `num_gpus` is the number of ranks: GPUs on CUDA, processes (each with
+    `threads_per_rank` CPU threads) on CPU.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    workload: Workload = Field(default_factory=GPTWorkload)
+    grad_accum_steps: int = Field(default=1, gt=0)
+    num_gpus: int = Field(default=1, gt=0, description="ranks (GPUs, or CPU processes)")
+    num_nodes: int = Field(default=1, gt=0)
+    launcher: Launcher = Launcher.torchrun
+    device: DeviceKind = DeviceKind.cpu
+    lr: float = Field(default=3e-4, gt=0)
+    # The trial's length and patience. The sweep spec's `trial:` section takes its defaults
+    # from these (autotune.spec.TrialSettings), so a trial run alone (`autotune trial`) and one
+    # run by a sweep are the same trial. The values are the sweep's, which the README
+    # documents: a trial is a short run, and 300 s bounds what a hung one costs a sweep.
+    warmup_steps: int = Field(default=2, ge=0)
+    measure_steps: int = Field(default=5, gt=0)
+    max_measure_steps: int = Field(default=15, gt=0, description="cap when CV is high")
+    max_step_time_cv: float = Field(default=0.15, gt=0, description="extend steps above this")
+    threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank")
+    seed: int = 0
+    timeout_s: float = Field(default=300.0, gt=0)
+    device_peak_flops: float | None = Field(
+        default=None, description="dense peak FLOP/s of one device at this precision (catalog)"
+    )
+    measure_noise_scale: bool = True
+
+    @model_validator(mode="after")
+    def _parallel_shape(self) -> "TrialConfig":
+        if self.num_gpus % self.tp_degree:
+            raise ValueError(
+                f"tp_degree={self.tp_degree} does not divide num_gpus={self.num_gpus}. "
+                "To fix: choose a tp_degree that divides the GPU count."
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """All ranks of the trial: `num_gpus` per node on each of `num_nodes` nodes."""
+        return self.num_gpus * self.num_nodes
+
+    @property
+    def dp_degree(self) -> int:
+        return self.world_size // self.tp_degree
+
+    @property
+    def global_batch_samples(self) -> int:
+        return self.micro_batch_size * self.grad_accum_steps * self.dp_degree
+
+    @property
+    def global_batch_tokens(self) -> int:
+        return self.global_batch_samples * self.seq_len
+
+    def write(self, path: str | Path) -> None:
+        write_json_atomic(path, self.model_dump(mode="json"))
+
+    @classmethod
+    def read(cls, path: str | Path) -> "TrialConfig":
+        return cls.model_validate_json(Path(path).read_text())
+
+

@@ -1,0 +1,116 @@
+"""What a trial measured: `TrialResult` (throughput, step times, memory per rank with its
+source, MFU, the failure kind), written by the worker's rank 0 and read by the controller.
+
+    result = TrialResult.read(folder / "result.json")
+    result.ok, result.tokens_per_s, result.peak_mem_bytes, result.peak_mem_source
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from autotune.contract.config import SCHEMA_VERSION, DeviceKind, ContractModel
+from autotune.contract.jsonio import write_json_atomic
+
+
+class TrialStatus(str, Enum):
+    ok = "ok"
+    oom = "oom"
+    timeout = "timeout"
+    crash = "crash"
+    nan = "nan"
+    unsupported = "unsupported"
+
+
+class MemorySource(str, Enum):
+    """Where a memory figure came from; a report always says which."""
+
+    cuda_allocator = "cuda_allocator"  # torch.cuda.max_memory_allocated / reserved
+    nvml = "nvml"  # device-level used memory, sampled by a background thread
+    host_rss = "host_rss"  # peak resident set size of the rank's process (CPU trials)
+    not_measured = "not_measured"
+
+
+class MemoryReport(ContractModel):
+    """Peak memory per rank (index = rank), each figure with its source. None = not measured."""
+
+    allocator_allocated_peak_bytes: list[int] | None = None
+    allocator_reserved_peak_bytes: list[int] | None = None
+    nvml_device_peak_bytes: list[int] | None = None
+    host_rss_peak_bytes: list[int] | None = None
+    host_rss_baseline_bytes: list[int] | None = Field(
+        default=None, description="RSS before the model was built (CPU: memory the trial added)"
+    )
+
+
+class HardwareFingerprint(ContractModel):
+    hostname: str = ""
+    device_kind: DeviceKind = DeviceKind.cpu
+    device_name: str = ""
+    device_count: int = 0
+    device_memory_bytes: int | None = None
+    cpu_model: str = ""
+    cpu_count: int = 0
+    host_memory_bytes: int | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str | None = None
+    interconnect: str | None = None
+
+    def key(self) -> str:
+        """A short key that separates results measured on different hardware."""
+        if self.device_kind is DeviceKind.cuda:
+            return f"cuda:{self.device_name}"
+        return f"cpu:{self.cpu_model or 'unknown'}"
+
+
+class TrialResult(ContractModel):
+    schema_version: int = SCHEMA_VERSION
+    status: TrialStatus
+    error_type: str | None = None
+    error: str | None = None
+    log_tail: str | None = None
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s_per_rank: float | None = None
+    step_time_median_s: float | None = None
+    step_time_p90_s: float | None = None
+    step_time_cv: float | None = None
+    step_times_s: list[float] = Field(default_factory=list)
+    warmup_steps: int = 0
+    measured_steps: int = 0
+    measure_extended: bool = False
+    optimizer_steps: int = 0
+    peak_mem_bytes: int | None = Field(default=None, description="max over ranks, see source")
+    peak_mem_bytes_per_rank: list[int] | None = None
+    peak_mem_source: MemorySource = MemorySource.not_measured
+    memory: MemoryReport = Field(default_factory=MemoryReport)
+    final_loss: float | None = None
+    world_size: int = 0
+    params: int | None = None
+    flops_per_token: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    gradient_noise_scale: float | None = None
+    hardware: HardwareFingerprint = Field(default_factory=HardwareFingerprint)
+    wall_s: float | None = None
+    phase_s: dict[str, float] = Field(default_factory=dict, description="where the time went")
+    observations: dict[str, Any] = Field(
+        default_factory=dict, description="what the worker saw applied (dtypes, shard sizes, ...)"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.ok
+
+    def write(self, path: str | Path) -> None:
+        write_json_atomic(path, self.model_dump(mode="json"))
+
+    @classmethod
+    def read(cls, path: str | Path) -> "TrialResult":
+        return cls.model_validate_json(Path(path).read_text())

@@ -1,0 +1,42 @@
+"""Numbers as people read them, the same in every output (terminal, HTML, export, messages).
+
+    fmt_bytes(3 * 2**30)         # "3.0 GiB"
+    fmt_hours(0.5), fmt_hours(72), fmt_hours(72, days_beside=True)   # "30.0 min", "3.0 d", "72.0 h (3.0 d)"
+    fmt_usd(1234.5), fmt_pct(0.295)                                   # "$1,234.50", "29.5%"
+"""
+
+from __future__ import annotations
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "not measured"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def fmt_hours(h: float | None, days_beside: bool = False) -> str:
+    """Minutes under an hour, hours under two days, days beyond. `days_beside`: always in
+    hours, with days beside from two days on (an axis in hours reads better so)."""
+    if h is None:
+        return "-"
+    if days_beside:
+        return f"{h:,.1f} h" + (f" ({h / 24:,.1f} d)" if h >= 48 else "")
+    if h < 1:
+        return f"{h * 60:.1f} min"
+    if h < 48:
+        return f"{h:.1f} h"
+    return f"{h / 24:,.1f} d"
+
+
+def fmt_usd(x: float | None) -> str:
+    return "-" if x is None else (f"${x:,.2f}" if x >= 1 else f"${x:.4f}")
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"

@@ -1,0 +1,148 @@
+"""The report's interactive figures (plotly) for the HTML page: the Pareto plot of hours
+against dollars, throughput against GPU count, memory per config.
+
+    fig = pareto_figure(doc)        # plotly Figure; the page inlines plotly.js (no network)
+
+`doc` is `autotune.report.build.collect(...)`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from autotune.format import fmt_hours, fmt_usd
+from autotune.report.labels import config_summary
+from autotune.report.plots import (FRONT_COLOUR, INFEASIBLE_COLOUR, best_labels, gpus_of, mem_label,
+                                   mem_text, mem_used, memory_rows, not_plotted, pareto_axes,
+                                   platform_colours)
+
+
+def pareto_figure(doc: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    colours = platform_colours(doc)
+    fig = go.Figure()
+    opts = doc["options"]
+    for platform, colour in colours.items():
+        pts = [o for o in opts if o["platform"] == platform and o["feasible"]]
+        if pts:
+            fig.add_trace(go.Scatter(
+                x=[o["hours"] for o in pts], y=[o["usd"] for o in pts], mode="markers",
+                name=platform, marker=dict(color=colour, size=12, line=dict(width=1, color="white")),
+                text=[_hover(o) for o in pts], hoverinfo="text"))
+    bad = [o for o in opts if not o["feasible"]]
+    if bad:
+        fig.add_trace(go.Scatter(
+            x=[o["hours"] for o in bad], y=[o["usd"] for o in bad], mode="markers",
+            name="over budget or deadline", text=[_hover(o) for o in bad], hoverinfo="text",
+            marker=dict(symbol="x", size=12, color=INFEASIBLE_COLOUR)))
+    front = sorted(doc["pareto"], key=lambda o: o["hours"])
+    if front:
+        fig.add_trace(go.Scatter(
+            x=[o["hours"] for o in front], y=[o["usd"] for o in front], mode="lines+markers",
+            name="Pareto set", line=dict(color=FRONT_COLOUR, width=2, dash="dot", shape="hv"),
+            marker=dict(symbol="circle-open", size=20, color=FRONT_COLOUR, line=dict(width=2)),
+            text=[_hover(o) for o in front], hoverinfo="text"))
+    # Limits as line traces, not shapes: shapes on a log axis take log10 coordinates, and
+    # a trace also gets a legend entry that names the limit.
+    limits = doc["limits"]
+    ax = pareto_axes(doc)
+    (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
+    if limits["deadline_hours"] is not None:
+        fig.add_trace(go.Scatter(x=[limits["deadline_hours"]] * 2, y=[y_lo, y_hi], mode="lines",
+                                 name=f"deadline {fmt_hours(limits['deadline_hours'], days_beside=True)}",
+                                 line=dict(color="#D55E00", dash="dash"), hoverinfo="name"))
+    if limits["max_usd"] is not None:
+        fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[limits["max_usd"]] * 2, mode="lines",
+                                 name=f"budget {fmt_usd(limits['max_usd'])}",
+                                 line=dict(color="#D55E00", dash="dashdot"), hoverinfo="name"))
+    log_x, log_y = ax["log_x"], ax["log_y"]
+    for key, label, ay in best_labels(doc):
+        o = doc[key]
+        if o:  # annotations on a log axis take log10 of the value (plotly's convention)
+            fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
+                               y=math.log10(o["usd"]) if log_y else o["usd"],
+                               text=f"<b>{label}</b>: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
+                               showarrow=True, arrowhead=2, ax=70, ay=ay, bgcolor="white",
+                               bordercolor="#999")
+    sub = not_plotted(doc)
+    fig.update_layout(
+        title=dict(text="Hours to target vs dollars: each point is one (config, offer); lower left is better"
+                   + (f"<br><sup>{html.escape(sub)}</sup>" if sub else "")),
+        xaxis=dict(title="hours to target" + (" (log)" if log_x else ""), type="log" if log_x else "linear",
+                   range=_plotly_range(x_lo, x_hi, log_x)),
+        yaxis=dict(title="dollars to target" + (" (log)" if log_y else ""), type="log" if log_y else "linear",
+                   range=_plotly_range(y_lo, y_hi, log_y)),
+        template="plotly_white", height=520, legend=dict(title="platform"),
+        margin=dict(l=70, r=30, t=80, b=60))
+    return fig
+
+
+def _plotly_range(lo: float, hi: float, log: bool) -> list[float]:
+    return [math.log10(lo), math.log10(hi)] if log and lo > 0 else [lo, hi]
+
+
+def _hover(o: dict[str, Any]) -> str:
+    tps = f"{o['tokens_per_s']:,.0f} tokens/s" if o.get("tokens_per_s") else "tokens/s not measured"
+    return (f"trial {o['trial']}: {html.escape(config_summary(o['config']))}<br>"
+            f"{html.escape(o['offer'])} ({html.escape(o['platform'])})<br>"
+            f"{fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}, {tps}<br>figures: {o['basis_kind']}")
+
+
+def throughput_figure(doc: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    done = [t for t in doc["trials"] if t["state"] == "COMPLETE" and t["tokens_per_s"]]
+    fig.add_trace(go.Scatter(
+        x=[gpus_of(t["config"]) for t in done], y=[t["tokens_per_s"] for t in done], mode="markers",
+        name="every completed trial", marker=dict(color="#9ab", size=9),
+        text=[f"#{t['number']} {html.escape(config_summary(t['config']))}" for t in done], hoverinfo="text+y"))
+    sc = doc["scaling"]
+    if sc:
+        fig.add_trace(go.Scatter(
+            x=[s["num_gpus"] for s in sc], y=[s["tokens_per_s"] for s in sc], mode="lines+markers+text",
+            name="best per GPU count", line=dict(color="#0072B2", width=3), marker=dict(size=11),
+            text=[f"{100 * s['scaling_efficiency']:.0f}%" for s in sc], textposition="top center"))
+        n0, per0 = sc[0]["num_gpus"], sc[0]["tokens_per_s_per_gpu"]
+        xs = [s["num_gpus"] for s in sc]
+        fig.add_trace(go.Scatter(x=xs, y=[per0 * n for n in xs], mode="lines", name=f"linear from {n0} GPU",
+                                 line=dict(color="#999", dash="dash")))
+    fig.update_layout(
+        title="Throughput vs GPU count (labels: scaling efficiency against linear)",
+        xaxis=dict(title="GPUs (ranks)", tickmode="array", tickvals=sorted({gpus_of(t["config"]) for t in done})),
+        yaxis=dict(title="tokens/s (measured)", rangemode="tozero"),
+        template="plotly_white", height=420, margin=dict(l=70, r=30, t=60, b=60))
+    return fig
+
+
+def memory_figure(doc: dict[str, Any]):
+    import plotly.graph_objects as go
+
+    rows = memory_rows(doc)
+    labels = [mem_label(t) for t in rows]
+    gib = 1024 ** 3
+    used = [(mem_used(t) or 0) / gib for t in rows]
+    free = [(t["headroom_bytes"] or 0) / gib if t["headroom_bytes"] is not None else 0 for t in rows]
+    fig = go.Figure()
+    # Unmeasured rows (never launched) show their predicted diamond; their words go to hover.
+    texts = [mem_text(t) if t["peak_mem_bytes"] else "" for t in rows]
+    hover = [mem_text(t, long=True) for t in rows]
+    fig.add_trace(go.Bar(y=labels, x=used, orientation="h", name="measured peak", marker_color="#D55E00",
+                         hovertext=hover, hoverinfo="text"))
+    # The figures go right of each stacked bar (the last trace's "outside"), never rotated.
+    fig.add_trace(go.Bar(y=labels, x=free, orientation="h", name="headroom (free)", marker_color="#cfe8cf",
+                         text=texts, textposition="outside", textangle=0, cliponaxis=False,
+                         hovertext=hover, hoverinfo="text"))
+    pred = [(lab, t["predicted_peak_mem_bytes"] / gib) for lab, t in zip(labels, rows) if t["predicted_peak_mem_bytes"]]
+    if pred:
+        fig.add_trace(go.Scatter(y=[p[0] for p in pred], x=[p[1] for p in pred], mode="markers",
+                                 name="predicted peak", marker=dict(symbol="diamond", size=12, color="#000")))
+    ends = [u + f for u, f in zip(used, free)] + [p[1] for p in pred]
+    fig.update_layout(barmode="stack", title="Memory per config: measured peak and headroom per rank",
+                      xaxis=dict(title="GiB per rank", range=[0, 2.2 * max(ends + [1e-3])]),
+                      template="plotly_white", legend=dict(orientation="h", y=-0.2, yanchor="top"),
+                      height=max(300, 140 + 40 * len(rows)), margin=dict(l=260, r=30, t=60, b=110))
+    return fig

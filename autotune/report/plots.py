@@ -1,0 +1,232 @@
+"""The report's plots as PNG files (matplotlib, no browser needed), and what they share with
+the HTML page's interactive figures (autotune.report.figures): colours, axes, labels.
+
+    write_pngs(doc, Path("report/"))      # pareto.png, throughput.png, memory.png
+    pareto_axes(doc)                       # scale and range of the Pareto plot's axes
+
+`doc` is `autotune.report.build.collect(...)`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autotune.format import fmt_bytes, fmt_hours, fmt_usd
+from autotune.report.labels import config_summary
+
+PNG_NAMES = ("pareto.png", "throughput.png", "memory.png")
+# Colours a reader can tell apart (Okabe-Ito, colour-blind safe), one per platform.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+INFEASIBLE_COLOUR = "#9a9a9a"
+FRONT_COLOUR = "#222222"
+
+
+def platform_colours(doc: dict[str, Any]) -> dict[str, str]:
+    platforms = sorted({o["platform"] for o in doc["options"]})
+    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(platforms)}
+
+
+def _log_axis(values: list[float]) -> bool:
+    """Log scale when the points span more than a decade: hours and dollars often do."""
+    pos = [v for v in values if v and v > 0]
+    return len(pos) > 1 and max(pos) / min(pos) > 10
+
+
+def not_plotted(doc: dict[str, Any]) -> str:
+    parts = [f"{g['count']} {g['state'].lower()} ({g['status']})" for g in doc["failures"]]
+    return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
+
+
+def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """(key, label, offset) of the points to name; one label when cheapest is also fastest."""
+    c, f = doc["cheapest"], doc["fastest"]
+    if c and f and (c["trial"], c["offer"]) == (f["trial"], f["offer"]):
+        return [("cheapest", "cheapest and fastest", 40)]
+    return [("cheapest", "cheapest", 40), ("fastest", "fastest", -40)]
+
+
+def pareto_axes(doc: dict[str, Any]) -> dict[str, Any]:
+    """Scale and range of both axes of the Pareto plot, the limits included, with room around
+    the points (x2 either side on a log axis, a quarter of the span on a linear one)."""
+    lim = doc["limits"]
+    out: dict[str, Any] = {}
+    for axis, key, limit in (("x", "hours", lim["deadline_hours"]), ("y", "usd", lim["max_usd"])):
+        vals = [o[key] for o in doc["options"] if o[key] > 0] + ([limit] if limit else [])
+        log = _log_axis(vals)
+        if not vals:
+            lo, hi = 0.0, 1.0
+        elif log:
+            lo, hi = min(vals) / 2, max(vals) * 2
+        else:
+            lo, hi = min(vals), max(vals)
+            span = (hi - lo) or max(abs(hi), 1e-9)
+            lo, hi = max(0.0, lo - 0.25 * span), hi + 0.25 * span
+        out[axis], out[f"log_{axis}"] = (lo, hi), log
+    return out
+
+
+def gpus_of(cfg: dict[str, Any]) -> int:
+    return (cfg.get("num_gpus") or 0) * (cfg.get("num_nodes") or 1)
+
+
+def memory_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in doc["trials"] if t["peak_mem_bytes"] or t["predicted_peak_mem_bytes"]]
+
+
+def mem_used(t: dict[str, Any]) -> int | None:
+    """What was compared with the capacity: the headroom is capacity - used."""
+    if t["mem_capacity_bytes"] is not None and t["headroom_bytes"] is not None:
+        return t["mem_capacity_bytes"] - t["headroom_bytes"]
+    return t["peak_mem_bytes"]
+
+
+def mem_text(t: dict[str, Any], long: bool = False) -> str:
+    if not t["peak_mem_bytes"]:
+        pred = t["predicted_peak_mem_bytes"]
+        return "not measured" + (f" (predicted {fmt_bytes(pred)})" if pred else "")
+    s = fmt_bytes(mem_used(t))
+    if t["mem_capacity_bytes"]:
+        s += f" of {fmt_bytes(t['mem_capacity_bytes'])}"
+        if long:
+            s += f" ({t['mem_capacity_source']})"
+    return s
+
+
+def mem_label(t: dict[str, Any]) -> str:
+    ended = "" if t["status"] in (None, "ok") else f" [{t['status']}]"
+    return f"#{t['number']} {config_summary(t['config'])}{ended}"
+
+
+
+# ---------------------------------------------------------------------------------------
+# PNG (matplotlib)
+# ---------------------------------------------------------------------------------------
+
+
+def write_pngs(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """pareto.png, throughput.png, memory.png; returns where each Pareto point was drawn
+    (pixels from the top-left) and stores the points in the PNG's text metadata."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, no browser
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    placed = _png_pareto(doc, folder / "pareto.png", plt)
+    _png_throughput(doc, folder / "throughput.png", plt)
+    _png_memory(doc, folder / "memory.png", plt)
+    return {"pareto_px": placed}
+
+
+def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
+    colours = platform_colours(doc)
+    opts = doc["options"]
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
+    for platform, colour in colours.items():
+        pts = [o for o in opts if o["platform"] == platform and o["feasible"]]
+        if pts:
+            ax.scatter([o["hours"] for o in pts], [o["usd"] for o in pts], s=90, color=colour,
+                       edgecolor="white", zorder=3, label=platform)
+    bad = [o for o in opts if not o["feasible"]]
+    if bad:
+        ax.scatter([o["hours"] for o in bad], [o["usd"] for o in bad], s=80, marker="x",
+                   color=INFEASIBLE_COLOUR, zorder=3, label="over budget or deadline")
+    front = sorted(doc["pareto"], key=lambda o: o["hours"])
+    if front:
+        ax.step([o["hours"] for o in front], [o["usd"] for o in front], where="post", color=FRONT_COLOUR,
+                linestyle=":", zorder=2)
+        ax.scatter([o["hours"] for o in front], [o["usd"] for o in front], s=300, facecolors="none",
+                   edgecolors=FRONT_COLOUR, linewidths=2, zorder=4, label="Pareto set")
+    lim = doc["limits"]
+    if lim["deadline_hours"] is not None:
+        ax.axvline(lim["deadline_hours"], color="#D55E00", linestyle="--", label="deadline")
+    if lim["max_usd"] is not None:
+        ax.axhline(lim["max_usd"], color="#D55E00", linestyle="-.", label="budget")
+    axes = pareto_axes(doc)
+    if axes["log_x"]:
+        ax.set_xscale("log")
+    if axes["log_y"]:
+        ax.set_yscale("log")
+    ax.set_xlim(*axes["x"])
+    ax.set_ylim(*axes["y"])
+    for key, label, dy in best_labels(doc):
+        o = doc[key]
+        if o:
+            ax.annotate(f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
+                        (o["hours"], o["usd"]), xytext=(30, dy), textcoords="offset points",
+                        arrowprops=dict(arrowstyle="->"), fontsize=9,
+                        bbox=dict(boxstyle="round", fc="white", ec="#999"))
+    ax.set_xlabel("hours to target")
+    ax.set_ylabel("dollars to target")
+    sub = not_plotted(doc)
+    ax.set_title("Hours vs dollars: each point one (config, offer); lower left is better"
+                 + (f"\n{sub}" if sub else ""), fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    if opts:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.canvas.draw()
+    height = fig.canvas.get_width_height()[1]
+    placed = []
+    for o in front:
+        x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
+        placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
+                       "x_px": float(x_px), "y_px": float(height - y_px)})
+    fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}",
+                                        "Description": json.dumps({"pareto": placed})})
+    plt.close(fig)
+    return placed
+
+
+def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    done = [t for t in doc["trials"] if t["state"] == "COMPLETE" and t["tokens_per_s"]]
+    ax.scatter([gpus_of(t["config"]) for t in done], [t["tokens_per_s"] for t in done], color="#9ab",
+               label="every completed trial", zorder=2)
+    sc = doc["scaling"]
+    if sc:
+        xs = [s["num_gpus"] for s in sc]
+        ax.plot(xs, [s["tokens_per_s"] for s in sc], "-o", color="#0072B2", lw=2.5, label="best per GPU count")
+        ax.plot(xs, [sc[0]["tokens_per_s_per_gpu"] * n for n in xs], "--", color="#999",
+                label=f"linear from {sc[0]['num_gpus']} GPU")
+        for s in sc:
+            ax.annotate(f"{100 * s['scaling_efficiency']:.0f}%", (s["num_gpus"], s["tokens_per_s"]),
+                        xytext=(0, 8), textcoords="offset points", ha="center", fontsize=9)
+        ax.set_xticks(sorted({gpus_of(t["config"]) for t in done}))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("GPUs (ranks)")
+    ax.set_ylabel("tokens/s (measured)")
+    ax.set_title("Throughput vs GPU count (labels: scaling efficiency)", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    if done:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
+    rows = memory_rows(doc)
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.9 + 0.45 * len(rows))), dpi=100)
+    gib = 1024 ** 3
+    labels = [mem_label(t) for t in rows]
+    used = [(mem_used(t) or 0) / gib for t in rows]
+    free = [(t["headroom_bytes"] or 0) / gib for t in rows]
+    ax.barh(labels, used, color="#D55E00", label="measured peak")
+    ax.barh(labels, free, left=used, color="#cfe8cf", label="headroom (free)")
+    for i, t in enumerate(rows):
+        right = max(used[i], (t["predicted_peak_mem_bytes"] or 0) / gib)
+        ax.annotate(mem_text(t), (right, i), xytext=(8, 0), textcoords="offset points", va="center",
+                    fontsize=8)
+        if t["predicted_peak_mem_bytes"]:
+            ax.plot(t["predicted_peak_mem_bytes"] / gib, i, "kD", label="predicted peak" if i == 0 else None)
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB")
+    ax.set_title("Memory per config: measured peak and headroom per rank", fontsize=11)
+    if rows:
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,138 @@
+"""Who runs a trial, and whether they are still alive: process identity that survives pid
+reuse, the trial's processes by group and folder, and recovery of trials whose controller died.
+
+    record = controller_record()                 # stored with each trial (TrialRecord.controller)
+    failed = recover_dead_trials(study, note)    # at the start of every sweep on this host
+
+A trial records the controller that runs it (`controller`) and its launcher's process group
+(`launch`), so a sweep that finds a RUNNING trial whose controller on this host is dead kills
+its orphaned process group, fails it and re-queues it; trials of dead machines elsewhere are
+failed by the storage's heartbeat (autotune/run/storage.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from typing import Any, Callable
+
+from autotune.record import ControllerRef, TrialRecord
+from autotune.run.launch import group_alive
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of a process (clock ticks since boot): tells a live pid from a reused one."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start_ticks_: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    now = start_ticks(pid)
+    return start_ticks_ is None or now is None or now == start_ticks_
+
+
+def trial_processes(pgid: int, trial_dir: str) -> list[int]:
+    """Live processes of group `pgid` that belong to the trial (working directory inside its
+    folder): a recycled group id of an unrelated program is never touched."""
+    root = os.path.realpath(trial_dir)
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            cwd = os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+        except (OSError, ProcessLookupError):
+            continue
+        if cwd == root or cwd.startswith(root + os.sep):
+            found.append(pid)
+    return found
+
+
+def kill_trial_processes(pgid: int, trial_dir: str, grace_s: float = 3.0) -> int:
+    """SIGTERM, then SIGKILL, the trial's processes left in group `pgid`; how many there were."""
+    pids = trial_processes(pgid, trial_dir)
+    if not pids:
+        return 0
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and trial_processes(pgid, trial_dir):
+            time.sleep(0.1)
+        if not trial_processes(pgid, trial_dir):
+            break
+    return len(pids)
+
+
+def controller_record() -> ControllerRef:
+    """This process, as a trial's or a claim's owner."""
+    pid = os.getpid()
+    return ControllerRef(host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid))
+
+
+def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> list[int]:
+    """Fail (and re-queue) RUNNING trials whose controller on THIS host is dead, killing the
+    processes they left behind; also kill leftovers of this host's trials already failed by a
+    heartbeat. Trials of other hosts are the heartbeat's job. Returns the trial numbers failed."""
+    import copy
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from autotune.run.storage import retry_callback
+
+    host = socket.gethostname()
+    storage = study._storage
+    failed: list[int] = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.FAIL)):
+        rec = TrialRecord.of(t)
+        ctl = rec.controller
+        if ctl is None or ctl.host != host:
+            continue
+        if t.state is TrialState.RUNNING and process_alive(ctl.pid, ctl.start_ticks):
+            continue  # a live sweep on this machine runs it
+        pgid = rec.launch.pgid if rec.launch else None
+        if t.state is TrialState.FAIL and not (pgid and group_alive(int(pgid))):
+            continue
+        killed = 0
+        if pgid and rec.trial_dir:
+            killed = kill_trial_processes(int(pgid), rec.trial_dir)
+        if t.state is TrialState.FAIL:
+            if killed and note:  # failed by a heartbeat elsewhere; its processes lived on here
+                note(f"trial {t.number}: killed {killed} leftover process(es)")
+            continue
+        why = (f"controller pid {ctl.pid} on {host} died during the trial; a later sweep "
+               f"failed it and killed {killed} leftover process(es)")
+        TrialRecord.write_stored(storage, t._trial_id, error=why, leftovers_killed=killed)
+        try:
+            if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another sweep got there first
+        failed.append(t.number)
+        if note:
+            note(f"trial {t.number}: {why}; re-queued")
+        retry_callback()(study, copy.deepcopy(storage.get_trial(t._trial_id)))
+    return failed
+
+
+def owner_attrs() -> dict[str, Any]:
+    """This process as the owner written on a claim (autotune.run.storage.claim)."""
+    return controller_record().model_dump(mode="json")

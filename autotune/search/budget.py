@@ -1,0 +1,64 @@
+"""When the search stops, beyond one invocation's `--trials`: the study's total trials, the
+GPU-hours or dollars trials have cost (all machines), or a Pareto front that stopped improving.
+
+    budget = SearchBudget(spec, hw.key())
+    reason = budget.exhausted(study)       # None, or why the sweep stops (printed to the user)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.record import TrialRecord
+from autotune.search.pareto import FrontTracker
+from autotune.spec import SweepSpec
+
+
+def trials_since_front_improved(trials, hardware_key: str) -> int:
+    """Finished trials of this hardware since its Pareto front last gained a point."""
+    from optuna.trial import TrialState
+
+    mine = [t for t in trials if t.state.is_finished() and TrialRecord.of(t).hardware == hardware_key]
+    mine.sort(key=lambda t: (t.datetime_complete or t.datetime_start or 0, t.number))
+    front = FrontTracker()
+    since = 0
+    for t in mine:
+        feasible = all(v <= 0 for v in t.constraints.values())
+        if t.state is TrialState.COMPLETE and t.values and feasible and front.add(t.values):
+            since = 0
+            continue
+        since += 1
+    return since
+
+
+@dataclass
+class SearchBudget:
+    """When the search stops, beyond this invocation's `n_trials`: total finished trials in
+    the study, GPU-hours or dollars spent on trials (all machines), or a Pareto front (this
+    machine's hardware) that has not improved for `patience_trials` trials."""
+
+    spec: SweepSpec
+    hardware_key: str
+
+    def exhausted(self, study) -> str | None:
+        from optuna.trial import TrialState
+
+        b = self.spec.budget
+        trials = study.get_trials(deepcopy=False)
+        finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
+        if b.total_trials is not None and len(finished) >= b.total_trials:
+            return f"the study holds {len(finished)} finished trials (budget.total_trials = {b.total_trials})"
+        records = [TrialRecord.of(t) for t in trials]
+        gpu_hours = sum(r.search_gpu_hours or 0.0 for r in records)
+        if b.search_gpu_hours is not None and gpu_hours >= b.search_gpu_hours:
+            return (f"trials have used {gpu_hours:.4g} GPU-hours (budget.search_gpu_hours = "
+                    f"{b.search_gpu_hours:g})")
+        usd = sum(r.search_usd or 0.0 for r in records)
+        if b.search_usd is not None and usd >= b.search_usd:
+            return f"trials have cost ${usd:.4g} (budget.search_usd = ${b.search_usd:g})"
+        if b.patience_trials is not None:
+            since = trials_since_front_improved(trials, self.hardware_key)
+            if since >= b.patience_trials:
+                return (f"the Pareto front on {self.hardware_key} has not improved for {since} "
+                        f"trials (budget.patience_trials = {b.patience_trials})")
+        return None

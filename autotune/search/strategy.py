@@ -1,0 +1,177 @@
+"""What to measure besides the sampler's proposals: baselines first, then local moves.
+
+    enqueue_baselines(study, spec, ms)        # a few sensible first configs, once per machine kind
+    moves = LocalMoves(spec, ms, seed=0)
+    moves.enqueue_next(study)                 # an untried neighbour of the best configs
+    moves.exhausted(study)                    # every config of a listable space tried?
+
+Local moves: every second trial after the baselines, and whenever TPE proposes a config
+already measured here (reused) or held back by the prescreen, the sweep queues an untried
+neighbour of the best configs, so a sampler that has settled keeps finding new configs near
+the best ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from autotune.contract import DeviceKind, Precision
+from autotune.record import TrialRecord
+from autotune.run.processes import owner_attrs
+from autotune.run.storage import claim
+from autotune.search.machine import MachineSpace
+from autotune.search.objective import trial_config_for
+from autotune.search.pareto import fronts
+from autotune.search.reuse import config_key
+from autotune.spec import SweepSpec
+
+# Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
+# space it cannot list (autotune.search.space.enumerate_configs caps the listing).
+MAX_IDLE_PROPOSALS = 50
+# After the baselines, every second launched trial is a local move and the others are TPE's:
+# TPE models the whole space, the moves try what is next to the best configs measured (the
+# alternation measured best of every 1, 2, 3 or only-on-repeat in scripts/bench_search.py).
+LOCAL_MOVE_EVERY = 2
+ENUMERATE_LIMIT = 5000
+
+
+# ---------------------------------------------------------------------------------------
+# Baselines
+# ---------------------------------------------------------------------------------------
+
+
+def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[dict[str, Any]]:
+    """A few sensible first configs on this machine, as Optuna params: all its ranks at a
+    middle micro-batch, one rank at the same, and all ranks with full checkpointing at the
+    largest micro-batch (the memory-saving corner). bf16 on GPUs that have it; fp32 on CPU,
+    where bf16 runs without native kernels (measured ~15x slower on this project's CPU
+    machines: docs/benchmarks.md), so a bf16 baseline there would be three wasted trials."""
+    from autotune.search.space import params_for
+
+    rs = ms.restricted
+    on_gpu = ms.hardware.device_kind is DeviceKind.cuda
+    prefer = Precision.bf16 if on_gpu else Precision.fp32
+    prec = prefer if prefer in rs.precision else rs.precision[0]
+    micros = sorted(rs.micro_batch_size)
+    base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
+                grad_accum_steps=min(rs.grad_accum_steps), precision=prec, checkpointing="none")
+    wanted = [
+        {**base, "num_gpus": max(rs.num_gpus), "micro_batch_size": micros[len(micros) // 2]},
+        {**base, "num_gpus": min(rs.num_gpus), "micro_batch_size": micros[len(micros) // 2]},
+        {**base, "num_gpus": max(rs.num_gpus), "micro_batch_size": micros[-1],
+         "checkpointing": "full"},
+    ]
+    out: list[dict[str, Any]] = []
+    for w in wanted:
+        params, _ = params_for(w, rs, global_batch_samples, ms.full)
+        if params not in out:
+            out.append(params)
+    return out
+
+
+def enqueue_baselines(study, spec: SweepSpec, ms: MachineSpace) -> int:
+    """Enqueue the baselines once per study and machine kind (an atomic claim, so two workers
+    starting at once do not enqueue them twice): 0 if another worker already did."""
+    baselines = baseline_params(ms, spec.batch.global_batch_samples)
+    sig = hashlib.sha256(json.dumps(baselines, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    if not claim(study._storage, f"{study.study_name}/baselines/{sig}", owner_attrs()):
+        return 0
+    for params in baselines:
+        study.enqueue_trial(params, user_attrs=TrialRecord.attrs(baseline=True))
+    return len(baselines)
+
+
+# ---------------------------------------------------------------------------------------
+# Local moves: what to measure when the sampler repeats itself
+# ---------------------------------------------------------------------------------------
+
+
+def ranked_by_front(trials, hardware_key: str) -> list:
+    """This hardware's feasible complete trials (one per config), Pareto front first, then the
+    front of the rest, and so on; cheapest first within a front."""
+    from optuna.trial import TrialState
+
+    done: dict[Any, Any] = {}
+    for t in trials:
+        rec = TrialRecord.of(t)
+        if (t.state is TrialState.COMPLETE and t.values and rec.hardware == hardware_key
+                and all(v <= 0 for v in t.constraints.values())):
+            done.setdefault(rec.config_key, t)
+    ranked: list = []
+    for front in fronts(done.values(), key=lambda t: tuple(t.values)):
+        ranked += sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
+    return ranked
+
+
+class LocalMoves:
+    """When the sampler proposes a config this hardware has measured already (its model has
+    settled on a region it knows) or one the memory prescreen holds back (TPE proposes those
+    again and again: they carry no objective values to learn from), the sweep queues an
+    untried neighbour (one dimension moved to the adjacent choice:
+    `autotune.search.space.neighbours`, in a seeded random order) of the best config that has
+    one left: the Pareto front first, then the next front. A single measurement is noisy
+    (docs/benchmarks.md: runs of one config differ by 10-30% on a shared CPU), so the
+    runner-up's neighbours matter as much as the incumbent's. TPE keeps re-proposing its
+    incumbent on a small space; without this, those proposals are spent measuring nothing
+    (docs/benchmarks.md). The sweep also queues a move after every `LOCAL_MOVE_EVERY`-th
+    launched trial past the baselines. On a space small enough to list, it also tells when
+    every config has been tried."""
+
+    def __init__(self, spec: SweepSpec, ms: MachineSpace, seed: int):
+        import random
+
+        self.spec, self.ms, self.hw_key = spec, ms, ms.hardware.key()
+        self.rng = random.Random(seed)
+        self.queued: set[str] = set()
+        self._all_keys: set[str] = set()
+        self._listed: bool | None = None
+
+    def _key(self, values: dict[str, Any], num_nodes: int) -> str:
+        return config_key(trial_config_for(values, self.spec, self.ms, num_nodes, seed=0), self.hw_key)
+
+    def tried(self, trials) -> set[str]:
+        out = set()
+        for t in trials:
+            rec = TrialRecord.of(t)
+            if rec.hardware == self.hw_key and rec.config_key is not None:
+                out.add(rec.config_key)
+        return out
+
+    def enqueue_next(self, study) -> bool:
+        """Queue one untried neighbour of the front; False when the front has none left."""
+        from autotune.search.space import neighbours
+
+        trials = study.get_trials(deepcopy=False)
+        tried = self.tried(trials) | self.queued
+        gb, rs, full = self.spec.batch.global_batch_samples, self.ms.restricted, self.ms.full
+        for t in ranked_by_front(trials, self.hw_key):
+            cfg = TrialRecord.of(t).config or {}
+            nodes = int(cfg.get("num_nodes", 1))
+            candidates = neighbours(cfg, rs, gb, full)
+            self.rng.shuffle(candidates)
+            for params, values in candidates:
+                key = self._key(values, nodes)
+                if key in tried:
+                    continue
+                if len(self.spec.launcher.num_nodes) > 1:
+                    params = {**params, "num_nodes": nodes}
+                study.enqueue_trial(params, user_attrs=TrialRecord.attrs(local_move_from=t.number))
+                self.queued.add(key)
+                return True
+        return False
+
+    def exhausted(self, study) -> int | None:
+        """The number of configs when every config this machine can run has been tried; None
+        otherwise, or when the space is too large to list."""
+        from autotune.search.space import enumerate_configs
+
+        if self._listed is None:
+            listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
+                                       self.ms.full, limit=ENUMERATE_LIMIT)
+            self._listed = listed is not None
+            self._all_keys = {self._key(v, n) for _, v in listed or [] for n in self.spec.launcher.num_nodes}
+        if not self._listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
+            return None
+        return len(self._all_keys)

@@ -1,0 +1,123 @@
+"""The trial record (autotune.record.TrialRecord): one typed writer and reader of what a trial
+stores in the study, and studies written before it still read. The old study here is real:
+tests/data/study_written_by_main.json is a 6-trial sweep (2 CPU ranks, tiny GPT, one reused
+trial) run by `autotune sweep` at main cbb0978, dumped trial by trial; a user resumes such
+studies, so every reader must take them as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.contract import HardwareFingerprint, TrialConfig
+from autotune.record import SweepRecord, TrialRecord
+
+OLD = Path(__file__).parent / "data" / "study_written_by_main.json"
+
+
+@pytest.fixture()
+def old_study(tmp_path):
+    """The study written by main, in a real SQLite storage."""
+    from optuna.distributions import json_to_distribution
+
+    doc = json.loads(OLD.read_text())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(study_name=doc["study"], storage=f"sqlite:///{tmp_path / 'old.db'}",
+                                directions=[d.lower() for d in doc["directions"]])
+    for k, v in doc["user_attrs"].items():
+        study.set_user_attr(k, v)
+    for t in doc["trials"]:
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState[t["state"]], values=t["values"], params=t["params"],
+            distributions={k: json_to_distribution(json.dumps(d)) for k, d in t["distributions"].items()},
+            user_attrs=t["user_attrs"], system_attrs=t["system_attrs"]))
+    return optuna.load_study(study_name=doc["study"], storage=f"sqlite:///{tmp_path / 'old.db'}"), doc
+
+
+def test_every_attribute_main_wrote_reads_into_the_record(old_study):
+    study, doc = old_study
+    for t, raw in zip(study.trials, doc["trials"]):
+        rec = TrialRecord.of(t)
+        assert rec.model_fields_set == set(raw["user_attrs"])  # nothing unknown, nothing dropped
+        assert rec.trial_config() == TrialConfig.model_validate(raw["user_attrs"]["config"])
+        assert HardwareFingerprint.model_validate(rec.machine).key() == rec.hardware
+        assert rec.status == "ok" and rec.score.usd > 0 and rec.score.bills
+    reused = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).reused_from is not None]
+    assert [r.reused_from for r in reused] == [0] and not reused[0].launched
+    assert SweepRecord.of(study).budget["max_usd"] == 100
+
+
+def test_a_report_of_the_old_study(old_study):
+    from autotune.report.build import collect
+
+    study, _ = old_study
+    doc = collect(study)
+    assert doc["counts"]["complete"] == 6
+    assert doc["limits"]["max_usd"] == 100 and doc["limits"]["source"].startswith("study")
+    # The reused trial repeats trial 0's measurement: options for the five measured trials only.
+    assert {o["trial"] for o in doc["options"]} == {0, 1, 2, 4, 5}
+    assert {m["trial"] for m in doc["memory"]} == {0, 1, 2, 4, 5}
+    assert all(m["predicted_peak_mem_bytes"] > 0 and m["measured_peak_mem_bytes"] > 0 for m in doc["memory"])
+    assert doc["pareto"] and doc["cheapest"] is not None
+
+
+def test_resuming_the_old_study_reuses_and_moves_from_its_records(old_study):
+    """What a resumed sweep reads: config keys (a repeated config is reused, not measured),
+    the Pareto ranking local moves start from, calibration points, the search budget."""
+    from autotune.search.budget import trials_since_front_improved
+    from autotune.search.calibration import study_points
+    from autotune.search.reuse import config_key, finished_same_key
+    from autotune.search.strategy import ranked_by_front
+
+    study, doc = old_study
+    hw = TrialRecord.of(study.trials[0]).hardware
+    for t in study.trials:
+        rec = TrialRecord.of(t)
+        assert config_key(rec.trial_config(), hw) == rec.config_key  # the key rule is unchanged
+    first = TrialRecord.of(study.trials[0])
+    assert finished_same_key(study, first.config_key, number=99).number == 0
+    ranked = ranked_by_front(study.trials, hw)
+    assert len(ranked) == 5  # one per config; the reused trial shares trial 0's key
+    assert ranked[0].values[1] == min(t.values[1] for t in study.trials)  # cheapest of the front first
+    points = study_points(study, hw)
+    # The reused trial copied its source's point (as main's sweeps do): 6 points, 5 distinct.
+    assert len(points) == 6 and len({p.measured_bytes for p in points}) == 5
+    assert trials_since_front_improved(study.trials, hw) >= 0
+
+
+def test_written_and_read_back_through_a_real_storage(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'r.db'}", directions=["minimize"] * 2)
+    trial = study.ask()
+    TrialRecord.write(trial, status="ok", tokens_per_s=1234.5, search_gpu_hours=0.5,
+                      controller={"host": "h", "pid": 7}, memory_point={
+                          "hardware": "cpu:x", "engine": "ddp", "analytic_bytes": 10, "measured_bytes": 20})
+    study.tell(trial, [1.0, 2.0])
+    rec = TrialRecord.of(study.trials[0])
+    assert (rec.status, rec.tokens_per_s, rec.controller.pid, rec.memory_point.measured_bytes) == \
+        ("ok", 1234.5, 7, 20)
+    assert rec.launched
+    # Stored one attribute per field, plain JSON (optuna-dashboard shows them as they are).
+    assert study.trials[0].user_attrs["controller"] == {"host": "h", "pid": 7, "start_ticks": None}
+
+
+def test_the_writer_refuses_what_the_record_does_not_hold():
+    with pytest.raises(TypeError, match="not TrialRecord fields: colour"):
+        TrialRecord.attrs(colour="blue")
+    with pytest.raises(ValueError):
+        TrialRecord.attrs(status="exploded")  # not a way a trial can end
+
+
+def test_a_reader_keeps_the_good_attributes_of_a_damaged_record():
+    rec = TrialRecord.from_attrs({"status": "ok", "tokens_per_s": "fast", "hardware": "cpu:x",
+                                  "an_attribute_of_another_tool": 1})
+    assert rec.status == "ok" and rec.hardware == "cpu:x" and rec.tokens_per_s is None
+
+
+def test_reuse_copies_the_measurement_and_keeps_its_own_provenance():
+    src = TrialRecord.from_attrs({"status": "ok", "tokens_per_s": 10.0, "trial_dir": "/runs/trial_0000",
+                                  "config_key": "k", "hardware": "cpu:x", "local_move_from": 3,
+                                  "search_gpu_hours": 0.2, "baseline": True})
+    assert set(src.measurement()) == {"status", "tokens_per_s", "trial_dir"}
