@@ -1,5 +1,6 @@
 """The `autotune` command line: one module per command group, each with `register(app)`.
-No torch import on this path: the CLI starts fast (tests/test_cli_surface.py pins both).
+No torch import on this path: the CLI starts fast (tests/test_layout.py checks it; the surface
+is pinned by tests/test_cli_surface.py).
 
     autotune sweep                          # autotune.cli.sweep
     autotune report --study default [--json]  # autotune.cli.report
