@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, Workload
 from autotune.errors import UserError, format_validation_error, load_yaml_file
@@ -18,7 +18,8 @@ from autotune.pricing.target import TargetSpec
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinity are not quantities: `tokens: .nan` would pass every `> 0` check.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class BatchPolicy(_Spec):
@@ -141,7 +142,7 @@ class SweepSpec(_Spec):
     memory: MemorySpec = Field(default_factory=MemorySpec)
     launcher: LauncherSpec = Field(default_factory=LauncherSpec)
     storage: str | None = Field(default=None, description="Optuna storage URL")
-    study: str = "default"
+    study: str = Field(default="default", description="study name; also its runs folder's name")
     seed: int = 0
     source: str | None = Field(default=None, exclude=True, description="the file it came from")
 
@@ -156,8 +157,38 @@ class SweepSpec(_Spec):
                              "with `autotune export --pick cheapest` or `--pick fastest`")
         return data
 
+    @field_validator("study")
+    @classmethod
+    def _safe_study(cls, v: str) -> str:
+        from autotune.names import study_name
+
+        return study_name(v)
+
+    def with_overrides(self, **updates) -> "SweepSpec":
+        """This spec with command-line overrides (dotted names: `budget.trials`), validated by
+        the same rules as the spec file: a flag can no more set `--max-gpu-hours 0` or a bad
+        study name than the file can. None means "not given"."""
+        data = self.model_dump(mode="json", exclude_none=False)
+        for dotted, value in updates.items():
+            if value is None:
+                continue
+            node = data
+            *parents, leaf = dotted.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        flags = ", ".join(f"{k}={v!r}" for k, v in updates.items() if v is not None)
+        try:
+            spec = SweepSpec.model_validate(data)
+        except ValidationError as exc:
+            raise UserError(format_validation_error("command line", exc),
+                            fix=f"correct the option ({flags})") from None
+        spec.source = self.source
+        return spec
+
 
 def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a spec file; relative paths in it are resolved against its folder."""
     data = load_yaml_file(path, "spec")
     try:
         spec = SweepSpec.model_validate(data)
@@ -165,8 +196,55 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise UserError(format_validation_error(path, exc),
                         fix="correct the field as described (the fields and their defaults: "
                             "autotune/spec.py; an example: README, 'Usage')") from None
+    spec = resolve_relative_paths(spec, Path(path).resolve().parent)
     spec.source = str(path)
     return spec
+
+
+def resolve_relative_paths(spec: SweepSpec, base: Path) -> SweepSpec:
+    """Every path a spec names, made absolute against `base` (the spec file's folder).
+
+    A trial runs inside its own folder, so a relative `config_path: llama.json` beside the
+    spec would otherwise be looked for there. Covers the HF config, the entry point's
+    `python_path` (the spec's folder is added to it, so `my_model:build` beside the spec
+    imports), a space or catalog given as a file, and SQLite / journal storage files."""
+    from autotune.contract import EntryPointWorkload, HFWorkload
+
+    def absolute(p: str) -> str:
+        return str(p) if Path(p).is_absolute() else str((base / p).resolve())
+
+    updates: dict = {}
+    wl = spec.workload
+    if isinstance(wl, HFWorkload) and wl.config_path:
+        updates["workload"] = wl.model_copy(update={"config_path": absolute(wl.config_path)})
+    elif isinstance(wl, EntryPointWorkload):
+        folders = [absolute(f) for f in wl.python_path]
+        if str(base) not in folders:
+            folders.append(str(base))
+        updates["workload"] = wl.model_copy(update={"python_path": folders})
+    if Path(spec.space).suffix in (".yaml", ".yml"):
+        updates["space"] = absolute(spec.space)
+    if spec.platforms.catalog:
+        updates["platforms"] = spec.platforms.model_copy(
+            update={"catalog": absolute(spec.platforms.catalog)})
+    if spec.storage:
+        updates["storage"] = _absolute_storage(spec.storage, absolute)
+    return spec.model_copy(update=updates)
+
+
+def _absolute_storage(url: str, absolute) -> str:
+    """sqlite:///rel.db and journal files relative to the spec; other URLs as given."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        db = url[len("sqlite:///"):]
+        if db and db != ":memory:" and "?" not in db:
+            return "sqlite:///" + absolute(db)
+        return url
+    if url.startswith("journal://"):
+        path = url[len("journal://"):]
+        return url if path.startswith("/") else "journal://" + absolute(path)
+    if url.endswith(".log") and "://" not in url:
+        return absolute(url)
+    return url
 
 
 def default_spec() -> SweepSpec:

@@ -27,9 +27,61 @@ from autotune.run.storage import (
     ("mysql+pymysql://u:pw@h/db?charset=utf8&password=other", "mysql+pymysql://u:***@h/db?charset=utf8&password=***"),
     ("sqlite:///autotune.db", "sqlite:///autotune.db"),
     ("postgresql://tuner@db/a", "postgresql://tuner@db/a"),
+    # A user name holding '@': SQLAlchemy reads user 'admin@corp', password 'Sup3rSecret'.
+    ("postgresql://admin@corp:Sup3rSecret@db/a", "postgresql://admin%40corp:***@db/a"),
+    ("postgresql://u:pa#ss:w/rd@db/a", "postgresql://u:***@db/a"),
+    ("postgresql://u@db/a?sslmode=require&PASSWORD=hunter22", "postgresql://u@db/a?PASSWORD=***&sslmode=require"),  # SQLAlchemy renders keys sorted
+    ("postgresql://:onlysecret@db/a", "postgresql://:***@db/a"),
 ])
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
+
+
+# Every URL form SQLAlchemy accepts for a password, with the secret SQLAlchemy reads from it.
+SECRET_FORMS = [
+    ("postgresql://admin@corp:Sup3rSecret@db/a", "Sup3rSecret"),
+    ("postgresql://u:pa#ss:w/rd@db/a", "pa#ss:w/rd"),
+    ("postgresql://u:p%40ss%2Fw%23rd@db/a", "p@ss/w#rd"),
+    ("postgresql+psycopg2://u:s3cr3t@db:5432/a?sslmode=require", "s3cr3t"),
+    ("postgresql://u@db/a?password=qu3ry-secret", "qu3ry-secret"),
+    ("mysql+pymysql://u:my%20pass@db/a", "my pass"),
+]
+
+
+@pytest.mark.parametrize("url, secret", SECRET_FORMS)
+def test_no_form_of_the_password_survives_redaction(url, secret):
+    from urllib.parse import quote
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    assert secret in (parsed.password, *parsed.query.values())  # the case is what SQLAlchemy reads
+    shown = redact_url(url)
+    text = redact_text(f"could not connect to {url}: password {secret!r} rejected ({quote(secret, safe='')})", url)
+    for out in (shown, text):
+        for form in {secret, quote(secret, safe=""), quote(secret)}:
+            assert form not in out, (url, out)
+    assert "***" in shown
+
+
+def test_storage_comes_from_flag_file_environment_or_spec(tmp_path, monkeypatch):
+    from autotune.storage import DEFAULT_STORAGE, STORAGE_ENV, resolve_storage
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    assert resolve_storage() == DEFAULT_STORAGE
+    assert resolve_storage(spec_storage="sqlite:///spec.db") == "sqlite:///spec.db"
+    monkeypatch.setenv(STORAGE_ENV, "postgresql://u:pw@db/env")
+    assert resolve_storage(spec_storage="sqlite:///spec.db") == "postgresql://u:pw@db/env"
+    f = tmp_path / "storage.url"
+    f.write_text("\n  postgresql://u:pw@db/file  \n")
+    assert resolve_storage(storage_file=f) == "postgresql://u:pw@db/file"
+    assert resolve_storage(flag="sqlite:///flag.db") == "sqlite:///flag.db"
+    for kwargs, words in [({"flag": "sqlite:///a.db", "storage_file": f}, "both"),
+                          ({"storage_file": tmp_path / "missing"}, "cannot read"),
+                          ({"storage_file": tmp_path}, "cannot read")]:
+        with pytest.raises(UserError) as exc:
+            resolve_storage(**kwargs)
+        assert words in str(exc.value)
 
 
 def test_redact_text_removes_decoded_secret_from_driver_messages():

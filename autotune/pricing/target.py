@@ -27,7 +27,7 @@ class TargetSpec(BaseModel):
     reference_tokens at reference_global_batch_tokens). The spec's `target:` section
     (autotune.spec); `tokens_to_target` below turns it into tokens at a global batch."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # `tokens: .nan` passes every > 0 check
 
     tokens: float | None = Field(default=None, description="training tokens to process")
     steps: int | None = Field(default=None, description="optimizer steps at the global batch")

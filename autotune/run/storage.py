@@ -79,41 +79,131 @@ class HeartbeatSettings(BaseModel):
 # Redaction
 # ---------------------------------------------------------------------------------------
 
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)@")
-_QUERY_PW = re.compile(r"(?i)(?P<head>[?&;](?:password|passwd|pwd)=)(?P<pw>[^&;\s]*)")
+# Query parameters that carry a secret in some driver's URL form (psycopg2's `password=`,
+# `sslpassword=`; tokens of cloud SQL proxies). Matched case-insensitively.
+_SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "pass", "sslpassword", "secret",
+                                "token", "access_token", "api_key", "apikey"})
+_MASK = "***"
+# A URL inside free text: a scheme, "://", then everything up to white space or a quote.
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.\-]*://[^\s'"<>]+""")
+
+
+def _parse(url: str):
+    """SQLAlchemy's reading of a URL (the one that opens the database), or None."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url)
+    except Exception:  # noqa: BLE001 - not an RDB URL: the fallback below handles it
+        return None
+
+
+def _secret_query_keys(parsed) -> list[str]:
+    return [k for k in parsed.query if k.lower() in _SECRET_QUERY_KEYS]
 
 
 def redact_url(url: str) -> str:
-    """Hide the password of a storage URL (user info and `?password=` query parameters)."""
-    url = _USERINFO.sub(lambda m: m.group("head") + "***@", url)
-    return _QUERY_PW.sub(lambda m: m.group("head") + "***", url)
+    """The URL with its password and secret query parameters shown as ***.
+
+    Parsed as SQLAlchemy parses it to connect, so every form it accepts is covered: a user
+    name holding `@` (`postgresql://admin@corp:PW@host/db`), a password holding `#`, `/`, `:`
+    or `@`, percent-encoded or not, `?password=` in the query. A URL without a secret comes
+    back as given."""
+    parsed = _parse(url)
+    if parsed is None:
+        return _redact_unparsed(url)
+    keys = _secret_query_keys(parsed)
+    if parsed.password is None and not keys:
+        return url
+    # A placeholder that survives percent-encoding, swapped for the mask after rendering
+    # (hide_password renders the password itself as ***).
+    placeholder = "AUTOTUNEREDACTED"
+    if keys:
+        parsed = parsed.update_query_dict({k: placeholder for k in keys})
+    return parsed.render_as_string(hide_password=True).replace(placeholder, _MASK)
+
+
+def _redact_unparsed(url: str) -> str:
+    """A URL SQLAlchemy cannot read: hide everything between the first ':' after the scheme
+    and the last '@' (user info), and the value of every secret-looking query parameter."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        userinfo, _, host = authority.rpartition("@")
+        user, colon, _pw = userinfo.partition(":")
+        authority = f"{user}{':' + _MASK if colon else ''}@{host}"
+    tail = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",
+                  lambda m: m.group(1) + _MASK, tail)
+    return f"{head}{sep}{authority}{slash}{tail}"
 
 
 def url_secrets(url: str) -> list[str]:
-    """The secret strings of a URL (as written and percent-decoded), for scrubbing free text."""
-    found = [m.group("pw") for m in _USERINFO.finditer(url)]
-    found += [m.group("pw") for m in _QUERY_PW.finditer(url)]
+    """The secret strings of a URL, as written, percent-decoded and percent-encoded, for
+    scrubbing free text (a driver's error message may echo the password in any of them)."""
+    from urllib.parse import quote
+
+    found: list[str] = []
+    parsed = _parse(url)
+    if parsed is not None:
+        if parsed.password:
+            found.append(str(parsed.password))
+        found += [str(parsed.query[k]) for k in _secret_query_keys(parsed)]
+    else:
+        _, _, rest = url.partition("://")
+        userinfo = rest.partition("/")[0].rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.partition(":")[2])
     out: list[str] = []
     for s in found:
-        for v in (s, unquote(s)):
+        for v in (s, unquote(s), quote(s, safe="")):
             if v and v not in out:
                 out.append(v)
     return out
 
 
 def redact_text(text: str, url: str | None = None) -> str:
-    """Scrub free text (a driver's error message, a log line): URLs and the URL's secret."""
-    text = redact_url(text)
-    for secret in url_secrets(url or ""):
-        # Short secrets would blank out unrelated words; the URL patterns already caught them.
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
+    """Scrub free text (a driver's error message, a log line): every URL in it, and the
+    secrets of `url` wherever they appear."""
+    for secret in sorted(url_secrets(url or ""), key=len, reverse=True):
+        # One- and two-character "secrets" would blank out unrelated letters; the URL forms
+        # of such a password are still caught below.
+        if len(secret) >= 3:
+            text = text.replace(secret, _MASK)
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 
 # ---------------------------------------------------------------------------------------
 # Opening a storage
 # ---------------------------------------------------------------------------------------
+
+
+STORAGE_ENV = "AUTOTUNE_STORAGE"
+
+
+def resolve_storage(flag: str | None = None, storage_file: str | Path | None = None,
+                    spec_storage: str | None = None) -> str:
+    """The storage URL a command uses: `--storage`, else the first line of `--storage-file`,
+    else $AUTOTUNE_STORAGE, else the spec's `storage:`, else the default SQLite file.
+
+    The file and the environment variable keep a password off the command line, where `ps`
+    and the shell's history would show it for the whole sweep."""
+    if flag and storage_file:
+        raise UserError("both --storage and --storage-file given",
+                        fix="give one: --storage-file keeps the password off the command line")
+    if storage_file:
+        path = Path(storage_file)
+        try:
+            lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read --storage-file '{path}': {type(exc).__name__}",
+                            fix="give a readable file whose first line is the storage URL") from None
+        if not lines:
+            raise UserError(f"--storage-file '{path}' is empty",
+                            fix="write the storage URL on its first line")
+        return lines[0]
+    return flag or os.environ.get(STORAGE_ENV) or spec_storage or DEFAULT_STORAGE
 
 
 def storage_kind(url: str) -> str:

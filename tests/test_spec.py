@@ -1,0 +1,90 @@
+"""Spec files: strict quantities, safe study names, paths relative to the spec's folder, and
+command-line overrides validated by the same rules as the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import UserError
+from autotune.spec import SweepSpec, load_spec
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, field", [
+    ("target: {tokens: .nan}", "target.tokens"),
+    ("target: {tokens: .inf}", "target.tokens"),
+    ("target: {tokens: -.inf}", "target.tokens"),
+    ("budget: {max_usd: .nan}", "budget.max_usd"),
+    ("budget: {search_gpu_hours: .inf}", "budget.search_gpu_hours"),
+    ("trial: {timeout_s: .nan}", "trial.timeout_s"),
+    ("memory: {safety_margin: .nan}", "memory.safety_margin"),
+])
+def test_nan_and_infinity_are_not_quantities(tmp_path, text, field):
+    with pytest.raises(UserError) as exc:
+        load_spec(_write(tmp_path, text))
+    assert f"`{field}`" in str(exc.value) and "To fix" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/abs/path", "a/b", "x/", "./x", "..", ".hidden",
+                                  "", "with space", "semi;colon", "new\nline", "x" * 101])
+def test_unsafe_study_names_are_refused(tmp_path, name):
+    import yaml
+
+    with pytest.raises(UserError) as exc:
+        load_spec(_write(tmp_path, yaml.safe_dump({"study": name})))
+    assert "`study`" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["default", "llama-8b_run2", "v1.2", "A" * 100])
+def test_safe_study_names_round_trip(tmp_path, name):
+    assert load_spec(_write(tmp_path, f"study: '{name}'")).study == name
+
+
+def test_relative_paths_resolve_against_the_spec_folder(tmp_path, monkeypatch):
+    sub = tmp_path / "project"
+    sub.mkdir()
+    (sub / "llama-tiny.json").write_text('{"model_type": "llama"}')
+    spec_path = sub / "spec.yaml"
+    spec_path.write_text("workload: {kind: hf, config_path: llama-tiny.json}\n"
+                         "space: spaces/mine.yaml\nplatforms: {catalog: ../prices.yaml}\n"
+                         "storage: sqlite:///studies/a.db\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the user runs the sweep from another folder
+    spec = load_spec(Path("..") / "project" / "spec.yaml")
+    assert spec.workload.config_path == str(sub / "llama-tiny.json")
+    assert spec.space == str(sub / "spaces" / "mine.yaml")
+    assert spec.platforms.catalog == str(tmp_path / "prices.yaml")
+    assert spec.storage == f"sqlite:///{sub}/studies/a.db"
+    # Absolute paths, named spaces and server URLs are left as given.
+    spec_path.write_text(f"workload: {{kind: hf, config_path: {sub}/llama-tiny.json}}\nspace: default\n"
+                         "storage: postgresql://u@db/a\n")
+    spec = load_spec(spec_path)
+    assert (spec.workload.config_path, spec.space, spec.storage) == (
+        f"{sub}/llama-tiny.json", "default", "postgresql://u@db/a")
+
+
+def test_entry_point_modules_beside_the_spec_import(tmp_path):
+    spec = load_spec(_write(tmp_path, "workload: {kind: entry_point, entry_point: 'my_model:build', "
+                                      "python_path: [lib]}\n"))
+    assert spec.workload.python_path == [str(tmp_path / "lib"), str(tmp_path)]
+
+
+def test_overrides_follow_the_spec_rules():
+    spec = SweepSpec()
+    assert spec.with_overrides(**{"budget.trials": 3, "study": "x2"}).budget.trials == 3
+    assert spec.with_overrides(**{"budget.search_gpu_hours": None}).budget.search_gpu_hours is None
+    for updates, field in [({"budget.search_gpu_hours": 0}, "budget.search_gpu_hours"),
+                           ({"budget.trials": -1}, "budget.trials"),
+                           ({"study": "../x"}, "study"),
+                           ({"budget.max_usd": float("nan")}, "budget.max_usd")]:
+        with pytest.raises(UserError) as exc:
+            spec.with_overrides(**updates)
+        assert f"`{field}`" in str(exc.value) and "command line" in str(exc.value)
