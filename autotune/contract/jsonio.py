@@ -23,6 +23,11 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
             json.dump(data, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600; give it the mode of any file the user makes (the
+        # logs beside it follow the umask too).
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
