@@ -87,7 +87,9 @@ class LauncherSpec(_Spec):
     `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/launch.py TEMPLATE_FIELDS), never
     a shell string; the element "{launcher_argv}" becomes the node launcher's whole argv
     (torchrun with a c10d rendezvous). E.g. Slurm, inside an allocation:
-    `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`."""
+    `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`; per node
+    over ssh (which hands its arguments to the remote shell as one string, so the launcher argv
+    goes shell-quoted): `argv: [ssh, "{host}", "{launcher_argv_shell}"]` with `per_node: true`."""
 
     num_nodes: list[int] = Field(default_factory=lambda: [1], min_length=1,
                                  description="nodes per trial (choices; >1 needs `argv`)")
@@ -102,7 +104,7 @@ class LauncherSpec(_Spec):
 
     @model_validator(mode="after")
     def _check(self) -> "LauncherSpec":
-        from autotune.run.launch import TEMPLATE_FIELDS, template_fields
+        from autotune.run.launch import TEMPLATE_FIELDS, check_remote_shell_template, template_fields
 
         if any(n <= 0 for n in self.num_nodes):
             raise ValueError("`num_nodes` choices must be positive")
@@ -113,6 +115,7 @@ class LauncherSpec(_Spec):
         if unknown:
             raise ValueError(f"unknown template field(s) {', '.join(unknown)}; known: "
                              f"{', '.join(TEMPLATE_FIELDS)}")
+        check_remote_shell_template(self.argv or [])
         if self.per_node and self.hosts and len(self.hosts) < max(self.num_nodes):
             raise ValueError(f"{max(self.num_nodes)} nodes but only {len(self.hosts)} `hosts`")
         return self

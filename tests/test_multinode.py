@@ -65,3 +65,29 @@ def test_two_torchrun_agents_as_two_nodes_make_one_trial(tmp_path):
 
     nodes = json.loads(Path(tmp_path / "trial" / "nodes.json").read_text())["argvs"]
     assert len(nodes) == 2 and all("--nnodes" in a and "c10d" in a for a in nodes)
+
+
+def test_ssh_templates_must_quote_the_launcher_argv(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("launcher: {num_nodes: [2], per_node: true, argv: [ssh, '{host}', '{launcher_argv}']}\n")
+    with pytest.raises(UserError, match="launcher_argv_shell"):
+        load_spec(p)
+    p.write_text("launcher: {num_nodes: [2], per_node: true, argv: [ssh, '{host}', '{launcher_argv_shell}']}\n")
+    assert load_spec(p).launcher.argv[-1] == "{launcher_argv_shell}"
+
+
+@pytest.mark.e2e
+def test_a_remote_shell_gets_trial_paths_with_spaces_and_semicolons_intact(tmp_path):
+    """`sh -c STRING` parses its one argument as a shell command line, exactly what ssh's remote
+    shell does with the string ssh joins from its arguments: a stand-in for ssh that needs no
+    server. The trial folder's name has a space, a ';' and a '$'; each node agent must get it
+    as one argument, and nothing after the ';' may run as a command."""
+    cfg = _cfg(num_gpus=1, num_nodes=2)
+    canary = tmp_path / "INJECTED"
+    trial_dir = tmp_path / f"runs with space; touch {canary}; $HOME"
+    build = template_argv_builder(["sh", "-c", "{launcher_argv_shell}"], per_node=True,
+                                  rdzv_host="127.0.0.1")
+    result = run_trial(cfg, trial_dir, argv_builder=build)
+    assert result.status is TrialStatus.ok, (result.error, result.log_tail)
+    assert result.world_size == 2 and (trial_dir / "result.json").is_file()
+    assert not canary.exists()

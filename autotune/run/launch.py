@@ -266,7 +266,10 @@ def config_from_json(text: str) -> TrialConfig:
 
 # Fields an argv template (the spec's `launcher.argv`) may use, each as `{name}` inside an
 # element. "{launcher_argv}" must be a whole element: it becomes the node launcher's argv.
-TEMPLATE_FIELDS = ("launcher_argv", "num_nodes", "gpus_per_node", "world_size", "node_rank",
+# "{launcher_argv_shell}" is that argv as ONE shell-quoted string, for a program that hands
+# its arguments to a remote shell: ssh joins them with spaces and the remote shell splits them
+# again, so a trial path with a space or ';' would break apart (or run as a command).
+TEMPLATE_FIELDS = ("launcher_argv", "launcher_argv_shell", "num_nodes", "gpus_per_node", "world_size", "node_rank",
                    "host", "rdzv_host", "rdzv_port", "rdzv_endpoint", "rdzv_id", "trial_dir",
                    "config", "result", "python", "job_name")
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -279,6 +282,9 @@ def template_fields(argv: list[str]) -> set[str]:
 def fill_template(template: list[str], fields: dict[str, str], launcher_argv: list[str]) -> list[str]:
     """Fill an argv template field by field: no shell ever sees it, so a value with spaces or
     quotes stays one argument and cannot inject another."""
+    import shlex
+
+    fields = {**fields, "launcher_argv_shell": shlex.join(str(a) for a in launcher_argv)}
     out: list[str] = []
     for el in template:
         if el == "{launcher_argv}":
@@ -288,6 +294,19 @@ def fill_template(template: list[str], fields: dict[str, str], launcher_argv: li
         else:
             out.append(_FIELD.sub(lambda m: str(fields[m.group(1)]), el))
     return out
+
+
+# Programs that pass their arguments to a (remote) shell as one joined string.
+REMOTE_SHELLS = ("ssh", "rsh", "autossh")
+
+
+def check_remote_shell_template(argv: list[str]) -> None:
+    """ssh re-parses what it is given: the launcher argv must reach it shell-quoted."""
+    if argv and Path(argv[0]).name in REMOTE_SHELLS and "{launcher_argv}" in argv:
+        raise ValueError(f"{Path(argv[0]).name} joins its arguments into one string that the remote "
+                         "shell splits again, so {launcher_argv} would break paths with spaces or "
+                         "';' apart; use \"{launcher_argv_shell}\" (the argv shell-quoted), e.g. "
+                         "[ssh, \"{host}\", \"{launcher_argv_shell}\"]")
 
 
 def node_argv(cfg: TrialConfig, config_path: Path, result_path: Path, rdzv_endpoint: str,

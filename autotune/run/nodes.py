@@ -3,7 +3,8 @@
     python -m autotune.run.nodes trial_dir/nodes.json     # {"argvs": [[...node 0...], [...node 1...]]}
 
 Written by `autotune.run.launch.template_argv_builder` when the spec's `launcher.per_node` is set
-(e.g. `argv: [ssh, "{host}", "{launcher_argv}"]`, or the agents of a two-"node" test on one
+(e.g. `argv: [ssh, "{host}", "{launcher_argv_shell}"]`: ssh hands its arguments to the remote
+shell as one string, so the launcher argv goes shell-quoted; or the agents of a two-"node" test on one
 machine). The agents stay in this process's group, so the controller's timeout or Ctrl-C kills
 them all. The first agent that fails takes the others down, as torchrun does for ranks.
 Exit code: 0 if every agent succeeded, else the first failure's code (128 + signal).
