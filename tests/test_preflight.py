@@ -1,0 +1,46 @@
+"""The workload check before a sweep's first trial (autotune.preflight, trials.preflight): a
+real subprocess in the trials' environment; a bad workload is one UserError (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.errors import UserError
+from autotune.preflight import check_workload
+from autotune.spec import load_spec
+
+
+def _spec(tmp_path, workload: str):
+    p = tmp_path / "spec.yaml"
+    p.write_text(f"workload: {workload}\n")
+    return load_spec(p)
+
+
+def test_the_builtin_gpt_and_good_workloads_pass(tmp_path):
+    check_workload(_spec(tmp_path, "{kind: gpt, preset: tiny}"))
+    (tmp_path / "llama.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    check_workload(_spec(tmp_path, "{kind: hf, config_path: llama.json}"))  # beside the spec
+    check_workload(_spec(tmp_path, "{kind: entry_point, entry_point: 'tests.fixtures.entry_points:build'}"))
+
+
+@pytest.mark.parametrize("workload, files, words", [
+    ("{kind: hf, config_path: missing.json}", {}, "does not exist"),
+    ("{kind: hf, config_path: bad.json}", {"bad.json": "{not json"}, "not readable JSON"),
+    ("{kind: hf, config_path: nomodel.json}", {"nomodel.json": "{}"}, "model_type"),
+    ("{kind: hf, config_path: odd.json}", {"odd.json": '{"model_type": "no-such-arch"}'}, "no-such-arch"),
+    ("{kind: hf, model_type: no-such-arch}", {}, "no-such-arch"),
+    ("{kind: entry_point, entry_point: 'no_such_module_xyz:build'}", {}, "no_such_module_xyz"),
+    ("{kind: entry_point, entry_point: 'mymod:nothere'}", {"mymod.py": "x = 1\n"}, "nothere"),
+    ("{kind: entry_point, entry_point: 'broken:build'}", {"broken.py": "import no_such_dep_xyz\n"},
+     "no_such_dep_xyz"),
+])
+def test_bad_workloads_end_before_any_trial(tmp_path, workload, files, words):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    spec = _spec(tmp_path, workload)
+    with pytest.raises(UserError) as exc:
+        check_workload(spec)
+    assert words in str(exc.value) and "To fix" in str(exc.value)
+    assert str(tmp_path / "spec.yaml") in str(exc.value)  # names the spec file
