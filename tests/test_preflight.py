@@ -1,4 +1,4 @@
-"""The workload check before a sweep's first trial (autotune.preflight, trials.preflight): a
+"""The workload check before a sweep's first trial (autotune.run.preflight, trials.preflight): a
 real subprocess in the trials' environment; a bad workload is one UserError (exit 2)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from autotune.errors import UserError
-from autotune.preflight import check_workload
+from autotune.run.preflight import check_workload
 from autotune.spec import load_spec
 
 

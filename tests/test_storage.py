@@ -65,7 +65,7 @@ def test_no_form_of_the_password_survives_redaction(url, secret):
 
 
 def test_storage_comes_from_flag_file_environment_or_spec(tmp_path, monkeypatch):
-    from autotune.storage import DEFAULT_STORAGE, STORAGE_ENV, resolve_storage
+    from autotune.run.storage import DEFAULT_STORAGE, STORAGE_ENV, resolve_storage
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)
     assert resolve_storage() == DEFAULT_STORAGE

@@ -2,7 +2,7 @@
 
     python -m trials.preflight CONFIG.json      # exit 0, or exit 3 with the reason on stderr
 
-Run once by the controller before a sweep (`autotune.preflight.check_workload`), in a
+Run once by the controller before a sweep (`autotune.run.preflight.check_workload`), in a
 subprocess with the trials' environment, so that a missing config file or an import error in
 the user's module ends the sweep at once with one message, instead of failing every trial the
 same way. Builds no model and touches no device.

@@ -30,7 +30,7 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
         _check_hf_file(Path(wl.config_path), where)
-    from autotune.launch import launch_env
+    from autotune.run.launch import launch_env
 
     cfg = TrialConfig(workload=wl, seq_len=spec.seq_len)
     with tempfile.TemporaryDirectory(prefix="autotune-preflight-") as tmp:
