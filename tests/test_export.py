@@ -94,7 +94,7 @@ def test_accelerate_config_runs_the_trials_batch(tmp_path_factory, tmp_path):
     out = tmp_path / "exp"
     p = study.cli("export", "--pick", str(trial["number"]), "--out", str(out), "--launcher", "accelerate")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert sorted(f.name for f in out.iterdir()) == ["accelerate_config.yaml", "bill.json", "bill.md",
+    assert sorted(f.name for f in out.iterdir()) == [".autotune-files.json", "accelerate_config.yaml", "bill.json", "bill.md",
                                                       "launch.sh", "trial_config.json"]  # no ZeRO: no DS file
     acc_cfg = yaml.safe_load((out / "accelerate_config.yaml").read_text())
     assert acc_cfg["num_processes"] == 2 and acc_cfg["distributed_type"] == "MULTI_GPU" and acc_cfg["use_cpu"]
@@ -175,5 +175,6 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     assert [f.name for f in (tmp_path / "full").iterdir()] == ["keep.txt"]
     p = study.cli("export", "--pick", "fastest", "--out", str(tmp_path / "full"), "--force")
     assert p.returncode == 0, p.stderr
-    assert not (tmp_path / "full" / "keep.txt").exists() and (tmp_path / "full" / "launch.sh").is_file()
+    # --force writes autotune's files beside the user's: never deletes what it did not write.
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine" and (tmp_path / "full" / "launch.sh").is_file()
     assert sorted(f.name for f in tmp_path.iterdir()) == ["full"]  # no temporary folder left

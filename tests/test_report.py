@@ -127,8 +127,8 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
     deadline = max(o["hours"] for o in doc["options"]) * 0.999  # the slowest becomes infeasible
     p = study.cli("report", "--out", str(out), "--deadline-hours", repr(deadline))
     assert p.returncode == 0, p.stderr
-    assert sorted(f.name for f in out.iterdir()) == ["memory.png", "pareto.png", "report.html",
-                                                      "report.json", "throughput.png"]
+    assert sorted(f.name for f in out.iterdir()) == [".autotune-files.json", "memory.png", "pareto.png",
+                                                      "report.html", "report.json", "throughput.png"]
     rep = json.loads((out / "report.json").read_text())
     html = (out / "report.html").read_text()
     # Self-contained: plotly.js inlined, nothing fetched from a network.
@@ -168,15 +168,16 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
 
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
     from autotune.errors import UserError
-    from autotune.report.html import write_html, write_report_dir
+    from autotune.outdir import prepare_out_dir
+    from autotune.report.html import prepare_html_path
 
     with pytest.raises(UserError, match="does not exist"):
-        write_html(doc, tmp_path / "missing" / "r.html")
+        prepare_html_path(tmp_path / "missing" / "r.html")
     with pytest.raises(UserError, match="does not exist"):
-        write_report_dir(doc, tmp_path / "missing" / "rep")
+        prepare_out_dir(tmp_path / "missing" / "rep")
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="is a file"):
-        write_report_dir(doc, tmp_path / "afile")
+        prepare_out_dir(tmp_path / "afile")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no temporary leftovers
 
 

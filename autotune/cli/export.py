@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
-from autotune.cli.common import console
+from autotune.cli.common import console, storage_file_option, storage_option
 from autotune.contract import Launcher
 
 
@@ -25,11 +25,12 @@ def export(
     out: Path = typer.Option(..., "--out", help="folder to write (must be new or empty; see --force)"),
     offer: Optional[str] = typer.Option(None, "--offer", help="price on this catalog offer"),
     study: str = typer.Option("default", "--study", help="study name"),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default sqlite:///autotune.db)"),
+    storage: Optional[str] = storage_option(),
+    storage_file: Optional[Path] = storage_file_option(),
     launcher: Optional[Launcher] = typer.Option(None, "--launcher", help="launcher of launch.sh (default: the trial's)"),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
-    force: bool = typer.Option(False, "--force", help="replace a non-empty --out folder"),
+    force: bool = typer.Option(False, "--force", help="write into an --out folder that holds other files (they are kept)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
 ) -> None:
@@ -37,11 +38,15 @@ def export(
     from autotune.report.export import BILL_MD, plan_export, write_export
     from autotune.format import fmt_hours, fmt_usd
     from autotune.report.build import collect
-    from autotune.run.storage import DEFAULT_STORAGE
+    from autotune.names import check_study_name
+    from autotune.report.files import prepare_out_dir
+    from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
-    st = open_study(storage, study, create=False)
-    doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE,
+    url = resolve_storage(storage, storage_file)
+    st = open_study(url, check_study_name(study), create=False)
+    prepare_out_dir(out, force)  # refused before any work: nothing is written on a refusal
+    doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=url,
                   providers=provider, regions=region)
     trials = {t.number: t for t in st.get_trials(deepcopy=False)}
     plan = plan_export(doc, trials, pick, offer=offer, launcher=launcher)

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
-from autotune.cli.common import STORAGE_HELP, console
+from autotune.cli.common import console, storage_file_option, storage_option
 
 
 def register(app: typer.Typer) -> None:
@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
 
 def report(
     study: str = typer.Option("default", help="study name"),
-    storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+    storage: Optional[str] = storage_option(),
+    storage_file: Optional[Path] = storage_file_option(),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document (docs/report_schema.md)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
     out: Optional[Path] = typer.Option(None, "--out", help="write report.html, report.json and PNG plots into this folder"),
@@ -32,23 +33,29 @@ def report(
     deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
+    force: bool = typer.Option(False, "--force", help="write into an --out folder holding other files (they are kept), or over an --html file autotune did not write"),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
+    from autotune.names import check_study_name
     from autotune.report.build import collect
     from autotune.report.terminal import print_report
-    from autotune.run.storage import DEFAULT_STORAGE
+    from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
-    doc = collect(open_study(storage, study, create=False), max_usd=max_usd,
-                  deadline_hours=deadline_hours, storage_url=storage or DEFAULT_STORAGE,
-                  providers=provider, regions=region)
+    url = resolve_storage(storage, storage_file)
+    doc = collect(open_study(url, check_study_name(study), create=False), max_usd=max_usd,
+                  deadline_hours=deadline_hours, storage_url=url, providers=provider, regions=region)
     if html is not None or out is not None:
-        from autotune.report.html import write_html, write_report_dir
+        from autotune.report.files import prepare_out_dir
+        from autotune.report.html import prepare_html_path, write_html, write_report_dir
 
-        if html is not None:
-            write_html(doc, html)
-        if out is not None:
-            write_report_dir(doc, out)
+        # Check both targets before writing either: a refusal leaves nothing half-written.
+        html_path = prepare_html_path(html, force) if html is not None else None
+        out_dir = prepare_out_dir(out, force) if out is not None else None
+        if html_path is not None:
+            write_html(doc, html_path)
+        if out_dir is not None:
+            write_report_dir(doc, out_dir)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:

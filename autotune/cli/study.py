@@ -1,6 +1,6 @@
 """`autotune study copy`: move a study between storages, with its trial folders.
 
-    autotune study copy sqlite:///autotune.db postgresql://tuner:pw@db/autotune --study llama
+    autotune study copy sqlite:///autotune.db - --dst-file ~/.autotune-db-url --study llama
     autotune study copy sqlite:///a.db journal:///shared/studies.log --runs-dir autotune_runs \\
         --to-runs-dir /shared/autotune_runs
 
@@ -12,7 +12,9 @@ result) are copied from RUNS_DIR/STUDY to TO_RUNS_DIR/TO_STUDY and each copied t
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -38,8 +40,20 @@ def copy(
     to_runs_dir: Optional[Path] = typer.Option(None, help="where to copy the trial folders "
                                                "(default: RUNS_DIR; nothing to copy then "
                                                "unless the study name changes)"),
+    src_file: Optional[Path] = typer.Option(None, "--src-file", help="read SRC_URL from this file's first line (give '-' as SRC_URL)"),
+    dst_file: Optional[Path] = typer.Option(None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
 ) -> None:
     """Copy STUDY from SRC_URL to DST_URL (Optuna copy_study) plus its trial folders."""
+
+    from autotune.run.storage import resolve_storage
+
+    def url(given: str, file: Optional[Path], option: str) -> str:
+        # '-' with a file: the URL (and its password) stays off the command line.
+        if given == "-" and file is None:
+            raise UserError(f"'-' needs {option} FILE", fix=f"add {option} with the URL on its first line")
+        return resolve_storage(None if given == "-" else given, file)
+
+    src_url, dst_url = url(src_url, src_file, "--src-file"), url(dst_url, dst_file, "--dst-file")
     result = copy_study(src_url, dst_url, study, to_study or study, runs_dir, to_runs_dir or runs_dir)
     console().print(
         f"copied study '{study}' ({result['trials']} trials) from {result['src']} to "
@@ -47,46 +61,100 @@ def copy(
         f"{result['runs']}")
 
 
+# Set on a destination study while its trials are being copied; a copy that died half-way
+# (killed, disk full) leaves it set, so the next attempt knows the study is its own leftover.
+COPY_INCOMPLETE = "autotune:copy_incomplete"
+
+
 def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: Path,
                to_runs_dir: Path) -> dict:
+    """Copy a study and its trial folders, all or nothing: the folders are staged under a
+    temporary name and renamed into place once the study is copied; a failure removes what this
+    copy wrote (the destination study it created, the staged folders) and nothing else."""
     import optuna
 
-    from autotune.record import TrialRecord
+    from autotune.names import check_study_name
     from autotune.run.storage import open_storage, redact_url, user_study_names
 
+    check_study_name(study, "--study")
+    check_study_name(to_study, "--to-study")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    src, dst = open_storage(src_url), open_storage(dst_url)
+    src = open_storage(src_url, must_exist=True)  # reading the source never creates it
     if study not in user_study_names(src):
         names = user_study_names(src)
         raise UserError(f"no study '{study}' in {redact_url(src_url)}",
                         fix=f"use one of: {', '.join(names) or '(none)'}")
+    dst = open_storage(dst_url)
     if to_study in user_study_names(dst):
-        raise UserError(f"study '{to_study}' already exists in {redact_url(dst_url)}",
-                        fix="pick another name with --to-study, or copy into another storage")
+        if not _remove_incomplete_copy(dst, to_study):
+            raise UserError(f"study '{to_study}' already exists in {redact_url(dst_url)}",
+                            fix="pick another name with --to-study, or copy into another storage")
     src_runs, dst_runs = runs_dir / study, to_runs_dir / to_study
-    folders = 0
-    if src_runs.resolve() != dst_runs.resolve() and src_runs.is_dir():
-        if dst_runs.exists() and any(dst_runs.iterdir()):
-            raise UserError(f"trial folder '{dst_runs}' is not empty",
-                            fix="choose another --to-runs-dir or --to-study")
-        # Folders first: a failed copy leaves no half-copied study in the destination.
-        shutil.copytree(src_runs, dst_runs, dirs_exist_ok=True)
-        folders = sum(1 for p in dst_runs.iterdir() if p.is_dir())
-    # optuna.copy_study, with each trial's `trial_dir` pointed at its copied folder (a finished
-    # trial's attributes cannot change once it is stored, so they are rewritten on the way).
+    copy_folders = src_runs.resolve() != dst_runs.resolve() and src_runs.is_dir()
+    if copy_folders and dst_runs.exists() and (not dst_runs.is_dir() or any(dst_runs.iterdir())):
+        raise UserError(f"trial folder '{dst_runs}' is not empty",
+                        fix="choose another --to-runs-dir or --to-study")
+    staged = None
+    if copy_folders:
+        if not dst_runs.parent.is_dir():
+            dst_runs.parent.mkdir(parents=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{to_study}.copying.", dir=dst_runs.parent))
+    try:
+        folders = 0
+        if staged is not None:
+            # copyfile, not copy2: the copies get the permissions of any new file (the umask).
+            shutil.copytree(src_runs, staged, dirs_exist_ok=True, copy_function=shutil.copyfile)
+            folders = sum(1 for p in staged.iterdir() if p.is_dir())
+        trials = _copy_trials(src, dst, study, to_study, dst_runs if folders else None)
+        if staged is not None:
+            os.rename(staged, dst_runs)  # replaces an empty folder; the last step
+            staged = None
+        to_id = dst.get_study_id_from_name(to_study)
+        dst.set_study_system_attr(to_id, COPY_INCOMPLETE, False)
+    except BaseException:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        _remove_incomplete_copy(dst, to_study)
+        raise
+    return {"trials": trials, "folders": folders, "src": redact_url(src_url),
+            "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs)}
+
+
+def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path | None) -> int:
+    """optuna.copy_study, marked incomplete until the end, with each trial's `trial_dir`
+    pointed at its copied folder (a finished trial's attributes cannot change once stored,
+    so they are rewritten on the way)."""
+    import optuna
+
     from_study = optuna.load_study(study_name=study, storage=src)
     to = optuna.create_study(study_name=to_study, storage=dst, directions=from_study.directions)
+    dst.set_study_system_attr(to._study_id, COPY_INCOMPLETE, True)
     for k, v in src.get_study_system_attrs(from_study._study_id).items():
-        to._storage.set_study_system_attr(to._study_id, k, v)
+        dst.set_study_system_attr(to._study_id, k, v)
     for k, v in from_study.user_attrs.items():
         to.set_user_attr(k, v)
+    from autotune.record import TrialRecord
+
     trials = []
     for t in from_study.get_trials(deepcopy=True):
         old = TrialRecord.of(t).trial_dir
-        if old and folders and (dst_runs / Path(old).name).is_dir():
+        if old and dst_runs is not None:
             moved = TrialRecord.attrs(trial_dir=str((dst_runs / Path(old).name).resolve()))
             t.user_attrs = {**t.user_attrs, **moved}
         trials.append(t)
     to.add_trials(trials)
-    return {"trials": len(trials), "folders": folders, "src": redact_url(src_url),
-            "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs)}
+    return len(trials)
+
+
+def _remove_incomplete_copy(storage, name: str) -> bool:
+    """Delete study `name` if it is an unfinished copy (this tool's own leftover)."""
+    import optuna
+
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    if not storage.get_study_system_attrs(study_id).get(COPY_INCOMPLETE):
+        return False
+    optuna.delete_study(study_name=name, storage=storage)
+    return True

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from autotune.cli.common import STORAGE_HELP, console
+from autotune.cli.common import console, storage_file_option, storage_option
 
 
 def register(app: typer.Typer) -> None:
@@ -22,29 +22,29 @@ def register(app: typer.Typer) -> None:
 def sweep(
     spec_file: Optional[Path] = typer.Argument(None, help="sweep spec YAML; none: the built-in example"),
     trials: Optional[int] = typer.Option(None, "--trials", "-n", min=1, help="trials to launch in this invocation (a config already measured is reused, not counted)"),
-    storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+    storage: Optional[str] = storage_option(),
+    storage_file: Optional[Path] = storage_file_option(),
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
     runs_dir: Path = typer.Option(Path("autotune_runs"), help="folder for trial folders"),
     total_trials: Optional[int] = typer.Option(None, min=1, help="stop once the study holds this many finished trials (all machines)"),
-    max_gpu_hours: Optional[float] = typer.Option(None, min=0.0, help="stop once trials have used this many GPU-hours (wall time x ranks)"),
-    max_search_usd: Optional[float] = typer.Option(None, min=0.0, help="stop once trials have cost this many dollars"),
+    max_gpu_hours: Optional[float] = typer.Option(None, help="stop once trials have used this many GPU-hours (wall time x ranks; > 0)"),
+    max_search_usd: Optional[float] = typer.Option(None, help="stop once trials have cost this many dollars (> 0)"),
     patience: Optional[int] = typer.Option(None, min=1, help="stop when the Pareto front has not improved for this many trials"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
     Several machines with the same --storage and --study work on one study. Ctrl-C finishes
     the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way)."""
+    from autotune.run.storage import resolve_storage
     from autotune.spec import default_spec, load_spec
 
     spec = load_spec(spec_file) if spec_file else default_spec()
-    updates = {k: v for k, v in (("storage", storage), ("study", study), ("space", space)) if v}
-    spec = spec.model_copy(update=updates)
-    budget_flags = {k: v for k, v in (("total_trials", total_trials), ("search_gpu_hours", max_gpu_hours),
-                                      ("search_usd", max_search_usd), ("patience_trials", patience))
-                    if v is not None}
-    if budget_flags:
-        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update=budget_flags)})
+    # Flags go through the spec's own validation: the same rules as the file's fields.
+    spec = spec.with_overrides(**{
+        "storage": resolve_storage(storage, storage_file, spec.storage), "study": study,
+        "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
+        "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
 
     from autotune.format import fmt_bytes, fmt_hours, fmt_usd
@@ -52,7 +52,7 @@ def sweep(
     from autotune.report.build import collect
     from autotune.report.labels import config_summary
     from autotune.report.terminal import print_report
-    from autotune.run.storage import DEFAULT_STORAGE, redact_url
+    from autotune.run.storage import redact_url
     from autotune.search.study import open_study, record_sweep
     from autotune.search.sweep import run_sweep
 
@@ -68,11 +68,14 @@ def sweep(
     catalog = load_catalog(spec.platforms.catalog)
     for name in spec.platforms.offers or []:
         catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
+    from autotune.run.preflight import check_workload
+
+    check_workload(spec)  # a workload that cannot build ends here, not in every trial
 
     con = console()
     st = open_study(spec.storage, spec.study, seed=spec.seed)
     before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
-    url = redact_url(spec.storage or DEFAULT_STORAGE)
+    url = redact_url(spec.storage)
     con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {url} "
               f"({before} trials measured so far), {n_trials} more on {hw.device_name} "
               f"x{hw.device_count}")
@@ -117,6 +120,13 @@ def sweep(
     if summary.stop_reason:
         con.print(f"stopped: {summary.stop_reason}")
     con.print()
-    print_report(collect(st), con)
+    doc = collect(st)
+    print_report(doc, con)
     if summary.interrupted:
         raise typer.Exit(130)
+    if summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"]):
+        # Nothing in the study was measured: there is nothing to recommend, and a script (or
+        # CI) must not read this sweep as a success.
+        con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
+                  "sweep); the failures are listed above by error type")
+        raise typer.Exit(1)

@@ -1,12 +1,14 @@
 """`autotune trial`: one trial outside any study, the small run before the long one.
 
-    autotune trial config.json [--out autotune_runs/single] [--json]
+    autotune trial config.json [--json]        # into the next autotune_runs/single/trial_NNNN
+    autotune trial config.json --out my_trial/ # a new or empty folder (--force: keep other files)
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -20,8 +22,11 @@ def register(app: typer.Typer) -> None:
 
 def trial(
     config_file: Path = typer.Argument(..., help="TrialConfig JSON"),
-    out: Path = typer.Option(Path("autotune_runs/single"), help="trial folder"),
+    out: Optional[Path] = typer.Option(None, help="trial folder, new or empty (default: the next "
+                                       "autotune_runs/single/trial_NNNN)"),
     as_json: bool = typer.Option(False, "--json", help="print the TrialResult JSON"),
+    force: bool = typer.Option(False, "--force", help="run in an --out folder that holds other files "
+                               "(they are kept; the trial's own files are replaced)"),
 ) -> None:
     """Run one trial outside any study (the small run before the long one)."""
     from pydantic import ValidationError
@@ -37,6 +42,10 @@ def trial(
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
+    from autotune.report.files import next_numbered_dir, prepare_out_dir
+
+    out = next_numbered_dir(Path("autotune_runs/single"), "trial_") if out is None else \
+        prepare_out_dir(out, force)
     result = run_trial(cfg, out)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")

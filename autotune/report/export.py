@@ -14,8 +14,6 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,8 +193,8 @@ def launch_script(plan: ExportPlan) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# Written by `autotune export`: study {plan.study!r}, trial {plan.trial} ({plan.pick}).",
-        f"# {_config_line(cfg)}",
-        f"# {_bill_line(plan)}",
+        f"# {_one_line(_config_line(cfg))}",
+        f"# {_one_line(_bill_line(plan))}",
         "#",
         f"#   ./{LAUNCH_SCRIPT}                     # no script: re-run the measured trial (autotune's worker)",
         f"#   ./{LAUNCH_SCRIPT} train.py --my-args  # your training script, launched the same way",
@@ -247,6 +245,12 @@ def launch_script(plan: ExportPlan) -> str:
                      f'{extra} --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
                      '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
     return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    """Text for a shell comment: a newline (or any control character) in a name would end the
+    comment and run the rest as a command."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 def _config_line(cfg: TrialConfig) -> str:
@@ -329,26 +333,9 @@ def render(plan: ExportPlan, final_dir: Path) -> dict[str, str]:
 
 
 def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
-    """Write every file into a temporary folder beside `out`, then rename it into place."""
-    from autotune.report.files import chmod_like_umask, replace_dir
+    """Every file into `out`, all or nothing; a folder holding files autotune did not write
+    needs `force`, and even then those files are kept (autotune.report.files)."""
+    from autotune.report.files import prepare_out_dir, write_files
 
-    out = Path(out)
-    if not out.parent.resolve().is_dir():
-        raise UserError(f"--out {out}: folder '{out.parent}' does not exist", fix="create it first")
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file", fix="give a folder path")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"--out {out} exists and is not empty",
-                        fix="choose a new folder, or pass --force to replace it")
-    files = render(plan, out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        chmod_like_umask(tmp)
-        for name, text in files.items():
-            (tmp / name).write_text(text)
-        (tmp / LAUNCH_SCRIPT).chmod(0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return [out / name for name in sorted(files)]
+    out = prepare_out_dir(out, force)
+    return write_files(out, render(plan, out), executable={LAUNCH_SCRIPT})

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
-from autotune.report.files import check_parent, chmod_like_umask, replace_dir, write_text_atomic
+from autotune.report.files import check_parent, write_files, write_text_atomic
 from autotune.report.labels import config_summary, zero_summary
 from autotune.report.plots import gpus_of, write_pngs
 
@@ -185,11 +184,35 @@ def render_html(doc: dict[str, Any]) -> str:
 {_trials_table(doc['trials'])}
 <script type="application/json" id="autotune-report">{doc_json}</script>
 """
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>{GENERATOR_META}"
             f"<title>autotune: {_e(doc['study'])}</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
             f"<body>{body}</body></html>\n")
 
+
+
+# Marks a page as autotune's own: `report --html PATH` replaces such a file without --force.
+GENERATOR_META = "<meta name='generator' content='autotune report'>"
+
+
+def prepare_html_path(path: str | Path, force: bool = False) -> Path:
+    """Check that `report --html` may write `path`: a new file, a page autotune wrote, or
+    anything with --force. Nothing is written here."""
+    from autotune.errors import UserError
+
+    path = Path(path).expanduser().resolve()
+    if path.is_dir():
+        raise UserError(f"--html {path} is a folder", fix="give a file path, or use --out FOLDER")
+    check_parent(path)
+    if path.exists() and not force:
+        try:
+            ours = GENERATOR_META in path.read_text(encoding="utf-8", errors="replace")[:4096]
+        except OSError:
+            ours = False
+        if not ours:
+            raise UserError(f"--html {path} exists and is not a report autotune wrote",
+                            fix="choose another file name, or add --force to replace it")
+    return path
 
 
 def write_html(doc: dict[str, Any], path: str | Path) -> Path:
@@ -197,21 +220,14 @@ def write_html(doc: dict[str, Any], path: str | Path) -> Path:
 
 
 def write_report_dir(doc: dict[str, Any], folder: str | Path) -> Path:
-    """report.html, report.json and the PNGs into `folder`, replacing it whole."""
+    """report.html, report.json and the PNGs into `folder` (checked by
+    `autotune.report.files.prepare_out_dir` first): all or nothing, and nothing else in the
+    folder is touched."""
     folder = Path(folder)
-    check_parent(folder)
-    from autotune.errors import UserError
-
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--out {folder} is a file", fix="give a folder path")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        chmod_like_umask(tmp)
-        (tmp / "report.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        write_pngs(doc, tmp)
-        (tmp / "report.html").write_text(render_html(doc), encoding="utf-8")
-        replace_dir(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with tempfile.TemporaryDirectory(prefix=".autotune-plots-") as plots:
+        write_pngs(doc, Path(plots))
+        files: dict[str, str | bytes] = {p.name: p.read_bytes() for p in sorted(Path(plots).iterdir())}
+    files["report.json"] = json.dumps(doc, indent=2, default=str) + "\n"
+    files["report.html"] = render_html(doc)
+    write_files(folder, files)
     return folder

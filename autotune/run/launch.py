@@ -34,6 +34,8 @@ from autotune.contract import (
 
 WORKER_MODULE = "trials.worker"
 LOG_TAIL_CHARS = 4000
+# What a trial's ranks write beside config.json: result.json, result.rankN.json, fatal.rankN.log.
+_OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
 KILL_GRACE_S = 5.0
 
 
@@ -78,7 +80,9 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
 
 
 def launch_env(cfg: TrialConfig) -> dict[str, str]:
-    env = dict(os.environ)
+    # The study's storage URL (and its password) is the controller's business only: trials
+    # never open the study, and a launcher that logs its environment must not show it.
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_STORAGE"}
     threads = str(cfg.threads_per_rank)
     # One CPU "GPU" = one rank with `threads_per_rank` threads; torchrun would otherwise
     # leave every rank free to spawn a thread per core and they would fight for them.
@@ -143,8 +147,11 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     trial_dir = Path(trial_dir).resolve()  # the launcher runs with the trial folder as cwd
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path, result_path = trial_dir / "config.json", trial_dir / "result.json"
-    for stale in [*trial_dir.glob("result*.json"), *trial_dir.glob("fatal.rank*.log")]:
-        stale.unlink()
+    # A previous run's own outputs in this folder (exactly their names: a user's
+    # result_backup.json is not ours to delete).
+    for stale in trial_dir.iterdir():
+        if _OWN_OUTPUT.fullmatch(stale.name) and stale.is_file():
+            stale.unlink()
     cfg.write(config_path)
     # argv_builder: e.g. a cluster scheduler's template (see template_argv_builder below).
     argv = (argv_builder or build_argv)(cfg, config_path, result_path, free_port(), python=python)

@@ -231,10 +231,16 @@ def journal_path(url: str) -> Path:
     return Path(url)
 
 
-def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
-    """An Optuna storage for `url` (None: the default SQLite file). UserError if unusable."""
+def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
+                 must_exist: bool = False):
+    """An Optuna storage for `url` (None: the default SQLite file). UserError if unusable.
+
+    `must_exist`: for commands that only read (report, export, the source of a copy): a SQLite
+    or journal file that does not exist is an error, not a new empty file left behind."""
     url = url or DEFAULT_STORAGE
     kind = storage_kind(url)
+    if must_exist:
+        _check_exists(url, kind)
     if kind == "journal":
         path = journal_path(url)
         if not path.name:
@@ -273,6 +279,19 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None):
         raise UserError(f"cannot open storage {redact_url(given)}: {_first_line(exc, given)}",
                         fix="check the URL, that the server is running and reachable, and the "
                             "credentials") from None
+
+
+def _check_exists(url: str, kind: str) -> None:
+    path: Path | None = None
+    if kind == "journal":
+        path = journal_path(url)
+    elif kind == "sqlite":
+        db = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+        path = Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+    if path is not None and not path.is_file():
+        raise UserError(f"no study storage at '{path}' ({redact_url(url)})",
+                        fix="run autotune sweep first, or point --storage (or AUTOTUNE_STORAGE) at "
+                            "the study's database")
 
 
 def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings, attempts: int = 4):

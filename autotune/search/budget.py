@@ -7,6 +7,7 @@ GPU-hours or dollars trials have cost (all machines), or a Pareto front that sto
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from autotune.record import TrialRecord
@@ -61,4 +62,47 @@ class SearchBudget:
             if since >= b.patience_trials:
                 return (f"the Pareto front on {self.hardware_key} has not improved for {since} "
                         f"trials (budget.patience_trials = {b.patience_trials})")
+        return None
+
+
+# Different configs ended by the same error before any trial of the sweep succeeded: the error
+# does not depend on the config (a model that raises, a broken install), so the rest of the
+# budget would be spent on it.
+SAME_ERROR_STOP = 3
+# Endings that depend on the config by nature (its memory, its speed, what it asks of this
+# machine: `unsupported`): never "the same error" however often they repeat.
+_CONFIG_DEPENDENT = ("oom", "timeout", "prescreened", "unsupported")
+
+
+class RepeatedError:
+    """Watches launched trials for one error that ends several different configs.
+
+        watch.add(record)          # each launched trial's TrialRecord
+        watch.verdict()            # the stop reason, or None
+    """
+
+    def __init__(self, limit: int = SAME_ERROR_STOP):
+        self.limit = limit
+        self.configs: dict[str, set[str]] = {}  # error signature -> configs it ended
+
+    @staticmethod
+    def signature(rec) -> str | None:
+        status = rec.status
+        if status in (None, "ok", *_CONFIG_DEPENDENT):
+            return None
+        first = (rec.error or "").strip().splitlines()[:1]
+        # Numbers differ between trials of the same error (ports, pids, sizes, ranks).
+        return f"{status}: " + re.sub(r"\d+", "N", first[0] if first else "")[:300]
+
+    def add(self, rec, number: int = 0) -> None:
+        sig = self.signature(rec)
+        if sig is not None:
+            self.configs.setdefault(sig, set()).add(rec.config_key or str(number))
+
+    def verdict(self) -> str | None:
+        for sig, configs in self.configs.items():
+            if len(configs) >= self.limit:
+                return (f"the same error ended {len(configs)} different configs, so it does not "
+                        f"depend on the config: {sig}. Fix it (see the trial folders' stderr.log) "
+                        "and run the sweep again")
         return None

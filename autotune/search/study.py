@@ -30,7 +30,10 @@ def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: 
     # `group=True` and heartbeats are marked experimental; we rely on them knowingly.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     url = storage_url or DEFAULT_STORAGE
-    storage = open_storage(url)
+    try:
+        storage = open_storage(url, must_exist=not create)  # reading never creates a file
+    except UserError as exc:
+        raise UserError(f"study '{study_name}': {exc.message}", fix=exc.fix) from None
     sampler = make_sampler(seed)
     if not create:
         try:

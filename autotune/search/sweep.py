@@ -27,7 +27,7 @@ from autotune.errors import UserError
 from autotune.record import TrialRecord
 from autotune.run.launch import TrialRunner
 from autotune.run.processes import recover_dead_trials
-from autotune.search.budget import SearchBudget
+from autotune.search.budget import RepeatedError, SearchBudget
 from autotune.search.machine import MachineSpace
 from autotune.search.objective import TrialCrashed, TrialOutcome, make_objective, rank_hour_price_usd
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves, enqueue_baselines
@@ -37,6 +37,7 @@ from autotune.spec import SweepSpec
 @dataclass
 class SweepSummary:
     trials_run: int = 0  # launched here: each ran its own measurement
+    trials_ok: int = 0  # of those, measured successfully
     proposals: int = 0  # Optuna trials here, including reused and prescreened ones
     stop_reason: str | None = None
     interrupted: bool = False
@@ -100,6 +101,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                                catalog=catalog)
 
     moves = LocalMoves(spec, ms, seed=spec.seed)
+    same_error = RepeatedError()
 
     with _Interrupt(note) as interrupt:
         idle = 0  # proposals in a row that launched nothing
@@ -107,9 +109,12 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
         def after_trial(st, frozen) -> None:
             nonlocal idle
             summary.proposals += 1
-            launched = TrialRecord.of(frozen).launched
+            rec = TrialRecord.of(frozen)
+            launched = rec.launched
             if launched:
                 summary.trials_run += 1
+                summary.trials_ok += rec.status == "ok"
+                same_error.add(rec, frozen.number)
                 idle = 0
             else:
                 idle += 1
@@ -117,7 +122,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                 summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C)", True
                 st.stop()
                 return
-            reason = budget.exhausted(st)
+            reason = budget.exhausted(st) or (None if summary.trials_ok else same_error.verdict())
             if reason is None and summary.trials_run >= n_trials:
                 st.stop()
                 return
