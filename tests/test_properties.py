@@ -144,3 +144,15 @@ def test_bad_flags_exit_2_with_one_message(cli, tmp_path, monkeypatch, argv):
     code, out, err = cli(*argv)
     assert code == 2 and "Traceback" not in err + out, (argv, err)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("field, bad", [("name", "evil\nrm -rf ~"), ("name", "a b"), ("name", "x;y"),
+                                        ("provider", "$(reboot)"), ("gpu", "h100\n")])
+def test_catalog_names_that_would_be_shell_are_refused(tmp_path, cli, field, bad):
+    from autotune.pricing.catalog import DEFAULT_CATALOG
+
+    cat = yaml.safe_load(DEFAULT_CATALOG.read_text())
+    cat["offers"][0][field] = bad
+    path = _write(tmp_path, "catalog.yaml", cat)
+    code, out, err = cli("catalog", "--catalog", str(path))
+    assert code == 2 and "catalog.yaml" in err and "Traceback" not in err, err

@@ -102,6 +102,10 @@ class Catalog(CatalogModel):
         if self.schema_version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"`schema_version` {self.schema_version} is not one of "
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
+        from autotune.names import catalog_name
+
+        for key in self.gpus:
+            catalog_name(key)
         seen: set[str] = set()
         for o in self.offers:
             if o.name in seen:

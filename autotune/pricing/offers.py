@@ -14,7 +14,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 HOURS_PER_YEAR = 8760.0
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12  # 730: the month that monthly prices and storage bill
@@ -98,6 +98,15 @@ class Offer(CatalogModel):
     provider: str
     gpu: str
     pricing: Pricing = "on-demand"
+
+    @field_validator("name", "provider", "gpu")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        # Typed as --offer / --provider / --gpu and written into exported scripts and bills:
+        # a newline or a ';' in one must never become shell.
+        from autotune.names import catalog_name
+
+        return catalog_name(v)
     regions: list[str] = Field(
         default_factory=list, description="regions (or locations) where these prices hold; "
                                           "empty: not stated")
