@@ -101,21 +101,20 @@ def test_one_error_on_three_configs_stops_but_config_dependent_endings_do_not():
     """autotune.search.sweep.RepeatedError on recorded trials: `unsupported`, oom and timeout
     belong to their configs however often they repeat; a crash with the same message (numbers
     aside) on three different configs is the sweep's problem, not the configs'."""
-    from types import SimpleNamespace
+    from autotune.record import TrialRecord
+    from autotune.search.budget import RepeatedError
 
-    from autotune.search.sweep import RepeatedError
-
-    def t(n, status, error, key):
-        return SimpleNamespace(number=n, user_attrs={"status": status, "error": error, "config_key": key})
+    def t(status, error, key):
+        return TrialRecord(status=status, error=error, config_key=key)
 
     watch = RepeatedError()
-    for i, key in enumerate("abcd"):
-        watch.add(t(i, "unsupported", "UnsupportedConfig: fp16 on cpu", key))
-        watch.add(t(i, "oom", "OutOfMemoryError: 12 GiB", key))
+    for key in "abcd":
+        watch.add(t("unsupported", "UnsupportedConfig: fp16 on cpu", key))
+        watch.add(t("oom", "OutOfMemoryError: 12 GiB", key))
     assert watch.verdict() is None
-    watch.add(t(9, "crash", "ValueError: bad rank 0 port 4411", "a"))
-    watch.add(t(10, "crash", "ValueError: bad rank 1 port 5123", "a"))  # same config again
-    watch.add(t(11, "crash", "ValueError: bad rank 0 port 6001", "b"))
+    watch.add(t("crash", "ValueError: bad rank 0 port 4411", "a"))
+    watch.add(t("crash", "ValueError: bad rank 1 port 5123", "a"))  # same config again
+    watch.add(t("crash", "ValueError: bad rank 0 port 6001", "b"))
     assert watch.verdict() is None
-    watch.add(t(12, "crash", "ValueError: bad rank 0 port 7777", "c"))
+    watch.add(t("crash", "ValueError: bad rank 0 port 7777", "c"))
     assert "3 different configs" in watch.verdict() and "ValueError: bad rank N port N" in watch.verdict()

@@ -103,7 +103,8 @@ def test_any_space_loads_and_round_trips_or_is_one_user_error(tmp_path, data):
        | st.sampled_from(["name", "price_usd_per_gpu_hour", "gpu", "price_date", "memory_gb",
                           "peak_tflops", "gpus_per_node", "billing", "pricing"]), value=values)
 def test_any_catalog_edit_loads_or_is_one_user_error(tmp_path, section, index, field, value):
-    from autotune.pricing.catalog import DEFAULT_CATALOG, load_catalog
+    from autotune.pricing.catalog import DEFAULT_CATALOG
+    from autotune.pricing.load import load_catalog
 
     cat = yaml.safe_load(DEFAULT_CATALOG.read_text())
     entries = cat[section]

@@ -168,7 +168,7 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
 
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
     from autotune.errors import UserError
-    from autotune.outdir import prepare_out_dir
+    from autotune.report.files import prepare_out_dir
     from autotune.report.html import prepare_html_path
 
     with pytest.raises(UserError, match="does not exist"):

@@ -105,7 +105,8 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
             # copyfile, not copy2: the copies get the permissions of any new file (the umask).
             shutil.copytree(src_runs, staged, dirs_exist_ok=True, copy_function=shutil.copyfile)
             folders = sum(1 for p in staged.iterdir() if p.is_dir())
-        trials = _copy_trials(src, dst, study, to_study, dst_runs if folders else None)
+        copied = {p.name for p in staged.iterdir() if p.is_dir()} if staged is not None else set()
+        trials = _copy_trials(src, dst, study, to_study, dst_runs, copied)
         if staged is not None:
             os.rename(staged, dst_runs)  # replaces an empty folder; the last step
             staged = None
@@ -120,9 +121,9 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
             "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs)}
 
 
-def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path | None) -> int:
+def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path, copied: set[str]) -> int:
     """optuna.copy_study, marked incomplete until the end, with each trial's `trial_dir`
-    pointed at its copied folder (a finished trial's attributes cannot change once stored,
+    pointed at its copied folder (`copied`: the folder names copied into `dst_runs`) (a finished trial's attributes cannot change once stored,
     so they are rewritten on the way)."""
     import optuna
 
@@ -138,7 +139,7 @@ def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path | None) -> 
     trials = []
     for t in from_study.get_trials(deepcopy=True):
         old = TrialRecord.of(t).trial_dir
-        if old and dst_runs is not None:
+        if old and Path(old).name in copied:
             moved = TrialRecord.attrs(trial_dir=str((dst_runs / Path(old).name).resolve()))
             t.user_attrs = {**t.user_attrs, **moved}
         trials.append(t)

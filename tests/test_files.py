@@ -1,5 +1,5 @@
 """Output folders: a command never deletes or overwrites what it did not write
-(autotune.outdir, used by report --out, export --out, trial --out and study copy)."""
+(autotune.report.files, used by report --out, export --out, trial --out and study copy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from autotune.errors import UserError
-from autotune.outdir import MANIFEST, prepare_out_dir, write_files
+from autotune.report.files import MANIFEST, prepare_out_dir, write_files
 
 
 def _mode(p) -> int:

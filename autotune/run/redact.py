@@ -1,0 +1,109 @@
+"""Secrets out of sight: a storage URL's password hidden in every URL form SQLAlchemy accepts.
+
+    redact_url("postgresql://admin@corp:PW@db/a")    # postgresql://admin%40corp:***@db/a
+    redact_text(driver_error_message, url)           # the URL's secret scrubbed from free text
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+# Query parameters that carry a secret in some driver's URL form (psycopg2's `password=`,
+# `sslpassword=`; tokens of cloud SQL proxies). Matched case-insensitively.
+_SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "pass", "sslpassword", "secret",
+                                "token", "access_token", "api_key", "apikey"})
+_MASK = "***"
+# A URL inside free text: a scheme, "://", then everything up to white space or a quote.
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.\-]*://[^\s'"<>]+""")
+
+
+def _parse(url: str):
+    """SQLAlchemy's reading of a URL (the one that opens the database), or None."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url)
+    except Exception:  # noqa: BLE001 - not an RDB URL: the fallback below handles it
+        return None
+
+
+def _secret_query_keys(parsed) -> list[str]:
+    return [k for k in parsed.query if k.lower() in _SECRET_QUERY_KEYS]
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password and secret query parameters shown as ***.
+
+    Parsed as SQLAlchemy parses it to connect, so every form it accepts is covered: a user
+    name holding `@` (`postgresql://admin@corp:PW@host/db`), a password holding `#`, `/`, `:`
+    or `@`, percent-encoded or not, `?password=` in the query. A URL without a secret comes
+    back as given."""
+    parsed = _parse(url)
+    if parsed is None:
+        return _redact_unparsed(url)
+    keys = _secret_query_keys(parsed)
+    if parsed.password is None and not keys:
+        return url
+    # A placeholder that survives percent-encoding, swapped for the mask after rendering
+    # (hide_password renders the password itself as ***).
+    placeholder = "AUTOTUNEREDACTED"
+    if keys:
+        parsed = parsed.update_query_dict({k: placeholder for k in keys})
+    return parsed.render_as_string(hide_password=True).replace(placeholder, _MASK)
+
+
+def _redact_unparsed(url: str) -> str:
+    """A URL SQLAlchemy cannot read: hide everything between the first ':' after the scheme
+    and the last '@' (user info), and the value of every secret-looking query parameter."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        userinfo, _, host = authority.rpartition("@")
+        user, colon, _pw = userinfo.partition(":")
+        authority = f"{user}{':' + _MASK if colon else ''}@{host}"
+    tail = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",
+                  lambda m: m.group(1) + _MASK, tail)
+    return f"{head}{sep}{authority}{slash}{tail}"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret strings of a URL, as written, percent-decoded and percent-encoded, for
+    scrubbing free text (a driver's error message may echo the password in any of them)."""
+    from urllib.parse import quote
+
+    found: list[str] = []
+    parsed = _parse(url)
+    if parsed is not None:
+        if parsed.password:
+            found.append(str(parsed.password))
+        found += [str(parsed.query[k]) for k in _secret_query_keys(parsed)]
+    else:
+        _, _, rest = url.partition("://")
+        userinfo = rest.partition("/")[0].rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.partition(":")[2])
+    out: list[str] = []
+    for s in found:
+        for v in (s, unquote(s), quote(s, safe="")):
+            if v and v not in out:
+                out.append(v)
+    return out
+
+
+def redact_text(text: str, url: str | None = None) -> str:
+    """Scrub free text (a driver's error message, a log line): every URL in it, and the
+    secrets of `url` wherever they appear."""
+    for secret in sorted(url_secrets(url or ""), key=len, reverse=True):
+        # One- and two-character "secrets" would blank out unrelated letters; the URL forms
+        # of such a password are still caught below.
+        if len(secret) >= 3:
+            text = text.replace(secret, _MASK)
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+# ---------------------------------------------------------------------------------------
+# Opening a storage
+# ---------------------------------------------------------------------------------------
