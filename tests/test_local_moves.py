@@ -47,7 +47,7 @@ def test_queues_untried_neighbours_of_the_best_configs_first(setup):
     _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)   # the best
     _record(study, spec, ms, 2, "none", hours=12.0, usd=6.0)   # dominated
     _record(study, spec, ms, 8, "none", hours=11.0, usd=7.0)   # dominated
-    assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware.key())] == [4, 2, 8]
+    assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware)] == [4, 2, 8]
     moves = LocalMoves(spec, ms, seed=0)
     # Micro 4's neighbours: micro 2 and 8 (tried) and full checkpointing (untried): the only move.
     assert moves.enqueue_next(study)

@@ -152,7 +152,7 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
                 on_trial(TrialOutcome(trial.number, cfg, result, None, None, None))
             set_constraints(trial, spec, feasible=False)
             raise optuna.TrialPruned(result.error)
-        src = wait_for_measurement(trial, key, note)
+        src = wait_for_measurement(trial, key, note, hw)
         if src is not None:
             result, score = reuse_measurement(trial, src)
             if on_trial is not None:

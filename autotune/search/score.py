@@ -125,7 +125,7 @@ def trial_pricing(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalo
     # On CPU a "GPU" is a rank of `threads_per_rank` cores, each billed as a vCPU.
     units = ranks * (cfg.threads_per_rank if catalog.gpus[gpu].device_class == "cpu" else 1)
     hw = result.hardware
-    where = hw.key() if (hw.device_name or hw.cpu_model) else gpu
+    where = hw.kind_key() if (hw.device_name or hw.cpu_model) else gpu
     tp = Throughput(gpu=gpu, num_gpus=units, tokens_per_s=result.tokens_per_s,
                     basis=f"measured ({where}, {ranks} rank(s))", config=_config_label(cfg))
     job = job_for(cfg, result.params, target.tokens, spec.target.dataset_tokens)

@@ -17,14 +17,14 @@ import hashlib
 import json
 from typing import Any
 
-from autotune.contract import DeviceKind, Precision
+from autotune.contract import DeviceKind, HardwareFingerprint, Precision
 from autotune.record import TrialRecord
 from autotune.run.processes import owner_attrs
 from autotune.run.storage import claim
 from autotune.search.machine import MachineSpace
 from autotune.search.objective import trial_config_for
 from autotune.search.pareto import fronts
-from autotune.search.reuse import config_key
+from autotune.search.reuse import config_key, key_on
 from autotune.spec import SweepSpec
 
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
@@ -88,7 +88,7 @@ def enqueue_baselines(study, spec: SweepSpec, ms: MachineSpace) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def ranked_by_front(trials, hardware_key: str) -> list:
+def ranked_by_front(trials, hw: HardwareFingerprint) -> list:
     """This hardware's feasible complete trials (one per config), Pareto front first, then the
     front of the rest, and so on; cheapest first within a front."""
     from optuna.trial import TrialState
@@ -96,9 +96,9 @@ def ranked_by_front(trials, hardware_key: str) -> list:
     done: dict[Any, Any] = {}
     for t in trials:
         rec = TrialRecord.of(t)
-        if (t.state is TrialState.COMPLETE and t.values and rec.hardware == hardware_key
+        if (t.state is TrialState.COMPLETE and t.values and rec.on(hw)
                 and all(v <= 0 for v in t.constraints.values())):
-            done.setdefault(rec.config_key, t)
+            done.setdefault(key_on(rec, hw), t)
     ranked: list = []
     for front in fronts(done.values(), key=lambda t: tuple(t.values)):
         ranked += sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
@@ -134,9 +134,9 @@ class LocalMoves:
     def tried(self, trials) -> set[str]:
         out = set()
         for t in trials:
-            rec = TrialRecord.of(t)
-            if rec.hardware == self.hw_key and rec.config_key is not None:
-                out.add(rec.config_key)
+            key = key_on(TrialRecord.of(t), self.ms.hardware)
+            if key is not None:
+                out.add(key)
         return out
 
     def enqueue_next(self, study) -> bool:
@@ -146,7 +146,7 @@ class LocalMoves:
         trials = study.get_trials(deepcopy=False)
         tried = self.tried(trials) | self.queued
         gb, rs, full = self.spec.batch.global_batch_samples, self.ms.restricted, self.ms.full
-        for t in ranked_by_front(trials, self.hw_key):
+        for t in ranked_by_front(trials, self.ms.hardware):
             cfg = TrialRecord.of(t).config or {}
             nodes = int(cfg.get("num_nodes", 1))
             candidates = neighbours(cfg, rs, gb, full)

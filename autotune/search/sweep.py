@@ -86,7 +86,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
     ms = MachineSpace.for_spec(spec, catalog)
     summary = SweepSummary()
     summary.recovered = recover_dead_trials(study, note)
-    budget = SearchBudget(spec, ms.hardware.key())
+    budget = SearchBudget(spec, ms.hardware)
     if spec.budget.search_usd is not None:
         probe = TrialConfig(workload=spec.workload, device=ms.hardware.device_kind,
                             threads_per_rank=spec.trial.threads_per_rank)
