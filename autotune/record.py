@@ -139,7 +139,7 @@ class TrialRecord(BaseModel):
         "retry_of", "baseline", "local_move_from", "reused_from", "repeat_of", "race_block",
         "search_gpu_hours", "search_usd", "leftovers_killed"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
-    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline"})
+    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block"})
 
     # -- reading
     @classmethod
