@@ -118,3 +118,15 @@ def test_one_error_on_three_configs_stops_but_config_dependent_endings_do_not():
     assert watch.verdict() is None
     watch.add(t("crash", "ValueError: bad rank 0 port 7777", "c"))
     assert "3 different configs" in watch.verdict() and "ValueError: bad rank N port N" in watch.verdict()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_step_that_improved_is_continued_first(setup, seed):
+    """The objective's structure: micro 4 beat micro 8, so micro 2 (the same direction) is
+    queued before micro 4's other untried neighbour (full checkpointing), whatever the seed."""
+    spec, ms, study = setup
+    _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)
+    _record(study, spec, ms, 8, "none", hours=11.0, usd=6.0)
+    assert LocalMoves(spec, ms, seed=seed).enqueue_next(study)
+    (waiting,) = [t for t in study.trials if t.state.name == "WAITING"]
+    assert waiting.system_attrs["fixed_params"]["micro_batch_size"] == 2

@@ -38,7 +38,7 @@ from autotune.search.score import objective_bill, reprice
 TOLERANCE = 0.03
 # A rival stays in the race while its estimate, Z_RACE sds better, beats the leader by more
 # than TOLERANCE (set by the search benchmark's replays: scripts/bench_search.py).
-Z_RACE = 1.0
+Z_RACE = 2.0
 # Configs per block: the leader and up to two rivals, measured back to back.
 BLOCK_SIZE = 3
 METRICS = ("usd", "hours")

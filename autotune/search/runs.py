@@ -14,9 +14,11 @@ autotune.search.racing) share part of it. So the log tokens/s of a run is
 
     log tps = mu[config] + b[block] + e,    b ~ N(0, tau2) shared by a block, e ~ N(0, sigma2)
 
-and mu is estimated by generalised least squares: within a block, configs are compared as
-paired ratios (the spell cancels); runs in different blocks (the single runs of exploration)
-compare with the whole variance tau2 + sigma2. Both variances are estimated from the study's
+mu is estimated robustly by a median polish over (config, block): within a block, configs are
+compared as paired ratios (the spell cancels), and medians keep one far-off run from
+outweighing the others (`_median_polish`). Its uncertainty is that of the generalised least
+squares estimate under the model: runs in different blocks (the single runs of exploration)
+compare with the whole variance tau2 + sigma2, runs in one block with sigma2. Both variances are estimated from the study's
 own repeats, shrunk toward a prior with PRIOR_DOF pseudo-runs: the spread of one config's runs
 gives tau2 + sigma2, the residual within blocks gives sigma2.
 """
@@ -166,6 +168,35 @@ def _noise(configs: list[ConfigEstimate], prior_var: float) -> Noise:
     return Noise(total, within, float(dof), float(wdof))
 
 
+def _median_polish(runs: list[tuple[int, Run]], n_configs: int, passes: int = 10) -> list[float]:
+    """Each config's log tokens/s, robustly: Tukey's median polish of the runs over (config,
+    block). A block of several configs gets an effect (the spell they shared: the median of
+    its members' offsets), and a config's estimate is the median of its runs net of their
+    block's effect. A run alone (exploration) is taken as it is. Medians, not means: runs on a
+    shared machine have heavy tails both ways (a run on a briefly idle machine is as far off
+    as one in a busy spell), and a single such run should not outweigh the others."""
+    import statistics
+
+    ys = [math.log(r.tokens_per_s) for _, r in runs]
+    mu = [0.0] * n_configs
+    for c in range(n_configs):
+        mine = [y for (ci, _), y in zip(runs, ys) if ci == c]
+        mu[c] = statistics.median(mine) if mine else math.nan
+    members: dict[str, list[int]] = {}
+    for i, (_, r) in enumerate(runs):
+        members.setdefault(r.block, []).append(i)
+    effect = {b: 0.0 for b in members}
+    for _ in range(passes):
+        for b, idx in members.items():
+            if len(idx) > 1:
+                effect[b] = statistics.median(ys[i] - mu[runs[i][0]] for i in idx)
+        for c in range(n_configs):
+            net = [y - effect[r.block] for (ci, r), y in zip(runs, ys) if ci == c]
+            if net:
+                mu[c] = statistics.median(net)
+    return mu
+
+
 class RunModel:
     """Every config's throughput estimate on one hardware, from all its runs (see module)."""
 
@@ -197,15 +228,15 @@ class RunModel:
         x = np.zeros((n, p))
         y = np.array([math.log(r.tokens_per_s) for _, r in runs])
         tau2 = noise.total_var - noise.within_var
-        v = np.eye(n) * noise.within_var
+        shared = np.zeros((n, n))
         for i, (ci, ri) in enumerate(runs):
             x[i, ci] = 1.0
             for j, (_, rj) in enumerate(runs):
-                if ri.block == rj.block:
-                    v[i, j] += tau2
+                shared[i, j] = ri.block == rj.block
+        v = np.diag(np.full(n, noise.within_var)) + tau2 * shared
         vinv = np.linalg.inv(v)
         cov = np.linalg.inv(x.T @ vinv @ x)
-        mu = cov @ x.T @ vinv @ y
+        mu = _median_polish(runs, p)
         for k, i in index.items():
             configs[k].log_tps = float(mu[i])
             configs[k].log_sd = math.sqrt(max(float(cov[i, i]), 0.0))
