@@ -70,9 +70,9 @@ def test_the_sentence_says_how_sure():
 TRUE_TPS = {1: 1000.0, 2: 1100.0, 4: 1050.0}  # micro-batch -> tokens/s; micro 2 is the best
 
 
-def _runner(first_run_of_4: float, log: list):
+def _runner(first_run_of_4: float, log: list, true_tps: dict[int, float] = TRUE_TPS):
     """A TrialRunner: each config's runs at its true speed within 1%, except that micro 4's
-    first run is lucky (`first_run_of_4`)."""
+    first run is `first_run_of_4` (lucky, unless micro 4 is truly that fast)."""
     spell = iter([1.0, 0.99, 1.01] * 10)
     seen: dict[int, int] = {}
 
@@ -80,7 +80,7 @@ def _runner(first_run_of_4: float, log: list):
         mb = cfg.micro_batch_size
         n = seen.get(mb, 0)
         seen[mb] = n + 1
-        tps = first_run_of_4 if (mb == 4 and n == 0) else TRUE_TPS[mb] * next(spell)
+        tps = first_run_of_4 if (mb == 4 and n == 0) else true_tps[mb] * next(spell)
         log.append((mb, n))
         return TrialResult(status=TrialStatus.ok, tokens_per_s=tps, wall_s=10.0, world_size=1)
 
@@ -97,7 +97,8 @@ def spec(tmp_path):
                      batch=BatchPolicy(global_batch_samples=4))
 
 
-def _sweep(spec, tmp_path, n_trials: int, lucky: float, remeasure: int | None = None):
+def _sweep(spec, tmp_path, n_trials: int, lucky: float, remeasure: int | None = None,
+           true_tps: dict[int, float] = TRUE_TPS):
     from autotune.search.study import DIRECTIONS, make_sampler
     from autotune.search.sweep import run_sweep
 
@@ -105,7 +106,7 @@ def _sweep(spec, tmp_path, n_trials: int, lucky: float, remeasure: int | None = 
     spec.budget.remeasure_trials = remeasure
     study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(0, worker=0))
     log: list = []
-    summary = run_sweep(spec, study, n_trials, tmp_path / "runs", runner=_runner(lucky, log))
+    summary = run_sweep(spec, study, n_trials, tmp_path / "runs", runner=_runner(lucky, log, true_tps))
     return study, summary, log
 
 
@@ -141,9 +142,12 @@ def test_a_lucky_single_run_is_measured_again_and_loses(spec, tmp_path):
     assert {o.trial for o in doc.options} == firsts and len(firsts) == 3
 
 
-def test_no_rival_within_the_noise_means_no_repeat(spec, tmp_path):
-    """A config far ahead (micro 4 at 3x the others) is recommended without re-measuring: the
-    unused trials go back to exploring, and the sweep stops once every config is tried."""
-    study, summary, log = _sweep(spec, tmp_path, 7, lucky=3300.0)
-    assert not any(TrialRecord.of(t).repeat_of is not None for t in study.trials)
-    assert summary.trials_run == 3 and "every config" in summary.stop_reason
+def test_a_leader_far_ahead_is_confirmed_once_then_the_sweep_stops(spec, tmp_path):
+    """Micro 4 at 3x the others: a single run is never crowned, so it is measured once more,
+    back to back with the runner-up; still far ahead, nothing more is re-measured, and the
+    sweep stops (every config tried) with budget left."""
+    study, summary, log = _sweep(spec, tmp_path, 9, lucky=3300.0, true_tps={**TRUE_TPS, 4: 3300.0})
+    repeats = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).repeat_of is not None]
+    assert len(repeats) == 2 and len({r.race_block for r in repeats}) == 1
+    assert {r.config["micro_batch_size"] for r in repeats} == {4, 2}  # leader and runner-up
+    assert summary.trials_run == 5 and "every config" in summary.stop_reason

@@ -15,7 +15,9 @@ trials of its budget re-measuring the leader with the rivals that could still be
 than TOLERANCE: each *block* measures the leader and up to BLOCK_SIZE - 1 rivals one after
 another, so that a slow spell hits all of them and cancels in their ratio. A rival drops out
 once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; racing stops when
-none is left (the unused trials go back to exploring) or the budget ends.
+none is left (the unused trials go back to exploring) or the budget ends. A leader measured
+only once is measured again with its runner-up whatever its lead: a single run is never
+crowned. Once every config of the space has been tried, the rest of the budget may race.
 
 Repeats count against `--trials` like any launched trial; each is recorded as a repeat of the
 config's first trial (`TrialRecord.repeat_of`) in its block (`race_block`).
@@ -105,9 +107,9 @@ def rivals(scores: list[ConfigScore], model: RunModel, metric: str, z: float = Z
 class Racing:
     """The sweep's re-measuring: which configs to measure again, and enqueuing them."""
 
-    def __init__(self, hw: HardwareFingerprint, catalog, reserve: int,
+    def __init__(self, hw: HardwareFingerprint, catalog, reserve: int, enabled: bool = True,
                  max_usd: float | None = None, deadline_hours: float | None = None):
-        self.hw, self.catalog, self.reserve = hw, catalog, reserve
+        self.hw, self.catalog, self.reserve, self.enabled = hw, catalog, reserve, enabled
         self.max_usd, self.deadline_hours = max_usd, deadline_hours
         self.blocks = 0
 
@@ -115,7 +117,7 @@ class Racing:
         """The configs to measure back to back now: within the last `reserve` trials of the
         budget (or any time once every config has been tried), when a rival may still beat
         the cheapest or the fastest config by more than the tolerance."""
-        if self.reserve < 2 or remaining < 2 or (remaining > self.reserve and not everything_tried):
+        if not self.enabled or remaining < 2 or (remaining > self.reserve and not everything_tried):
             return None
         trials = study.get_trials(deepcopy=False)
         model = RunModel.fit(trials, self.hw)
@@ -123,6 +125,11 @@ class Racing:
         members: list[ConfigScore] = []
         for metric in METRICS:
             leader, alive = rivals(scores, model, metric)
+            if leader is not None and not alive and len(leader.est.runs) < 2:
+                # Never crown a single run: the leader is measured again, back to back with
+                # the runner-up, however far ahead that one run put it.
+                alive = sorted((s for s in scores if s.feasible and s is not leader),
+                               key=lambda s: s.value(metric))[:1]
             if leader is None or not alive:
                 continue
             members += [s for s in [leader, *alive] if s.key not in {m.key for m in members}]

@@ -125,7 +125,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
 
     moves = LocalMoves(spec, ms, seed=spec.seed)
     racing = Racing(ms.hardware, catalog, remeasure_reserve(spec, n_trials),
-                    spec.budget.max_usd, spec.budget.deadline_hours)
+                    spec.budget.remeasure_trials != 0, spec.budget.max_usd, spec.budget.deadline_hours)
     same_error = RepeatedError()
 
     with _Interrupt(note) as interrupt:
