@@ -23,6 +23,7 @@ config with every observable run.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import statistics
@@ -120,8 +121,46 @@ def summarize(reps: list[br.Replay], truths: list[bt.Truth]) -> dict[str, Any]:
     return out
 
 
+def summary_section(paths: list[Path]) -> str:
+    """The search section's head: what is measured and how, and one table of pick accuracy per
+    space and strategy (each space's own section follows)."""
+    datas = [json.loads(p.read_text()) for p in paths if p.is_file()]
+    lines = ["## Search: pick accuracy (`scripts/bench_search.py`)", "",
+             "What a user gets from a sweep is its *recommendation*: the report's cheapest and "
+             "fastest config. Pick accuracy is how often that config is within 3% of the true "
+             "optimum (by cost; by time in each space's own table), over 60 replay seeds, at the "
+             "default budget (`--trials` "
+             f"{datas[0]['default_trials'] if datas else '?'}; re-measuring included) and at twice it. "
+             "Replays run the shipped `run_sweep` with a TrialRunner answering from measured runs; "
+             "ground truth: every config measured with real trials in rounds "
+             "(`scripts/bench_truth.py`, raw runs in `benchmarks/results/truth_*.json`). Where a "
+             "space has 4 or more runs per config, each seed observes half of them and is judged "
+             "on the median of the other half (held out, so that re-measuring cannot converge on "
+             "the numbers it is judged by); the reference row measures every config with every "
+             "observable run: the best any search could recommend from those runs.", ""]
+    if not datas:
+        return "\n".join(lines + ["Not run yet."])
+    names = list(datas[0]["summary"])
+    kinds = {n: datas[0]["summary"][n]["kind"] for n in names}
+    header = ["strategy"] + [f"{d['bench']}: {d['n_configs']} configs" for d in datas]
+    rows = []
+    for name in names:
+        row = [name]
+        for d in datas:
+            r = next((v for k, v in d["summary"].items() if v["kind"] == kinds[name]
+                      and v.get("trials_budget") == datas[0]["summary"][name].get("trials_budget")), None)
+            row.append("-" if r is None else f"{r['usd']['right']}/{r['seeds']} ({_num(r['trials_median'])} "
+                       f"trials, {_num(r['trial_s_median'])} s)")
+        rows.append(row)
+    lines += ["Pick accuracy by cost, N/seeds (median trials and trial-seconds the strategy ran):", "",
+              markdown_table(header, rows), ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--summary", nargs="*", type=Path, default=None,
+                    help="only write the section head from these results/search_*.json")
     ap.add_argument("--bench", choices=sorted(BENCHES), default="cpu40")
     ap.add_argument("--seeds", type=int, default=60, help="replays per strategy")
     ap.add_argument("--trials", type=int, default=None, help="default: the spec's default budget")
@@ -133,11 +172,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="judge each seed on held-out runs (auto: with >= 4 runs per config)")
     add_output_args(ap)
     args = ap.parse_args(argv)
+    if args.summary is not None:
+        md = summary_section(args.summary)
+        write_outputs(None, args.md_out, {}, md)
+        return 0
     b = BENCHES[args.bench]
     ns = argparse.Namespace(preset="tiny", seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
                             space=b["space"], warmup_steps=2, measure_steps=5, max_measure_steps=15,
                             timeout_s=300.0, cache=b["cache"], runner=args.runner,
-                            repeats=args.repeats or 3, remeasure=False)
+                            repeats=args.repeats or 3, remeasure=False, max_load=3.0, max_wait_s=600.0)
     from autotune.search.machine import MachineSpace
     from autotune.spec import BudgetSpec
 

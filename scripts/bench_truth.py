@@ -7,8 +7,9 @@ truth is defined by.
 
 Measuring: `--repeats` runs per config, in rounds over the whole space (each round in its own
 shuffled order, so a slow spell of the machine spreads over configs instead of hitting one,
-and neighbours in the space are not always measured back to back). Each run records when it
-ran, the 1-minute load average before it, its round and the runner that ran it (`--runner`:
+and neighbours in the space are not always measured back to back); before each run it waits
+(up to `--max-wait-s`) for the 1-minute load average to fall to `--max-load`. Each run records
+when it ran, the load before it, the wait, its round and the runner that ran it (`--runner`:
 `launcher` = autotune.run.launch.run_trial, one fresh launcher per trial; a later runner such
 as a worker pool registers in RUNNERS and the same command measures again). A cache is reused
 and topped up while its identity (machine, model, trial settings, runner) matches.
@@ -154,6 +155,17 @@ def _load1() -> float | None:
         return None
 
 
+def _wait_for_quiet(max_load: float | None, max_wait_s: float) -> float:
+    """Wait (at most `max_wait_s`) until the 1-minute load average is at most `max_load`: a
+    machine shared with other people's test runs can reach 10 on 2 cores, where runs of one
+    config differ 2x; a run still starts after the wait, and its load is recorded."""
+    waited = 0.0
+    while max_load is not None and waited < max_wait_s and (_load1() or 0.0) > max_load:
+        time.sleep(10.0)
+        waited += 10.0
+    return waited
+
+
 def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
     """Measure every config until it has `args.repeats` runs, a round at a time (a round =
     every config once, in an order shuffled by the round number). Saves after every run."""
@@ -178,8 +190,9 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
                 "config": cfg.model_dump(mode="json"), "results": [], "runs_meta": []})
             if len(entry["results"]) > rep:  # measured meanwhile (an earlier round's top-up)
                 continue
+            waited = _wait_for_quiet(getattr(args, "max_load", None), getattr(args, "max_wait_s", 0.0))
             meta = {"round": rep, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-                    "load1_before": _load1(), "runner": args.runner}
+                    "load1_before": _load1(), "runner": args.runner, "waited_s": waited}
             t0 = time.monotonic()
             result = runner(cfg, Path(tmp) / f"trial_{i:05d}")
             meta["controller_wall_s"] = round(time.monotonic() - t0, 3)
@@ -374,6 +387,9 @@ def add_space_args(ap) -> None:
                     help="what runs a trial (a worker pool registers here later)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per config")
     ap.add_argument("--remeasure", action="store_true", help="measure every config again")
+    ap.add_argument("--max-load", type=float, default=3.0,
+                    help="before each run, wait for the 1-minute load average to fall to this")
+    ap.add_argument("--max-wait-s", type=float, default=600.0, help="... for at most this long")
 
 
 def normalise(args) -> None:
