@@ -129,6 +129,8 @@ def _trial_row(t) -> TrialRow:
         search_usd=rec.search_usd,
         reused_from=rec.reused_from,
         local_move_from=rec.local_move_from,
+        repeat_of=rec.repeat_of,
+        race_block=rec.race_block,
     )
 
 

@@ -60,6 +60,10 @@ class TrialRow(_M):
     local_move_from: int | None = Field(default=None, description="queued by the sweep as a "
                                         "neighbour of this front trial (the sampler had repeated "
                                         "a measured config)")
+    repeat_of: int | None = Field(default=None, description="a deliberate re-measurement (before "
+                                  "recommending) of the config this trial first measured")
+    race_block: str | None = Field(default=None, description="measured back to back with the "
+                                   "other trials of this block")
 
 
 class Sensitivity(_M):

@@ -3,7 +3,7 @@ are measured again, back to back, until the difference is outside the noise or t
 
     scores = config_scores(trials, hw, catalog, max_usd=None, deadline_hours=None)
     leader, alive = rivals(scores, model, "usd")   # the cheapest, and who may still beat it
-    racing = Racing(spec, hw, catalog, reserve=3)
+    racing = Racing(hw, catalog, reserve=3)
     members = racing.block(study, remaining=3)  # configs to measure again now, or None
     racing.enqueue(study, members)
 
@@ -13,7 +13,9 @@ only the luckiest. A config's score is its estimate over all its runs (autotune.
 the pick is the best estimate; and before recommending, the sweep spends the last `reserve`
 trials of its budget re-measuring the leader with the rivals that could still beat it by more
 than TOLERANCE: each *block* measures the leader and up to BLOCK_SIZE - 1 rivals one after
-another, so that a slow spell hits all of them and cancels in their ratio. A rival drops out
+another, so that a slow spell of the machine that outlasts a trial hits all of them and
+cancels in their ratio (how much two runs of a block share is learnt from the study's own
+blocks: autotune.search.runs; docs/benchmarks.md measures it on a shared CPU). A rival drops out
 once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; racing stops when
 none is left (the unused trials go back to exploring) or the budget ends. A leader measured
 only once is measured again with its runner-up whatever its lead: a single run is never

@@ -81,9 +81,13 @@ def remeasure_reserve(spec: SweepSpec, n_trials: int) -> int:
 
 
 def _queued(study) -> bool:
+    """Trials wait in the queue, or a repeat runs (on any machine of the study): racing waits
+    for them rather than queue a second block of the same rivals."""
     from optuna.trial import TrialState
 
-    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) or any(
+        TrialRecord.of(t).repeat_of is not None
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
 def _race(study, racing: Racing, remaining: int, everything_tried: bool = False) -> bool:
