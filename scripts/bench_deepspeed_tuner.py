@@ -158,11 +158,13 @@ def _key(zero: int, micro: int, accum: int) -> str:
     return f"z{zero}-mb{micro}-acc{accum}"
 
 
-def rerun_picks(picks: list[str], pairs: int) -> dict[str, list[float]]:
+def rerun_picks(picks: list[str], pairs: int, runner_name: str = "launcher") -> dict[str, list[float]]:
     """Each pick measured `pairs` times, interleaved (A B, B A, ...), with autotune's runner."""
-    from autotune.contract import EntryPointWorkload, TrialConfig
-    from autotune.run.launch import run_trial
+    import bench_truth
 
+    from autotune.contract import EntryPointWorkload, TrialConfig
+
+    run_trial = bench_truth.RUNNERS[runner_name]()
     out: dict[str, list[float]] = {p: [] for p in picks}
     with tempfile.TemporaryDirectory(prefix="bench_ds_rerun_") as tmp:
         for i in range(pairs):
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--trials", type=int, default=None, help="autotune's --trials (default: its default)")
     ap.add_argument("--rerun-pairs", type=int, default=4)
+    ap.add_argument("--runner", default="launcher", help="what reruns the picks (bench_truth.RUNNERS)")
     ap.add_argument("--extra-path", default=None, help="where `tabulate` is, if not installed")
     ap.add_argument("--timeout-s", type=float, default=3600)
     ap.add_argument("--analyse-only", action="store_true")
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"rep {index} {tool}: pick {runs[-1]['pick']}, search {runs[-1]['search_s']}", flush=True)
                 shutil.rmtree(work, ignore_errors=True)
             picks = [r["pick"] for r in runs if r["pick"]]
-            rerun = rerun_picks(sorted(set(picks)), args.rerun_pairs) if len(set(picks)) == 2 else {}
+            rerun = rerun_picks(sorted(set(picks)), args.rerun_pairs, args.runner) if len(set(picks)) == 2 else {}
             raw["repetitions"].append({"index": index, "load_avg_before": os.getloadavg()[0],
                                        "date_utc": ctx["date_utc"], "commit": ctx["git_commit"],
                                        "runs": runs, "rerun": rerun})

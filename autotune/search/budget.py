@@ -42,6 +42,18 @@ class SearchBudget:
     spec: SweepSpec
     hardware: HardwareFingerprint
 
+    def trials_left(self, study, invocation_left: int) -> int:
+        """Trials this invocation may still launch: its own `--trials` left, capped by the
+        study's `total_trials` (a block of repeats is sized to fit, so none is left queued)."""
+        from optuna.trial import TrialState
+
+        total = self.spec.budget.total_trials
+        if total is None:
+            return invocation_left
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                             TrialState.FAIL))
+        return min(invocation_left, total - len(finished))
+
     def exhausted(self, study) -> str | None:
         from optuna.trial import TrialState
 

@@ -155,7 +155,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             if reason is None and summary.trials_run >= n_trials:
                 st.stop()
                 return
-            remaining = n_trials - summary.trials_run
+            remaining = budget.trials_left(st, n_trials - summary.trials_run)
             # Re-measure before recommending, within the last trials of the budget.
             if reason is None and not _queued(st) and _race(st, racing, remaining):
                 return
@@ -163,7 +163,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                 n_all = moves.exhausted(st)
                 if n_all is not None and _race(st, racing, remaining, everything_tried=True):
                     return
-                if n_all is not None:
+                if n_all is not None and not _queued(st):  # queued trials (a retry) go first
                     reason = f"every config this machine can run has been tried ({n_all} configs)"
                 elif idle >= MAX_IDLE_PROPOSALS:
                     reason = (f"{idle} proposals in a row were configs already tried: the sampler "
