@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = argparse.Namespace(preset="tiny", seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
                             space=b["space"], warmup_steps=2, measure_steps=5, max_measure_steps=15,
                             timeout_s=300.0, cache=b["cache"], runner=args.runner,
-                            repeats=args.repeats or 3, remeasure=False, max_load=None, max_wait_s=0.0)
+                            repeats=args.repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=900.0)
     from autotune.search.machine import MachineSpace
     from autotune.spec import BudgetSpec
 

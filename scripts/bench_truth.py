@@ -8,8 +8,11 @@ truth is defined by.
 Measuring: `--repeats` runs per config, in rounds over the whole space (each round in its own
 shuffled order, so a slow spell of the machine spreads over configs instead of hitting one,
 and neighbours in the space are not always measured back to back); before each run it waits
-(up to `--max-wait-s`) for the 1-minute load average to fall to `--max-load`. Each run records
-when it ran, the load before it, the wait, its round and the runner that ran it (`--runner`:
+(up to `--max-wait-s`) until at most `--max-busy` other processes are runnable: on a machine
+shared with other people's test runs a run is otherwise 2-4x slower at random (measured: the
+first rounds of the DeepSpeed-style space, kept in benchmarks/results/truth_ds_loaded.json).
+Each run records when it ran, the load and the other runnable processes before it, the wait,
+its round and the runner that ran it (`--runner`:
 `launcher` = autotune.run.launch.run_trial, one fresh launcher per trial; a later runner such
 as a worker pool registers in RUNNERS and the same command measures again). A cache is reused
 and topped up while its identity (machine, model, trial settings, runner) matches.
@@ -155,15 +158,33 @@ def _load1() -> float | None:
         return None
 
 
-def _wait_for_quiet(max_load: float | None, max_wait_s: float) -> float:
-    """Wait (at most `max_wait_s`) until the 1-minute load average is at most `max_load`: a
-    machine shared with other people's test runs can reach 10 on 2 cores, where runs of one
-    config differ 2x; a run still starts after the wait, and its load is recorded."""
-    waited = 0.0
-    while max_load is not None and waited < max_wait_s and (_load1() or 0.0) > max_load:
+def others_running(samples: int = 5) -> float:
+    """Processes other than this one ready to run right now (the kernel's instantaneous count
+    of runnable tasks, /proc/loadavg field 4, minus the reader), averaged over `samples`
+    seconds. Unlike the load average it does not remember this benchmark's own last run."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        if i + 1 < samples:
+            time.sleep(1.0)
+    return sum(counts) / len(counts)
+
+
+def _wait_for_quiet(max_busy: float | None, max_wait_s: float) -> tuple[float, float]:
+    """Wait (at most `max_wait_s`) until at most `max_busy` other processes are runnable on
+    average: a machine shared with other people's test runs (2 cores, their trials of 2-4
+    ranks) slows a run 2-4x at random, which no number of runs averages out. A run still
+    starts after the wait; its wait and the other processes' count are recorded."""
+    waited, busy = 0.0, others_running()
+    while max_busy is not None and max_busy >= 0 and waited < max_wait_s and busy > max_busy:
         time.sleep(10.0)
-        waited += 10.0
-    return waited
+        waited += 15.0
+        busy = others_running()
+    return waited, busy
 
 
 def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
@@ -190,9 +211,10 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
                 "config": cfg.model_dump(mode="json"), "results": [], "runs_meta": []})
             if len(entry["results"]) > rep:  # measured meanwhile (an earlier round's top-up)
                 continue
-            waited = _wait_for_quiet(getattr(args, "max_load", None), getattr(args, "max_wait_s", 0.0))
+            waited, busy = _wait_for_quiet(getattr(args, "max_busy", None), getattr(args, "max_wait_s", 0.0))
             meta = {"round": rep, "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-                    "load1_before": _load1(), "runner": args.runner, "waited_s": waited}
+                    "load1_before": _load1(), "others_running_before": busy, "runner": args.runner,
+                    "waited_s": waited}
             t0 = time.monotonic()
             result = runner(cfg, Path(tmp) / f"trial_{i:05d}")
             meta["controller_wall_s"] = round(time.monotonic() - t0, 3)
@@ -387,11 +409,10 @@ def add_space_args(ap) -> None:
                     help="what runs a trial (a worker pool registers here later)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per config")
     ap.add_argument("--remeasure", action="store_true", help="measure every config again")
-    # Off by default: on a machine that other people's test runs keep at a load of 5-7, waiting
-    # only stretched a round of the big space to many hours (measured 2026-11-30).
-    ap.add_argument("--max-load", type=float, default=None,
-                    help="before each run, wait for the 1-minute load average to fall to this")
-    ap.add_argument("--max-wait-s", type=float, default=120.0, help="... for at most this long")
+    ap.add_argument("--max-busy", type=float, default=1.0,
+                    help="before each run, wait until at most this many other processes are "
+                         "runnable on average (negative: do not wait)")
+    ap.add_argument("--max-wait-s", type=float, default=900.0, help="... for at most this long")
 
 
 def normalise(args) -> None:
