@@ -9,7 +9,8 @@ Each repetition runs `deepspeed --autotuning run` (as its docs tell a new user: 
 section in the DeepSpeed config, fast mode, max_train_batch_size 64 = 32 per rank, so that
 its micro-batch search covers 1-32 and accumulation follows; it needs `tabulate`, from
 `pip install deepspeed[autotuning]`) and `autotune sweep` (the spec below, the default
-budget), alternating which goes first. Both timelines are read from what the tools wrote:
+budget), alternating which goes first, each started once the machine is quiet (at most
+`--max-busy` other runnable processes). Both timelines are read from what the tools wrote:
 DeepSpeed's log (an experiment ends when the tuner moves on) and the study (each trial's
 completion time). A config "within 3% of the best" is judged on the benchmark ground truth of
 the same space (benchmarks/results/truth_ds.json: every config measured in rounds, median
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_truth  # noqa: E402
 from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
                           start_run, write_outputs)
 
@@ -160,8 +162,6 @@ def _key(zero: int, micro: int, accum: int) -> str:
 
 def rerun_picks(picks: list[str], pairs: int, runner_name: str = "launcher") -> dict[str, list[float]]:
     """Each pick measured `pairs` times, interleaved (A B, B A, ...), with autotune's runner."""
-    import bench_truth
-
     from autotune.contract import EntryPointWorkload, TrialConfig
 
     run_trial = bench_truth.RUNNERS[runner_name]()
@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runner", default="launcher", help="what reruns the picks (bench_truth.RUNNERS)")
     ap.add_argument("--extra-path", default=None, help="where `tabulate` is, if not installed")
     ap.add_argument("--timeout-s", type=float, default=3600)
+    ap.add_argument("--max-busy", type=float, default=1.0,
+                    help="before each tool, wait until at most this many other processes run")
+    ap.add_argument("--max-wait-s", type=float, default=900.0)
     ap.add_argument("--analyse-only", action="store_true")
     ap.add_argument("--raw", type=Path, default=RAW)
     add_output_args(ap)
@@ -258,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for tool in (("deepspeed", "autotune") if index % 2 == 0 else ("autotune", "deepspeed")):
                 work = Path(tempfile.mkdtemp(prefix=f"bench_ds_{tool}_"))
+                waited, busy = bench_truth._wait_for_quiet(args.max_busy, args.max_wait_s)
                 runs.append(run_deepspeed(work, args.extra_path, args.timeout_s) if tool == "deepspeed"
                             else run_autotune(work, args.trials, args.timeout_s))
+                runs[-1].update(waited_s=waited, others_running_before=busy,
+                                load_avg_after=os.getloadavg()[0])
                 print(f"rep {index} {tool}: pick {runs[-1]['pick']}, search {runs[-1]['search_s']}", flush=True)
                 shutil.rmtree(work, ignore_errors=True)
             picks = [r["pick"] for r in runs if r["pick"]]
