@@ -1,5 +1,6 @@
 """`autotune export` from REAL small studies (tests/report_study.py), and the exported files
-run by the REAL tools: `accelerate launch --config_file` and `deepspeed.initialize` on CPU
+run by the REAL tools: `accelerate launch --config_file` (DDP and DeepSpeed ZeRO, from a moved
+folder), `deepspeed.initialize`, torchrun through launch.sh and Hugging Face `Trainer`, on CPU
 ranks, with the very batch, accumulation and precision the trial measured."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,7 +132,8 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
     assert ds == deepspeed_config(stored)  # the very config the trial's engine ran
     acc_cfg = yaml.safe_load((out / "accelerate_config.yaml").read_text())
     assert acc_cfg["distributed_type"] == "DEEPSPEED"
-    assert acc_cfg["deepspeed_config"]["deepspeed_config_file"] == str((out / "ds_config.json").resolve())
+    # the DeepSpeed config itself, not a path that breaks when the folder moves
+    assert json.loads(acc_cfg["deepspeed_config"]["deepspeed_config_file"]) == ds
     assert "deepspeed.launcher.runner" in (out / "launch.sh").read_text()  # the trial's launcher
 
     script = tmp_path / "tiny_ds.py"
@@ -178,3 +181,177 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     # --force writes autotune's files beside the user's: never deletes what it did not write.
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine" and (tmp_path / "full" / "launch.sh").is_file()
     assert sorted(f.name for f in tmp_path.iterdir()) == ["full"]  # no temporary folder left
+
+
+# A user's accelerate script for a ZeRO config: DeepSpeed's optimizer comes from the config, so
+# the script hands accelerate a DummyOptim (accelerate's rule for a config naming one).
+ACCELERATE_DS_SCRIPT = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+from accelerate import Accelerator
+from accelerate.utils import DummyOptim
+
+acc = Accelerator()
+plugin = acc.state.deepspeed_plugin
+model = torch.nn.Linear(8, 8)
+opt = DummyOptim(model.parameters())
+model, opt = acc.prepare(model, opt)
+ds = plugin.deepspeed_config
+micro = ds["train_micro_batch_size_per_gpu"]
+for _ in range(ds["gradient_accumulation_steps"]):  # one real optimizer step
+    with acc.accumulate(model):
+        x = torch.randn(micro, 8, dtype=next(model.parameters()).dtype)
+        acc.backward(model(x).float().pow(2).mean())
+        opt.step()
+        opt.zero_grad()
+json.dump({"distributed_type": str(acc.distributed_type), "zero_stage": plugin.zero_stage,
+           "micro": micro, "accum": ds["gradient_accumulation_steps"],
+           "train_batch_size": ds["train_batch_size"], "bf16": ds["bf16"]["enabled"],
+           "world_size": dist.get_world_size()},
+          open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w"))
+dist.barrier()
+dist.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
+"""
+
+
+def test_accelerate_zero_export_is_accepted_by_accelerate_launch_after_the_folder_moves(tmp_path_factory, tmp_path):
+    """On main, accelerate refused this config ("When using `deepspeed_config_file`, the
+    following accelerate config variables will be ignored") and pointed at the JSON by an
+    absolute path."""
+    study = zero_study(tmp_path_factory)
+    out = tmp_path / "exp"
+    p = study.cli("export", "--pick", "cheapest", "--out", str(out), "--launcher", "accelerate")
+    assert p.returncode == 0, p.stdout + p.stderr
+    moved = tmp_path / "elsewhere" / "launch"
+    moved.parent.mkdir()
+    out.rename(moved)
+    script = tmp_path / "tiny_acc_ds.py"
+    script.write_text(ACCELERATE_DS_SCRIPT)
+    results = tmp_path / "res"
+    results.mkdir()
+    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          str(moved / "accelerate_config.yaml"), "--main_process_port", str(free_port()),
+                          str(script), str(results)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    cfg = TrialConfig.model_validate_json((moved / "trial_config.json").read_text())
+    ranks = _ranks(results)
+    assert len(ranks) == cfg.num_gpus == 2
+    for r in ranks:
+        # accelerate's own rank count reads 1 on CPU (no GPU backend); DeepSpeed's group has both
+        assert r["distributed_type"] == "DistributedType.DEEPSPEED" and r["world_size"] == 2
+        assert r["zero_stage"] == cfg.zero_stage == 2 and r["bf16"] == (cfg.precision.value == "bf16")
+        assert (r["micro"], r["accum"], r["train_batch_size"]) == (
+            cfg.micro_batch_size, cfg.grad_accum_steps, cfg.global_batch_samples)
+
+
+# A user's Hugging Face Trainer script: TrainingArguments from the command line (the exported
+# flags), a tiny GPT-2, two optimizer steps.
+TRAINER_SCRIPT = """
+import json, os, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
+
+(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
+                                   bos_token_id=0, eos_token_id=0))
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        x = torch.randint(0, 128, (16,))
+        return {"input_ids": x, "labels": x}
+
+trainer = Trainer(model=model, args=args, train_dataset=Data())
+trainer.train()
+out = {"world_size": args.world_size, "micro": args.per_device_train_batch_size,
+       "accum": args.gradient_accumulation_steps, "bf16": args.bf16,
+       "checkpointing": args.gradient_checkpointing, "steps": trainer.state.global_step,
+       "deepspeed": trainer.is_deepspeed_enabled}
+if trainer.is_deepspeed_enabled:
+    ds = trainer.accelerator.deepspeed_plugin.deepspeed_config
+    out.update(ds_micro=ds["train_micro_batch_size_per_gpu"], ds_accum=ds["gradient_accumulation_steps"],
+               ds_stage=ds["zero_optimization"]["stage"], ds_lr=ds["optimizer"]["params"]["lr"])
+json.dump(out, open(os.path.join(args.output_dir, f"rank{args.process_index}.json"), "w"))
+if torch.distributed.is_initialized():
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # a rank leaving with the group alive can abort the other
+"""
+
+
+def test_hf_trainer_export_runs_a_real_trainer_with_the_trials_batch(tmp_path_factory, tmp_path):
+    """`export --for hf-trainer`: Trainer flags through launch.sh (torchrun, 2 CPU ranks, the
+    Python that exported it: no PYTHON set and no torch on PATH), and the DeepSpeed JSON with
+    "auto" read by a real Trainer."""
+    study = ddp_study(tmp_path_factory)
+    doc = json.loads(study.cli("report", "--json").stdout)
+    trial = next(t for t in doc["trials"] if t["config"]["num_gpus"] == 2)
+    out = tmp_path / "hf"
+    p = study.cli("export", "--pick", str(trial["number"]), "--out", str(out), "--for", "hf-trainer", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    written = json.loads(p.stdout)
+    assert written["for"] == "hf-trainer" and written["launcher"] == "torchrun"
+    assert sorted(Path(f).name for f in written["files"]) == [
+        "bill.json", "bill.md", "launch.sh", "trainer_flags.txt", "trial_config.json"]
+    script = tmp_path / "train_hf.py"
+    script.write_text(TRAINER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env.update(PATH="/usr/bin:/bin", MASTER_PORT=str(free_port()),  # python3 there has no torch
+               PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    run = subprocess.run(["bash", str(out / "launch.sh"), str(script), "--output_dir", str(tmp_path / "run"),
+                          "--max_steps", "2", "--report_to", "none", "--save_strategy", "no"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ranks = _ranks(tmp_path / "run")
+    cfg = trial["config"]
+    assert len(ranks) == 2
+    for r in ranks:
+        assert r["world_size"] == 2 and r["steps"] == 2 and not r["deepspeed"]
+        assert r["micro"] * r["accum"] * r["world_size"] == cfg["global_batch_samples"]
+        assert (r["micro"], r["accum"]) == (cfg["micro_batch_size"], cfg["grad_accum_steps"])
+
+    # ZeRO: the JSON's "auto" values filled by a real Trainer from the exported flags. One
+    # process: on CPU accelerate runs Trainer's DeepSpeed on one rank only (a GPU runs all).
+    zs = zero_study(tmp_path_factory)
+    zout = tmp_path / "hfz"
+    p = zs.cli("export", "--pick", "cheapest", "--out", str(zout), "--for", "hf-trainer")
+    assert p.returncode == 0, p.stdout + p.stderr
+    ds = json.loads((zout / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == "auto" and ds["optimizer"]["params"]["lr"] == "auto"
+    assert "train_batch_size" not in ds and ds["zero_optimization"]["stage"] == 2
+    zcfg = TrialConfig.model_validate_json((zout / "trial_config.json").read_text())
+    flags = (zout / "trainer_flags.txt").read_text().split()
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
+                          "--master-port", str(free_port()), str(script), *flags,
+                          "--deepspeed", str(zout / "ds_config.json"),
+                          "--learning_rate", "0.001", "--output_dir", str(tmp_path / "zrun"),
+                          "--max_steps", "2", "--report_to", "none", "--save_strategy", "no"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES=""))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (r,) = _ranks(tmp_path / "zrun")
+    assert r["deepspeed"] and r["ds_stage"] == 2 and r["ds_lr"] == 0.001 and r["steps"] == 2
+    assert (r["ds_micro"], r["ds_accum"]) == (zcfg.micro_batch_size, zcfg.grad_accum_steps)
+
+
+def test_trainer_flags_parse_as_training_arguments():
+    """bf16, checkpointing and batch flags as Trainer's own parser reads them; a TP trial and
+    --launcher accelerate are refused with a fix."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from autotune.contract import Checkpointing, DeviceKind, Launcher, Precision
+    from autotune.errors import UserError
+    from autotune.report.hf_trainer import check_trainer_export, trainer_flags
+
+    cfg = TrialConfig(num_gpus=2, micro_batch_size=4, grad_accum_steps=3, precision=Precision.bf16,
+                      checkpointing=Checkpointing.full, device=DeviceKind.cuda)
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        args=[*trainer_flags(cfg), "--output_dir", "x"])
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 3)
+    assert args.bf16 and not args.fp16 and args.gradient_checkpointing and not args.use_cpu
+    with pytest.raises(UserError, match="tensor parallel"):
+        check_trainer_export(cfg.model_copy(update={"tp_degree": 2}), None)
+    with pytest.raises(UserError, match="torchrun"):
+        check_trainer_export(cfg, Launcher.accelerate)
