@@ -47,3 +47,30 @@ def basis_kind(basis: str | None) -> str:
     if b.startswith("projected"):
         return "projected"
     return "estimated"
+
+
+def outcome_line(o, width: int) -> str:
+    """One line per finished trial while a sweep runs (a `TrialOutcome`): the figures first,
+    the config after them, shortened with an ellipsis to `width`."""
+    from autotune.format import fmt_hours, fmt_usd
+
+    r, cfg = o.result, config_summary(o.config.model_dump(mode="json"))
+    money = f"  {fmt_hours(o.hours)}, {fmt_usd(o.usd)}" if r.ok and o.hours is not None else ""
+    if o.reused_from is not None:
+        keep, prose = f"  trial {o.number:>3}  reused #{o.reused_from}: {r.status.value}{money}  ", cfg
+    elif r.ok:
+        keep = (f"  trial {o.number:>3}  ok{money}  {r.tokens_per_s:,.0f} tok/s  "
+                f"({r.wall_s or 0:.0f}s)  ")
+        prose = f"{cfg}  mem {fmt_bytes(r.peak_mem_bytes)}"
+    else:
+        first = (r.error or "").splitlines()[0] if r.error else ""
+        keep, prose = f"  trial {o.number:>3}  {r.status.value}  ", f"{cfg}  {r.error_type or ''}: {first}"
+    return clip(keep, prose, width)
+
+
+def clip(keep: str, prose: str, width: int) -> str:
+    """`keep` (it holds names: never cut) then `prose`, shortened with an ellipsis to `width`."""
+    room = width - len(keep)
+    if len(prose) <= room:
+        return keep + prose
+    return keep + (prose[:max(room - 1, 0)].rstrip() + "…" if room > 1 else "")
