@@ -156,3 +156,47 @@ def test_neighbours_move_one_dimension_one_choice():
     # Zero stage 0 offers no offload: its neighbours never carry one.
     at0 = neighbours({**here, "zero_stage": 0}, rs, 8)
     assert all(v["offload"] is Offload.none or v["zero_stage"] > 0 for _, v in at0)
+
+
+from tests.test_record import old_study  # noqa: E402,F401 - the fixture: a study written by main
+
+
+def test_a_study_written_by_main_resumes_with_plain_names(old_study):
+    """Main named restricted or dependent parameters after their list (`micro_batch_size|dp=2`);
+    resumed, the study takes new trials under plain names beside its old ones."""
+    from autotune.contract import Checkpointing
+    from autotune.search.space import unrestricted
+
+    study, _ = old_study
+    space = SearchSpace(num_gpus=[1, 2], micro_batch_size=[1, 2], precision=[Precision.fp32],
+                        checkpointing=[Checkpointing.none, Checkpointing.full])
+    rs, full = restrict(space, capabilities_for(CPU2), 4), unrestricted(space, 4)
+    for _ in range(6):
+        t = study.ask()
+        values = suggest(t, rs, 4, full)
+        assert values["micro_batch_size"] * values["grad_accum_steps"] * values["num_gpus"] == 4
+        study.tell(t, [1.0, 1.0])
+    old, new = study.trials[:6], study.trials[6:]
+    assert any("|" in n for t in old for n in t.params)  # main's names stay as they were
+    assert {n for t in new for n in t.params} <= {"num_gpus", "micro_batch_size", "checkpointing", "precision"}
+
+
+def test_a_small_machine_never_gets_a_choice_it_cannot_run_under_the_full_list():
+    """The plain name carries the study's full list ([1, 2, 4, 8]); a 2-rank machine's TPE
+    proposals stay within [1, 2] (MachineSampler), and a value another machine queued for 8
+    GPUs is refused here, not launched."""
+    from autotune.search.space import unrestricted
+    from autotune.search.study import make_sampler
+
+    space = load_space("default")
+    rs, full = restrict(space, capabilities_for(CPU2), 4), unrestricted(space, 4)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(0, worker=0))
+    for i in range(30):
+        t = study.ask()
+        values = suggest(t, rs, None, full)
+        assert values["num_gpus"] in (1, 2) and values["precision"] in rs.precision
+        assert t.distributions["num_gpus"].choices == (1, 2, 4, 8)
+        study.tell(t, [1.0 + i % 5, 2.0 - i % 3])
+    study.enqueue_trial({"num_gpus": 8})
+    with pytest.raises(optuna.TrialPruned, match="queued by a machine offering more"):
+        suggest(study.ask(), rs, None, full)
