@@ -51,7 +51,7 @@ class Study:
     sweep_stdout: str
 
     def cli(self, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = dict(os.environ, COLUMNS="200", **(env or {}))
+        e = {**os.environ, "COLUMNS": "200", **(env or {})}
         return subprocess.run([sys.executable, "-m", "autotune.cli", *args, "--study", self.name,
                                "--storage", self.storage], cwd=self.folder, capture_output=True,
                               text=True, timeout=timeout, env=e)

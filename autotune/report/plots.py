@@ -197,8 +197,9 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
         placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
                        "x_px": float(x_px), "y_px": float(height - y_px)})
-    fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}",
-                                        "Description": json.dumps({"pareto": placed})})
+    labels = [{"hours": h, "usd": u, "text": t} for h, u, t in point_labels(doc)]
+    fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}", "Description": json.dumps(
+        {"pareto": placed, "labels": labels, "log_x": axes["log_x"], "log_y": axes["log_y"]})})
     plt.close(fig)
     return placed
 
