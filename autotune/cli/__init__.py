@@ -57,7 +57,10 @@ def main() -> None:
     except UserError as exc:
         if debug:
             raise
-        console(stderr=True).print(f"[red]error:[/] {exc}", soft_wrap=True)
+        from rich.markup import escape
+
+        # Escaped: a message may hold brackets ("pip install 'autotune[report]'").
+        console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
         console(stderr=True).print("interrupted")
