@@ -207,8 +207,9 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
     lines: list[tuple[str, str | None]] = []  # (text, style)
     c, s = doc["counts"], doc["search"]
     cost = fmt_usd(s["usd"]) if s["usd"] is not None else "not priced"
-    lines.append((clip("", f"Study '{doc['study']}': {c['total']} trials ({c['complete']} complete, {c['pruned']} "
-                       f"pruned, {c['failed']} failed); search cost {cost}.", width), None))
+    states = ", ".join(f"{c[k]} {k}" for k in ("complete", "pruned", "failed", "running", "waiting") if c.get(k))
+    lines.append((clip("", f"Study '{doc['study']}': {c['total']} trials ({states or 'none yet'}); "
+                       f"search cost {cost}.", width), None))
     pick = doc["cheapest"]
     if pick is None:
         why = ("no option meets the limits: " + _limits_line(doc["limits"])) if doc["options"] \
