@@ -77,9 +77,9 @@ def pareto_figure(doc: dict[str, Any]):
         title=dict(text="Hours to target vs dollars: each point is one (config, offer), #trial; lower left is better"
                    + (f"<br><sup>{html.escape(sub)}</sup>" if sub else "")),
         xaxis=dict(title="hours to target" + (" (log)" if log_x else ""), type="log" if log_x else "linear",
-                   range=_plotly_range(x_lo, x_hi, log_x)),
+                   range=_plotly_range(x_lo, x_hi, log_x), ticksuffix=" h"),
         yaxis=dict(title="dollars to target" + (" (log)" if log_y else ""), type="log" if log_y else "linear",
-                   range=_plotly_range(y_lo, y_hi, log_y)),
+                   range=_plotly_range(y_lo, y_hi, log_y), tickprefix="$"),
         template="plotly_white", height=520, legend=dict(title="platform"),
         margin=dict(l=70, r=30, t=80, b=60))
     return fig

@@ -4,13 +4,15 @@ progress panel, HTML, plots, export).
     config_summary(cfg)        # "2x mb4 ga1 bf16 ckpt:full zero2+off:optimizer tp2"
     zero_summary(cfg), mem_summary(peak, "host_rss", headroom)
     basis_kind("projected from 1 x a100-80gb ...")   # "projected"
+    mfu_text(row)              # "MFU 41.0%, HFU 52.3%" or why there is none
+    clip("Pick: #2 on aws-c7i-ondemand  ", prose, 80), outcome_line(outcome, 80)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.format import fmt_bytes
+from autotune.format import fmt_bytes, fmt_pct
 
 
 def config_summary(cfg: dict[str, Any]) -> str:
@@ -74,3 +76,12 @@ def clip(keep: str, prose: str, width: int) -> str:
     if len(prose) <= room:
         return keep + prose
     return keep + (prose[:max(room - 1, 0)].rstrip() + "…" if room > 1 else "")
+
+
+def mfu_text(row: dict[str, Any]) -> str:
+    """MFU (and HFU) of a trial or option, or why there is none: never a guessed figure."""
+    if row.get("mfu") is not None:
+        return f"MFU {fmt_pct(row['mfu'])}" + (f", HFU {fmt_pct(row['hfu'])}" if row.get("hfu") is not None else "")
+    if (row.get("config") or {}).get("device") == "cpu":
+        return "MFU not computed: no peak for a CPU"
+    return "MFU not computed: no catalog peak for this device"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
-from autotune.report.labels import clip, config_summary, mem_summary, zero_summary
+from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
 
 WIDE_COLUMNS = 160
 NAME, TEXT, LINE = "name", "text", "line"  # LINE: text kept to one line, ellipsised
@@ -64,15 +64,6 @@ def fit_table(title: str | None, columns: list[tuple[str, str, str]], rows: list
     for i, r in enumerate(rows):
         table.add_row(*r, style=(row_styles or [None] * len(rows))[i])
     return table
-
-
-def mfu_text(row: dict[str, Any]) -> str:
-    """MFU (and HFU) of a trial or option, or why there is none: never a guessed figure."""
-    if row.get("mfu") is not None:
-        return f"MFU {fmt_pct(row['mfu'])}" + (f", HFU {fmt_pct(row['hfu'])}" if row.get("hfu") is not None else "")
-    if (row.get("config") or {}).get("device") == "cpu":
-        return "MFU not computed: no peak for a CPU"
-    return "MFU not computed: no catalog peak for this device"
 
 
 def options_table(rows: list[dict[str, Any]], title: str, width: int):
