@@ -285,3 +285,30 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     assert p.returncode == 0, p.stderr
     bill = next(out.glob("*.md")).read_text()
     assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
+
+
+def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):
+    """The end of a sweep: at most ~25 lines at 80 columns, every offer name whole; with a
+    re-measured pick (doc["picks"], the search's), its 90% interval and how sure it is."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import print_summary
+
+    def lines(d) -> list[str]:
+        con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+        print_summary(d, con, ["Next: autotune export --pick cheapest --out launch/"])
+        return con.export_text().splitlines()
+
+    plain = lines(doc)
+    assert len(plain) <= 25 and all(len(ln) <= 80 for ln in plain), plain
+    pick = doc["cheapest"]
+    assert f"Pick: trial {pick['trial']} on {pick['offer']}" in plain and "90%" not in "\n".join(plain)
+    sure = {"by": "cost", "trial": pick["trial"], "offer": pick["offer"], "value_low": pick["usd"] * 0.9,
+            "value_high": pick["usd"] * 1.1, "how_sure": "cheaper than trial 1 by 4% ± 2% (3 runs each)"}
+    shown = "\n".join(lines({**doc, "picks": [sure]}))
+    from autotune.format import fmt_usd
+
+    assert f"(90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})" in shown
+    assert "cheaper than trial 1 by 4%" in shown

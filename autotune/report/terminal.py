@@ -207,11 +207,16 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
             else "no completed trial yet"
         lines.append((clip("", f"No pick: {why}.", width), "yellow"))
     else:
-        interval = pick.get("usd_interval") or pick.get("interval")
+        # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
+        sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
+                     and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
+        interval = (f" (90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})"
+                    if sure and sure.get("value_low") is not None else "")
         lines.append((f"Pick: trial {pick['trial']} on {pick['offer']}", "bold"))
-        lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}",
-                           (f" (likely {interval})" if isinstance(interval, str) else "")
-                           + f", {pick['basis_kind']}; cheapest within limits", width), "bold"))
+        lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
+                           f", {pick['basis_kind']}; cheapest within limits", width), "bold"))
+        if sure and sure.get("how_sure"):
+            lines.append((clip("  ", sure["how_sure"], width), None))
         tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
         lines.append((clip("  ", f"{config_summary(pick['config'])}; {tps}", width), None))
         lines.append((clip("  ", mfu_text(pick), width), None))
