@@ -88,8 +88,8 @@ def sweep(
     if failed:
         # Nothing in the study was measured: there is nothing to recommend, and a script (or
         # CI) must not read this sweep as a success.
-        console(stderr=True).print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched "
-                                   "by this sweep); the failures are listed above by error type")
+        con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
+                  "sweep); `autotune report` lists the failures by error type")
         raise typer.Exit(1)
 
 
