@@ -43,6 +43,8 @@ json.dump({"num_processes": acc.num_processes, "accum": acc.gradient_accumulatio
            "mixed_precision": acc.mixed_precision, "micro": micro, "samples_per_rank": samples,
            "distributed_type": str(acc.distributed_type)},
           open(os.path.join(sys.argv[1], f"rank{acc.process_index}.json"), "w"))
+acc.wait_for_everyone()
+torch.distributed.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
 """
 
 DEEPSPEED_SCRIPT = """
@@ -68,6 +70,8 @@ json.dump({"train_batch_size": engine.train_batch_size(), "micro": micro,
            "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
            "global_steps": engine.global_steps},
           open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w"))
+dist.barrier()
+dist.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
 """
 
 
@@ -347,10 +351,14 @@ def test_trainer_flags_parse_as_training_arguments():
 
     cfg = TrialConfig(num_gpus=2, micro_batch_size=4, grad_accum_steps=3, precision=Precision.bf16,
                       checkpointing=Checkpointing.full, device=DeviceKind.cuda)
+    flags = trainer_flags(cfg)
+    assert "--use_cpu" not in flags  # a GPU config
+    # TrainingArguments checks bf16 against this machine's hardware (a CPU here): --use_cpu
+    # added for the parse only.
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
-        args=[*trainer_flags(cfg), "--output_dir", "x"])
+        args=[*flags, "--use_cpu", "--output_dir", "x"])
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 3)
-    assert args.bf16 and not args.fp16 and args.gradient_checkpointing and not args.use_cpu
+    assert args.bf16 and not args.fp16 and args.gradient_checkpointing
     with pytest.raises(UserError, match="tensor parallel"):
         check_trainer_export(cfg.model_copy(update={"tp_degree": 2}), None)
     with pytest.raises(UserError, match="torchrun"):
