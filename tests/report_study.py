@@ -3,6 +3,7 @@ test session by real `autotune sweep` runs (real launched trials on CPU ranks).
 
     s = ddp_study(tmp_path_factory)       # 3 trials: 1 or 2 ranks, micro 1-2, accumulation 2
     s = zero_study(tmp_path_factory)      # 1 trial: DeepSpeed ZeRO-2 on 2 ranks
+    s = fsdp_study(tmp_path_factory)      # 1 trial: FSDP2 full_shard on 2 ranks
     s.cli("report", "--json")             # the real CLI against that study
 """
 
@@ -40,6 +41,15 @@ grad_accum_steps: [2]
 precision: [fp32]
 checkpointing: [none]
 zero_stage: [2]
+"""
+
+FSDP_SPACE = """\
+num_gpus: [2]
+micro_batch_size: [1]
+grad_accum_steps: [2]
+precision: [fp32]
+checkpointing: [none]
+fsdp: [full_shard]
 """
 
 
@@ -105,3 +115,7 @@ def ddp_study(tmp_path_factory) -> Study:
 
 def zero_study(tmp_path_factory) -> Study:
     return _build(tmp_path_factory, "zero", ZERO_SPACE, 1)
+
+
+def fsdp_study(tmp_path_factory) -> Study:
+    return _build(tmp_path_factory, "fsdp", FSDP_SPACE, 1)

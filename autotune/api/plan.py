@@ -23,14 +23,16 @@ def estimate(model: str | None = None, params: float | None = None, layers: int 
              hidden: int | None = None, heads: int | None = None, vocab: int | None = None,
              seq_len: int = 2048, micro_batch: int = 1, precision: str = "bf16",
              checkpointing: str = "none", zero_stage: int = 0, offload: str = "none", dp: int = 1,
-             tp: int = 1, optimizer: str = "adamw", gpu: str | None = None) -> dict[str, Any]:
+             tp: int = 1, optimizer: str = "adamw", gpu: str | None = None,
+             fsdp: str = "none") -> dict[str, Any]:
     """Peak memory per rank (with its breakdown) and FLOPs per token of a config, estimated
     (analytic; the framework overhead a sweep calibrates is not in it). `model`: a GPT preset
     or a Hugging Face config.json; else `params` (and optionally the shapes). `gpu`: a catalog
-    GPU type, to say whether it fits."""
+    GPU type, to say whether it fits. `fsdp`: FSDP2 sharding (full_shard, shard_grad_op)
+    instead of ZeRO."""
     from pydantic import ValidationError
 
-    from autotune.contract import Checkpointing, Offload, Precision
+    from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
     from autotune.estimate.compute import flops_per_token, hardware_flops_per_token
     from autotune.estimate.memory import MemoryConfig, estimate_memory, recomputed_layers
 
@@ -41,11 +43,14 @@ def estimate(model: str | None = None, params: float | None = None, layers: int 
     try:
         mcfg = MemoryConfig(seq_len=seq_len, micro_batch_size=micro_batch, precision=Precision(precision),
                             checkpointing=Checkpointing(checkpointing), zero_stage=zero_stage,
-                            offload=Offload(offload), dp_degree=dp, tp_degree=tp, optimizer=optimizer)
+                            offload=Offload(offload), dp_degree=dp, tp_degree=tp, optimizer=optimizer,
+                            fsdp=FSDPMode(fsdp))
     except ValidationError as exc:
         msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
         text, _, fix = msg.partition(". To fix: ")
-        raise UserError(f"--offload {offload} with --zero-stage {zero_stage}: {text}", fix=fix or "see --help") from None
+        flags = f"--offload {offload} with --zero-stage {zero_stage}" + (
+            f" and --fsdp {fsdp}" if fsdp != "none" else "")
+        raise UserError(f"{flags}: {text}", fix=fix or "see --help") from None
     except ValueError as exc:  # an unknown precision / checkpointing / offload name
         raise UserError(f"estimate: {exc}", fix="see `autotune estimate --help` for the choices") from None
     gpu_mem = gpu_memory_bytes(gpu) if gpu else None

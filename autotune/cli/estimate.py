@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from autotune.contract import Checkpointing, Offload, Precision
+from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 from autotune.cli.common import console
 
 
@@ -50,6 +50,8 @@ def register(app: typer.Typer) -> None:
         offload: Offload = typer.Option(Offload.none, "--offload"),
         dp: int = typer.Option(1, "--dp", min=1, help="data-parallel degree"),
         tp: int = typer.Option(1, "--tp", min=1, help="tensor-parallel degree"),
+        fsdp: FSDPMode = typer.Option(FSDPMode.none, "--fsdp",
+                                      help="FSDP2 sharding instead of ZeRO: full_shard, shard_grad_op"),
         optimizer: _Optimizer = typer.Option(_Optimizer.adamw, "--optimizer"),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU type: say whether it fits"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
@@ -59,7 +61,8 @@ def register(app: typer.Typer) -> None:
         from autotune.api.plan import estimate as estimate_
 
         doc = estimate_(model, params, layers, hidden, heads, vocab, seq_len, micro_batch, precision.value,
-                        checkpointing.value, zero_stage, offload.value, dp, tp, optimizer.value, gpu)
+                        checkpointing.value, zero_stage, offload.value, dp, tp, optimizer.value, gpu,
+                        fsdp=fsdp.value)
         gpu_mem = doc.get("gpu_memory_bytes")
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -70,15 +73,18 @@ def register(app: typer.Typer) -> None:
         con.print(f"[bold]{doc['model']}[/]: {doc['model_params']:,} parameters ({doc['model_source']})")
         con.print(f"config: seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
                   f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "
-                  f"dp {dp}, tp {tp}, {optimizer.value} ({doc['engine']} layout)")
+                  f"dp {dp}, tp {tp}, {optimizer.value} ({doc['engine']} layout"
+                  + (f", FSDP2 {fsdp.value})" if fsdp is not FSDPMode.none else ")"))
         table = Table(title="peak memory per rank (estimated)", title_justify="left")
         table.add_column("part")
         table.add_column("bytes", justify="right")
-        for label, key in (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
+        for label, key in (("weights (own shard)", "weights_bytes"), ("gradients", "gradients_bytes"),
                            ("optimizer state", "optimizer_bytes"), ("activations", "activations_bytes"),
-                           ("other (logits, buckets, casts)", "other_bytes"), ("total", "total_bytes"),
-                           ("host memory (offload)", "host_bytes")):
+                           ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
+                           ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
             table.add_row(label, _gib(doc[key]))
+        if doc["detail"]["gathered_params_bytes"]:
+            table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
         con.print(table)
         con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, 6N + 12Lds); "
                   f"{doc['hardware_flops_per_token']:.4g} with recomputation")

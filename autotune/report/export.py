@@ -5,7 +5,8 @@
 
 Writes: accelerate_config.yaml (`accelerate launch --config_file`; with ZeRO it holds the
 DeepSpeed config itself, so the folder can move), ds_config.json when ZeRO is used
-(`autotune.contract.deepspeed_config`, the very config the trial ran), launch.sh (the
+(`autotune.contract.deepspeed_config`, the very config the trial ran; with FSDP2 the
+accelerate config's `fsdp_config`, `fsdp_version: 2`: autotune.report.sharding), launch.sh (the
 trial's launcher with its exact batch, accumulation, precision, checkpointing and parallel
 settings; the Python that exported it by default), trial_config.json (the TrialConfig),
 bill.md and bill.json (the projected bill). `--for hf-trainer` writes Trainer flags and a
@@ -22,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.contract import (ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig,
-                               deepspeed_config)
+from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, FSDPMode, Launcher, TrialConfig
 from autotune.errors import UserError
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.record import TrialRecord
-from autotune.report.labels import zero_summary
+from autotune.report.sharding import (export_deepspeed_config, fsdp_accelerate_fields, sharding_bill_lines,
+                                      sharding_label)
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 DEEPSPEED_CONFIG = "ds_config.json"
@@ -162,10 +163,12 @@ def accelerate_config(cfg: TrialConfig) -> dict[str, Any]:
         # No `mixed_precision` beside it: accelerate refuses any key the DeepSpeed config
         # decides ("When using `deepspeed_config_file`, the following ... will be ignored").
         out["deepspeed_config"] = {
-            "deepspeed_config_file": json.dumps(deepspeed_config(cfg), sort_keys=True),
+            "deepspeed_config_file": json.dumps(export_deepspeed_config(cfg), sort_keys=True),
             "zero3_init_flag": cfg.zero_stage == 3}
     else:
         out["mixed_precision"] = ACCELERATE_MIXED_PRECISION[cfg.precision]
+    if cfg.fsdp is not FSDPMode.none:
+        out.update(fsdp_accelerate_fields(cfg))
     return out
 
 
@@ -190,6 +193,7 @@ def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str
         ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
         ("AUTOTUNE_OFFLOAD", cfg.offload.value),
         ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
+        ("AUTOTUNE_FSDP", cfg.fsdp.value),
         ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
         # Accelerator() reads these: accumulation has no key in accelerate's config file, and
         # under torchrun / deepspeed no config file is read at all.
@@ -301,7 +305,7 @@ def _config_line(cfg: TrialConfig) -> str:
             f"{cfg.grad_accum_steps} x {cfg.dp_degree} data-parallel = global batch "
             f"{cfg.global_batch_samples} samples ({cfg.global_batch_tokens} tokens), "
             f"{cfg.precision.value}, checkpointing {cfg.checkpointing.value}, "
-            f"ZeRO {zero_summary(cfg.model_dump(mode='json'))}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
+            f"{sharding_label(cfg)}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
 
 
 def _bill_line(plan: ExportPlan) -> str:
@@ -351,6 +355,7 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     else:
         out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
                 "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+        out += sharding_bill_lines(cfg)
     return "\n".join(out)
 
 
@@ -366,7 +371,7 @@ def render(plan: ExportPlan) -> dict[str, str]:
             files[DEEPSPEED_CONFIG] = json.dumps(hf_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
     else:
         if cfg.zero_stage > 0:
-            files[DEEPSPEED_CONFIG] = json.dumps(deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
+            files[DEEPSPEED_CONFIG] = json.dumps(export_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
         header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
                   f"{_config_line(cfg)}\n"
                   f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"

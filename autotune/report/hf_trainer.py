@@ -27,6 +27,11 @@ def check_trainer_export(cfg: TrialConfig, launcher: Launcher | None) -> Launche
                         "flags cannot express",
                         fix="pick a trial with TP 1 (autotune report lists them), or export "
                             "without --for hf-trainer")
+    if cfg.fsdp.value != "none":
+        raise UserError(f"this trial runs FSDP2 ({cfg.fsdp.value}); Trainer's FSDP flags are not "
+                        "written by this export yet",
+                        fix="export without --for hf-trainer: accelerate_config.yaml carries "
+                            "`fsdp_version: 2` with the trial's settings")
     if launcher is Launcher.accelerate:
         raise UserError("--for hf-trainer --launcher accelerate: Trainer builds its own "
                         "Accelerator from its flags",

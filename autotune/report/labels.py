@@ -22,16 +22,22 @@ def config_summary(cfg: dict[str, Any]) -> str:
              str(cfg["precision"]), f"ckpt:{cfg['checkpointing']}"]
     if cfg.get("zero_stage"):
         parts.append(f"zero{cfg['zero_stage']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
+    if cfg.get("fsdp") not in (None, "none"):
+        parts.append(f"fsdp:{cfg['fsdp']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
     if (cfg.get("tp_degree") or 1) > 1:
         parts.append(f"tp{cfg['tp_degree']}")
     return " ".join(parts)
 
 
 def zero_summary(cfg: dict[str, Any]) -> str:
+    """The sharding column: the ZeRO stage, or FSDP2's mode (its alternative), with offload."""
+    off = cfg.get("offload")
+    off_text = f" +{off}" if off not in (None, "none") else ""
+    if cfg.get("fsdp") not in (None, "none"):
+        return f"FSDP2 {cfg['fsdp']}{off_text}"
     if not cfg.get("zero_stage"):
         return "-"
-    off = cfg.get("offload")
-    return f"{cfg['zero_stage']}" + (f" +{off}" if off not in (None, "none") else "")
+    return f"{cfg['zero_stage']}{off_text}"
 
 
 def mem_summary(peak: int | None, source: str | None, headroom: int | None) -> str:

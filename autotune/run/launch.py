@@ -131,6 +131,22 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def remove_deepspeed_shm(port: int, shm_dir: Path = Path("/dev/shm")) -> int:
+    """Unlink the shared-memory buffers DeepSpeed's CPU all-reduce created for a trial that
+    rendezvoused on `port`, once its ranks are gone. DeepSpeed (v0.19, csrc/cpu/comm/shm.cpp)
+    names them deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank} and never unlinks them:
+    each CPU DeepSpeed trial would keep 66 MiB of RAM per rank until reboot (measured: 7.5 GB
+    left in /dev/shm by a day of test runs). Returns how many it removed."""
+    removed = 0
+    for path in shm_dir.glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
+        try:
+            path.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -154,7 +170,8 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
             stale.unlink()
     cfg.write(config_path)
     # argv_builder: e.g. a cluster scheduler's template (see template_argv_builder below).
-    argv = (argv_builder or build_argv)(cfg, config_path, result_path, free_port(), python=python)
+    port = free_port()
+    argv = (argv_builder or build_argv)(cfg, config_path, result_path, port, python=python)
     write_json_atomic(trial_dir / "command.json", {"argv": argv})
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     t0 = time.monotonic()
@@ -176,6 +193,7 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
         # Ranks that outlived a launcher that exited by itself must not outlive the trial.
         if group_alive(proc.pid):
             _kill_group(proc)
+    remove_deepspeed_shm(port)
     wall_s = time.monotonic() - t0
     result = read_result(result_path, rc, timed_out, err_path, out_path, cfg)
     result.wall_s = wall_s

@@ -29,7 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.contract import Checkpointing, DeviceKind, HardwareFingerprint, Offload, Precision
+from autotune.contract import (Checkpointing, DeviceKind, FSDPMode, HardwareFingerprint, Offload,
+                               Precision)
 from autotune.errors import UserError, format_validation_error, load_yaml_file
 from autotune.run.hardware import max_ranks
 
@@ -53,6 +54,7 @@ class SearchSpace(BaseModel):
     zero_stage: list[int] = Field(default=[0], min_length=1)
     offload: list[Offload] = Field(default=[Offload.none], min_length=1)
     tp_degree: list[int] = Field(default=[1], min_length=1)
+    fsdp: list[FSDPMode] = Field(default=[FSDPMode.none], min_length=1)
 
     _ints = field_validator("num_gpus", "micro_batch_size", "grad_accum_steps", "tp_degree")(
         _positive_unique
@@ -94,6 +96,8 @@ class Capabilities:
     zero_stages: frozenset[int] = frozenset({0, 1, 2, 3})
     tensor_parallel: bool = True
     offload: bool = True
+    # FSDP2 (trials/engines/fsdp.py): fully_shard, on CPU (gloo) and CUDA, torch >= 2.6.
+    fsdp: bool = True
 
 
 def capabilities_for(hw: HardwareFingerprint, threads_per_rank: int = 1,
@@ -126,13 +130,23 @@ class RestrictedSpace:
     offload: list[Offload]
     tp_degree: list[int]
     dropped: dict[str, list[Any]] = field(default_factory=dict)
+    fsdp: list[FSDPMode] = field(default_factory=lambda: [FSDPMode.none])
 
     def tp_choices(self, num_gpus: int) -> list[int]:
         return [t for t in self.tp_degree if num_gpus % t == 0]
 
-    def offload_choices(self, zero_stage: int) -> list[Offload]:
+    def fsdp_choices(self, zero_stage: int, precision: Precision) -> list[FSDPMode]:
+        """FSDP2 is an alternative to ZeRO (zero_stage 0 only); fp16 with it is not
+        implemented (trials/engines/fsdp.py FP16_REASON)."""
+        if zero_stage or precision is Precision.fp16:
+            return [FSDPMode.none]
+        return list(self.fsdp)
+
+    def offload_choices(self, zero_stage: int, fsdp: FSDPMode = FSDPMode.none) -> list[Offload]:
         if zero_stage == 0:
-            return [Offload.none]
+            # FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer state together.
+            allowed = [Offload.none] + ([Offload.optimizer_params] if fsdp is not FSDPMode.none else [])
+            return [o for o in self.offload if o in allowed] or [Offload.none]
         allowed = [Offload.none, Offload.optimizer] + ([Offload.optimizer_params] if zero_stage == 3 else [])
         return [o for o in self.offload if o in allowed] or [Offload.none]
 
@@ -167,6 +181,7 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         offload=keep("offload", space.offload, lambda o: caps.offload or o is Offload.none),
         tp_degree=tp,
         dropped=dropped,
+        fsdp=keep("fsdp", space.fsdp, lambda f: caps.fsdp or f is FSDPMode.none),
     )
 
 
@@ -219,11 +234,14 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
     else:
         zero = pick("zero_stage", rs.zero_stage, full.zero_stage) \
             if len(rs.zero_stage) > 1 else rs.zero_stage[0]
-    off_choices = rs.offload_choices(zero)
+    fsdp_choices = rs.fsdp_choices(zero, precision)
+    fsdp = fsdp_choices[0] if len(fsdp_choices) == 1 else FSDPMode(pick(
+        "fsdp", [f.value for f in fsdp_choices], [f.value for f in full.fsdp]))
+    off_choices = rs.offload_choices(zero, fsdp)
     offload = off_choices[0] if len(off_choices) == 1 else Offload(pick(
         "offload", [o.value for o in off_choices], [o.value for o in full.offload]))
     return dict(num_gpus=num_gpus, tp_degree=tp, micro_batch_size=micro, grad_accum_steps=accum,
-                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload)
+                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload, fsdp=fsdp)
 
 
 ALL_CAPABILITIES = Capabilities(
@@ -302,7 +320,7 @@ def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = No
 
 # The dimensions a local move changes, one at a time, to the next choice up or down.
 _STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-              "checkpointing", "zero_stage", "offload")
+              "checkpointing", "zero_stage", "offload", "fsdp")
 
 
 def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
@@ -310,12 +328,15 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
     """The configs one step away from `values`: one dimension moved to the adjacent choice of
     this machine's list (the others kept where still valid, e.g. accumulation re-derived for a
     fixed global batch), as (Optuna params, TrialConfig values), without `values` itself."""
-    plain = {k: getattr(v, "value", v) for k, v in values.items()}
+    plain = {"fsdp": "none", **{k: getattr(v, "value", v) for k, v in values.items()}}
     lists = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
              "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
              "precision": [p.value for p in rs.precision],
              "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,
-             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]))]}
+             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]),
+                                                             FSDPMode(plain.get("fsdp", "none")))],
+             "fsdp": [f.value for f in rs.fsdp_choices(int(plain["zero_stage"]),
+                                                       Precision(plain["precision"]))]}
     out: list[tuple[dict[str, Any], dict[str, Any]]] = []
     seen = {_values_key(values)}
     for dim in _STEP_DIMS:
@@ -335,4 +356,4 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
 
 
 def _values_key(values: dict[str, Any]) -> tuple:
-    return tuple(str(getattr(values[k], "value", values[k])) for k in _STEP_DIMS)
+    return tuple(str(getattr(values.get(k, "none"), "value", values.get(k, "none"))) for k in _STEP_DIMS)
