@@ -31,6 +31,7 @@ from autotune.contract import (
     TrialStatus,
     write_json_atomic,
 )
+from autotune.run.shm import remove_deepspeed_shm
 
 WORKER_MODULE = "trials.worker"
 LOG_TAIL_CHARS = 4000
@@ -129,22 +130,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
     proc.wait()
-
-
-def remove_deepspeed_shm(port: int, shm_dir: Path = Path("/dev/shm")) -> int:
-    """Unlink the shared-memory buffers DeepSpeed's CPU all-reduce created for a trial that
-    rendezvoused on `port`, once its ranks are gone. DeepSpeed (v0.19, csrc/cpu/comm/shm.cpp)
-    names them deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank} and never unlinks them:
-    each CPU DeepSpeed trial would keep 66 MiB of RAM per rank until reboot (measured: 7.5 GB
-    left in /dev/shm by a day of test runs). Returns how many it removed."""
-    removed = 0
-    for path in shm_dir.glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"):
-        try:
-            path.unlink()
-            removed += 1
-        except OSError:
-            pass
-    return removed
 
 
 def group_alive(pgid: int) -> bool:
