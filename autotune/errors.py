@@ -54,3 +54,18 @@ def load_yaml_file(path: str | Path, what: str) -> Any:
         raise UserError(f"{p}: expected a mapping at the top level, got {type(data).__name__}",
                         fix="write the file as `key: value` lines")
     return data
+
+
+def require_extra(modules: tuple[str, ...], extra: str, for_what: str) -> None:
+    """A UserError naming the pip command when an optional dependency (an extra of
+    pyproject.toml) is missing, instead of an ImportError traceback later.
+
+        require_extra(("plotly",), "report", "report --html")"""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise UserError(f"{for_what} needs the Python package '{module}', which is not installed",
+                            fix=f"pip install 'autotune[{extra}]'") from None

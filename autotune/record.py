@@ -127,6 +127,7 @@ class TrialRecord(BaseModel):
     peak_mem_source: str | None = None
     step_time_median_s: float | None = None
     mfu: float | None = None
+    hfu: float | None = None  # hardware FLOPs utilisation (recomputation counted)
     final_loss: float | None = None
     wall_s: float | None = None
     world_size: int | None = None

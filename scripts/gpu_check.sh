@@ -158,21 +158,27 @@ echo "gpu_check: sweep of $TRIALS trials, preset $PRESET, into $OUT_DIR"
 "${AUTOTUNE[@]}" report --study gpu_check --storage "$STORAGE" --json > "$OUT_DIR/report.json" 2>/dev/null || true
 
 # --- direct trials: what the sweep may not offer on this machine ----------------------------
-# fp8 (the sweep offers it only where it can probe the GPU and torchao) and ZeRO 1 / 3 (offered
-# once the space's capabilities include them), each as one trial outside the study.
-EXTRA=("bf16:1" "bf16:3")
+# fp8 (the sweep offers it only where it can probe the GPU and torchao), ZeRO 1 / 3 (offered
+# once the space's capabilities include them) and FSDP2 (MixedPrecisionPolicy and
+# CPUOffloadPolicy on CUDA: GPU-only paths), each as one trial outside the study.
+# An item is precision:zero_stage[:fsdp[:offload]].
+EXTRA=("bf16:1" "bf16:3" "bf16:0:full_shard" "bf16:0:full_shard:optimizer+params")
 if [[ "$FP8" == 1 ]]; then EXTRA=("fp8:0" "${EXTRA[@]}"); fi
-if [[ "$DRY_RUN" == 1 ]]; then EXTRA=("fp32:1"); fi
+if [[ "$DRY_RUN" == 1 ]]; then EXTRA=("fp32:1" "fp32:0:full_shard"); fi
 mkdir -p "$OUT_DIR/extra"
 for item in "${EXTRA[@]}"; do
-  prec="${item%%:*}"; zero="${item##*:}"
+  IFS=: read -r prec zero fsdp offload <<< "$item"
+  fsdp="${fsdp:-none}"; offload="${offload:-none}"
   name="${prec}_zero${zero}"
-  "$PY" - "$OUT_DIR/extra/${name}_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" "$prec" "$zero" "$DRY_RUN" "$TIMEOUT_S" <<'PYEOF'
+  [[ "$fsdp" != none ]] && name="${prec}_fsdp_${fsdp}"
+  [[ "$offload" != none ]] && name="${name}_offload"
+  "$PY" - "$OUT_DIR/extra/${name}_config.json" "$PRESET" "$SEQ_LEN" "$WARMUP" "$MEASURE" "$prec" "$zero" "$DRY_RUN" "$TIMEOUT_S" "$fsdp" "$offload" <<'PYEOF'
 import sys
 from autotune.contract import DeviceKind, GPTWorkload, Launcher, TrialConfig
-path, preset, seq_len, warmup, measure, prec, zero, dry, timeout = sys.argv[1:10]
+path, preset, seq_len, warmup, measure, prec, zero, dry, timeout, fsdp, offload = sys.argv[1:12]
 TrialConfig(workload=GPTWorkload(preset=preset), seq_len=int(seq_len),
             micro_batch_size=2 if dry == "1" else 16, precision=prec, zero_stage=int(zero),
+            fsdp=fsdp, offload=offload,
             launcher=Launcher.deepspeed if int(zero) > 0 else Launcher.torchrun,
             device=DeviceKind.cpu if dry == "1" else DeviceKind.cuda, warmup_steps=int(warmup),
             measure_steps=int(measure), max_measure_steps=int(measure), timeout_s=timeout).write(path)

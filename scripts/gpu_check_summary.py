@@ -76,7 +76,7 @@ def summarise_trial(folder: Path) -> dict | None:
         "trial": folder.name, "status": r.status.value, "error": r.error,
         "config": {k: cfg.model_dump(mode="json")[k] for k in (
             "num_gpus", "micro_batch_size", "grad_accum_steps", "precision", "checkpointing",
-            "zero_stage", "offload", "seq_len", "launcher")},
+            "zero_stage", "offload", "seq_len", "launcher", "fsdp")},
         "tokens_per_s": r.tokens_per_s, "step_time_median_s": r.step_time_median_s,
         "step_time_cv": r.step_time_cv, "mfu": mfu, "mfu_basis": mfu_basis, "hfu": r.hfu,
         "allocator_peak_bytes": alloc, "allocator_reserved_peak_bytes": reserved,
@@ -162,7 +162,9 @@ def render(doc: dict) -> str:
     for t in doc["trials"]:
         c = t["config"]
         cfg = (f"mb {c['micro_batch_size']}x{c['grad_accum_steps']}, {c['precision']}, ckpt "
-               f"{c['checkpointing']}, ZeRO {c['zero_stage']}")
+               f"{c['checkpointing']}, ZeRO {c['zero_stage']}"
+               + (f", FSDP2 {c['fsdp']}" if c.get("fsdp") not in (None, "none") else "")
+               + (f" +{c['offload']}" if c.get("offload") not in (None, "none") else ""))
         alloc = fmt_bytes(t["allocator_peak_bytes"])
         if t["allocator_reserved_peak_bytes"]:
             alloc += f" ({fmt_bytes(t['allocator_reserved_peak_bytes'])})"

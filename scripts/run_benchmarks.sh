@@ -39,11 +39,14 @@ read -r -a OVERHEAD_ARGS <<< "${BENCH_OVERHEAD_ARGS:-}"
 read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
 # memory (scripts/bench_memory.py, ~30 min) runs on request: ONLY="memory" scripts/run_benchmarks.sh
 read -r -a MEMORY_ARGS <<< "${BENCH_MEMORY_ARGS:---runs ${TMPDIR:-/tmp}/autotune_bench_memory_runs}"
+# scale (scripts/bench_scale.py, ~30 min, up to ~20 GB of RAM) runs on request: ONLY="scale" ...
+read -r -a SCALE_ARGS <<< "${BENCH_SCALE_ARGS:-}"
 if [[ "$SMOKE" == 1 ]]; then
   SEARCH_ARGS=(--seeds 6 "${SEARCH_ARGS[@]}")
   OVERHEAD_ARGS=(--repeats 1 --warmup-steps 1 --measure-steps 2 "${OVERHEAD_ARGS[@]}")
   FIDELITY_ARGS=(--configs "4,1,fp32,none" "8,1,fp32,none" "4,1,fp32,full" --warmup-steps 1
                  --measure-steps 2 --max-measure-steps 2 "${FIDELITY_ARGS[@]}")
+  SCALE_ARGS=(--sizes 29M --no-ablations "${SCALE_ARGS[@]}")
 fi
 
 STARTED="$(date +%s)"
@@ -70,7 +73,8 @@ for name in $ONLY; do
     overhead) run_one overhead bench_overhead "${OVERHEAD_ARGS[@]}" ;;
     fidelity) run_one fidelity bench_fidelity "${FIDELITY_ARGS[@]}" ;;
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory." >&2; exit 2 ;;
+    scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory, scale." >&2; exit 2 ;;
   esac
 done
 
@@ -88,7 +92,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_cpu40 deepspeed_tuner noise overhead fidelity memory; do
+  for name in search search_big search_ds search_cpu40 deepspeed_tuner noise overhead fidelity memory scale; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

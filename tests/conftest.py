@@ -39,7 +39,7 @@ def run_cli(tmp_path):
     """Run the real `autotune` CLI in a subprocess, in tmp_path; returns CompletedProcess."""
 
     def _run(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
-        e = dict(os.environ, COLUMNS="200", **(env or {}))
+        e = {**os.environ, "COLUMNS": "200", **(env or {})}
         return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd or tmp_path,
                               capture_output=True, text=True, timeout=timeout, env=e)
 

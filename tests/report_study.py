@@ -3,6 +3,7 @@ test session by real `autotune sweep` runs (real launched trials on CPU ranks).
 
     s = ddp_study(tmp_path_factory)       # 3 trials: 1 or 2 ranks, micro 1-2, accumulation 2
     s = zero_study(tmp_path_factory)      # 1 trial: DeepSpeed ZeRO-2 on 2 ranks
+    s = fsdp_study(tmp_path_factory)      # 1 trial: FSDP2 full_shard on 2 ranks
     s.cli("report", "--json")             # the real CLI against that study
 """
 
@@ -42,6 +43,15 @@ checkpointing: [none]
 zero_stage: [2]
 """
 
+FSDP_SPACE = """\
+num_gpus: [2]
+micro_batch_size: [1]
+grad_accum_steps: [2]
+precision: [fp32]
+checkpointing: [none]
+fsdp: [full_shard]
+"""
+
 
 @dataclass
 class Study:
@@ -51,7 +61,7 @@ class Study:
     sweep_stdout: str
 
     def cli(self, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = dict(os.environ, COLUMNS="200", **(env or {}))
+        e = {**os.environ, "COLUMNS": "200", **(env or {})}
         return subprocess.run([sys.executable, "-m", "autotune.cli", *args, "--study", self.name,
                                "--storage", self.storage], cwd=self.folder, capture_output=True,
                               text=True, timeout=timeout, env=e)
@@ -105,3 +115,7 @@ def ddp_study(tmp_path_factory) -> Study:
 
 def zero_study(tmp_path_factory) -> Study:
     return _build(tmp_path_factory, "zero", ZERO_SPACE, 1)
+
+
+def fsdp_study(tmp_path_factory) -> Study:
+    return _build(tmp_path_factory, "fsdp", FSDP_SPACE, 1)

@@ -1,7 +1,8 @@
 """The parallel engines change what runs, by an effect seen from inside the ranks: ZeRO-3
 holds half the parameters per rank on 2 ranks, offload steps the optimizer with
 DeepSpeedCPUAdam in host memory, bf16 changes the dtypes, TP=2 shards the linear weights and
-still computes what one unsplit rank computes. Real trials (tests/fixtures/engine_trials.py),
+still computes what one unsplit rank computes, FSDP2 and ZeRO-3 built from the meta device
+train exactly what DDP trains. Real trials (tests/fixtures/engine_trials.py),
 plus the DeepSpeed config and the dispatch checked without launching anything.
 """
 
@@ -14,7 +15,8 @@ from autotune.contract import (DeviceKind, Offload, Precision, TrialConfig, Tria
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
 NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "zero_fp16", "single",
-          "tp2", "tp2_dp2", "hf_single", "hf_tp2"]
+          "tp2", "tp2_dp2", "hf_single", "hf_tp2", "torchrun", "zero3", "fsdp", "fsdp_knobs",
+          "fsdp_tp2_dp2", "fsdp_fp16"]
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +143,51 @@ def test_tp_with_data_parallel_on_a_2d_mesh(runs):
     # Rank 0 trains on the same tokens as in the 2-rank TP trial; its loss differs only
     # because the other data-parallel replica's gradients were averaged in.
     assert r.final_loss != pytest.approx(runs["tp2"].final_loss, rel=1e-6)
+
+
+# --- sharded builds and FSDP2 ---------------------------------------------------------------
+
+
+def test_sharded_builds_train_what_ddp_trains(runs):
+    """Same seed, same tokens, fp32: FSDP2 and ZeRO-3, each rank materialising only its
+    shard from the meta device, start from DDP's very weights and end at its loss."""
+    ddp = runs["torchrun"]
+    fsdp, zero3 = ok(runs["fsdp"]), ok(runs["zero3"])
+    for obs in (fsdp, zero3):
+        assert obs["model_built_as"] == "meta"
+        assert obs["param_elements_local"] == pytest.approx(obs["param_elements_total"] / 2, rel=0.01)
+    assert fsdp["engine"] == "fsdp2" and fsdp["reshard_after_forward"] is True and fsdp["fsdp_units"] == 3
+    assert runs["fsdp"].final_loss == pytest.approx(ddp.final_loss, rel=1e-6)
+    # DeepSpeed steps an fp32 master copy of its partition: the same math, other rounding.
+    assert runs["zero3"].final_loss == pytest.approx(ddp.final_loss, rel=1e-4)
+    assert zero3["ds_zero_config"]["stage3_max_reuse_distance"] == 12 * 128 * 128  # tiny: d_model 128
+
+
+def test_fsdp2_knobs_reach_fully_shard(runs):
+    obs = ok(runs["fsdp_knobs"])
+    assert obs["fsdp"] == "shard_grad_op" and obs["reshard_after_forward"] is False
+    # MixedPrecisionPolicy: bf16 compute on fp32 shards and fp32 optimizer state
+    assert obs["mp_param_dtype"] == "torch.bfloat16" and obs["linear_output_dtype"] == "torch.bfloat16"
+    assert obs["param_dtype"] == "torch.float32" and obs["optimizer_state_dtypes"] == ["torch.float32"]
+    # CPUOffloadPolicy: shards and optimizer state in host memory (on this CPU machine there is
+    # no other memory; on a GPU the compute would run on cuda:N with these on cpu)
+    assert obs["cpu_offload"] is True and obs["param_devices"] == ["cpu"]
+
+
+def test_fsdp2_composes_with_tp_on_a_2d_mesh(runs):
+    r, tp = runs["fsdp_tp2_dp2"], runs["tp2_dp2"]
+    obs = ok(r)
+    assert obs["mesh_shape"] == [2, 2] and obs["tp_degree"] == 2 and obs["dp_degree"] == 2
+    # TP halves the sharded linears, FSDP halves every weight again over the dp ranks.
+    assert obs["param_elements_local"] < ok(tp)["param_elements_local"]
+    # The same weights and tokens as TP with DDP-style averaging over dp: the same loss.
+    assert r.final_loss == pytest.approx(tp.final_loss, rel=1e-5)
+
+
+def test_fsdp2_fp16_is_unsupported_with_the_reason(runs):
+    r = runs["fsdp_fp16"]
+    assert r.status is TrialStatus.unsupported, f"{r.status}: {r.error}\n{r.log_tail}"
+    assert "GradScaler" in r.error and "To fix" in r.error
 
 
 # --- no launch: the DeepSpeed config and the dispatch -------------------------------------

@@ -66,6 +66,60 @@ def test_tp_divides_model_states():
     assert four["weights"] * 4 == one["weights"]
 
 
+# --- DeepSpeed buffers sized to the model, ZeRO-3's gathered working set, FSDP2
+def test_deepspeed_buffers_follow_the_hugging_face_auto_rules():
+    from autotune.contract import TrialConfig, deepspeed_buffer_sizes, deepspeed_config
+
+    h = 4096  # transformers' trainer_config_finalize: h², 0.9·h², 10·h
+    assert deepspeed_buffer_sizes(h, 2) == {"reduce_bucket_size": 16_777_216}
+    z3 = deepspeed_buffer_sizes(h, 3)
+    assert (z3["reduce_bucket_size"], z3["stage3_prefetch_bucket_size"],
+            z3["stage3_param_persistence_threshold"]) == (16_777_216, 15_099_494, 40_960)
+    assert z3["stage3_max_reuse_distance"] == z3["stage3_max_live_parameters"] == 12 * h * h
+    cfg = TrialConfig(num_gpus=2, zero_stage=3)
+    assert deepspeed_config(cfg, hidden_size=h)["zero_optimization"] == {"stage": 3, **z3}
+    # No hidden size (an entry point that does not state it): DeepSpeed's defaults.
+    assert deepspeed_config(cfg)["zero_optimization"] == {"stage": 3}
+
+
+def test_zero3_gathered_parameters_are_their_own_figure_not_weights():
+    """ZeRO-3 holds Ψ/Nd of the weights (the paper's model state); what it gathers to compute
+    is reported apart. Sized to the model: about one layer (12h² + 0.9h²) or the largest
+    module, the 7B preset's embedding (32000 x 4096); with DeepSpeed's defaults (no hidden
+    size) a model under 1e9 parameters stays gathered whole."""
+    m = model_from_preset("7b")
+    est = estimate_memory(m, MemoryConfig(seq_len=1024, precision=Precision.bf16, zero_stage=3, dp_degree=8))
+    assert est.weights_bytes == int(m.params * 2 / 8)  # 16-bit partition, own share only
+    h = m.d_model
+    assert est.gathered_bytes == int(max(12.9 * h * h, 32000 * h) * 2)
+    doc = est.as_dict()
+    assert doc["detail"]["gathered_params_bytes"] == est.gathered_bytes <= doc["other_bytes"]
+    small = model_from_params(300_000_000)  # no shapes: DeepSpeed's defaults, whole model live
+    whole = estimate_memory(small, MemoryConfig(seq_len=8, precision=Precision.bf16, zero_stage=3, dp_degree=8))
+    assert whole.gathered_bytes == 300_000_000 * 2
+
+
+def test_fsdp2_shards_states_like_zero3_and_gathers_a_block_at_a_time():
+    from autotune.contract import FSDPMode
+
+    m = model_from_preset("1b")
+    base = dict(seq_len=1024, precision=Precision.bf16, dp_degree=8)
+    full = estimate_memory(m, MemoryConfig(**base, fsdp=FSDPMode.full_shard))
+    # fp32 shards of weights, gradients and Adam's two moments: 16 bytes / 8 ranks
+    assert (full.weights_bytes, full.gradients_bytes, full.optimizer_bytes) == (
+        int(m.params * 4 / 8), int(m.params * 4 / 8), int(m.params * 8 / 8))
+    block = m.block_params
+    root = m.params - m.n_layers * block  # embeddings and final norm
+    assert block == 12 * 2048**2 + 13 * 2048
+    assert full.gathered_bytes == int((root + 2 * block) * 2)  # bf16 gathers: root + 2 blocks
+    grad_op = estimate_memory(m, MemoryConfig(**base, fsdp=FSDPMode.shard_grad_op))
+    assert grad_op.gathered_bytes == m.params * 2  # every block stays gathered until backward
+    off = estimate_memory(m, MemoryConfig(**base, fsdp=FSDPMode.full_shard, offload=Offload.optimizer_params))
+    assert off.weights_bytes == off.optimizer_bytes == 0 and off.host_bytes == int(m.params * 16 / 8)
+    with pytest.raises(ValueError, match="FSDP2.s CPU offload moves"):
+        MemoryConfig(**base, fsdp=FSDPMode.full_shard, offload=Offload.optimizer)
+
+
 # --- Korthikanti et al. 2022, sec. 4, for a GPT-3-sized layer (s=2048, h=12288, a=96, t=8).
 GPT3 = dict(s=2048, b=1, h=12288, a=96)
 
@@ -213,5 +267,5 @@ def test_cli_flags_are_pinned(run_cli):
     assert r.returncode == 0
     for flag in ("--model", "--params", "--layers", "--hidden", "--heads", "--vocab", "--seq-len",
                  "--micro-batch", "--precision", "--checkpointing", "--zero-stage", "--offload",
-                 "--dp", "--tp", "--optimizer", "--gpu", "--json"):
+                 "--dp", "--tp", "--optimizer", "--gpu", "--json", "--fsdp"):
         assert flag in r.stdout, flag

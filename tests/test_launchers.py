@@ -67,6 +67,18 @@ def test_runs_the_engine_of_its_launcher(trial):
         assert obs["wrapped_model"] == "DistributedDataParallel"
 
 
+def test_deepspeed_trials_leave_no_shared_memory_behind(launched, root):
+    """DeepSpeed's CPU all-reduce makes a 66 MiB /dev/shm buffer per rank and never unlinks
+    it; the launcher removes the trial's once its ranks are gone (autotune.run.launch)."""
+    import os
+    from pathlib import Path
+
+    assert launched["deepspeed"].status is TrialStatus.ok
+    argv = json.loads((root / "deepspeed" / "command.json").read_text())["argv"]
+    port = argv[argv.index("--master_port") + 1]
+    assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
+
+
 def test_every_launcher_trains_the_same_model_the_same_way(launched):
     """Same seed, same tokens, fp32: DDP, DeepSpeed at stage 0 and accelerate all average the
     two ranks' gradients, so they end at the same loss."""

@@ -25,7 +25,7 @@ LAYERS = [
     {"autotune.run", "autotune.spec"},
     {"autotune.search"},
     {"autotune.report"},
-    {"autotune.cli"},
+    {"autotune.cli", "autotune.api"},  # the commands, and the same from Python
 ]
 
 

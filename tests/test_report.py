@@ -164,6 +164,50 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
         assert patch.min() < 0.9, f"no marker drawn at the Pareto point {m}"  # not white paper
     for name in ("throughput.png", "memory.png"):
         assert image.imread(out / name).shape[0] > 100
+    # Log axes (on main: linear unless the points spanned a decade) and every point named by
+    # its trial number (on main: the cheapest and the fastest only), in the PNG and the page.
+    trials = {o["trial"] for o in rep["options"]}
+    assert meta["log_x"] and meta["log_y"]
+    assert {int(n) for m in meta["labels"] for n in m["text"].replace("#", "").split()} == trials
+    assert figure["layout"]["xaxis"]["type"] == "log" and figure["layout"]["yaxis"]["type"] == "log"
+    texts = next(t for t in figure["data"] if t.get("mode") == "text")["text"]
+    assert {int(n) for t in texts for n in t.replace("#", "").split()} == trials
+
+
+def test_scaling_efficiency_compares_only_trials_that_differ_in_gpu_count():
+    """On main a 1-rank fp32 micro-batch 4 trial against a 2-rank bf16 micro-batch 16 one read
+    "2x ... 121%": the difference was precision and batch, not the GPUs."""
+    from autotune.report.build import _scaling
+    from autotune.report.figures import throughput_figure
+    from autotune.report.plots import NO_SCALING_TITLE
+    from autotune.report.schema import TrialRow
+
+    def row(n, gpus, micro, prec, tps):
+        cfg = {"num_gpus": gpus, "num_nodes": 1, "micro_batch_size": micro, "grad_accum_steps": 1,
+               "precision": prec, "checkpointing": "none", "zero_stage": 0, "offload": "none",
+               "tp_degree": 1, "seq_len": 64, "launcher": "torchrun", "device": "cpu", "threads_per_rank": 1}
+        return TrialRow.model_construct(number=n, state="COMPLETE", tokens_per_s=tps, config=cfg, reused_from=None)
+
+    rows = [row(0, 1, 4, "fp32", 1000.0), row(1, 2, 16, "bf16", 2420.0)]
+    assert _scaling(rows) == []
+    assert throughput_figure({"trials": [], "scaling": []}).layout.title.text == NO_SCALING_TITLE
+    rows.append(row(2, 2, 4, "fp32", 1800.0))  # the same per-rank config on two ranks
+    sc = _scaling(rows)
+    assert [(s.num_gpus, s.trial) for s in sc] == [(1, 0), (2, 2)]
+    assert sc[1].scaling_efficiency == pytest.approx(0.9)
+
+
+def test_report_never_cuts_an_offer_name(study, doc):
+    """On main, offer names folded mid-word (`aws-c7i-on|demand`) even at 160 columns."""
+    offers = {o["offer"] for o in doc["options"]}
+    assert len(offers) > 1
+    for width in (80, 160):
+        p = study.cli("report", env={"COLUMNS": str(width)})
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert all(len(ln) <= width for ln in lines), max(lines, key=len)
+        words = {w.strip(",();") for ln in lines for w in ln.split()}
+        assert offers <= words, (width, offers - words)
 
 
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
@@ -189,8 +233,10 @@ def _plotly_figure(html: str, div_id: str) -> dict:
     """The data plotly was given for the figure in <div id=div_id>: Plotly.newPlot(id, data, ...)."""
     m = re.search(r'Plotly\.newPlot\(\s*"' + div_id + r'",\s*', html)
     assert m, f"no plotly figure {div_id}"
-    data, _ = json.JSONDecoder().raw_decode(html, m.end())
-    return {"data": data}
+    decoder = json.JSONDecoder()
+    data, end = decoder.raw_decode(html, m.end())
+    layout, _ = decoder.raw_decode(html, html.index("{", end))
+    return {"data": data, "layout": layout}
 
 
 def test_live_progress_panel_reads_the_study(study, doc):
@@ -239,3 +285,30 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     assert p.returncode == 0, p.stderr
     bill = next(out.glob("*.md")).read_text()
     assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
+
+
+def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):
+    """The end of a sweep: at most ~25 lines at 80 columns, every offer name whole; with a
+    re-measured pick (doc["picks"], the search's), its 90% interval and how sure it is."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import print_summary
+
+    def lines(d) -> list[str]:
+        con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+        print_summary(d, con, ["Next: autotune export --pick cheapest --out launch/"])
+        return con.export_text().splitlines()
+
+    plain = lines(doc)
+    assert len(plain) <= 25 and all(len(ln) <= 80 for ln in plain), plain
+    pick = doc["cheapest"]
+    assert f"Pick: trial {pick['trial']} on {pick['offer']}" in plain and "90%" not in "\n".join(plain)
+    sure = {"by": "cost", "trial": pick["trial"], "offer": pick["offer"], "value_low": pick["usd"] * 0.9,
+            "value_high": pick["usd"] * 1.1, "how_sure": "cheaper than trial 1 by 4% ± 2% (3 runs each)"}
+    shown = "\n".join(lines({**doc, "picks": [sure]}))
+    from autotune.format import fmt_usd
+
+    assert f"(90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})" in shown
+    assert "cheaper than trial 1 by 4%" in shown

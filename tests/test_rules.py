@@ -90,8 +90,10 @@ def test_accelerate_precision_names_in_launch_and_export(tmp_path):
         cfg = TrialConfig(precision=p, launcher=Launcher.accelerate)
         argv = build_argv(cfg, tmp_path / "c.json", tmp_path / "r.json", port=1, python="py")
         assert argv[argv.index("--mixed_precision") + 1] == ACCELERATE_MIXED_PRECISION[p]
-        assert accelerate_config(cfg, None)["mixed_precision"] == ACCELERATE_MIXED_PRECISION[p]
+        assert accelerate_config(cfg)["mixed_precision"] == ACCELERATE_MIXED_PRECISION[p]
         assert dict(settings_env(cfg))["ACCELERATE_MIXED_PRECISION"] == ACCELERATE_MIXED_PRECISION[p]
+        # With ZeRO the DeepSpeed config decides precision: accelerate refuses the key beside it.
+        assert "mixed_precision" not in accelerate_config(cfg.model_copy(update={"zero_stage": 2}))
 
 
 # --- hardware fingerprint ------------------------------------------------------------------

@@ -7,7 +7,7 @@ import dataclasses
 import optuna
 import pytest
 
-from autotune.contract import DeviceKind, HardwareFingerprint, Offload, Precision, TrialConfig
+from autotune.contract import DeviceKind, FSDPMode, HardwareFingerprint, Offload, Precision, TrialConfig
 from autotune.errors import UserError
 from autotune.search.space import SearchSpace, capabilities_for, load_space, restrict, suggest
 
@@ -62,10 +62,13 @@ def _suggestions(rs, n, global_batch=None):
 def test_every_suggestion_is_a_valid_trial_config():
     rs = restrict(load_space("default"), capabilities_for(H100x8, compute_capability=(9, 0)))
     for values in _suggestions(rs, 60):
-        TrialConfig(**values)  # raises if TP does not divide GPUs or offload lacks ZeRO
+        TrialConfig(**values)  # raises if TP does not divide GPUs or offload lacks ZeRO / FSDP2
         assert values["num_gpus"] % values["tp_degree"] == 0
-        if values["zero_stage"] == 0:
+        if values["zero_stage"] == 0 and values["fsdp"] is FSDPMode.none:
             assert values["offload"] is Offload.none
+        if values["fsdp"] is not FSDPMode.none:  # FSDP2 replaces ZeRO, and has no fp16 here
+            assert values["zero_stage"] == 0 and values["precision"] is not Precision.fp16
+            assert values["offload"] in (Offload.none, Offload.optimizer_params)
 
 
 def test_fixed_global_batch_derives_accumulation_exactly():
@@ -111,7 +114,7 @@ def test_space_nothing_runnable_is_a_user_error(tmp_path):
 def _key(v):
     return tuple(str(getattr(x, "value", x)) for x in (
         v["num_gpus"], v["tp_degree"], v["micro_batch_size"], v["grad_accum_steps"], v["precision"],
-        v["checkpointing"], v["zero_stage"], v["offload"]))
+        v["checkpointing"], v["zero_stage"], v["offload"], v.get("fsdp", FSDPMode.none)))
 
 
 def test_enumeration_lists_exactly_what_random_suggestions_reach():
@@ -156,3 +159,66 @@ def test_neighbours_move_one_dimension_one_choice():
     # Zero stage 0 offers no offload: its neighbours never carry one.
     at0 = neighbours({**here, "zero_stage": 0}, rs, 8)
     assert all(v["offload"] is Offload.none or v["zero_stage"] > 0 for _, v in at0)
+
+
+from tests.test_record import old_study  # noqa: E402,F401 - the fixture: a study written by main
+
+
+def test_a_study_written_by_main_resumes_with_plain_names(old_study):
+    """Main named restricted or dependent parameters after their list (`micro_batch_size|dp=2`);
+    resumed, the study takes new trials under plain names beside its old ones."""
+    from autotune.contract import Checkpointing
+    from autotune.search.space import unrestricted
+
+    study, _ = old_study
+    space = SearchSpace(num_gpus=[1, 2], micro_batch_size=[1, 2], precision=[Precision.fp32],
+                        checkpointing=[Checkpointing.none, Checkpointing.full])
+    rs, full = restrict(space, capabilities_for(CPU2), 4), unrestricted(space, 4)
+    for _ in range(6):
+        t = study.ask()
+        values = suggest(t, rs, 4, full)
+        assert values["micro_batch_size"] * values["grad_accum_steps"] * values["num_gpus"] == 4
+        study.tell(t, [1.0, 1.0])
+    old, new = study.trials[:6], study.trials[6:]
+    assert any("|" in n for t in old for n in t.params)  # main's names stay as they were
+    assert {n for t in new for n in t.params} <= {"num_gpus", "micro_batch_size", "checkpointing", "precision"}
+
+
+def test_a_small_machine_never_gets_a_choice_it_cannot_run_under_the_full_list():
+    """The plain name carries the study's full list ([1, 2, 4, 8]); a 2-rank machine's TPE
+    proposals stay within [1, 2] (MachineSampler), and a value another machine queued for 8
+    GPUs is refused here, not launched."""
+    from autotune.search.space import unrestricted
+    from autotune.search.study import make_sampler
+
+    space = load_space("default")
+    rs, full = restrict(space, capabilities_for(CPU2), 4), unrestricted(space, 4)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(0, worker=0))
+    for i in range(30):
+        t = study.ask()
+        values = suggest(t, rs, None, full)
+        assert values["num_gpus"] in (1, 2) and values["precision"] in rs.precision
+        assert t.distributions["num_gpus"].choices == (1, 2, 4, 8)
+        study.tell(t, [1.0 + i % 5, 2.0 - i % 3])
+    study.enqueue_trial({"num_gpus": 8})
+    with pytest.raises(optuna.TrialPruned, match="queued by a machine offering more"):
+        suggest(study.ask(), rs, None, full)
+
+
+def test_fsdp2_is_offered_beside_zero_not_with_it():
+    """FSDP2 runs at ZeRO stage 0 (they both shard the model), never with fp16 (not
+    implemented: trials/engines/fsdp.py), and its offload is CPUOffloadPolicy's all-or-nothing."""
+    rs = restrict(SearchSpace(num_gpus=[2], precision=[Precision.fp32, Precision.fp16], zero_stage=[0, 3],
+                              offload=[Offload.none, Offload.optimizer, Offload.optimizer_params],
+                              fsdp=[FSDPMode.none, FSDPMode.full_shard, FSDPMode.shard_grad_op]),
+                  capabilities_for(H100x8, compute_capability=(7, 0)))
+    seen = set()
+    for values in _suggestions(rs, 120):
+        TrialConfig(**values)
+        seen.add((values["zero_stage"], values["fsdp"], values["offload"], values["precision"]))
+    assert {(0, FSDPMode.full_shard, Offload.optimizer_params, Precision.fp32),
+            (0, FSDPMode.shard_grad_op, Offload.none, Precision.fp32)} <= seen
+    assert not any(f is not FSDPMode.none and (z or p is Precision.fp16 or o is Offload.optimizer)
+                   for z, f, o, p in seen)
+    assert rs.offload_choices(0, FSDPMode.full_shard) == [Offload.none, Offload.optimizer_params]
+    assert rs.offload_choices(0) == [Offload.none]

@@ -152,9 +152,16 @@ def test_claim_is_won_exactly_once_under_contention(storage_url):
     assert len(wins) == 1
     assert claim_owner(storages[0], "study/key/0") == {"trial": wins[0]}
     assert claim_owner(storages[0], "study/other/0") is None
-    # Claims are bookkeeping, never listed as a user's study.
+    # Claims are bookkeeping, never a study: optuna-dashboard lists every study in a storage,
+    # and there is none but the user's (on main each claim was a study `autotune-claim:...`).
     optuna.create_study(study_name="mine", storage=storages[0])
     assert user_study_names(storages[0]) == ["mine"]
+    assert [s.study_name for s in optuna.get_all_study_summaries(open_storage(storage_url))] == ["mine"]
+    # A claim an earlier version stored as a study still holds (a resumed study keeps its claims).
+    old = optuna.create_study(study_name="autotune-claim:study/baselines/x", storage=storages[0])
+    old.set_user_attr("trial", 3)
+    assert not claim(storages[1], "study/baselines/x", {"trial": 9})
+    assert claim_owner(storages[1], "study/baselines/x") == {"trial": 3}
 
 
 def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):

@@ -39,10 +39,17 @@ def test_sweep_then_resume(tmp_path, run_cli):
     (tmp_path / "space.yaml").write_text(SPACE)
     (tmp_path / "spec.yaml").write_text(SPEC.replace("SPACE", str(tmp_path / "space.yaml")))
 
-    p = run_cli("sweep", "spec.yaml", "--trials", "3")
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", env={"COLUMNS": "80"})
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("  trial ") >= 3, p.stdout  # one progress line per finished trial
-    assert "cheapest" in p.stdout and "fastest" in p.stdout
+    # The end of the sweep is a short answer at 80 columns (on main: 216 lines for the default
+    # sweep): the pick, the Pareto set in short, the next command; names never folded.
+    lines = p.stdout.splitlines()
+    end = lines[max(i for i, ln in enumerate(lines) if ln.startswith("Study 'e2e'")):]
+    assert len(end) <= 25 and all(len(ln) <= 80 for ln in end), "\n".join(end)
+    assert any(ln.startswith("Pick: trial ") and ln.endswith(" on aws-c7i-ondemand") for ln in end), end
+    assert "MFU not computed: no peak for a CPU" in p.stdout
+    assert end[-2] == "Next: autotune export --pick cheapest --out launch/ --study e2e"
 
     first = _report(run_cli, tmp_path)
     # --trials counts launched trials; a proposal of a config already measured reuses it.
@@ -65,9 +72,11 @@ def test_sweep_then_resume(tmp_path, run_cli):
         assert training_h + 0.1 == pytest.approx(t["hours"], rel=1e-3)
     assert first["pareto"], "a study with completed trials has a Pareto front"
 
-    p = run_cli("sweep", "spec.yaml", "--trials", "1")
+    p = run_cli("sweep", "spec.yaml", "--trials", "1", "--json")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "(3 trials measured so far)" in p.stdout
+    assert "(3 trials measured so far)" in p.stderr  # with --json, progress goes to stderr
+    result = json.loads(p.stdout)  # and stdout is one JSON document
+    assert result["sweep"]["trials_run"] == 1 and result["report"]["cheapest"]["trial"] is not None
     second = _report(run_cli, tmp_path)
     assert len([t for t in second["trials"] if t["reused_from"] is None]) == 4
     # The first ones are untouched by the resume.

@@ -99,6 +99,41 @@ def test_entry_point_errors_name_the_entry_point():
         apply_checkpointing(build_workload(cfg, CPU), cfg)
 
 
+def test_meta_build_is_materialised_with_the_models_own_init_same_weights_each_time():
+    """Built on the meta device, given memory module by module: the GPT's init (N(0, 0.02)
+    weights, zero biases, LayerNorm ones), the same weights from the same seed, and the
+    embedding (the largest tensor) initialised before the blocks."""
+    from trials.workloads.gpt import GPT
+    from trials.workloads.materialize import has_meta_tensors, init_order
+
+    cfg = tiny()
+    torch.manual_seed(cfg.seed)
+    deferred = build_workload(cfg, CPU, deferred=True)
+    assert deferred.built_as == "meta" and has_meta_tensors(deferred.model)
+    names = {id(m): n for n, m in deferred.model.named_modules()}
+    order = [names[id(m)] for m in init_order(deferred.model)]
+    assert order.index("tok_emb") < order.index("blocks.0.attn.qkv") and order[-1] == ""
+    torch.manual_seed(cfg.seed)
+    a = build_workload(cfg, CPU).model
+    torch.manual_seed(cfg.seed)
+    b = build_workload(cfg, CPU).model
+    assert isinstance(a, GPT) and not has_meta_tensors(a)
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    qkv = a.blocks[0].attn.qkv
+    assert abs(qkv.weight.std().item() - 0.02) < 0.002 and torch.all(qkv.bias == 0)
+    assert torch.all(a.blocks[0].ln1.weight == 1)
+
+
+def test_entry_point_may_return_a_meta_model_with_its_init():
+    wl = EntryPointWorkload(entry_point="entry_points:build_meta", python_path=[FIXTURES])
+    deferred = build_workload(tiny(workload=wl), CPU, deferred=True)
+    assert deferred.built_as == "meta" and deferred.init_module is not None
+    built = build_workload(tiny(workload=wl), CPU)
+    assert built.built_as == "device" and abs(built.model.up.weight.std().item() - 0.02) < 0.003
+    assert torch.isfinite(_loss(built))
+
+
 @pytest.fixture(scope="module")
 def hf_trial(tmp_path_factory):
     cfg = tiny(workload=HFWorkload(model_type="llama", config_overrides=LLAMA),

@@ -84,6 +84,13 @@ def host_rss_now_bytes() -> int:
         return host_rss_peak_bytes()
 
 
+def memory_mark(device: torch.device) -> dict:
+    """When, and this rank's memory high-water marks so far: the host RSS peak and, on CUDA,
+    the allocator's peak (allocated) since its last reset."""
+    return {"t": time.perf_counter(), "rss_peak": host_rss_peak_bytes(),
+            "cuda": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None}
+
+
 def cuda_peaks(device: torch.device) -> tuple[int, int]:
     """(peak allocated, peak reserved) bytes of the caching allocator since the last reset."""
     return (int(torch.cuda.max_memory_allocated(device)),
@@ -223,18 +230,26 @@ class LinearCallCounter:
     Σ(calls × elements) ÷ Σ(elements) is how many forward passes the linear layers ran:
     1.0 per micro-step without recompute, 2.0 with full activation checkpointing (the
     backward re-runs the forward). It is the recompute evidence behind HFU.
+
+    It listens through torch's global module hook, not hooks of its own on the model's
+    modules: DeepSpeed ZeRO-3 traces the order its module hooks fetch parameters in, and
+    module hooks added and removed between steps broke that trace three steps later
+    ("tracing error ... expected the next 2 parameters", DeepSpeed 0.19, with parameters
+    released after use).
     """
 
     def __init__(self, model: torch.nn.Module):
-        self._linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        self.total_elements = sum(_numel(m.weight) for m in self._linears)
+        self._linears = {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+        self.total_elements = sum(_numel(m.weight) for m in model.modules()
+                                  if isinstance(m, torch.nn.Linear))
         self.called_elements = 0
         self.calls = 0
         self._handles: list[Any] = []
 
     def _hook(self, module, _inputs, _output) -> None:
-        self.calls += 1
-        self.called_elements += _numel(module.weight)
+        if id(module) in self._linears:
+            self.calls += 1
+            self.called_elements += _numel(module.weight)
 
     def forward_passes(self, micro_steps: int) -> float | None:
         if not self.total_elements or micro_steps <= 0:
@@ -242,7 +257,9 @@ class LinearCallCounter:
         return self.called_elements / self.total_elements / micro_steps
 
     def __enter__(self) -> "LinearCallCounter":
-        self._handles = [m.register_forward_hook(self._hook) for m in self._linears]
+        from torch.nn.modules.module import register_module_forward_hook
+
+        self._handles = [register_module_forward_hook(self._hook)]
         return self
 
     def __exit__(self, *exc) -> None:

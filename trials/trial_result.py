@@ -29,6 +29,7 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
     obs["samples_per_s_per_rank"] = samples_per_s / world
     # Each rank's own clock: the job runs at the slowest rank's pace, these show who that is.
     obs["step_time_median_s_by_rank"] = [statistics.median(g["times"]) for g in gathered]
+    obs["model_built_as"] = gathered[0]["built_as"]  # meta (materialised per rank) or device
 
     recompute, recompute_source = _recompute_fraction(cfg, built, probe, obs)
     if probe is not None:
@@ -140,10 +141,12 @@ def _recompute_fraction(cfg, built, probe, obs) -> tuple[float, str]:
 
 def _memory(gathered, device, notes) -> tuple[MemoryReport, list[int], MemorySource]:
     mem = MemoryReport(host_rss_peak_bytes=[g["rss_peak"] for g in gathered],
-                       host_rss_baseline_bytes=[g["rss_base"] for g in gathered])
+                       host_rss_baseline_bytes=[g["rss_base"] for g in gathered],
+                       build_host_rss_peak_bytes=[g["build"]["rss_peak"] for g in gathered])
     if device.type == "cuda":
         mem.allocator_allocated_peak_bytes = [g["cuda"][0] for g in gathered]
         mem.allocator_reserved_peak_bytes = [g["cuda"][1] for g in gathered]
+        mem.build_allocator_peak_bytes = [g["build"]["cuda"] for g in gathered]
         if all(g["nvml"] is not None for g in gathered):
             mem.nvml_device_peak_bytes = [g["nvml"] for g in gathered]
         else:

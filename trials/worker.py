@@ -10,8 +10,10 @@ Every rank trains; rank 0 writes the result (atomically). A rank that fails writ
 down; a rank killed by a fatal signal (a segfault) leaves its stack in `fatal.rankN.log`.
 The controller reads the cause from those files and the exit code, never from the logs.
 
-The steps: set up the device and process group -> build the workload, apply activation
-checkpointing -> build the engine (parallelism, precision) -> warm up, the last warm-up step
+The steps: set up the device and process group -> build the workload on the meta device,
+apply activation checkpointing -> build the engine (parallelism, precision), which
+materialises only this rank's part of the model -> record the build's time and peak memory
+-> warm up, the last warm-up step
 probing activation bytes and recompute -> measure (extended while the CV is high) -> gather
 every rank's view -> result.
 """
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.contract import TrialConfig, TrialResult, TrialStatus
 
     cfg = TrialConfig.read(args.config)
+    if cfg.device.value == "cpu":
+        _host_memory_like_a_device()
     try:
         result = run(cfg, t_start)
     except BaseException as exc:  # noqa: BLE001 - every ending becomes a result
@@ -73,6 +77,34 @@ def main(argv: list[str] | None = None) -> int:
         result.wall_s = time.perf_counter() - t_start
         result.write(result_path)
     return 0 if result.status is TrialStatus.ok else 1
+
+
+# Allocations of at least this size get their own mapping, returned to the system when freed.
+HOST_MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _host_memory_like_a_device() -> None:
+    """On a CPU trial host memory stands for device memory, measured as the RSS peak. glibc
+    serves allocations below its dynamic mmap threshold (it rises to 32 MiB after the first
+    large free) from heaps that keep freed chunks, so the RSS peak grows with what a rank
+    freed, not with what it holds: the 389.5M GPT's ZeRO-3 rank peaks at 5.25 GiB with glibc's
+    default and 4.14 GiB with this (docs/benchmarks.md, scale section). A fixed 1 MiB threshold (mallopt M_MMAP_THRESHOLD, glibc malloc(3))
+    returns freed tensors at once, as a GPU allocator's allocated peak counts them. Without
+    glibc (musl, macOS) nothing changes; AUTOTUNE_HOST_MMAP_THRESHOLD_BYTES=0 keeps glibc's
+    default (scripts/bench_scale.py measures both)."""
+    import ctypes
+    import ctypes.util
+
+    threshold = _env_int("AUTOTUNE_HOST_MMAP_THRESHOLD_BYTES", HOST_MMAP_THRESHOLD_BYTES)
+    if threshold <= 0:
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_mmap_threshold = -3  # <malloc.h>
+    mallopt(m_mmap_threshold, threshold)
 
 
 def _install_fault_handlers(result_path: Path, rank: int) -> None:
@@ -130,25 +162,42 @@ def run(cfg, t_start: float):
     import torch
     import torch.distributed as dist
 
-    from trials.engines import build_engine
-    from trials.measure import NvmlSampler, host_rss_now_bytes
+    from trials.engines import build_engine, engine_class
+    from trials.measure import NvmlSampler, host_rss_now_bytes, memory_mark
     from trials.trial_result import compose
-    from trials.workloads.build import apply_checkpointing, build_workload
+    from trials.workloads.build import apply_checkpointing, build_workload, import_workload_modules
 
     phase: dict[str, float] = {}
     launched_at = os.environ.get("AUTOTUNE_LAUNCH_TIME")
     if launched_at:  # wall clock when the controller started the launcher
         phase["launch_to_worker"] = _wall_at_start - float(launched_at)
+    # The engine's and the workload's libraries too (DeepSpeed, DTensor, transformers): the
+    # build's time and memory are the model's, not imports'.
+    engine_class(cfg)
+    import_workload_modules(cfg)
     phase["worker_imports"] = time.perf_counter() - t_start
     t = time.perf_counter()
     device, world = _setup(cfg)
+    phase["setup"] = time.perf_counter() - t  # device, threads, process group (rendezvous)
+    t = time.perf_counter()
+    # The same seed on every rank: each draws the same weights, and keeps its own part.
     torch.manual_seed(cfg.seed)
     rss_baseline = host_rss_now_bytes()
-    built = build_workload(cfg, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    # Built on the meta device, so that no rank ever holds more of the model than its config
+    # says: the engine materialises its part (trials/workloads/materialize.py).
+    built = build_workload(cfg, device, deferred=True)
     built.checkpointed_layers = apply_checkpointing(built, cfg)
-    engine = build_engine(cfg, built.model, device, world)
+    after_workload = memory_mark(device)
+    engine = build_engine(cfg, built.model, device, world, init_module=built.init_module,
+                          hidden_size=(built.shape or {}).get("d_model"))
     model = getattr(engine, "raw_model", built.model)  # the engine may swap layers (fp8)
-    phase["build"] = time.perf_counter() - t
+    # When this rank's weights were in place (the engine materialised them, or the user's
+    # entry point built them whole): the model's build, before the engine's own state.
+    weights = getattr(engine, "weights_mark", None) or after_workload
+    phase["build_model"] = weights["t"] - t
+    phase["build"] = time.perf_counter() - t  # model + engine (optimizer state, buffers, wrappers)
 
     steps = _Steps(cfg, engine, built.batches, device, world)
     t = time.perf_counter()
@@ -174,7 +223,8 @@ def run(cfg, t_start: float):
     phase["measure"] = time.perf_counter() - t
 
     local = {"times": steps.local_times_s, "rss_base": rss_baseline, "nvml": nvml.peak_used_bytes,
-             "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine)}
+             "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine), "build": weights,
+             "built_as": built.built_as}
     local.update(_memory_now(device))
     gathered = [local]
     if world > 1:
@@ -292,4 +342,11 @@ def _memory_now(device) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without the interpreter's teardown: the result is written, and with FSDP2 on gloo
+    # (torch 2.13) the teardown's garbage collection sometimes aborts a rank ("terminate called
+    # without an active exception", SIGABRT; seen in 2 of ~40 FSDP2 runs here), which a
+    # launcher reports as the run's failure after it succeeded.
+    os._exit(code)

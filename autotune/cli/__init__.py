@@ -23,6 +23,20 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Pick the cheapest way to reach an LLM training target, by measuring it.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from autotune import __version__
+
+        console().print(f"autotune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")) -> None:
+    """Pick the cheapest way to reach an LLM training target, by measuring it."""
+
+
 def _register_commands() -> None:
     """Commands in the order `--help` lists them. Keep imports inside each command light (no torch)."""
     from autotune.cli import cost, estimate, export, report, study, sweep, trial
@@ -43,7 +57,10 @@ def main() -> None:
     except UserError as exc:
         if debug:
             raise
-        console(stderr=True).print(f"[red]error:[/] {exc}", soft_wrap=True)
+        from rich.markup import escape
+
+        # Escaped: a message may hold brackets ("pip install 'autotune[report]'").
+        console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
         console(stderr=True).print("interrupted")

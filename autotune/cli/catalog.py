@@ -49,6 +49,7 @@ def register(catalog_app: typer.Typer) -> None:
         price_date: Optional[str] = typer.Option(None, "--price-date", help="date the prices were fetched, YYYY-MM-DD (default: each vms.csv's modification date)"),
         keep_offers: bool = typer.Option(False, "--keep-offers", help="keep the base catalog's offers next to the imported ones"),
         force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
+        as_json: bool = typer.Option(False, "--json", help="print what was imported as one JSON document"),
     ) -> None:
         """Turn SkyPilot's per-cloud catalogs (vms.csv) into offers: instance sizes, regions,
         on-demand (and spot) prices. Nothing is written when any input is bad."""
@@ -61,10 +62,17 @@ def register(catalog_app: typer.Typer) -> None:
                                        skip_unknown=skip_unknown, spot_interruptions_per_node_month=spot_rate,
                                        price_date=price_date, keep_offers=keep_offers)
         write_catalog(result.catalog, out, header=result.header(), force=force)
+        regions = sorted({r for o in result.offers for r in o.regions})
+        if as_json:
+            from autotune.cli.common import print_json
+
+            print_json({"out": str(out.resolve()), "offers": [o.name for o in result.offers],
+                        "gpus": sorted({o.gpu for o in result.offers}), "regions": regions,
+                        "summary": list(result.summary())})
+            return
         c = Console(highlight=False)
         for line in result.summary():
             c.print(line, soft_wrap=True)
-        regions = sorted({r for o in result.offers for r in o.regions})
         c.print(f"wrote {out}: {len(result.offers)} offers of "
                 f"{', '.join(sorted({o.gpu for o in result.offers}))} in {len(regions)} region(s)", soft_wrap=True)
         c.print(f"next: autotune plan SPEC --catalog {out}   (or autotune catalog --catalog {out})", soft_wrap=True)

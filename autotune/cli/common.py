@@ -4,6 +4,7 @@
     console(stderr=True)
     storage: Optional[str] = storage_option()
     storage_file: Optional[Path] = storage_file_option()
+    print_json(doc)                   # --json: one document on stdout
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ def storage_file_option():
     import typer
 
     return typer.Option(None, "--storage-file", help=STORAGE_FILE_HELP, dir_okay=False)
+
+
+def print_json(doc) -> None:
+    """One JSON document on stdout (`--json`): no colours, no wrapping."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
 
 
 def console(stderr: bool = False):

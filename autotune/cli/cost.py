@@ -135,69 +135,21 @@ def register(app: typer.Typer) -> None:
         by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
         egress, ingress, power), and the worst case (+30% time, one more interruption).
         """
-        from dataclasses import replace
+        from autotune.api.plan import cost as price
 
-        from autotune.estimate.compute import flops_per_token, model_from_params
-        from autotune.estimate.scaling import CommModel
-        from autotune.pricing.catalog import PRECISIONS
-        from autotune.pricing.load import load_catalog
-        from autotune.search.score import job_from_model
-        from autotune.pricing.quote import BasePoint, quote
-
-        catalog = load_catalog(catalog_file).select(providers=provider, regions=region)
-        catalog.gpu_type(gpu)  # "did you mean"
-        if precision not in PRECISIONS:
-            raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}",
-                            fix="pick one of them")
-        tps = _number(tokens_per_s, "--tokens-per-s")
-        n_params = _number(params, "--params", integer=True)
-        if (tps is None) == (mfu is None):
-            raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
-                            fix="e.g. --tokens-per-s 3200, or --mfu 0.4 --params 7e9")
-        if mfu is not None and not 0 < mfu <= 1:
-            raise UserError(f"--mfu {mfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.4")
-        if mfu is not None and n_params is None:
-            raise UserError("--mfu needs --params (FLOPs per token = 6 x params)", fix="add --params N")
-        gbt = _number(global_batch_tokens, "--global-batch-tokens")
-        tt, ts = _number(target_tokens, "--target-tokens"), _number(target_steps, "--target-steps", integer=True)
-        if (tt is None) == (ts is None):
-            raise UserError("give exactly one target: --target-tokens or --target-steps",
-                            fix="e.g. --target-tokens 2e10, or --target-steps 50000 --global-batch-tokens 524288")
-        if ts is not None and gbt is None:
-            raise UserError("--target-steps needs --global-batch-tokens", fix="add --global-batch-tokens N")
-        counts = sorted(set(run_gpus or [gpus]))
-        per_gpu_step = gbt / gpus if gbt else None
-
-        def tokens_for(n: int) -> float:
-            # A steps target at a global batch that grows with the GPU count (same per-GPU work).
-            return float(ts * per_gpu_step * n) if ts is not None else float(tt)
-
-        fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
-        base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tps, mfu=mfu,
-                         tokens_per_gpu_step=per_gpu_step, flops_per_token=fpt, precision=precision)
-        comm = (CommModel(params=n_params, grad_bytes_per_param=4 if precision == "fp32" else 2,
-                          zero_stage=zero_stage) if n_params else None)
-        types = [gpu]
-        if all_gpus:
-            if n_params is None:
-                raise UserError("--all-gpus needs --params (to move the MFU to other GPU types)",
-                                fix="add --params N")
-            types += [k for k, g in catalog.gpus.items()
-                      if k != gpu and g.device_class == catalog.gpus[gpu].device_class]
-        job = job_from_model(n_params, precision != "fp32", "adamw", tokens_for(counts[0]), None)
-        sizes = {}
-        for flag, text, field in (("--checkpoint-gb", checkpoint_gb, "checkpoint_bytes"),
-                                  ("--dataset-gb", dataset_gb, "dataset_bytes"),
-                                  ("--final-model-gb", final_model_gb, "final_model_bytes")):
-            v = _number(text, flag, allow_zero=True)
-            if v is not None:
-                sizes[field] = v * 1e9
-        given = tuple(f"given: {k.replace('_bytes', '').replace('_', ' ')} {v / 1e9:g} GB (replaces the "
-                      f"default above)" for k, v in sizes.items())
-        job = replace(job, **sizes, egress_checkpoints=egress_checkpoints,
-                      checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
-                      month_rest_used=month_rest_used, assumptions=job.assumptions + given)
-        bills, skipped = quote(catalog, base, counts, types, comm, tokens_for, job, offers=offer)
+        sizes = {field: _number(text, flag, allow_zero=True) for flag, text, field in (
+            ("--checkpoint-gb", checkpoint_gb, "checkpoint_gb"), ("--dataset-gb", dataset_gb, "dataset_gb"),
+            ("--final-model-gb", final_model_gb, "final_model_gb"))}
+        result = price(gpu, gpus, tokens_per_s=_number(tokens_per_s, "--tokens-per-s"), mfu=mfu,
+                       params=_number(params, "--params", integer=True), precision=precision,
+                       zero_stage=zero_stage, target_tokens=_number(target_tokens, "--target-tokens"),
+                       target_steps=_number(target_steps, "--target-steps", integer=True),
+                       global_batch_tokens=_number(global_batch_tokens, "--global-batch-tokens"),
+                       run_gpus=run_gpus, all_gpus=all_gpus, catalog=catalog_file, offers=offer,
+                       providers=provider, regions=region, **sizes, egress_checkpoints=egress_checkpoints,
+                       checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
+                       month_rest_used=month_rest_used)
+        bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
         _warn_stale(catalog)
         if as_json:
             sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
@@ -222,8 +174,6 @@ def register(app: typer.Typer) -> None:
         sizes, regions, prices with dates). `autotune catalog import --help`: SkyPilot's catalogs."""
         if ctx.invoked_subcommand is not None:
             return
-        from rich.table import Table
-
         from autotune.pricing.load import load_catalog
         from autotune.pricing.cost import breakevens
 
@@ -235,22 +185,24 @@ def register(app: typer.Typer) -> None:
             doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
+        from autotune.report.terminal import LINE, NAME, TEXT, fit_table
+
         c = console()
-        g = Table(title=f"GPU types ({cat.source_file})", title_justify="left")
-        for col in ("type", "memory", "fp32", "tf32", "bf16", "fp8", "mem GB/s", "link", "source"):
-            g.add_column(col)
+        rows = []
         for k, t in cat.gpus.items():
             def tf(p: str) -> str:
                 return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
-            g.add_row(k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("fp32"), tf("tf32"),
-                      tf("bf16"), tf("fp8"), f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
-                      f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
-                      t.source[:60])
-        c.print(g)
-        o = Table(title="Offers (dense TFLOPS above; prices in USD)", title_justify="left")
-        for col in ("offer", "gpu", "pricing", "price", "billing", "instance sizes (GPUs)", "nodes",
-                    "region", "price date", "source"):
-            o.add_column(col)
+            rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("bf16"), tf("fp8"),
+                         tf("fp32"), tf("tf32"),
+                         f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
+                         f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
+                         t.source])
+        # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
+        c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
+            ("type", NAME, "left"), ("memory", NAME, "right"), ("bf16", NAME, "right"), ("fp8", NAME, "right"),
+            ("fp32", TEXT, "right"), ("tf32", TEXT, "right"), ("mem GB/s", TEXT, "right"), ("link", TEXT, "left"),
+            ("source", LINE, "left")], rows, c.width))
+        rows = []
         for x in cat.offers:
             if x.pricing == "monthly":
                 price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
@@ -264,9 +216,13 @@ def register(app: typer.Typer) -> None:
             nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
                      and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
                                                      if x.max_nodes > 1 else "1"))
-            o.add_row(x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
-                      ", ".join(x.regions) or "-", x.price_date, x.price_source[:60])
-        c.print(o)
+            rows.append([x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
+                         ", ".join(x.regions) or "-", x.price_date, x.price_source])
+        # Offer and GPU names are what --offer / --gpu take: never cut.
+        c.print(fit_table("Offers (prices in USD)", [
+            ("offer", NAME, "left"), ("gpu", NAME, "left"), ("pricing", TEXT, "left"), ("price", TEXT, "left"),
+            ("billing", TEXT, "left"), ("instance sizes (GPUs)", TEXT, "left"), ("nodes", TEXT, "left"),
+            ("region", TEXT, "left"), ("price date", TEXT, "left"), ("source", LINE, "left")], rows, c.width))
         for be in breakevens(cat):
             c.print(f"break-even: {be.text}")
         c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")

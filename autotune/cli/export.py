@@ -2,6 +2,7 @@
 
     autotune export --pick cheapest --out launch/            # within the sweep's budget/deadline
     autotune export --pick 12 --offer lambda-h100-sxm --out launch/ --study llama
+    autotune export --pick cheapest --for hf-trainer --out launch/   # Trainer flags + "auto" DeepSpeed JSON
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ def export(
     force: bool = typer.Option(False, "--force", help="write into an --out folder that holds other files (they are kept)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
+    target: str = typer.Option("script", "--for", help="script: accelerate config, DeepSpeed JSON and launch.sh for your training script; hf-trainer: Trainer flags and a DeepSpeed JSON with \"auto\""),
+    as_json: bool = typer.Option(False, "--json", help="print what was written as one JSON document"),
 ) -> None:
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
-    from autotune.report.export import BILL_MD, plan_export, write_export
+    from autotune.report.export import BILL_MD, EXPORT_TARGETS, plan_export, write_export
     from autotune.format import fmt_hours, fmt_usd
     from autotune.report.build import collect
     from autotune.names import check_study_name
@@ -43,16 +46,29 @@ def export(
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
+    if target not in EXPORT_TARGETS:
+        from autotune.errors import UserError
+
+        raise UserError(f"--for '{target}' is not one of {', '.join(EXPORT_TARGETS)}",
+                        fix="e.g. --for hf-trainer (Hugging Face Trainer) or leave it out")
     url = resolve_storage(storage, storage_file)
     st = open_study(url, check_study_name(study), create=False)
     prepare_out_dir(out, force)  # refused before any work: nothing is written on a refusal
     doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=url,
                   providers=provider, regions=region)
     trials = {t.number: t for t in st.get_trials(deepcopy=False)}
-    plan = plan_export(doc, trials, pick, offer=offer, launcher=launcher)
+    plan = plan_export(doc, trials, pick, offer=offer, launcher=launcher, target=target)
     paths = write_export(plan, out, force=force)
-    con = console()
     o = plan.option
+    if as_json:
+        from autotune.cli.common import print_json
+
+        print_json({"study": plan.study, "trial": plan.trial, "pick": plan.pick, "for": plan.target,
+                    "launcher": plan.launcher.value, "out": str(out.resolve()),
+                    "files": [str(p) for p in paths], "launch": str((out / "launch.sh").resolve()),
+                    "option": o})
+        return
+    con = console()
     where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} ({o['basis_kind']})" if o else " (not priced)")
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:

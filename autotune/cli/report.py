@@ -42,6 +42,13 @@ def report(
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
+    from autotune.errors import require_extra
+
+    # The optional report packages, checked before any work (nothing half-written).
+    if html is not None:
+        require_extra(("plotly",), "report", "report --html")
+    if out is not None:
+        require_extra(("plotly", "matplotlib"), "report", "report --out")
     url = resolve_storage(storage, storage_file)
     doc = collect(open_study(url, check_study_name(study), create=False), max_usd=max_usd,
                   deadline_hours=deadline_hours, storage_url=url, providers=provider, regions=region)

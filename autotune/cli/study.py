@@ -42,6 +42,7 @@ def copy(
                                                "unless the study name changes)"),
     src_file: Optional[Path] = typer.Option(None, "--src-file", help="read SRC_URL from this file's first line (give '-' as SRC_URL)"),
     dst_file: Optional[Path] = typer.Option(None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
+    as_json: bool = typer.Option(False, "--json", help="print what was copied as one JSON document"),
 ) -> None:
     """Copy STUDY from SRC_URL to DST_URL (Optuna copy_study) plus its trial folders."""
 
@@ -55,6 +56,11 @@ def copy(
 
     src_url, dst_url = url(src_url, src_file, "--src-file"), url(dst_url, dst_file, "--dst-file")
     result = copy_study(src_url, dst_url, study, to_study or study, runs_dir, to_runs_dir or runs_dir)
+    if as_json:
+        from autotune.cli.common import print_json
+
+        print_json({**result, "study": study})
+        return
     console().print(
         f"copied study '{study}' ({result['trials']} trials) from {result['src']} to "
         f"{result['dst']} as '{result['to_study']}'; {result['folders']} trial folders -> "

@@ -13,10 +13,10 @@ Modules inside this package import each other directly, never through this file.
 """
 
 from autotune.contract.config import (GPT_PRESETS, SCHEMA_VERSION, Checkpointing, DeviceKind,
-                                      EntryPointWorkload, GPTShape, GPTWorkload, HFWorkload, Launcher,
-                                      Offload, Precision, TrainingKnobs, TrialConfig, Workload,
+                                      EntryPointWorkload, FSDPMode, GPTShape, GPTWorkload, HFWorkload,
+                                      Launcher, Offload, Precision, TrainingKnobs, TrialConfig, Workload,
                                       preset_names)
-from autotune.contract.deepspeed import deepspeed_config
+from autotune.contract.deepspeed import deepspeed_buffer_sizes, deepspeed_config
 from autotune.contract.engines import (ACCELERATE_MIXED_PRECISION, EngineKind, default_launcher,
                                        engine_for)
 from autotune.contract.jsonio import write_json_atomic
@@ -25,8 +25,9 @@ from autotune.contract.result import (HardwareFingerprint, MemoryReport, MemoryS
 
 __all__ = [
     "ACCELERATE_MIXED_PRECISION", "GPT_PRESETS", "SCHEMA_VERSION", "Checkpointing", "DeviceKind",
-    "EngineKind", "EntryPointWorkload", "GPTShape", "GPTWorkload", "HFWorkload", "HardwareFingerprint",
-    "Launcher", "MemoryReport", "MemorySource", "Offload", "Precision", "TrainingKnobs", "TrialConfig",
-    "TrialResult", "TrialStatus", "Workload", "deepspeed_config", "default_launcher", "engine_for",
-    "preset_names", "write_json_atomic",
+    "EngineKind", "EntryPointWorkload", "FSDPMode", "GPTShape", "GPTWorkload", "HFWorkload",
+    "HardwareFingerprint", "Launcher", "MemoryReport", "MemorySource", "Offload", "Precision",
+    "TrainingKnobs", "TrialConfig", "TrialResult", "TrialStatus", "Workload",
+    "deepspeed_buffer_sizes", "deepspeed_config", "default_launcher", "engine_for", "preset_names",
+    "write_json_atomic",
 ]

@@ -42,6 +42,19 @@ class Offload(str, Enum):
     optimizer_params = "optimizer+params"
 
 
+class FSDPMode(str, Enum):
+    """PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`) over the data-parallel ranks:
+    parameters, gradients and optimizer state sharded, each block gathered to compute.
+    `full_shard` frees a block's gathered parameters after its forward and gathers them again
+    for backward (`reshard_after_forward=True`, ZeRO-3's memory); `shard_grad_op` keeps them
+    from forward to backward (`reshard_after_forward=False`: FSDP1's SHARD_GRAD_OP, ZeRO-2's
+    memory for parameters, one all-gather fewer per step)."""
+
+    none = "none"
+    full_shard = "full_shard"
+    shard_grad_op = "shard_grad_op"
+
+
 class Launcher(str, Enum):
     torchrun = "torchrun"
     deepspeed = "deepspeed"
@@ -178,9 +191,20 @@ class EntryPointWorkload(ContractModel):
     - `batches`: an iterable of one rank's micro-batches, dicts with `input_ids` and `labels`
       (or one tensor of token ids, used as both); a re-iterable (a DataLoader) is restarted;
     - `info` (optional dict): `flops_per_token` (model FLOPs, forward + backward), or
-      `n_layers` and `d_model` for the attention term of the 6N + 12·L·d·s estimate.
+      `n_layers` and `d_model` for the attention term of the 6N + 12·L·d·s estimate;
+      `init_module`: a function(module) initialising one module's weights (and buffers), for
+      a meta-built model.
     Activation checkpointing applies where the model has transformers'
     `gradient_checkpointing_enable`; otherwise such a trial is `unsupported`.
+
+    So that no rank holds more of a large model than its config says, build it on the meta
+    device: `with torch.device("meta"): model = MyModel(cfg)`, and return it with
+    `info["init_module"]`. The worker then allocates, module by module, only what this rank
+    holds (FSDP2 / TP shards, ZeRO-3 partitions, or the whole model for DDP) on the trial's
+    device, as `to_empty` would, and runs for every module (children first) its own
+    `reset_parameters()` and then `init_module` (trials/workloads/materialize.py). Buffers
+    come uninitialised: `init_module` must set them (e.g. rotary frequencies). A model built
+    on a real device is moved to the trial's device whole, as before.
     """
 
     kind: Literal["entry_point"] = "entry_point"
@@ -223,11 +247,21 @@ class TrainingKnobs(ContractModel):
     offload: Offload = Offload.none
     tp_degree: int = Field(default=1, gt=0)
     optimizer: Literal["adamw", "sgd"] = "adamw"
+    fsdp: FSDPMode = Field(default=FSDPMode.none, description="FSDP2 sharding (zero_stage 0 only)")
 
     @model_validator(mode="after")
     def _offload_needs_zero(self) -> "TrainingKnobs":
+        if self.fsdp is not FSDPMode.none:
+            if self.zero_stage:
+                raise ValueError("FSDP2 and DeepSpeed ZeRO both shard the model: pick one. "
+                                 "To fix: set fsdp none or zero_stage 0.")
+            if self.offload is Offload.optimizer:
+                raise ValueError("FSDP2's CPU offload moves parameters, gradients and optimizer "
+                                 "state together. To fix: set offload optimizer+params or none.")
+            return self
         if self.offload is not Offload.none and self.zero_stage == 0:
-            raise ValueError("offload needs ZeRO. To fix: set zero_stage >= 1 or offload none.")
+            raise ValueError("offload needs ZeRO or FSDP2. To fix: set zero_stage >= 1, "
+                             "fsdp full_shard, or offload none.")
         if self.offload is Offload.optimizer_params and self.zero_stage != 3:
             raise ValueError(
                 "parameter offload needs ZeRO stage 3. To fix: set zero_stage 3 or offload optimizer."

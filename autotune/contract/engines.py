@@ -2,7 +2,7 @@
 rules the controller (launch, memory estimate, calibration, export) and the worker
 (`trials/engines`) must agree on, so they live here once.
 
-    engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher)   # EngineKind.deepspeed, ...
+    engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher, cfg.fsdp)   # EngineKind.deepspeed, ...
     default_launcher(zero_stage=2)                             # Launcher.deepspeed
     ACCELERATE_MIXED_PRECISION[Precision.fp32]                 # "no"
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from autotune.contract.config import Launcher, Precision
+from autotune.contract.config import FSDPMode, Launcher, Precision
 
 
 class EngineKind(str, Enum):
@@ -21,6 +21,7 @@ class EngineKind(str, Enum):
     deepspeed = "deepspeed"
     tensor_parallel = "tensor_parallel"
     accelerate = "accelerate"
+    fsdp2 = "fsdp2"
 
 
 def default_launcher(zero_stage: int) -> Launcher:
@@ -29,13 +30,17 @@ def default_launcher(zero_stage: int) -> Launcher:
     return Launcher.deepspeed if zero_stage > 0 else Launcher.torchrun
 
 
-def engine_for(zero_stage: int, tp_degree: int, launcher: Launcher | None = None) -> EngineKind:
-    """The engine a config runs on: ZeRO -> DeepSpeed; TP -> DTensor tensor parallel; else
-    the engine of the launcher the long run uses (DeepSpeed's, at ZeRO stage 0, under the
-    DeepSpeed launcher; accelerate's Accelerator under accelerate); else torch DDP.
-    `launcher` None: the sweep's default for the stage. ZeRO with TP counts as DeepSpeed
-    here; the worker refuses it (trials/engines/deepspeed.py ZERO_WITH_TP)."""
+def engine_for(zero_stage: int, tp_degree: int, launcher: Launcher | None = None,
+               fsdp: FSDPMode = FSDPMode.none) -> EngineKind:
+    """The engine a config runs on: FSDP2 when `fsdp` is set (with TP on a 2-D mesh, under
+    any launcher); ZeRO -> DeepSpeed; TP -> DTensor tensor parallel; else the engine of the
+    launcher the long run uses (DeepSpeed's, at ZeRO stage 0, under the DeepSpeed launcher;
+    accelerate's Accelerator under accelerate); else torch DDP. `launcher` None: the sweep's
+    default for the stage. ZeRO with TP counts as DeepSpeed here; the worker refuses it
+    (trials/engines/deepspeed.py ZERO_WITH_TP)."""
     launcher = launcher or default_launcher(zero_stage)
+    if fsdp is not FSDPMode.none:
+        return EngineKind.fsdp2
     if zero_stage > 0:
         return EngineKind.deepspeed
     if tp_degree > 1:

@@ -45,6 +45,13 @@ class MemoryReport(ContractModel):
     host_rss_baseline_bytes: list[int] | None = Field(
         default=None, description="RSS before the model was built (CPU: memory the trial added)"
     )
+    build_host_rss_peak_bytes: list[int] | None = Field(
+        default=None, description="host RSS peak once the rank's weights were built (the model's "
+        "build: before the engine's optimizer state, gradients and buffers)"
+    )
+    build_allocator_peak_bytes: list[int] | None = Field(
+        default=None, description="CUDA allocator peak (allocated) during the model's build"
+    )
 
 
 class HardwareFingerprint(ContractModel):

@@ -55,6 +55,8 @@ class ModelShape(BaseModel):
     largest_layer_params: int | None = Field(
         default=None, description="largest single module's parameters (ZeRO-3 gathers it whole)")
     source: str = ""
+    block_params: int | None = Field(
+        default=None, description="parameters of one repeated block (FSDP2 gathers a block at a time)")
 
     @property
     def has_shape(self) -> bool:
@@ -80,6 +82,7 @@ def model_from_gpt_shape(shape: GPTShape, name: str = "gpt") -> ModelShape:
         lookup_params=shape.max_seq_len * d,  # learned positions; the tied embedding is the head
         largest_layer_params=max(shape.vocab_size * d, d * f + f),
         source="built-in GPT (exact count)",
+        block_params=(shape.num_params(include_embeddings=False) - 2 * d) // shape.n_layers,
     )
 
 
@@ -185,6 +188,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShap
         largest_layer_params=max(emb, h * ffn + ffn),
         source=f"Hugging Face config {where} ({mt or 'unknown type'}; "
                f"{'exact count' if exact else 'approximate: counted with the llama layout'})",
+        block_params=attn + mlp + norms,
     )
 
 

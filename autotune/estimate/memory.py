@@ -24,17 +24,11 @@ from pydantic import ConfigDict, Field
 from autotune.contract import (Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig,
                                engine_for)
 from autotune.estimate.compute import ModelShape
+from autotune.estimate.sharded import deepspeed_transients, fsdp2_transients, gathered_params_bytes
 
-Engine = Literal["ddp", "deepspeed"]
+Engine = Literal["ddp", "deepspeed", "fsdp2"]
 Attention = Literal["fused", "eager", "recompute"]
 OptimizerName = Literal["adamw", "sgd", "adafactor"]
-
-# DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, v0.19): bucket sizes in elements.
-DS_REDUCE_BUCKET_ELEMS = 500_000_000
-DS_ALLGATHER_BUCKET_ELEMS = 500_000_000
-DS_PREFETCH_BUCKET_ELEMS = 50_000_000
-DS_MAX_LIVE_PARAMETERS = 1_000_000_000
-
 
 class MemoryConfig(TrainingKnobs):
     """The knobs of a configuration that decide its memory: TrialConfig's knobs
@@ -44,8 +38,10 @@ class MemoryConfig(TrainingKnobs):
     `engine` decides the mixed-precision layout: "ddp" is torch autocast (fp32 weights and
     gradients, 16-bit copies of the weights cached for the step, fp32 residual stream), as
     the DDP, tensor-parallel and accelerate engines run; "deepspeed" keeps 16-bit weights and
-    gradients and an fp32 master copy in the optimizer (the ZeRO paper's layout). Default:
-    the layout of the engine the config runs on (`autotune.contract.engine_for`).
+    gradients and an fp32 master copy in the optimizer (the ZeRO paper's layout); "fsdp2"
+    (`fsdp` set) keeps fp32 shards of weights, gradients and optimizer state and gathers
+    16-bit copies of a block at a time. Default: the layout of the engine the config runs on
+    (`autotune.contract.engine_for`).
     `attention`: "fused" = torch SDPA / flash (stores the output and a log-sum-exp, never the
     s x s scores), "eager" = scores and softmax stored, "recompute" = Korthikanti's selective
     recompute of the attention core (stores nothing of it).
@@ -64,26 +60,29 @@ class MemoryConfig(TrainingKnobs):
     def resolved_engine(self) -> Engine:
         if self.engine is not None:
             return self.engine
-        return memory_layout(engine_for(self.zero_stage, self.tp_degree))
+        return memory_layout(engine_for(self.zero_stage, self.tp_degree, fsdp=self.fsdp))
 
     @classmethod
     def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
         knobs = cfg.model_dump(include=set(TrainingKnobs.model_fields))
-        return cls(**knobs, dp_degree=cfg.dp_degree,
-                   engine=memory_layout(engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher)))
+        engine = engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher, cfg.fsdp)
+        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine))
 
 
 def memory_layout(engine: EngineKind) -> Engine:
-    """DeepSpeed keeps ZeRO's 16-bit + fp32-master layout; every other engine is torch autocast."""
-    return "deepspeed" if engine is EngineKind.deepspeed else "ddp"
+    """DeepSpeed keeps ZeRO's 16-bit + fp32-master layout; FSDP2 fp32 shards with gathered
+    16-bit copies; every other engine is torch autocast."""
+    return {EngineKind.deepspeed: "deepspeed", EngineKind.fsdp2: "fsdp2"}.get(engine, "ddp")
 
 
 @dataclass
 class MemoryEstimate:
-    """Bytes per rank. `other_bytes` = logits/loss buffers + communication buckets + the
-    16-bit weight cache + the calibrated overhead (when there is one) + optimizer-step
-    temporaries beyond the backward peak. `host_bytes`: host memory per rank for offloaded
-    state (on a CPU machine everything is host memory; see `resident_bytes`)."""
+    """Bytes per rank. `weights_bytes` is the rank's own shard (the model state the ZeRO paper
+    counts); parameters gathered to compute (ZeRO-3, FSDP2) are `gathered_bytes`, in
+    `other_bytes`. `other_bytes` = gathered parameters + logits/loss buffers + communication
+    buckets + the 16-bit weight cache + the calibrated overhead (when there is one) +
+    optimizer-step temporaries beyond the backward peak. `host_bytes`: host memory per rank
+    for offloaded state (on a CPU machine everything is host memory; see `resident_bytes`)."""
 
     params: int
     weights_bytes: int
@@ -98,11 +97,15 @@ class MemoryEstimate:
     overhead_bytes: int | None = None
     overhead_basis: str = "not calibrated: framework overhead not included"
     notes: list[str] = field(default_factory=list)
+    # Parameters gathered whole to compute, beyond the rank's own shard (ZeRO-3's live
+    # parameters, FSDP2's unsharded blocks): not model states in the ZeRO paper's sense.
+    gathered_bytes: int = 0
 
     @property
     def analytic_bytes(self) -> int:
         """Everything the analytic model counts, without the calibrated overhead."""
-        states = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.buckets_bytes
+        states = (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.buckets_bytes
+                  + self.gathered_bytes)
         backward = (self.activations_bytes or 0) + (self.logits_bytes or 0) + self.weight_cache_bytes
         # Activations are freed by the time the optimizer steps; its temporaries come after.
         return states + max(backward, self.optimizer_temp_bytes)
@@ -137,6 +140,7 @@ class MemoryEstimate:
             "host_bytes": self.host_bytes,
             "analytic_bytes": self.analytic_bytes,
             "detail": {
+                "gathered_params_bytes": self.gathered_bytes,
                 "logits_bytes": self.logits_bytes,
                 "buckets_bytes": self.buckets_bytes,
                 "weight_cache_bytes": self.weight_cache_bytes,
@@ -182,30 +186,32 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
 
 
 def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
-    """Weights (own shard), ZeRO-3's gathered working set, gradients, optimizer state per
-    rank on the device, and host bytes.
+    """Weights (own shard), the gathered working set, gradients, optimizer state per rank on
+    the device, and host bytes.
 
     Under TP each rank holds 1/t of the model (replicated norms neglected); ZeRO then shards
     over the data-parallel ranks: stage 1 the optimizer state, stage 2 also the gradients,
     stage 3 also the weights (ZeRO paper, Figure 1: 16 / 4 + 12/Nd / 2 + 14/Nd / 16/Nd bytes
-    per parameter for mixed-precision Adam).
+    per parameter for mixed-precision Adam). FSDP2 shards all three like stage 3, in fp32
+    (its mixed precision casts the gathered copies, not the shards).
     """
     psi = model.params / cfg.tp_degree
     nd = cfg.dp_degree
     mixed = cfg.precision is not Precision.fp32
     c = dtype_bytes(cfg.precision)
     opt_state = optimizer_state_bytes_per_param(cfg.optimizer, model)
-    if cfg.resolved_engine == "deepspeed" and mixed:
+    engine = cfg.resolved_engine
+    if engine == "deepspeed" and mixed:
         w_pp, g_pp, o_pp = c, c, opt_state + 4.0  # fp32 master copy lives with the optimizer
-    elif cfg.resolved_engine == "deepspeed" and cfg.zero_stage >= 1:
+    elif engine == "deepspeed" and cfg.zero_stage >= 1:
         # DeepSpeed's ZeRO optimizers keep an fp32 copy of their partition even for an fp32
         # model (stage_1_and_2.py `single_partition_of_fp32_groups`, stage3.py
         # `fp32_partitioned_groups_flat`), so fp32 pays the master copy too.
         w_pp, g_pp, o_pp = 4.0, 4.0, opt_state + 4.0
-    else:  # fp32, or torch autocast: fp32 weights and gradients, no separate master copy
+    else:  # fp32, torch autocast, or FSDP2: fp32 weights and gradients, no separate master copy
         w_pp, g_pp, o_pp = 4.0, 4.0, opt_state
     weights, grads, opt = psi * w_pp, psi * g_pp, psi * o_pp
-    z = cfg.zero_stage
+    z = 3 if engine == "fsdp2" else cfg.zero_stage
     if z >= 1:
         opt /= nd
     if z >= 2:
@@ -213,17 +219,17 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
     if z >= 3:
         weights /= nd
     host = 0.0
-    # ZeRO-3 gathers parameters to use them and keeps up to `stage3_max_live_parameters`
-    # (default 1e9 elements) of them live: the whole model when it is smaller, else about
-    # that many (at least the largest module) (DeepSpeed config docs, "ZeRO optimizations").
-    largest = (model.largest_layer_params or 0) / cfg.tp_degree
-    gathered = min(psi, max(DS_MAX_LIVE_PARAMETERS, largest)) * w_pp if z == 3 else 0.0
-    if cfg.offload in (Offload.optimizer, Offload.optimizer_params):
+    gathered = gathered_params_bytes(model, cfg, w_pp, c) if z == 3 else 0.0
+    if engine == "fsdp2" and cfg.offload is Offload.optimizer_params:
+        # CPUOffloadPolicy: shards, their gradients and the optimizer step in host memory.
+        host += weights + grads + opt
+        weights = grads = opt = 0.0
+    if engine != "fsdp2" and cfg.offload in (Offload.optimizer, Offload.optimizer_params):
         # The optimizer partition (and, for the CPU Adam, an fp32 copy of the gradient
         # partition) live in host memory (ZeRO-Offload, Ren et al. 2021).
         host += opt + psi * 4.0 / nd
         opt = 0.0
-    if cfg.offload is Offload.optimizer_params:
+    if engine != "fsdp2" and cfg.offload is Offload.optimizer_params:
         host += weights
         weights = 0.0
     return {"weights": int(weights), "gathered": int(gathered), "gradients": int(grads),
@@ -371,20 +377,15 @@ def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
         if cfg.optimizer == "adamw":
             # torch's foreach AdamW builds sqrt(exp_avg_sq) for all parameters at once.
             opt_temp = psi * 4.0
+    elif engine == "fsdp2":
+        buckets, opt_temp = fsdp2_transients(model, cfg, c)
     else:
-        w = states["w_pp"]
-        if cfg.optimizer == "adamw" and cfg.offload is Offload.none:
-            # autotune's DeepSpeed config runs torch's AdamW (`torch_adam`), whose foreach step
-            # builds sqrt(exp_avg_sq) over this rank's optimizer partition.
-            opt_temp = psi * 4.0 / (cfg.dp_degree if cfg.zero_stage >= 1 else 1)
-        if cfg.dp_degree > 1:
-            buckets = min(psi, DS_REDUCE_BUCKET_ELEMS) * w
-            if cfg.zero_stage in (1, 2):
-                buckets += min(psi, DS_ALLGATHER_BUCKET_ELEMS) * w
+        buckets, opt_temp = deepspeed_transients(model, cfg, states["w_pp"])
     return MemoryEstimate(
         params=model.params,
-        weights_bytes=states["weights"] + states["gathered"], gradients_bytes=states["gradients"],
+        weights_bytes=states["weights"], gradients_bytes=states["gradients"],
         optimizer_bytes=states["optimizer"], activations_bytes=acts, logits_bytes=logits,
         buckets_bytes=int(buckets), weight_cache_bytes=int(weight_cache),
         optimizer_temp_bytes=int(opt_temp), host_bytes=states["host"], notes=notes,
+        gathered_bytes=states["gathered"],
     )

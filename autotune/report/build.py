@@ -116,6 +116,7 @@ def _trial_row(t) -> TrialRow:
         mem_capacity_source=capacity_source,
         headroom_bytes=(capacity - used) if capacity is not None and used is not None else None,
         mfu=rec.mfu,
+        hfu=rec.hfu,
         step_time_median_s=rec.step_time_median_s,
         hours=score.hours if score else None,
         usd=score.usd if score else None,
@@ -193,16 +194,27 @@ def _memory_checks(frozen, rows: list[TrialRow]) -> list[MemoryCheck]:
     return out
 
 
+# Scaling efficiency compares trials that differ in GPU count alone: everything a rank runs
+# (these columns) the same. Across configs it would credit the GPUs with what precision or
+# micro-batch did.
+PER_RANK_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("num_gpus", "num_nodes"))
+
+
 def _scaling(rows: list[TrialRow]) -> list[ScalingPoint]:
-    best: dict[int, TrialRow] = {}
+    """The fastest per-rank config measured at two or more GPU counts, at each count; [] when
+    no two measurements differ in GPU count alone."""
+    groups: dict[tuple, dict[int, TrialRow]] = {}
     for r in rows:
-        if r.state != "COMPLETE" or not r.tokens_per_s or not r.config.get("num_gpus"):
+        if r.state != "COMPLETE" or not r.tokens_per_s or not r.config.get("num_gpus") or r.reused_from is not None:
             continue
         n = r.config["num_gpus"] * (r.config.get("num_nodes") or 1)
+        best = groups.setdefault(tuple(str(r.config.get(k)) for k in PER_RANK_COLUMNS), {})
         if n not in best or r.tokens_per_s > best[n].tokens_per_s:
             best[n] = r
-    if not best:
+    comparable = [g for g in groups.values() if len(g) > 1]
+    if not comparable:
         return []
+    best = max(comparable, key=lambda g: max(r.tokens_per_s for r in g.values()))
     n0 = min(best)
     per_gpu0 = best[n0].tokens_per_s / n0
     return [ScalingPoint(num_gpus=n, trial=r.number, tokens_per_s=r.tokens_per_s,

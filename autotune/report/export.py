@@ -3,10 +3,14 @@
     plan = plan_export(doc, study, pick="cheapest", offer=None)     # UserError if it cannot
     write_export(plan, Path("launch/"), force=False)                # all files or none
 
-Writes: accelerate_config.yaml (`accelerate launch --config_file`), ds_config.json when ZeRO
-is used (`autotune.contract.deepspeed_config`, the very config the trial ran), launch.sh (the
+Writes: accelerate_config.yaml (`accelerate launch --config_file`; with ZeRO it holds the
+DeepSpeed config itself, so the folder can move), ds_config.json when ZeRO is used
+(`autotune.contract.deepspeed_config`, the very config the trial ran; with FSDP2 the
+accelerate config's `fsdp_config`, `fsdp_version: 2`: autotune.report.sharding), launch.sh (the
 trial's launcher with its exact batch, accumulation, precision, checkpointing and parallel
-settings), trial_config.json (the TrialConfig), bill.md and bill.json (the projected bill).
+settings; the Python that exported it by default), trial_config.json (the TrialConfig),
+bill.md and bill.json (the projected bill). `--for hf-trainer` writes Trainer flags and a
+DeepSpeed JSON with "auto" instead (autotune.report.hf_trainer).
 """
 
 from __future__ import annotations
@@ -14,16 +18,17 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.contract import (ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig,
-                               deepspeed_config)
+from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, FSDPMode, Launcher, TrialConfig
 from autotune.errors import UserError
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.record import TrialRecord
-from autotune.report.labels import zero_summary
+from autotune.report.sharding import (export_deepspeed_config, fsdp_accelerate_fields, sharding_bill_lines,
+                                      sharding_label)
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 DEEPSPEED_CONFIG = "ds_config.json"
@@ -44,6 +49,12 @@ class ExportPlan:
     trial_row: dict[str, Any]
     catalog_note: str | None
     launcher: Launcher
+    target: str = "script"  # EXPORT_TARGETS: your own training script, or Hugging Face Trainer
+    python: str = sys.executable  # launch.sh's default interpreter: the one that exported it
+
+
+# What `export --for` writes: files for your own training script, or for Hugging Face Trainer.
+EXPORT_TARGETS = ("script", "hf-trainer")
 
 
 # ---------------------------------------------------------------------------------------
@@ -52,7 +63,8 @@ class ExportPlan:
 
 
 def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str,
-                offer: str | None = None, launcher: Launcher | None = None) -> ExportPlan:
+                offer: str | None = None, launcher: Launcher | None = None,
+                target: str = "script") -> ExportPlan:
     """Resolve `pick` (cheapest | fastest | a trial number) and `offer` against a report."""
     options = doc["options"]
     if offer is not None:
@@ -98,8 +110,13 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     except ValueError as exc:
         raise UserError(f"trial {number}: its stored config is unreadable ({type(exc).__name__})",
                         fix="re-run the trial with this version of autotune") from None
+    if target == "hf-trainer":
+        from autotune.report.hf_trainer import check_trainer_export
+
+        launcher = check_trainer_export(cfg, launcher)
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
-                      catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher)
+                      catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
+                      target=target)
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,7 +124,7 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
 # ---------------------------------------------------------------------------------------
 
 
-def accelerate_config(cfg: TrialConfig, ds_config_path: str | None) -> dict[str, Any]:
+def accelerate_config(cfg: TrialConfig) -> dict[str, Any]:
     """The fields of accelerate's ClusterConfig (what `accelerate config` writes) for a config.
 
     On CPU several ranks go through torchrun (MULTI_GPU + use_cpu), as autotune's trials do;
@@ -129,7 +146,6 @@ def accelerate_config(cfg: TrialConfig, ds_config_path: str | None) -> dict[str,
         "gpu_ids": "all",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": ACCELERATE_MIXED_PRECISION[cfg.precision],
         "num_machines": cfg.num_nodes,
         "num_processes": ranks,
         "rdzv_backend": "static",
@@ -140,10 +156,19 @@ def accelerate_config(cfg: TrialConfig, ds_config_path: str | None) -> dict[str,
         "use_cpu": cpu,
     }
     if cfg.zero_stage > 0:
-        # The full DeepSpeed config as a file: accelerate's plugin miscounts ranks on CPU when
-        # it builds one from loose fields, and a file keeps the batch exactly the trial's.
-        out["deepspeed_config"] = {"deepspeed_config_file": ds_config_path,
-                                   "zero3_init_flag": cfg.zero_stage == 3}
+        # The full DeepSpeed config, not loose fields: accelerate's plugin miscounts ranks on
+        # CPU when it builds one from loose fields, and the full config keeps the batch exactly
+        # the trial's. Its JSON text rather than a path: accelerate (>= 1.4) reads either, and a
+        # path would break when the folder moves (it is read from the launch's working folder).
+        # No `mixed_precision` beside it: accelerate refuses any key the DeepSpeed config
+        # decides ("When using `deepspeed_config_file`, the following ... will be ignored").
+        out["deepspeed_config"] = {
+            "deepspeed_config_file": json.dumps(export_deepspeed_config(cfg), sort_keys=True),
+            "zero3_init_flag": cfg.zero_stage == 3}
+    else:
+        out["mixed_precision"] = ACCELERATE_MIXED_PRECISION[cfg.precision]
+    if cfg.fsdp is not FSDPMode.none:
+        out.update(fsdp_accelerate_fields(cfg))
     return out
 
 
@@ -154,8 +179,9 @@ def _yaml(data: dict[str, Any], header: str) -> str:
     return lines + yaml.safe_dump(data, sort_keys=True)
 
 
-def settings_env(cfg: TrialConfig) -> list[tuple[str, str]]:
-    """What a training script needs to apply the config, as environment variables."""
+def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str]]:
+    """What a training script needs to apply the config, as environment variables. `trainer`:
+    for Hugging Face Trainer, which takes accumulation and precision from its flags alone."""
     env = [
         ("AUTOTUNE_MICRO_BATCH_SIZE", str(cfg.micro_batch_size)),
         ("AUTOTUNE_GRAD_ACCUM_STEPS", str(cfg.grad_accum_steps)),
@@ -167,6 +193,7 @@ def settings_env(cfg: TrialConfig) -> list[tuple[str, str]]:
         ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
         ("AUTOTUNE_OFFLOAD", cfg.offload.value),
         ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
+        ("AUTOTUNE_FSDP", cfg.fsdp.value),
         ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
         # Accelerator() reads these: accumulation has no key in accelerate's config file, and
         # under torchrun / deepspeed no config file is read at all.
@@ -177,10 +204,13 @@ def settings_env(cfg: TrialConfig) -> list[tuple[str, str]]:
     ]
     if cfg.device is DeviceKind.cpu:
         # One CPU "GPU" = one rank with threads_per_rank threads; accelerate under torchrun
-        # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set.
+        # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set. Not with ZeRO: that
+        # flag turns accelerate's DeepSpeed off (DeepSpeed starts the process group itself).
         env += [("OMP_NUM_THREADS", str(cfg.threads_per_rank)), ("MKL_NUM_THREADS", str(cfg.threads_per_rank)),
-                ("ACCELERATE_USE_CPU", "true"), ("CUDA_VISIBLE_DEVICES", "")]
-    return env
+                ("CUDA_VISIBLE_DEVICES", "")] + [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
+    # Trainer builds its Accelerator from its own flags; these would contradict them.
+    return [(k, v) for k, v in env if not (trainer and k.startswith("ACCELERATE_")
+                                           and k != "ACCELERATE_USE_CPU")]
 
 
 def launch_script(plan: ExportPlan) -> str:
@@ -205,13 +235,22 @@ def launch_script(plan: ExportPlan) -> str:
         "# Multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node.",
         "set -euo pipefail",
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        'PYTHON="${PYTHON:-python3}"',
+        "# The Python that exported this folder has torch, the launchers and autotune's worker;",
+        "# PYTHON=... picks another one.",
+        f"EXPORTED_WITH={q(plan.python)}",
+        'if [ -z "${PYTHON:-}" ]; then',
+        '  if [ -x "$EXPORTED_WITH" ]; then PYTHON="$EXPORTED_WITH"; else',
+        '    PYTHON=python3',
+        '    echo "launch.sh: $EXPORTED_WITH is not here; using python3 (set PYTHON=... to choose)" >&2',
+        "  fi",
+        "fi",
         "",
         f'export AUTOTUNE_TRIAL_CONFIG="$HERE/{TRIAL_CONFIG}"',
     ]
     if cfg.zero_stage > 0:
         lines.append(f'export AUTOTUNE_DEEPSPEED_CONFIG="$HERE/{DEEPSPEED_CONFIG}"')
-    lines += [f"export {k}={q(v)}" for k, v in settings_env(cfg)]
+    trainer = plan.target == "hf-trainer"
+    lines += [f"export {k}={q(v)}" for k, v in settings_env(cfg, trainer)]
     lines += [
         "",
         f"NPROC_PER_NODE={per_node}",
@@ -220,6 +259,14 @@ def launch_script(plan: ExportPlan) -> str:
         'MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
         'MASTER_PORT="${MASTER_PORT:-29500}"',
         "",
+    ]
+    if trainer:
+        from autotune.report.hf_trainer import TRAINER_FLAGS, launch_lines, trainer_notes
+
+        lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg)]
+        lines += launch_lines(cfg, f"$HERE/{TRAINER_FLAGS}",
+                              f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None)
+    lines += [
         'if [ "$#" -eq 0 ]; then',
         "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
         '  WORKER="$("$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
@@ -239,10 +286,9 @@ def launch_script(plan: ExportPlan) -> str:
             'exec "$PYTHON" -m deepspeed.launcher.runner "${HOSTFILE_ARGS[@]}" --num_nodes "$NNODES" '
             '--num_gpus "$NPROC_PER_NODE" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$@"',
         ]
-    else:
-        extra = (' --deepspeed_config_file "$AUTOTUNE_DEEPSPEED_CONFIG"' if cfg.zero_stage > 0 else "")
+    else:  # the DeepSpeed config, when there is one, is inside the accelerate config
         lines.append(f'exec "$PYTHON" -m accelerate.commands.launch --config_file "$HERE/{ACCELERATE_CONFIG}"'
-                     f'{extra} --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
+                     ' --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
                      '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
     return "\n".join(lines) + "\n"
 
@@ -259,7 +305,7 @@ def _config_line(cfg: TrialConfig) -> str:
             f"{cfg.grad_accum_steps} x {cfg.dp_degree} data-parallel = global batch "
             f"{cfg.global_batch_samples} samples ({cfg.global_batch_tokens} tokens), "
             f"{cfg.precision.value}, checkpointing {cfg.checkpointing.value}, "
-            f"ZeRO {zero_summary(cfg.model_dump(mode='json'))}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
+            f"{sharding_label(cfg)}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
 
 
 def _bill_line(plan: ExportPlan) -> str:
@@ -302,30 +348,42 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     if plan.catalog_note:
         out += [plan.catalog_note[0].upper() + plan.catalog_note[1:] + ".", ""]
     out += ["Files:", ""] + [f"- `{f}`" for f in files] + [""]
-    out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
-            "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+    if plan.target == "hf-trainer":
+        from autotune.report.hf_trainer import bill_lines
+
+        out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG)
+    else:
+        out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
+                "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+        out += sharding_bill_lines(cfg)
     return "\n".join(out)
 
 
-def render(plan: ExportPlan, final_dir: Path) -> dict[str, str]:
-    """Every file's text, by name. `final_dir`: where the files will live (absolute paths in
-    the accelerate config point there)."""
+def render(plan: ExportPlan) -> dict[str, str]:
+    """Every file's text, by name. No file names a path: the folder can move."""
     cfg = plan.cfg
     files: dict[str, str] = {}
-    ds_path = None
-    if cfg.zero_stage > 0:
-        files[DEEPSPEED_CONFIG] = json.dumps(deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
-        ds_path = str(final_dir.resolve() / DEEPSPEED_CONFIG)
-    header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
-              f"{_config_line(cfg)}\n"
-              f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"
-              "Accumulation has no key here: set ACCELERATE_GRADIENT_ACCUMULATION_STEPS="
-              f"{cfg.grad_accum_steps} (launch.sh does)" + (", or it comes from ds_config.json." if ds_path else "."))
-    files[ACCELERATE_CONFIG] = _yaml(accelerate_config(cfg, ds_path), header)
+    if plan.target == "hf-trainer":
+        from autotune.report.hf_trainer import TRAINER_FLAGS, hf_deepspeed_config, trainer_flags
+
+        files[TRAINER_FLAGS] = "".join(f + "\n" for f in trainer_flags(cfg))
+        if cfg.zero_stage > 0:
+            files[DEEPSPEED_CONFIG] = json.dumps(hf_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
+    else:
+        if cfg.zero_stage > 0:
+            files[DEEPSPEED_CONFIG] = json.dumps(export_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
+        header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
+                  f"{_config_line(cfg)}\n"
+                  f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"
+                  + ("deepspeed_config_file holds the DeepSpeed config itself (the JSON of ds_config.json)."
+                     if cfg.zero_stage > 0 else
+                     "Accumulation has no key here: set ACCELERATE_GRADIENT_ACCUMULATION_STEPS="
+                     f"{cfg.grad_accum_steps} (launch.sh does)."))
+        files[ACCELERATE_CONFIG] = _yaml(accelerate_config(cfg), header)
     files[LAUNCH_SCRIPT] = launch_script(plan)
     files[TRIAL_CONFIG] = json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     files[BILL_JSON] = json.dumps({"study": plan.study, "trial": plan.trial, "pick": plan.pick,
-                                   "launcher": plan.launcher.value, "option": plan.option,
+                                   "launcher": plan.launcher.value, "for": plan.target, "option": plan.option,
                                    "catalog_note": plan.catalog_note},
                                   indent=2, sort_keys=True, default=str) + "\n"
     files[BILL_MD] = bill_markdown(plan, sorted([*files, BILL_MD]))
@@ -338,4 +396,4 @@ def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]
     from autotune.report.files import prepare_out_dir, write_files
 
     out = prepare_out_dir(out, force)
-    return write_files(out, render(plan, out), executable={LAUNCH_SCRIPT})
+    return write_files(out, render(plan), executable={LAUNCH_SCRIPT})

@@ -14,9 +14,9 @@ from typing import Any
 
 from autotune.format import fmt_hours, fmt_usd
 from autotune.report.labels import config_summary
-from autotune.report.plots import (FRONT_COLOUR, INFEASIBLE_COLOUR, best_labels, gpus_of, mem_label,
-                                   mem_text, mem_used, memory_rows, not_plotted, pareto_axes,
-                                   platform_colours)
+from autotune.report.plots import (FRONT_COLOUR, INFEASIBLE_COLOUR, NO_SCALING_TITLE, SCALING_TITLE,
+                                   best_labels, gpus_of, mem_label, mem_text, mem_used, memory_rows,
+                                   not_plotted, pareto_axes, platform_colours, point_labels)
 
 
 def pareto_figure(doc: dict[str, Any]):
@@ -59,6 +59,11 @@ def pareto_figure(doc: dict[str, Any]):
                                  name=f"budget {fmt_usd(limits['max_usd'])}",
                                  line=dict(color="#D55E00", dash="dashdot"), hoverinfo="name"))
     log_x, log_y = ax["log_x"], ax["log_y"]
+    labels = point_labels(doc)
+    if labels:  # every point named by its trial number
+        fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="text",
+                                 text=[t for _, _, t in labels], textposition="top right",
+                                 textfont=dict(size=11, color="#333"), hoverinfo="skip", showlegend=False))
     for key, label, ay in best_labels(doc):
         o = doc[key]
         if o:  # annotations on a log axis take log10 of the value (plotly's convention)
@@ -69,12 +74,12 @@ def pareto_figure(doc: dict[str, Any]):
                                bordercolor="#999")
     sub = not_plotted(doc)
     fig.update_layout(
-        title=dict(text="Hours to target vs dollars: each point is one (config, offer); lower left is better"
+        title=dict(text="Hours to target vs dollars: each point is one (config, offer), #trial; lower left is better"
                    + (f"<br><sup>{html.escape(sub)}</sup>" if sub else "")),
         xaxis=dict(title="hours to target" + (" (log)" if log_x else ""), type="log" if log_x else "linear",
-                   range=_plotly_range(x_lo, x_hi, log_x)),
+                   range=_plotly_range(x_lo, x_hi, log_x), ticksuffix=" h"),
         yaxis=dict(title="dollars to target" + (" (log)" if log_y else ""), type="log" if log_y else "linear",
-                   range=_plotly_range(y_lo, y_hi, log_y)),
+                   range=_plotly_range(y_lo, y_hi, log_y), tickprefix="$"),
         template="plotly_white", height=520, legend=dict(title="platform"),
         margin=dict(l=70, r=30, t=80, b=60))
     return fig
@@ -104,14 +109,14 @@ def throughput_figure(doc: dict[str, Any]):
     if sc:
         fig.add_trace(go.Scatter(
             x=[s["num_gpus"] for s in sc], y=[s["tokens_per_s"] for s in sc], mode="lines+markers+text",
-            name="best per GPU count", line=dict(color="#0072B2", width=3), marker=dict(size=11),
+            name="one per-rank config, more GPUs", line=dict(color="#0072B2", width=3), marker=dict(size=11),
             text=[f"{100 * s['scaling_efficiency']:.0f}%" for s in sc], textposition="top center"))
         n0, per0 = sc[0]["num_gpus"], sc[0]["tokens_per_s_per_gpu"]
         xs = [s["num_gpus"] for s in sc]
         fig.add_trace(go.Scatter(x=xs, y=[per0 * n for n in xs], mode="lines", name=f"linear from {n0} GPU",
                                  line=dict(color="#999", dash="dash")))
     fig.update_layout(
-        title="Throughput vs GPU count (labels: scaling efficiency against linear)",
+        title=SCALING_TITLE if sc else NO_SCALING_TITLE,
         xaxis=dict(title="GPUs (ranks)", tickmode="array", tickvals=sorted({gpus_of(t["config"]) for t in done})),
         yaxis=dict(title="tokens/s (measured)", rangemode="tozero"),
         template="plotly_white", height=420, margin=dict(l=70, r=30, t=60, b=60))

@@ -18,7 +18,7 @@ from typing import Any
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
 from autotune.report.files import check_parent, write_files, write_text_atomic
-from autotune.report.labels import config_summary, zero_summary
+from autotune.report.labels import config_summary, mfu_text, zero_summary
 from autotune.report.plots import gpus_of, write_pngs
 
 _CSS = """
@@ -30,6 +30,7 @@ h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:32px;font-size:19px;border-bot
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ddd;padding:4px 7px;text-align:right}
 th{background:#f0f2f6}td.l,th.l{text-align:left}tr.dim td{color:#999}.note{color:#666;font-size:13px}
+td.n{white-space:nowrap}
 .tag{display:inline-block;padding:0 6px;border-radius:4px;font-size:12px}
 .measured{background:#dff0d8}.projected{background:#fcf8e3}.estimated{background:#f2dede}
 """
@@ -48,7 +49,7 @@ def _option_table(rows: list[dict[str, Any]]) -> str:
     for o in rows:
         c, s = o["config"], o.get("sensitivity") or {}
         cells = [
-            (o["trial"], ""), (f"{o.get('gpu_type') or '?'} x{gpus_of(c)}", "l"), (c.get("micro_batch_size"), ""),
+            (o["trial"], ""), (f"{o.get('gpu_type') or '?'} x{gpus_of(c)}", "l n"), (c.get("micro_batch_size"), ""),
             (c.get("grad_accum_steps"), ""), (c.get("precision"), "l"), (c.get("checkpointing"), "l"),
             (zero_summary(c), "l"), (c.get("tp_degree"), ""),
             (f"{o['tokens_per_s']:,.0f}" if o.get("tokens_per_s") else "not measured", ""),
@@ -57,7 +58,7 @@ def _option_table(rows: list[dict[str, Any]]) -> str:
             (fmt_bytes(o["headroom_bytes"]) if o.get("headroom_bytes") is not None else "not measured", ""),
             (fmt_hours(o["hours"]), ""), (fmt_usd(o["usd"]), ""),
             (_sens(s, "plus_30pct_time"), ""), (_sens(s, "one_interruption"), ""),
-            (o["offer"], "l"), (o["platform"], "l"),
+            (o["offer"], "l n"), (o["platform"], "l n"),  # names users type: never wrapped
         ]
         tag = f"<span class='tag {o['basis_kind']}' title='{_e(o['basis'])}'>{o['basis_kind']}</span>"
         if not o["feasible"]:
@@ -136,6 +137,7 @@ def _card(label: str, o: dict[str, Any] | None, limits_text: str) -> str:
     return (f"<div class='card'><div class='what'>{label} {limits_text}</div>"
             f"<div class='big'>{fmt_usd(o['usd'])} &middot; {fmt_hours(o['hours'])}</div>"
             f"<div>trial {o['trial']}: {_e(config_summary(o['config']))}</div>"
+            f"<div class='what'>{_e(mfu_text(o))}</div>"
             f"<div class='what'>on {_e(o['offer'])} ({_e(o['platform'])}), "
             f"<span class='tag {o['basis_kind']}'>{o['basis_kind']}</span></div></div>")
 

@@ -4,13 +4,15 @@ progress panel, HTML, plots, export).
     config_summary(cfg)        # "2x mb4 ga1 bf16 ckpt:full zero2+off:optimizer tp2"
     zero_summary(cfg), mem_summary(peak, "host_rss", headroom)
     basis_kind("projected from 1 x a100-80gb ...")   # "projected"
+    mfu_text(row)              # "MFU 41.0%, HFU 52.3%" or why there is none
+    clip("Pick: #2 on aws-c7i-ondemand  ", prose, 80), outcome_line(outcome, 80)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotune.format import fmt_bytes
+from autotune.format import fmt_bytes, fmt_pct
 
 
 def config_summary(cfg: dict[str, Any]) -> str:
@@ -20,16 +22,22 @@ def config_summary(cfg: dict[str, Any]) -> str:
              str(cfg["precision"]), f"ckpt:{cfg['checkpointing']}"]
     if cfg.get("zero_stage"):
         parts.append(f"zero{cfg['zero_stage']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
+    if cfg.get("fsdp") not in (None, "none"):
+        parts.append(f"fsdp:{cfg['fsdp']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
     if (cfg.get("tp_degree") or 1) > 1:
         parts.append(f"tp{cfg['tp_degree']}")
     return " ".join(parts)
 
 
 def zero_summary(cfg: dict[str, Any]) -> str:
+    """The sharding column: the ZeRO stage, or FSDP2's mode (its alternative), with offload."""
+    off = cfg.get("offload")
+    off_text = f" +{off}" if off not in (None, "none") else ""
+    if cfg.get("fsdp") not in (None, "none"):
+        return f"FSDP2 {cfg['fsdp']}{off_text}"
     if not cfg.get("zero_stage"):
         return "-"
-    off = cfg.get("offload")
-    return f"{cfg['zero_stage']}" + (f" +{off}" if off not in (None, "none") else "")
+    return f"{cfg['zero_stage']}{off_text}"
 
 
 def mem_summary(peak: int | None, source: str | None, headroom: int | None) -> str:
@@ -47,3 +55,39 @@ def basis_kind(basis: str | None) -> str:
     if b.startswith("projected"):
         return "projected"
     return "estimated"
+
+
+def outcome_line(o, width: int) -> str:
+    """One line per finished trial while a sweep runs (a `TrialOutcome`): the figures first,
+    the config after them, shortened with an ellipsis to `width`."""
+    from autotune.format import fmt_hours, fmt_usd
+
+    r, cfg = o.result, config_summary(o.config.model_dump(mode="json"))
+    money = f"  {fmt_hours(o.hours)}, {fmt_usd(o.usd)}" if r.ok and o.hours is not None else ""
+    if o.reused_from is not None:
+        keep, prose = f"  trial {o.number:>3}  reused #{o.reused_from}: {r.status.value}{money}  ", cfg
+    elif r.ok:
+        keep = (f"  trial {o.number:>3}  ok{money}  {r.tokens_per_s:,.0f} tok/s  "
+                f"({r.wall_s or 0:.0f}s)  ")
+        prose = f"{cfg}  mem {fmt_bytes(r.peak_mem_bytes)}"
+    else:
+        first = (r.error or "").splitlines()[0] if r.error else ""
+        keep, prose = f"  trial {o.number:>3}  {r.status.value}  ", f"{cfg}  {r.error_type or ''}: {first}"
+    return clip(keep, prose, width)
+
+
+def clip(keep: str, prose: str, width: int) -> str:
+    """`keep` (it holds names: never cut) then `prose`, shortened with an ellipsis to `width`."""
+    room = width - len(keep)
+    if len(prose) <= room:
+        return keep + prose
+    return keep + (prose[:max(room - 1, 0)].rstrip() + "…" if room > 1 else "")
+
+
+def mfu_text(row: dict[str, Any]) -> str:
+    """MFU (and HFU) of a trial or option, or why there is none: never a guessed figure."""
+    if row.get("mfu") is not None:
+        return f"MFU {fmt_pct(row['mfu'])}" + (f", HFU {fmt_pct(row['hfu'])}" if row.get("hfu") is not None else "")
+    if (row.get("config") or {}).get("device") == "cpu":
+        return "MFU not computed: no peak for a CPU"
+    return "MFU not computed: no catalog peak for this device"

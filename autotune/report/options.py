@@ -70,7 +70,8 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
             price_date=b.get("price_date", info.get("price_date")),
             hours=float(b["hours"]), usd=float(b["usd"]), gpu_hours=b.get("gpu_hours"),
             basis=b.get("basis") or "measured", basis_kind=basis_kind(b.get("basis") or "measured"),
-            tokens_per_s=estimate.tokens_per_s if several else row.tokens_per_s, mfu=row.mfu, peak_mem_bytes=row.peak_mem_bytes,
+            tokens_per_s=estimate.tokens_per_s if several else row.tokens_per_s, mfu=row.mfu, hfu=row.hfu,
+            peak_mem_bytes=row.peak_mem_bytes,
             peak_mem_source=row.peak_mem_source, headroom_bytes=row.headroom_bytes,
             sensitivity=Sensitivity(**{k: sens.get(k) for k in Sensitivity.model_fields})
             if isinstance(sens, dict) else None,

@@ -17,6 +17,9 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.report.labels import config_summary
 
 PNG_NAMES = ("pareto.png", "throughput.png", "memory.png")
+SCALING_TITLE = "Throughput vs GPU count (labels: scaling efficiency of one per-rank config)"
+NO_SCALING_TITLE = ("Throughput vs GPU count (no scaling efficiency: no two trials differ in GPU "
+                    "count alone)")
 # Colours a reader can tell apart (Okabe-Ito, colour-blind safe), one per platform.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 INFEASIBLE_COLOUR = "#9a9a9a"
@@ -29,9 +32,21 @@ def platform_colours(doc: dict[str, Any]) -> dict[str, str]:
 
 
 def _log_axis(values: list[float]) -> bool:
-    """Log scale when the points span more than a decade: hours and dollars often do."""
-    pos = [v for v in values if v and v > 0]
-    return len(pos) > 1 and max(pos) / min(pos) > 10
+    """Log scale whenever every value is positive: hours and dollars span decades (one slow
+    config squashes the rest on a linear axis), and equal ratios read as equal distances."""
+    return bool(values) and all(v > 0 for v in values)
+
+
+def point_labels(doc: dict[str, Any]) -> list[tuple[float, float, str]]:
+    """(hours, dollars, "#3 #7"): every plotted point named by its trial number; points that
+    coincide (one config on several offers at one price, or reused trials) share a label."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for o in doc["options"]:
+        if o["hours"] > 0 and o["usd"] > 0:
+            key = (float(f"{o['hours']:.3g}"), float(f"{o['usd']:.3g}"))
+            if o["trial"] not in groups.setdefault(key, []):
+                groups[key].append(o["trial"])
+    return [(h, u, " ".join(f"#{n}" for n in sorted(ns))) for (h, u), ns in groups.items()]
 
 
 def not_plotted(doc: dict[str, Any]) -> str:
@@ -49,7 +64,7 @@ def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
 
 def pareto_axes(doc: dict[str, Any]) -> dict[str, Any]:
     """Scale and range of both axes of the Pareto plot, the limits included, with room around
-    the points (x2 either side on a log axis, a quarter of the span on a linear one)."""
+    the points (x1.6 either side on a log axis, a quarter of the span on a linear one)."""
     lim = doc["limits"]
     out: dict[str, Any] = {}
     for axis, key, limit in (("x", "hours", lim["deadline_hours"]), ("y", "usd", lim["max_usd"])):
@@ -58,7 +73,7 @@ def pareto_axes(doc: dict[str, Any]) -> dict[str, Any]:
         if not vals:
             lo, hi = 0.0, 1.0
         elif log:
-            lo, hi = min(vals) / 2, max(vals) * 2
+            lo, hi = min(vals) / 1.6, max(vals) * 1.6
         else:
             lo, hi = min(vals), max(vals)
             span = (hi - lo) or max(abs(hi), 1e-9)
@@ -145,12 +160,20 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     if lim["max_usd"] is not None:
         ax.axhline(lim["max_usd"], color="#D55E00", linestyle="-.", label="budget")
     axes = pareto_axes(doc)
-    if axes["log_x"]:
-        ax.set_xscale("log")
-    if axes["log_y"]:
-        ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for log, axis, text in ((axes["log_x"], ax.xaxis, lambda v, _: f"{v:g} h"),
+                            (axes["log_y"], ax.yaxis, lambda v, _: f"${v:,.4g}")):
+        if log:  # plain figures at 1, 2, 5 x 10^k, not 10^k notation
+            (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(text))
+            axis.set_minor_formatter(NullFormatter())
     ax.set_xlim(*axes["x"])
     ax.set_ylim(*axes["y"])
+    for hours, usd, text in point_labels(doc):
+        ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8,
+                    color="#333", zorder=5)
     for key, label, dy in best_labels(doc):
         o = doc[key]
         if o:
@@ -158,10 +181,10 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
                         (o["hours"], o["usd"]), xytext=(30, dy), textcoords="offset points",
                         arrowprops=dict(arrowstyle="->"), fontsize=9,
                         bbox=dict(boxstyle="round", fc="white", ec="#999"))
-    ax.set_xlabel("hours to target")
-    ax.set_ylabel("dollars to target")
+    ax.set_xlabel("hours to target" + (" (log)" if axes["log_x"] else ""))
+    ax.set_ylabel("dollars to target" + (" (log)" if axes["log_y"] else ""))
     sub = not_plotted(doc)
-    ax.set_title("Hours vs dollars: each point one (config, offer); lower left is better"
+    ax.set_title("Hours vs dollars: each point one (config, offer), #trial; lower left is better"
                  + (f"\n{sub}" if sub else ""), fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
     if opts:
@@ -174,8 +197,9 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
         placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
                        "x_px": float(x_px), "y_px": float(height - y_px)})
-    fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}",
-                                        "Description": json.dumps({"pareto": placed})})
+    labels = [{"hours": h, "usd": u, "text": t} for h, u, t in point_labels(doc)]
+    fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}", "Description": json.dumps(
+        {"pareto": placed, "labels": labels, "log_x": axes["log_x"], "log_y": axes["log_y"]})})
     plt.close(fig)
     return placed
 
@@ -188,7 +212,8 @@ def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
     sc = doc["scaling"]
     if sc:
         xs = [s["num_gpus"] for s in sc]
-        ax.plot(xs, [s["tokens_per_s"] for s in sc], "-o", color="#0072B2", lw=2.5, label="best per GPU count")
+        ax.plot(xs, [s["tokens_per_s"] for s in sc], "-o", color="#0072B2", lw=2.5,
+                label="one per-rank config, more GPUs")
         ax.plot(xs, [sc[0]["tokens_per_s_per_gpu"] * n for n in xs], "--", color="#999",
                 label=f"linear from {sc[0]['num_gpus']} GPU")
         for s in sc:
@@ -198,7 +223,7 @@ def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("GPUs (ranks)")
     ax.set_ylabel("tokens/s (measured)")
-    ax.set_title("Throughput vs GPU count (labels: scaling efficiency)", fontsize=11)
+    ax.set_title(SCALING_TITLE if sc else NO_SCALING_TITLE, fontsize=11)
     ax.grid(True, alpha=0.3)
     if done:
         ax.legend(fontsize=8)

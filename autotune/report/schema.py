@@ -44,6 +44,7 @@ class TrialRow(_M):
     mem_capacity_source: str | None
     headroom_bytes: int | None = Field(description="capacity minus the measured peak per rank")
     mfu: float | None = Field(description="model FLOPs utilisation; None when no device peak")
+    hfu: float | None = Field(None, description="hardware FLOPs utilisation (recomputation counted); None when no device peak")
     step_time_median_s: float | None
     hours: float | None = Field(description="projected hours to the target on the stored offer")
     usd: float | None = Field(description="projected dollars to the target on the stored offer")
@@ -96,6 +97,7 @@ class OptionRow(_M):
     basis_kind: BasisKind
     tokens_per_s: float | None
     mfu: float | None
+    hfu: float | None = None
     peak_mem_bytes: int | None
     peak_mem_source: str | None
     headroom_bytes: int | None
@@ -190,7 +192,9 @@ class MemoryCheck(_M):
 
 
 class ScalingPoint(_M):
-    """Best measured throughput at each GPU count, and how well it scales."""
+    """Measured throughput of one per-rank config at each GPU count it ran at, and how well it
+    scales: the fastest config measured at two or more counts. Empty when no two trials differ
+    in GPU count alone (other differences are not the GPUs' doing)."""
 
     num_gpus: int
     trial: int

@@ -1,7 +1,11 @@
-"""The report on a terminal: rich tables of the trials, the Pareto set, the best per platform,
-failures and memory, then the cheapest and fastest within the limits.
+"""The report on a terminal: the short answer at the end of a sweep, and `autotune report`'s
+tables of the trials, the Pareto set, the best per platform, failures and memory.
 
-    print_report(collect(study), Console())      # wide tables from WIDE_COLUMNS columns on
+    print_summary(collect(study), Console(), next_commands)   # end of `autotune sweep`: ~20 lines
+    print_report(collect(study), Console())                   # wide tables from WIDE_COLUMNS columns on
+
+Names users type (offers, GPU types) are never folded or cut, at any width: prose around them
+is shortened with an ellipsis instead (`fit_table`, `clip`).
 """
 
 from __future__ import annotations
@@ -9,56 +13,92 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
-from autotune.report.labels import config_summary, mem_summary, zero_summary
+from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+
+WIDE_COLUMNS = 160
+NAME, TEXT, LINE = "name", "text", "line"  # LINE: text kept to one line, ellipsised
+PARETO_ROWS = 5  # the Pareto set in short at the end of a sweep; the rest: autotune report
+MIN_TEXT = 8  # narrowest a text column gets before the text columns merge into one
 
 
-def options_table(rows: list[dict[str, Any]], title: str, wide: bool = True):
-    """The decision table: one row per (config, offer) with everything the issue names.
+def fit_table(title: str | None, columns: list[tuple[str, str, str]], rows: list[list[str]],
+              width: int, row_styles: list[str | None] | None = None):
+    """A rich Table within `width` whose `NAME` columns are as wide as their longest value and
+    never wrap; `TEXT` columns share the rest, wrapped at spaces, a word too long ellipsised.
+    When the text columns get under `MIN_TEXT` each, they become one column of "header value"
+    pairs.
 
-    `wide`: one column per setting (terminals >= WIDE_COLUMNS); otherwise settings share a cell."""
+    `columns`: (header, NAME | TEXT, justify)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    if wide:
-        cols = (("#", "right"), ("GPU x n", "left"), ("mb", "right"), ("ga", "right"),
-                ("prec", "left"), ("ckpt", "left"), ("ZeRO", "left"), ("TP", "right"),
-                ("tokens/s", "right"), ("MFU", "right"), ("peak mem (free)", "right"),
-                ("hours", "right"), ("dollars", "right"), ("+30% time", "right"),
-                ("1 interrupt", "right"), ("offer", "left"), ("figures", "left"))
-    else:
-        cols = (("#", "right"), ("config", "left"), ("tokens/s, MFU", "right"),
-                ("peak mem (free)", "right"), ("hours", "right"), ("dollars", "right"),
-                ("+30% / 1 interrupt", "right"), ("offer, figures", "left"))
-    for col, just in cols:
-        table.add_column(col, justify=just, overflow="fold")
+    def natural(i: int) -> int:
+        return max([len(r[i]) for r in rows] + [len(columns[i][0])])
+
+    texts = [i for i, c in enumerate(columns) if c[1] != NAME]
+    fixed = sum(natural(i) for i, c in enumerate(columns) if c[1] == NAME)
+    room = width - fixed - 3 * (len(columns) - 1)  # a divider and two spaces between columns
+    if texts and room < MIN_TEXT * len(texts) and len(texts) > 1:  # one text column, "a; b; c"
+        first = texts[0]
+        heads = [columns[i][0] for i in texts]
+        columns = [c for i, c in enumerate(columns) if i not in texts[1:]]
+        columns[first] = ("details", TEXT, "left")
+        rows = [[("; ".join(f"{h} {r[i]}" for h, i in zip(heads, texts) if r[i] not in ("", "-"))
+                  if j == first else v) for j, v in enumerate(r) if j not in texts[1:]] for r in rows]
+        return fit_table(title, columns, rows, width, row_styles)
+    want: dict[int, int] = {}  # narrow columns whole, the wide ones share what is left
+    pending = sorted(texts, key=natural)
+    while pending:
+        share = room // len(pending)
+        if natural(pending[0]) > share:
+            want.update({i: max(MIN_TEXT, share) for i in pending})
+            break
+        want[pending[0]] = natural(pending[0])
+        room -= want[pending.pop(0)]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for i, (head, kind, justify) in enumerate(columns):
+        if kind == NAME:
+            table.add_column(head, justify=justify, no_wrap=True, width=natural(i))
+        else:
+            table.add_column(head, justify=justify, overflow="ellipsis", width=want[i], no_wrap=kind == LINE)
+    for i, r in enumerate(rows):
+        table.add_row(*r, style=(row_styles or [None] * len(rows))[i])
+    return table
+
+
+def options_table(rows: list[dict[str, Any]], title: str, width: int):
+    """The decision table: one row per (config, offer), one column per setting from
+    WIDE_COLUMNS on; narrower, the settings share a cell."""
+    wide, out = width >= WIDE_COLUMNS, []
     for o in rows:
-        c = o["config"]
-        s = o.get("sensitivity") or {}
+        c, s = o["config"], o.get("sensitivity") or {}
         gpus = f"{o.get('gpu_type') or '?'} x{(c.get('num_gpus') or 0) * (c.get('num_nodes') or 1)}"
         tps = f"{o['tokens_per_s']:,.0f}" if o.get("tokens_per_s") else "not measured"
         mfu = fmt_pct(o.get("mfu")) if o.get("mfu") is not None else "n/a"
         mem = mem_summary(o.get("peak_mem_bytes"), o.get("peak_mem_source"), o.get("headroom_bytes"))
         figures = o["basis_kind"] + ("" if o["feasible"] else " (over limit)")
-        style = None if o["feasible"] else "dim"
+        money = [fmt_hours(o["hours"]), fmt_usd(o["usd"])]
         if wide:
-            table.add_row(
-                str(o["trial"]), gpus, str(c.get("micro_batch_size")), str(c.get("grad_accum_steps")),
-                str(c.get("precision")), str(c.get("checkpointing")), zero_summary(c),
-                str(c.get("tp_degree")), tps, mfu, mem, fmt_hours(o["hours"]), fmt_usd(o["usd"]),
-                fmt_usd(s.get("plus_30pct_time_usd")), fmt_usd(s.get("one_interruption_usd")),
-                o["offer"], figures, style=style)
+            out.append([str(o["trial"]), o["offer"], gpus, str(c.get("micro_batch_size")),
+                        str(c.get("grad_accum_steps")), str(c.get("precision")), str(c.get("checkpointing")),
+                        zero_summary(c), str(c.get("tp_degree")), tps, mfu, mem, *money,
+                        fmt_usd(s.get("plus_30pct_time_usd")), fmt_usd(s.get("one_interruption_usd")), figures])
         else:
-            cfg = (f"{gpus} mb{c.get('micro_batch_size')} ga{c.get('grad_accum_steps')} "
-                   f"{c.get('precision')} ckpt:{c.get('checkpointing')} zero:{zero_summary(c)} "
-                   f"tp{c.get('tp_degree')}")
-            table.add_row(str(o["trial"]), cfg, f"{tps}, MFU {mfu}", mem, fmt_hours(o["hours"]),
-                          fmt_usd(o["usd"]),
-                          f"{fmt_usd(s.get('plus_30pct_time_usd'))} / {fmt_usd(s.get('one_interruption_usd'))}",
-                          f"{o['offer']}, {figures}", style=style)
-    return table
-
-
-WIDE_COLUMNS = 160
+            cfg = (f"{config_summary(c)}, {tps} tok/s, MFU {mfu}, {mem}, +30% "
+                   f"{fmt_usd(s.get('plus_30pct_time_usd'))}, 1 interrupt {fmt_usd(s.get('one_interruption_usd'))}, {figures}")
+            out.append([str(o["trial"]), o["offer"], o.get("gpu_type") or "?", *money, cfg])
+    if wide:
+        cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("GPU x n", NAME, "left"), ("mb", TEXT, "right"),
+                ("ga", TEXT, "right"), ("prec", TEXT, "left"), ("ckpt", TEXT, "left"), ("ZeRO", TEXT, "left"),
+                ("TP", TEXT, "right"), ("tokens/s", TEXT, "right"), ("MFU", TEXT, "right"),
+                ("peak mem (free)", TEXT, "right"), ("hours", NAME, "right"), ("dollars", NAME, "right"),
+                ("+30% time", TEXT, "right"), ("1 interrupt", TEXT, "right"), ("figures", TEXT, "left")]
+    else:
+        cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("GPU", NAME, "left"), ("hours", NAME, "right"),
+                ("dollars", NAME, "right"), ("config, tokens/s, memory, risk", TEXT, "left")]
+    if wide and sum(max([len(h)] + [len(r[i]) for r in out]) + 3 for i, (h, _, _) in enumerate(cols)) > width + 3:
+        return options_table(rows, title, WIDE_COLUMNS - 1)  # one column per setting does not fit
+    return fit_table(title, cols, out, width, [None if o["feasible"] else "dim" for o in rows])
 
 
 def _ended(r: dict[str, Any]) -> str:
@@ -68,21 +108,18 @@ def _ended(r: dict[str, Any]) -> str:
     return r["state"].lower() + (f": {r['status']}" if r["status"] else "")
 
 
-def trials_table(rows: list[dict[str, Any]], title: str):
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for col, just in (("#", "right"), ("ended", "left"), ("config", "left"), ("tokens/s", "right"),
-                      ("peak mem", "right"), ("hours", "right"), ("dollars", "right"), ("offer", "left")):
-        table.add_column(col, justify=just, overflow="fold")
+def trials_table(rows: list[dict[str, Any]], title: str, width: int):
+    out = []
     for r in rows:
-        tps = f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-"
         mem = fmt_bytes(r["peak_mem_bytes"]) if r["peak_mem_bytes"] else "-"
         if r["peak_mem_bytes"] and r.get("peak_mem_source") == "host_rss":
             mem += " rss"
-        table.add_row(str(r["number"]), _ended(r), config_summary(r["config"]), tps, mem,
-                      fmt_hours(r["hours"]), fmt_usd(r["usd"]), r["offer"] or "-")
-    return table
+        out.append([str(r["number"]), r["offer"] or "-", fmt_hours(r["hours"]), fmt_usd(r["usd"]),
+                    _ended(r), config_summary(r["config"]),
+                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem])
+    return fit_table(title, [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
+                             ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),
+                             ("tokens/s", TEXT, "right"), ("peak mem", TEXT, "right")], out, width)
 
 
 def _limits_line(limits: dict[str, Any]) -> str:
@@ -94,52 +131,58 @@ def _limits_line(limits: dict[str, Any]) -> str:
     return ", ".join(parts) + f" (from {limits['source']})" if parts else "no budget or deadline set"
 
 
-def print_report(doc: dict[str, Any], console) -> None:
-    from rich.table import Table
+def scaling_line(doc: dict[str, Any]) -> str | None:
+    """Scaling efficiency of one config over GPU counts (build.py keeps only such trials)."""
+    sc = doc["scaling"]
+    if len(sc) < 2:
+        return None
+    return (f"scaling, same per-rank config ({config_summary(doc_trial(doc, sc[0]['trial'])['config']).split(' ', 1)[-1]}): "
+            + ", ".join(f"{s['num_gpus']}x {s['tokens_per_s']:,.0f} tok/s ({100 * s['scaling_efficiency']:.0f}%, "
+                        f"#{s['trial']})" for s in sc))
 
+
+def doc_trial(doc: dict[str, Any], number: int) -> dict[str, Any]:
+    return next(t for t in doc["trials"] if t["number"] == number)
+
+
+def print_report(doc: dict[str, Any], console) -> None:
     c = doc["counts"]
-    wide = console.width >= WIDE_COLUMNS
+    width = console.width
     console.print(f"[bold]Study '{doc['study']}'[/]: {c['total']} trials: {c['complete']} complete, "
                   f"{c['pruned']} pruned, {c['failed']} failed, {c['running']} running. "
                   f"Limits: {_limits_line(doc['limits'])}.")
-    console.print(trials_table(doc["trials"], f"All trials ({len(doc['trials'])})"))
+    console.print(trials_table(doc["trials"], f"All trials ({len(doc['trials'])})", width))
     if doc["pareto"]:
         console.print(options_table(doc["pareto"], "Pareto set of (config, offer): no option is both "
-                                                   "cheaper and faster; cheapest first", wide))
+                                                   "cheaper and faster; cheapest first", width))
     if doc["per_platform"]:
-        console.print(options_table(doc["per_platform"], "Best per platform (cheapest within limits)",
-                                    wide))
+        console.print(options_table(doc["per_platform"], "Best per platform (cheapest within limits)", width))
     if doc["failures"]:
-        t = Table(title="Trials that did not complete", title_justify="left")
-        for col in ("state", "status", "count", "trials", "reason", "e.g."):
-            t.add_column(col, overflow="fold")
-        for g in doc["failures"]:
-            for i, reason in enumerate(g["reasons"]):
-                t.add_row(g["state"] if i == 0 else "", g["status"] if i == 0 else "",
-                          str(reason["count"]), ", ".join(map(str, reason["trials"])), reason["reason"],
-                          reason["example"])
-        console.print(t)
+        rows = [[g["state"] if i == 0 else "", g["status"] if i == 0 else "", str(r["count"]),
+                 ", ".join(map(str, r["trials"])), r["reason"], r["example"]]
+                for g in doc["failures"] for i, r in enumerate(g["reasons"])]
+        console.print(fit_table("Trials that did not complete", [
+            ("state", NAME, "left"), ("status", NAME, "left"), ("count", NAME, "right"),
+            ("trials", TEXT, "left"), ("reason", TEXT, "left"), ("e.g.", LINE, "left")], rows, width))
     if doc["memory"]:
-        t = Table(title="Memory: predicted (analytic) vs measured peak per rank", title_justify="left")
-        for col in ("#", "ended", "predicted", "measured", "source", "measured/predicted", "prediction"):
-            t.add_column(col, overflow="fold")
-        for m in doc["memory"]:
-            ratio = m["measured_over_predicted"]
-            t.add_row(str(m["trial"]), m["status"] or "-", fmt_bytes(m["predicted_peak_mem_bytes"]),
-                      fmt_bytes(m["measured_peak_mem_bytes"]), m["measured_source"] or "-",
-                      f"{ratio:.2f}" if ratio is not None else "-", m["predicted_basis"] or "-")
-        console.print(t)
-    if len(doc["scaling"]) > 1:
-        console.print("scaling (best measured config per GPU count): " + ", ".join(
-            f"{s['num_gpus']}x {s['tokens_per_s']:,.0f} tok/s ({100 * s['scaling_efficiency']:.0f}%)"
-            for s in doc["scaling"]))
+        rows = [[str(m["trial"]), m["status"] or "-", fmt_bytes(m["predicted_peak_mem_bytes"]),
+                 fmt_bytes(m["measured_peak_mem_bytes"]), m["measured_source"] or "-",
+                 f"{m['measured_over_predicted']:.2f}" if m["measured_over_predicted"] is not None else "-",
+                 m["predicted_basis"] or "-"] for m in doc["memory"]]
+        console.print(fit_table("Memory: predicted (analytic) vs measured peak per rank", [
+            ("#", NAME, "right"), ("ended", TEXT, "left"), ("predicted", TEXT, "right"),
+            ("measured", TEXT, "right"), ("source", TEXT, "left"), ("measured/predicted", TEXT, "right"),
+            ("prediction", LINE, "left")], rows, width))
+    line = scaling_line(doc)
+    if line:
+        console.print(line, markup=False)
     for label, key in (("cheapest", "cheapest"), ("fastest", "fastest")):
         best = doc[key]
         if best:
             tps = f"{best['tokens_per_s']:,.0f} tokens/s" if best["tokens_per_s"] else "not measured"
             console.print(f"[bold]{label}[/] within limits: trial {best['trial']}: "
                           f"{config_summary(best['config'])} -> {fmt_hours(best['hours'])}, "
-                          f"{fmt_usd(best['usd'])} on {best['offer']} ({tps}, {best['basis']})")
+                          f"{fmt_usd(best['usd'])} on {best['offer']} ({tps}, {mfu_text(best)}, {best['basis']})")
             pick = next((p for p in doc.get("picks", []) if p["trial"] == best["trial"]
                          and p["by"] == ("cost" if key == "cheapest" else "time")), None)
             if pick:
@@ -151,3 +194,63 @@ def print_report(doc: dict[str, Any], console) -> None:
         console.print("[yellow]no completed trial yet[/]")
     for note in doc["notes"]:
         console.print(f"[dim]note: {note}[/]")
+
+
+def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> None:
+    """The end of a sweep, in about 20 lines at any width: the pick with its hours and
+    dollars, the Pareto set in short, and the commands that go on from here."""
+    from rich.text import Text
+
+    width = console.width
+    lines: list[tuple[str, str | None]] = []  # (text, style)
+    c, s = doc["counts"], doc["search"]
+    cost = fmt_usd(s["usd"]) if s["usd"] is not None else "not priced"
+    states = ", ".join(f"{c[k]} {k}" for k in ("complete", "pruned", "failed", "running", "waiting") if c.get(k))
+    lines.append((clip("", f"Study '{doc['study']}': {c['total']} trials ({states or 'none yet'}); "
+                       f"search cost {cost}.", width), None))
+    pick = doc["cheapest"]
+    if pick is None:
+        why = ("no option meets the limits: " + _limits_line(doc["limits"])) if doc["options"] \
+            else "no completed trial yet"
+        lines.append((clip("", f"No pick: {why}.", width), "yellow"))
+    else:
+        # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
+        sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
+                     and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
+        interval = (f" (90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})"
+                    if sure and sure.get("value_low") is not None else "")
+        lines.append((f"Pick: trial {pick['trial']} on {pick['offer']}", "bold"))
+        lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
+                           f", {pick['basis_kind']}; cheapest within limits", width), "bold"))
+        if sure and sure.get("how_sure"):
+            lines.append((clip("  ", sure["how_sure"], width), None))
+        tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
+        lines.append((clip("  ", f"{config_summary(pick['config'])}; {tps}", width), None))
+        lines.append((clip("  ", mfu_text(pick), width), None))
+        fast = doc["fastest"]
+        if fast and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"]):
+            lines.append((clip(f"Fastest: trial {fast['trial']} on {fast['offer']}: ",
+                               f"{fmt_hours(fast['hours'])}, {fmt_usd(fast['usd'])}", width), None))
+        else:
+            lines.append(("Fastest: the same.", None))
+    front = doc["pareto"]
+    if front:
+        lines.append((clip("", f"Pareto set ({len(front)} of {len(doc['options'])} options; hours, dollars, offer, "
+                           "config):", width), None))
+        for o in front[:PARETO_ROWS]:
+            keep = f"  #{o['trial']:<3} {fmt_hours(o['hours']):>8} {fmt_usd(o['usd']):>10}  {o['offer']}  "
+            lines.append((clip(keep, config_summary(o["config"]), width), "dim" if not o["feasible"] else None))
+        if len(front) > PARETO_ROWS:
+            lines.append((f"  ... {len(front) - PARETO_ROWS} more: autotune report", None))
+    if len(doc["scaling"]) > 1:
+        lines.append((clip("", "Scaling (same per-rank config, more GPUs): " + ", ".join(
+            f"{s['num_gpus']}x {100 * s['scaling_efficiency']:.0f}% #{s['trial']}" for s in doc["scaling"]),
+            width), None))
+    if doc["failures"]:
+        n = sum(g["count"] for g in doc["failures"])
+        lines.append((clip("", f"{n} trial(s) did not complete: " + ", ".join(
+            f"{g['count']} {g['status']}" for g in doc["failures"]), width), "yellow"))
+    for cmd in next_commands:
+        lines.append((cmd, None))
+    for text, style in lines:
+        console.print(Text(text, style=style or ""), soft_wrap=True)

@@ -31,6 +31,7 @@ from autotune.contract import (
     TrialStatus,
     write_json_atomic,
 )
+from autotune.run.shm import remove_deepspeed_shm
 
 WORKER_MODULE = "trials.worker"
 LOG_TAIL_CHARS = 4000
@@ -154,7 +155,8 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
             stale.unlink()
     cfg.write(config_path)
     # argv_builder: e.g. a cluster scheduler's template (see template_argv_builder below).
-    argv = (argv_builder or build_argv)(cfg, config_path, result_path, free_port(), python=python)
+    port = free_port()
+    argv = (argv_builder or build_argv)(cfg, config_path, result_path, port, python=python)
     write_json_atomic(trial_dir / "command.json", {"argv": argv})
     out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     t0 = time.monotonic()
@@ -176,6 +178,7 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
         # Ranks that outlived a launcher that exited by itself must not outlive the trial.
         if group_alive(proc.pid):
             _kill_group(proc)
+    remove_deepspeed_shm(port)
     wall_s = time.monotonic() - t0
     result = read_result(result_path, rc, timed_out, err_path, out_path, cfg)
     result.wall_s = wall_s

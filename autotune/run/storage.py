@@ -33,13 +33,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import UserError
+from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
 from autotune.run.redact import redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
 from autotune.record import TrialRecord
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
-# Studies whose name starts with this are autotune's own bookkeeping (atomic claims, below),
-# never a user's study: listings and `study copy` skip them.
-CLAIM_PREFIX = "autotune-claim:"
 # Seconds a driver may take to open a connection: an unreachable server fails fast.
 CONNECT_TIMEOUT_S = 10
 
@@ -277,35 +275,3 @@ def user_study_names(storage) -> list[str]:
 
     return sorted(s.study_name for s in optuna.get_all_study_summaries(storage)
                   if not s.study_name.startswith(CLAIM_PREFIX))
-
-
-# ---------------------------------------------------------------------------------------
-# Claims: "exactly one worker does X" on any Optuna storage
-# ---------------------------------------------------------------------------------------
-
-
-def claim(storage, name: str, owner: dict[str, Any] | None = None) -> bool:
-    """Atomically claim `name` in this storage: True for exactly one caller, ever.
-
-    Optuna gives no compare-and-set on attributes, but study names are unique in every
-    storage (a UNIQUE column in RDB, a locked append in the journal), so creating a study
-    named after the claim is one. `owner` is stored on it for whoever loses the race."""
-    import optuna
-
-    try:
-        study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE],
-                                            study_name=CLAIM_PREFIX + name)
-    except optuna.exceptions.DuplicatedStudyError:
-        return False
-    for k, v in (owner or {}).items():
-        storage.set_study_user_attr(study_id, k, v)
-    return True
-
-
-def claim_owner(storage, name: str) -> dict[str, Any] | None:
-    """Who holds claim `name` ({} while the winner has not written it yet), None if unclaimed."""
-    try:
-        study_id = storage.get_study_id_from_name(CLAIM_PREFIX + name)
-    except KeyError:
-        return None
-    return storage.get_study_user_attrs(study_id)

@@ -32,6 +32,8 @@ def config_key(cfg: TrialConfig, hardware_key: str) -> str:
     """Identity of a measurement: the config without its seed, on one kind of hardware."""
     # The device peak is bookkeeping for MFU (from the catalog), not part of what is measured.
     doc = cfg.model_dump(mode="json", exclude={"seed", "device_peak_flops"})
+    if doc.get("fsdp") == "none":
+        del doc["fsdp"]  # added later: a config without FSDP keeps the key it had before
     text = json.dumps({"config": doc, "hardware": hardware_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 

@@ -4,23 +4,21 @@
     choices = restrict(space, capabilities_for(hw), shape_heads=4)
     values = suggest(trial, choices, batch_policy)      # dict of TrialConfig fields
 
-Only what this machine and the worker can run is offered. Where the valid choices of one
-dimension depend on another (TP degree on the GPU count, offload on the ZeRO stage,
-micro-batch on a fixed global batch), the dependent parameter gets a name that carries the
-condition (e.g. `tp_degree|gpus=2`), because Optuna requires one fixed choice list per name.
+Only what this machine and the worker can run is offered. Every dimension keeps its plain
+name (`num_gpus`, `tp_degree`, `offload`), so optuna-dashboard plots one parameter across all
+machines and conditions. Optuna needs one fixed choice list per name ("CategoricalDistribution
+does not support dynamic value space"), so each name is suggested with the study's
+unrestricted list (`unrestricted()`: the space file with every capability on, the same on
+every machine); what this machine allows for this trial (its GPU count, the TP degrees that
+divide the GPUs chosen, offload for the ZeRO stage chosen, micro-batches that meet a fixed
+global batch) is kept by the study's sampler wrapper (autotune.search.sampler.MachineSampler),
+which draws within it. `params_for()` is the inverse of `suggest()`: the params of a known
+config (baselines and local moves to enqueue).
 
-Machines of different kinds in one study (several `autotune sweep` on one storage): Optuna's
-storage rejects a categorical parameter whose choice list differs from an earlier trial's
-("CategoricalDistribution does not support dynamic value space"), and a 2-GPU machine can only
-offer `num_gpus` [1, 2] of the space's [1, 2, 4, 8]. So a parameter keeps its plain name only
-while its choices are the study's unrestricted list (`unrestricted()`: the space file with
-every capability on); a machine offering less suggests it under a name that carries its list
-(`num_gpus|of=1,2`). A name therefore always means one choice list, on every machine, by
-construction; machines of the same kind share names (and the sampler's history), a smaller
-machine never samples what it cannot run, and nothing is sampled and then thrown away. (A
-sampler wrapper remapping out-of-range samples would bias TPE; hardware-independent lists
-would launch configs a machine cannot run.) `params_for()` is the inverse of `suggest()`: it
-names a known config's choices the way this machine suggests them (baselines to enqueue).
+Studies written by earlier versions named a restricted or dependent parameter after its list
+or condition (`num_gpus|of=1,2`, `tp_degree|gpus=2`); they resume as they are: those trials
+keep their names, new trials use the plain ones, and measurements are found by config key,
+not by parameter name.
 """
 
 from __future__ import annotations
@@ -31,7 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.contract import Checkpointing, DeviceKind, HardwareFingerprint, Offload, Precision
+from autotune.contract import (Checkpointing, DeviceKind, FSDPMode, HardwareFingerprint, Offload,
+                               Precision)
 from autotune.errors import UserError, format_validation_error, load_yaml_file
 from autotune.run.hardware import max_ranks
 
@@ -55,6 +54,7 @@ class SearchSpace(BaseModel):
     zero_stage: list[int] = Field(default=[0], min_length=1)
     offload: list[Offload] = Field(default=[Offload.none], min_length=1)
     tp_degree: list[int] = Field(default=[1], min_length=1)
+    fsdp: list[FSDPMode] = Field(default=[FSDPMode.none], min_length=1)
 
     _ints = field_validator("num_gpus", "micro_batch_size", "grad_accum_steps", "tp_degree")(
         _positive_unique
@@ -96,6 +96,8 @@ class Capabilities:
     zero_stages: frozenset[int] = frozenset({0, 1, 2, 3})
     tensor_parallel: bool = True
     offload: bool = True
+    # FSDP2 (trials/engines/fsdp.py): fully_shard, on CPU (gloo) and CUDA, torch >= 2.6.
+    fsdp: bool = True
 
 
 def capabilities_for(hw: HardwareFingerprint, threads_per_rank: int = 1,
@@ -128,13 +130,23 @@ class RestrictedSpace:
     offload: list[Offload]
     tp_degree: list[int]
     dropped: dict[str, list[Any]] = field(default_factory=dict)
+    fsdp: list[FSDPMode] = field(default_factory=lambda: [FSDPMode.none])
 
     def tp_choices(self, num_gpus: int) -> list[int]:
         return [t for t in self.tp_degree if num_gpus % t == 0]
 
-    def offload_choices(self, zero_stage: int) -> list[Offload]:
+    def fsdp_choices(self, zero_stage: int, precision: Precision) -> list[FSDPMode]:
+        """FSDP2 is an alternative to ZeRO (zero_stage 0 only); fp16 with it is not
+        implemented (trials/engines/fsdp.py FP16_REASON)."""
+        if zero_stage or precision is Precision.fp16:
+            return [FSDPMode.none]
+        return list(self.fsdp)
+
+    def offload_choices(self, zero_stage: int, fsdp: FSDPMode = FSDPMode.none) -> list[Offload]:
         if zero_stage == 0:
-            return [Offload.none]
+            # FSDP2's CPUOffloadPolicy moves parameters, gradients and optimizer state together.
+            allowed = [Offload.none] + ([Offload.optimizer_params] if fsdp is not FSDPMode.none else [])
+            return [o for o in self.offload if o in allowed] or [Offload.none]
         allowed = [Offload.none, Offload.optimizer] + ([Offload.optimizer_params] if zero_stage == 3 else [])
         return [o for o in self.offload if o in allowed] or [Offload.none]
 
@@ -169,29 +181,39 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         offload=keep("offload", space.offload, lambda o: caps.offload or o is Offload.none),
         tp_degree=tp,
         dropped=dropped,
+        fsdp=keep("fsdp", space.fsdp, lambda f: caps.fsdp or f is FSDPMode.none),
     )
 
 
 def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = None,
             full: RestrictedSpace | None = None) -> dict[str, Any]:
-    """Suggest one configuration (TrialConfig fields) from an Optuna trial.
+    """Suggest one configuration (TrialConfig fields) from an Optuna trial (or from the
+    stand-ins below, which answer `suggest_within`).
 
-    `full`: the study's unrestricted space (`unrestricted()`); a dimension whose choices here
-    are fewer is suggested under a name carrying its list (see the module docstring).
-    Returns None-free values; raises `optuna.TrialPruned` never: every suggestion is valid.
+    `full`: the study's unrestricted space (`unrestricted()`; default `rs`): each name's choice
+    list. Returns None-free values; raises `optuna.TrialPruned` only for a trial another
+    machine queued with values this one cannot run.
     """
+    full = full or rs
+    within = getattr(trial, "suggest_within", None)
+    if within is None:  # an Optuna trial: its study's MachineSampler keeps to `allowed`
+        from autotune.search.sampler import machine_sampler
 
-    def pick(base: str, choices: list[Any], full_choices: list[Any] | None) -> Any:
-        return trial.suggest_categorical(scoped_name(base, choices, full_choices), choices)
+        sampler = machine_sampler(trial)
 
-    num_gpus = pick("num_gpus", rs.num_gpus, full and full.num_gpus)
+        def within(name: str, allowed: list[Any], choices: list[Any]) -> Any:
+            return sampler.suggest(trial, name, allowed, choices)
+
+    def pick(name: str, allowed: list[Any], choices: list[Any]) -> Any:
+        return within(name, allowed, choices)
+
+    num_gpus = pick("num_gpus", rs.num_gpus, full.num_gpus)
     tp_choices = rs.tp_choices(num_gpus)
-    tp = tp_choices[0] if len(tp_choices) == 1 else pick(
-        f"tp_degree|gpus={num_gpus}", tp_choices, full and full.tp_choices(num_gpus))
+    tp = tp_choices[0] if len(tp_choices) == 1 else pick("tp_degree", tp_choices, full.tp_degree)
     dp = num_gpus // tp
     if global_batch_samples is None:
-        micro = pick("micro_batch_size", rs.micro_batch_size, full and full.micro_batch_size)
-        accum = pick("grad_accum_steps", rs.grad_accum_steps, full and full.grad_accum_steps)
+        micro = pick("micro_batch_size", rs.micro_batch_size, full.micro_batch_size)
+        accum = pick("grad_accum_steps", rs.grad_accum_steps, full.grad_accum_steps)
     else:
         # Derive accumulation: global = micro x accum x dp, exactly; offer only micros that fit.
         micros = [m for m in rs.micro_batch_size if global_batch_samples % (m * dp) == 0]
@@ -200,33 +222,26 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
                 f"no micro-batch in {rs.micro_batch_size} meets global batch "
                 f"{global_batch_samples} with {dp} data-parallel ranks",
                 fix="change batch.global_batch_samples or the micro_batch_size choices")
-        full_micros = full and [m for m in full.micro_batch_size
-                                if global_batch_samples % (m * dp) == 0]
-        micro = micros[0] if len(micros) == 1 else pick(f"micro_batch_size|dp={dp}", micros,
-                                                        full_micros)
+        micro = micros[0] if len(micros) == 1 else pick("micro_batch_size", micros,
+                                                        full.micro_batch_size)
         accum = global_batch_samples // (micro * dp)
     precision = Precision(pick("precision", [p.value for p in rs.precision],
-                               full and [p.value for p in full.precision]))
+                               [p.value for p in full.precision]))
     ckpt = Checkpointing(pick("checkpointing", [c.value for c in rs.checkpointing],
-                              full and [c.value for c in full.checkpointing]))
+                              [c.value for c in full.checkpointing]))
     if tp > 1:
         zero = 0  # ZeRO with tensor parallel is not implemented (trials/engines/deepspeed.py)
     else:
-        zero = pick("zero_stage", rs.zero_stage, full and full.zero_stage) \
+        zero = pick("zero_stage", rs.zero_stage, full.zero_stage) \
             if len(rs.zero_stage) > 1 else rs.zero_stage[0]
-    off_choices = rs.offload_choices(zero)
+    fsdp_choices = rs.fsdp_choices(zero, precision)
+    fsdp = fsdp_choices[0] if len(fsdp_choices) == 1 else FSDPMode(pick(
+        "fsdp", [f.value for f in fsdp_choices], [f.value for f in full.fsdp]))
+    off_choices = rs.offload_choices(zero, fsdp)
     offload = off_choices[0] if len(off_choices) == 1 else Offload(pick(
-        f"offload|zero={zero}", [o.value for o in off_choices],
-        full and [o.value for o in full.offload_choices(zero)]))
+        "offload", [o.value for o in off_choices], [o.value for o in full.offload]))
     return dict(num_gpus=num_gpus, tp_degree=tp, micro_batch_size=micro, grad_accum_steps=accum,
-                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload)
-
-
-def scoped_name(base: str, choices: list[Any], full_choices: list[Any] | None) -> str:
-    """`base` while `choices` is the study's unrestricted list, else `base|of=a,b`."""
-    if full_choices is None or list(choices) == list(full_choices):
-        return base
-    return f"{base}|of=" + ",".join(str(getattr(c, "value", c)) for c in choices)
+                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload, fsdp=fsdp)
 
 
 ALL_CAPABILITIES = Capabilities(
@@ -242,14 +257,14 @@ def unrestricted(space: SearchSpace, n_heads: int | None = None) -> RestrictedSp
 
 class _Chooser:
     """Stands in for an Optuna trial: answers each suggestion with the wanted value (or the
-    closest choice) and records the parameter names used."""
+    closest allowed choice) and records the parameter names used."""
 
     def __init__(self, wanted: dict[str, Any]):
         self.wanted = {k: getattr(v, "value", v) for k, v in wanted.items()}
         self.params: dict[str, Any] = {}
 
-    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
-        want = self.wanted.get(name.split("|", 1)[0])
+    def suggest_within(self, name: str, choices: list[Any], _full: list[Any]) -> Any:
+        want = self.wanted.get(name)
         if want in choices:
             value = want
         elif isinstance(want, int) and all(isinstance(c, int) for c in choices):
@@ -269,13 +284,13 @@ def params_for(wanted: dict[str, Any], rs: RestrictedSpace, global_batch_samples
 
 
 class _PathTrial:
-    """Answers `suggest_categorical` along a fixed path of choice indices (for enumeration)."""
+    """Answers each suggestion along a fixed path of allowed-choice indices (for enumeration)."""
 
     def __init__(self, path: list[int]):
         self.path, self.depth, self.arity = path, 0, []
         self.params: dict[str, Any] = {}
 
-    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+    def suggest_within(self, name: str, choices: list[Any], _full: list[Any]) -> Any:
         i = self.path[self.depth] if self.depth < len(self.path) else 0
         self.arity.append(len(choices))
         self.depth += 1
@@ -305,7 +320,7 @@ def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = No
 
 # The dimensions a local move changes, one at a time, to the next choice up or down.
 _STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-              "checkpointing", "zero_stage", "offload")
+              "checkpointing", "zero_stage", "offload", "fsdp")
 
 
 def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
@@ -319,12 +334,15 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
 def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
           full: RestrictedSpace | None = None) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
     """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
-    plain = {k: getattr(v, "value", v) for k, v in values.items()}
+    plain = {"fsdp": "none", **{k: getattr(v, "value", v) for k, v in values.items()}}
     lists = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
              "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
              "precision": [p.value for p in rs.precision],
              "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,
-             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]))]}
+             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]),
+                                                             FSDPMode(plain.get("fsdp", "none")))],
+             "fsdp": [f.value for f in rs.fsdp_choices(int(plain["zero_stage"]),
+                                                       Precision(plain["precision"]))]}
     out: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = []
     seen = {_values_key(values)}
     for dim in _STEP_DIMS:
@@ -344,4 +362,4 @@ def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int
 
 
 def _values_key(values: dict[str, Any]) -> tuple:
-    return tuple(str(getattr(values[k], "value", values[k])) for k in _STEP_DIMS)
+    return tuple(str(getattr(values.get(k, "none"), "value", values.get(k, "none"))) for k in _STEP_DIMS)

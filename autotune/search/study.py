@@ -55,10 +55,14 @@ def make_sampler(seed: int, worker: int | None = None):
     the worker's identity (default: the process id) is mixed into the seed."""
     import optuna
 
+    from autotune.search.sampler import MachineSampler
+
     worker = os.getpid() if worker is None else worker
-    return optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True,
-                                      seed=(seed * 1_000_003 + worker) % 2**32,
-                                      n_startup_trials=4)
+    seed = (seed * 1_000_003 + worker) % 2**32
+    # Wrapped: plain parameter names on every machine, each trial kept to what this machine
+    # can run (autotune/search/sampler.py).
+    return MachineSampler(optuna.samplers.TPESampler(multivariate=True, group=True, constant_liar=True,
+                                                     seed=seed, n_startup_trials=4), seed=seed)
 
 
 def record_sweep(study, spec) -> None:

@@ -18,13 +18,16 @@ from typing import Any, Iterator
 import torch
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, Precision, TrialConfig
-from trials.engines.ddp import loss_of
+from trials.engines.ddp import loss_of, make_optimizer
 from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
 from trials.errors import UnsupportedConfig
 
 class AccelerateEngine:
-    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
+    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int,
+                 init_module=None):
         from accelerate import Accelerator
+
+        from trials.workloads.materialize import ensure_materialized
 
         if cfg.precision is Precision.fp8:
             raise UnsupportedConfig("fp8 under the accelerate launcher is not implemented. "
@@ -44,13 +47,12 @@ class AccelerateEngine:
             raise RuntimeError(
                 f"accelerate runs mixed_precision={acc.mixed_precision!r} but the trial asks for "
                 f"{cfg.precision.value} ({want!r}). To fix: launch with --mixed_precision {want}")
+        # Data parallel: every rank holds the whole model.
+        self.weights_mark = ensure_materialized(model, device, init_module)
         self.cfg, self.device, self.raw_model = cfg, device, model
         self._activations = ActivationDtype(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        if cfg.optimizer == "sgd":
-            optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
-        else:
-            optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
+        optimizer = make_optimizer(params, cfg)
         # prepare(): DDP when several processes, autocast around forward, a GradScaler for fp16.
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.optimizer_steps = 0

@@ -27,6 +27,13 @@ def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
     return out.loss if hasattr(out, "loss") else out
 
 
+def make_optimizer(params, cfg: TrialConfig) -> torch.optim.Optimizer:
+    """The trial's optimizer: SGD with momentum 0.9, or AdamW with weight decay 0.1."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
+
+
 def grad_sq_norm(params) -> torch.Tensor:
     """Σ|g|² over the parameters' gradients, as a device tensor (no host sync)."""
     grads = [p.grad.detach().float() for p in params if p.grad is not None]
@@ -68,7 +75,12 @@ class _NormPairs:
 
 
 class DDPEngine:
-    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
+    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int,
+                 init_module=None):
+        from trials.workloads.materialize import ensure_materialized
+
+        # Data parallel: every rank holds the whole model.
+        self.weights_mark = ensure_materialized(model, device, init_module)
         self.cfg = cfg
         self.device = device
         if cfg.precision is Precision.fp8:
@@ -78,10 +90,7 @@ class DDPEngine:
                       if world_size > 1 else model)
         params = [p for p in model.parameters() if p.requires_grad]
         self._params = params
-        if cfg.optimizer == "sgd":
-            self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
-        else:
-            self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1)
+        self.optimizer = make_optimizer(params, cfg)
         dtype = autocast_dtype(cfg.precision)
         # Mixed precision: fp32 master weights, activations and matmuls in 16 bit.
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext

@@ -4,10 +4,14 @@ parameters (stage 3), through `deepspeed.initialize` with the full config of the
     engine = DeepSpeedEngine(cfg, model, device, world_size)
     loss = engine.train_step(batches)    # grad_accum_steps micro-batches, one optimizer step
 
-The config is `autotune.contract.deepspeed_config(cfg)`, the same JSON `export` writes for
-the long run, so the trial measures what the long run will run. Launched by the DeepSpeed
-launcher (`python -m deepspeed.launcher.runner --num_gpus N --module trials.worker ...`), or
-by any launcher that sets RANK / WORLD_SIZE / MASTER_ADDR (torchrun, accelerate).
+The config is `autotune.contract.deepspeed_config(cfg, hidden_size)`, the same JSON `export`
+writes for the long run, so the trial measures what the long run will run; ZeRO's buckets
+are sized to the model's hidden size as the Hugging Face integration's "auto" values are.
+A meta-built model is materialised here: whole at stages 0-2, and at stage 3 partitioned
+module by module as it is initialised (`zero3_partitioner`), so no rank holds it whole.
+Launched by the DeepSpeed launcher (`python -m deepspeed.launcher.runner --num_gpus N
+--module trials.worker ...`), or by any launcher that sets RANK / WORLD_SIZE / MASTER_ADDR
+(torchrun, accelerate).
 On CPU DeepSpeed JIT-builds two C++ ops on first use (its shared-memory all-reduce, and
 DeepSpeedCPUAdam when the optimizer is offloaded); they are cached in
 ~/.cache/torch_extensions (TORCH_EXTENSIONS_DIR), so only a machine's first trial pays.
@@ -20,7 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
-from autotune.contract import TrialConfig, deepspeed_config
+from autotune.contract import Precision, TrialConfig, deepspeed_config
 from trials.engines.ddp import loss_of
 from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
 from trials.errors import UnsupportedConfig
@@ -34,25 +38,82 @@ ZERO_WITH_TP = ("ZeRO (zero_stage > 0) with tensor parallel (tp_degree > 1) is n
 _QUIET = {"steps_per_print": 1 << 30, "wall_clock_breakdown": False}
 
 
+def engine_config(cfg: TrialConfig, hidden_size: int | None) -> dict[str, Any]:
+    """The DeepSpeed config the trial runs: `deepspeed_config` (what export writes), its
+    buffers sized to the model's hidden size, without per-step logging."""
+    return {**deepspeed_config(cfg, hidden_size=hidden_size), **_QUIET}
+
+
+def zero3_partitioner(cfg: TrialConfig, config: dict[str, Any]):
+    """A function(module) that hands one module's new parameters to ZeRO-3 as soon as they
+    are initialised (`deepspeed.zero.Init(module=...)`: broadcast from rank 0, then only this
+    rank's partition is kept, on the device or, with parameter offload, in host memory), so
+    that a meta-built model never exists whole on any rank: what `deepspeed.zero.Init` does
+    for a model constructed inside it, module by module, without re-gathering for the init."""
+    import deepspeed
+
+    dtype = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}.get(cfg.precision)
+
+    def partition(module: torch.nn.Module) -> None:
+        new = [p for p in module.parameters(recurse=False) if not hasattr(p, "ds_id")]
+        if not new:
+            return
+        if dtype is not None:  # 16-bit weights, as zero.Init stores them; fp32 master in the optimizer
+            for p in new:
+                if p.is_floating_point():
+                    p.data = p.data.to(dtype)
+        deepspeed.zero.Init(module=module, config_dict_or_path=config)
+
+    return partition
+
+
+def join_deepspeed(cfg: TrialConfig) -> None:
+    """Make DeepSpeed's communication layer use the worker's process group before anything
+    of DeepSpeed's is built: zero.Init checks the batch against DeepSpeed's own view of the
+    world size (deepspeed.initialize would join later, too late for zero.Init)."""
+    _ensure_rendezvous_env(int(os.environ.get("WORLD_SIZE", "1")))
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+
+
+def _check_accelerator(want: str) -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator().device_name()
+    if accelerator != want:
+        # DeepSpeed picks its accelerator once per process; a mismatch would put the
+        # model on one device and the optimizer on another.
+        raise UnsupportedConfig(
+            f"DeepSpeed selected accelerator '{accelerator}' but the trial runs on "
+            f"{want}. To fix: set DS_ACCELERATOR={want} (autotune's launcher does)")
+    return accelerator
+
+
 class DeepSpeedEngine:
-    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
+    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int,
+                 init_module=None, hidden_size: int | None = None):
         if cfg.tp_degree > 1:
             raise UnsupportedConfig(ZERO_WITH_TP)
         _ensure_rendezvous_env(world_size)
         import deepspeed
-        from deepspeed.accelerator import get_accelerator
 
-        accelerator = get_accelerator().device_name()
-        if accelerator != device.type:
-            # DeepSpeed picks its accelerator once per process; a mismatch would put the
-            # model on one device and the optimizer on another.
-            raise UnsupportedConfig(
-                f"DeepSpeed selected accelerator '{accelerator}' but the trial runs on "
-                f"{device.type}. To fix: set DS_ACCELERATOR={device.type} (autotune's launcher does)")
+        from trials.workloads.materialize import ensure_materialized
+
+        accelerator = _check_accelerator(device.type)
+        self.ds_config = engine_config(cfg, hidden_size)
+        # A meta-built model gets its weights here: whole at stages 0-2 (every rank holds them),
+        # partitioned module by module at stage 3.
+        if cfg.zero_stage == 3:
+            join_deepspeed(cfg)
+            self.weights_mark = ensure_materialized(
+                model, device, init_module, after_module=zero3_partitioner(cfg, self.ds_config))
+        else:
+            self.weights_mark = ensure_materialized(model, device, init_module)
         self.cfg = cfg
         self.device = device
         self.raw_model = model
-        self.ds_config = {**deepspeed_config(cfg), **_QUIET}
         self._activations = ActivationDtype(model)
         params = [p for p in model.parameters() if p.requires_grad]
         try:
@@ -92,6 +153,7 @@ class DeepSpeedEngine:
             "offload_optimizer": bool(self.engine.zero_offload_optimizer()),
             "offload_param": bool(self.engine.zero_offload_param()),
             "ds_zero_config": zero,
+            "ds_config": {k: v for k, v in self.ds_config.items() if k not in _QUIET},
             "ds_train_batch_size": int(self.engine.train_batch_size()),
             "ds_gradient_accumulation_steps": int(self.engine.gradient_accumulation_steps()),
             "bf16": bool(self.engine.bfloat16_enabled()),

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from autotune.contract import Precision, TrialConfig
-from trials.engines.ddp import loss_of
+from trials.engines.ddp import loss_of, make_optimizer
 from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
 from trials.errors import UnsupportedConfig
 from trials.precision import autocast_dtype
@@ -74,40 +74,71 @@ def _hf_tp_plan(model: torch.nn.Module) -> dict[str, str] | None:
 
 
 def tp_plans(model: torch.nn.Module, tp: int) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
-    """(module, parallelize_module plan) pairs that split `model` `tp` ways."""
+    """(module, parallelize_module plan) pairs that split `model` `tp` ways. A model with
+    real weights gets the GPT's qkv rows interleaved here; a meta-built one when it is
+    materialised (`qkv_transforms`, after parallelize_module)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     from trials.workloads.gpt import GPT
+    from trials.workloads.materialize import has_meta_tensors
 
     style = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     if isinstance(model, GPT):
         plan = {**{n: "colwise" for n in COLWISE}, **{n: "rowwise" for n in ROWWISE}}
-        for block in model.blocks:
-            interleave_qkv(block.attn.qkv, tp)
+        if not has_meta_tensors(model):
+            with torch.no_grad():
+                for block in model.blocks:
+                    for p in (block.attn.qkv.weight, block.attn.qkv.bias):
+                        p.copy_(interleave_qkv(p, tp))
         return [(block, {n: style[s]() for n, s in plan.items()}) for block in model.blocks]
     # transformers' attention reshapes with -1 heads, so local heads follow the shard width.
     plan = _hf_tp_plan(model) or {}
     return [(model.base_model, {pattern: style[s]() for pattern, s in plan.items()})]
 
 
-def interleave_qkv(linear: torch.nn.Linear, tp: int) -> None:
-    """Reorder the fused qkv rows from [q | k | v] to [q_0 k_0 v_0 | q_1 k_1 v_1 | ...] so that
-    the r-th contiguous 1/tp of the rows (what ColwiseParallel gives rank r) holds the q, k
-    and v of rank r's heads. The model computes the same function; only the layout changes."""
-    d = linear.out_features // 3
+def interleave_qkv(full: torch.Tensor, tp: int) -> torch.Tensor:
+    """The fused qkv rows (weight or bias) reordered from [q | k | v] to
+    [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], so that the r-th contiguous 1/tp of the rows (what
+    ColwiseParallel gives rank r) holds the q, k and v of rank r's heads. The model computes
+    the same function; only the layout changes."""
+    d = full.shape[0] // 3
     chunk = d // tp
     idx = torch.cat([torch.arange(part * d + r * chunk, part * d + (r + 1) * chunk)
-                     for r in range(tp) for part in range(3)]).to(linear.weight.device)
-    with torch.no_grad():
-        linear.weight.copy_(linear.weight[idx])
-        if linear.bias is not None:
-            linear.bias.copy_(linear.bias[idx])
+                     for r in range(tp) for part in range(3)]).to(full.device)
+    return full[idx]
+
+
+def qkv_transforms(model: torch.nn.Module, tp: int) -> dict[int, Any]:
+    """{id(param): interleave} for a meta-built GPT's qkv weights, for `materialize`."""
+    from trials.workloads.gpt import GPT
+
+    if not isinstance(model, GPT):
+        return {}
+    return {id(p): (lambda full: interleave_qkv(full, tp))
+            for block in model.blocks for p in (block.attn.qkv.weight, block.attn.qkv.bias)}
+
+
+def apply_tp(model: torch.nn.Module, tp_mesh, tp: int) -> None:
+    """Split the model's linears over `tp_mesh` (DTensor shards; on the meta device, shards
+    of nothing yet). Real weights are first made equal on every rank: the sharded ones are
+    scattered from the mesh's first rank and the replicated ones must match it."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from trials.workloads.materialize import has_meta_tensors
+
+    if not has_meta_tensors(model):
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0)
+    for module, plan in tp_plans(model, tp):
+        parallelize_module(module, tp_mesh, plan)
 
 
 class TensorParallelEngine:
-    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int):
+    def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int,
+                 init_module=None):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import parallelize_module
+
+        from trials.workloads.materialize import ensure_materialized
 
         tp = cfg.tp_degree
         if cfg.zero_stage > 0:
@@ -125,12 +156,11 @@ class TensorParallelEngine:
         self.tp_group = tp_mesh.get_group()
         self.tp_src = dist.get_global_rank(self.tp_group, 0)
         self.dp_group = self.mesh["dp"].get_group() if self.dp > 1 else None
-        # Replicated weights (embeddings, LayerNorms) must start equal everywhere; sharded
-        # ones are scattered from the mesh's first rank by parallelize_module.
-        for p in model.parameters():
-            dist.broadcast(p.data, src=0)
-        for module, plan in tp_plans(model, tp):
-            parallelize_module(module, tp_mesh, plan)
+        apply_tp(model, tp_mesh, tp)
+        # A meta-built model: each rank allocates its shards and the replicated weights,
+        # drawn from the same seed on every rank, so they start equal without a broadcast.
+        self.weights_mark = ensure_materialized(model, device, init_module,
+                                                transforms=qkv_transforms(model, tp))
         self._activations = ActivationDtype(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizers = self._optimizers()
@@ -152,24 +182,11 @@ class TensorParallelEngine:
         for group in (sharded, plain):
             if not group:
                 continue
-            if self.cfg.optimizer == "sgd":
-                out.append(torch.optim.SGD(group, lr=self.cfg.lr, momentum=0.9))
-            else:
-                out.append(torch.optim.AdamW(group, lr=self.cfg.lr, weight_decay=0.1))
+            out.append(make_optimizer(group, self.cfg))
         return out
 
     def _group_batch(self, batch: Any) -> dict[str, torch.Tensor]:
-        """The micro-batch of this TP group: rank 0 of the group sends its own to the others."""
-        if isinstance(batch, torch.Tensor):
-            batch = {"input_ids": batch, "labels": batch}
-        if self.tp == 1:
-            return batch
-        out = {}
-        for key in ("input_ids", "labels"):
-            t = batch[key].contiguous()
-            dist.broadcast(t, src=self.tp_src, group=self.tp_group)
-            out[key] = t
-        return out
+        return group_batch(batch, self.tp_group if self.tp > 1 else None, self.tp_src)
 
     def _average_over_dp(self) -> None:
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -237,6 +254,21 @@ class TensorParallelEngine:
             **observe_params(self.raw_model),
             **_merged(observe_optimizer(o) for o in self.optimizers),
         }
+
+
+def group_batch(batch: Any, tp_group, tp_src: int) -> dict[str, torch.Tensor]:
+    """The micro-batch of this TP group: rank 0 of the group sends its own to the others
+    (`tp_group` None: no TP, the rank's own batch)."""
+    if isinstance(batch, torch.Tensor):
+        batch = {"input_ids": batch, "labels": batch}
+    if tp_group is None:
+        return batch
+    out = {}
+    for key in ("input_ids", "labels"):
+        t = batch[key].contiguous()
+        dist.broadcast(t, src=tp_src, group=tp_group)
+        out[key] = t
+    return out
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -1,15 +1,25 @@
 """Build the model and its batch iterator for a TrialConfig's workload, and apply activation
 checkpointing to it (a property of the model, so every engine gets it the same way).
 
-    built = build_workload(cfg, device)      # built.model, built.batches, built.params, ...
+    built = build_workload(cfg, device)               # the whole model on `device`, initialised
+    built = build_workload(cfg, device, deferred=True)  # as the engine wants it (the worker)
     built.checkpointed_layers = apply_checkpointing(built, cfg)
+    engine = build_engine(cfg, built.model, device, world, init_module=built.init_module)
+
+No rank holds more of the model than its config says. `deferred=True` builds on the meta
+device (shapes, no memory): the engine decides what this rank holds (FSDP2 and TP shards,
+ZeRO-3 partitions, DDP the whole model) and `trials.workloads.materialize` allocates and
+initialises only that, module by module, on the trial's device, with the model's own init
+(`built.init_module`). A user entry point builds its own model: on the meta device
+(materialised the same way, with the init it names in `info`), or on a real device (moved
+to the trial's device whole; see `autotune.contract.EntryPointWorkload`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -28,6 +38,10 @@ class BuiltWorkload:
     kind: str = "gpt"
     hf_config: Any = None
     checkpointed_layers: list[int] = field(default_factory=list)
+    # The model's own init of one module, run when its meta tensors get memory.
+    init_module: Callable[[torch.nn.Module], None] | None = None
+    # "meta" (the engine materialises this rank's part) or "device" (whole, on the device).
+    built_as: str = "meta"
 
     @property
     def matmul_params(self) -> int:
@@ -35,7 +49,33 @@ class BuiltWorkload:
         return self.params - self.lookup_params
 
 
-def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
+def import_workload_modules(cfg: TrialConfig) -> None:
+    """Import what building this workload imports (the worker does it before the build, so
+    that the build's time and memory count the model, not module imports)."""
+    import importlib
+
+    importlib.import_module("trials.workloads.materialize")
+    if isinstance(cfg.workload, GPTWorkload):
+        importlib.import_module("trials.workloads.gpt")
+    elif isinstance(cfg.workload, HFWorkload):
+        from trials.workloads import hf
+
+        hf._transformers().AutoModelForCausalLM  # noqa: B018 - resolves the lazy module
+
+
+def build_workload(cfg: TrialConfig, device: torch.device, deferred: bool = False) -> BuiltWorkload:
+    built = _build(cfg, device)
+    if not deferred:
+        from trials.workloads.materialize import ensure_materialized
+
+        ensure_materialized(built.model, device, built.init_module)
+        built.built_as = "device"
+    return built
+
+
+def _build(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
+    from trials.workloads.materialize import has_meta_tensors
+
     wl = cfg.workload
     seed = cfg.seed + 1000 * int(os.environ.get("RANK", "0"))  # each rank its own data
     if isinstance(wl, GPTWorkload):
@@ -45,25 +85,28 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         if cfg.seq_len > shape.max_seq_len:
             raise UnsupportedConfig(
                 f"seq_len {cfg.seq_len} exceeds the preset's max_seq_len {shape.max_seq_len}")
-        model = GPT(shape).to(device)
+        with torch.device("meta"):
+            model = GPT(shape)
         return BuiltWorkload(model, random_batches(shape.vocab_size, cfg.seq_len,
                                                    cfg.micro_batch_size, device, seed),
                              params=shape.num_params(),
                              shape={"n_layers": shape.n_layers, "d_model": shape.d_model},
                              # learned positions; the token embedding is also the (tied) LM head
-                             lookup_params=shape.max_seq_len * shape.d_model)
+                             lookup_params=shape.max_seq_len * shape.d_model,
+                             init_module=GPT.init_module)
     if isinstance(wl, HFWorkload):
         from trials.workloads import hf
 
-        model, config = hf.build_hf_model(wl)
+        model, config = hf.build_hf_model(wl, meta=True)
         max_pos = getattr(config, "max_position_embeddings", None)
         if max_pos and cfg.seq_len > max_pos:
             raise UnsupportedConfig(f"seq_len {cfg.seq_len} exceeds the model's "
                                     f"max_position_embeddings {max_pos}")
-        return BuiltWorkload(model.to(device), hf.random_batches(config.vocab_size, cfg.seq_len,
-                                                                 cfg.micro_batch_size, device, seed),
+        return BuiltWorkload(model, hf.random_batches(config.vocab_size, cfg.seq_len,
+                                                      cfg.micro_batch_size, device, seed),
                              params=count_params(model), shape=hf.shape_of(config), kind="hf",
-                             hf_config=config, lookup_params=lookup_params(model))
+                             hf_config=config, lookup_params=lookup_params(model),
+                             init_module=hf.init_module(model))
     if isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import build_entry_point
 
@@ -72,13 +115,15 @@ def build_workload(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
                  if info.get("n_layers") and info.get("d_model") else None)
         return BuiltWorkload(model, batches, params=count_params(model), shape=shape,
                              flops_per_token=info.get("flops_per_token"), kind="entry_point",
-                             lookup_params=lookup_params(model))
+                             lookup_params=lookup_params(model), init_module=info.get("init_module"),
+                             built_as="meta" if has_meta_tensors(model) else "device")
     raise UnsupportedConfig(f"workload kind '{wl.kind}' is not known to this worker")
 
 
 def count_params(model: torch.nn.Module) -> int:
-    """Distinct parameters (tied weights once), as the 6N of the FLOPs estimate wants."""
-    return sum(p.numel() for p in model.parameters())
+    """Distinct parameters (tied weights once), as the 6N of the FLOPs estimate wants; a
+    ZeRO-3 partitioned parameter counts its whole size (`ds_numel`)."""
+    return sum(int(getattr(p, "ds_numel", p.numel())) for p in model.parameters())
 
 
 def lookup_params(model: torch.nn.Module) -> int:

@@ -48,7 +48,13 @@ def build_entry_point(wl: EntryPointWorkload, seq_len: int, micro_batch_size: in
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"entry point '{wl.entry_point}' returned a {type(model).__name__} "
                         "as its model; expected a torch.nn.Module")
-    return model.to(device), endless(batches, device, wl.entry_point), info
+    from trials.workloads.materialize import has_meta_tensors
+
+    # A meta-built model gets memory from the engine (trials.workloads.materialize, this
+    # rank's part only); a model built on a real device moves to the trial's device whole.
+    if not has_meta_tensors(model):
+        model = model.to(device)
+    return model, endless(batches, device, wl.entry_point), info
 
 
 def endless(batches: Iterable[Any], device: torch.device, name: str) -> Iterator[Any]:

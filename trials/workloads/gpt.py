@@ -2,6 +2,8 @@
 
     model = GPT(GPT_PRESETS["tiny"])
     loss = model(input_ids, labels=labels)
+    with torch.device("meta"):
+        model = GPT(shape)           # shapes only; trials.workloads.materialize gives it memory
 
 Parameter count equals `GPTShape.num_params()` exactly (a test checks it), so the
 controller's analytic models and the worker agree on N.
@@ -69,10 +71,13 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(shape.d_model)
         # Which blocks recompute their activations in backward (set by the worker).
         self.checkpointed: set[int] = set()
-        self.apply(self._init)
+        # On the meta device this draws nothing: trials.workloads.materialize runs
+        # `init_module` on each module once it has memory.
+        self.apply(self.init_module)
 
     @staticmethod
-    def _init(m: nn.Module) -> None:
+    def init_module(m: nn.Module) -> None:
+        """The model's own init of one module's weights (GPT-2's: N(0, 0.02), zero biases)."""
         if isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, std=0.02)
             nn.init.zeros_(m.bias)

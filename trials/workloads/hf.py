@@ -1,16 +1,21 @@
 """A Hugging Face transformers causal LM built from a config, with random weights.
 
     model, config = build_hf_model(HFWorkload(model_type="llama", config_overrides={...}))
-    model, config = build_hf_model(HFWorkload(config_path="my_model/config.json"))
+    model, config = build_hf_model(HFWorkload(config_path="my_model/config.json"), meta=True)
 
 Never a download: the config is a local file or a model type with given sizes, and the
 weights come from `AutoModelForCausalLM.from_config` (random init), so it works offline
 (HF_HUB_OFFLINE=1 is set before transformers is imported). transformers is the optional
 extra `hf`: without it the trial is `unsupported`, saying how to install it.
+
+Built on the meta device (`meta=True`): transformers skips the init there; the engine
+allocates this rank's part and runs `init_module`, the model's own `_init_weights`, on it
+(trials/workloads/materialize.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -52,7 +57,7 @@ def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
     return {"model_type": wl.model_type, **wl.config_overrides}
 
 
-def build_hf_model(wl: HFWorkload) -> tuple[torch.nn.Module, Any]:
+def build_hf_config(wl: HFWorkload) -> Any:
     transformers = _transformers()
     data = load_config_dict(wl)
     model_type = data.pop("model_type")
@@ -62,12 +67,37 @@ def build_hf_model(wl: HFWorkload) -> tuple[torch.nn.Module, Any]:
         raise UnsupportedConfig(f"transformers {transformers.__version__} does not know "
                                 f"model_type '{model_type}': {exc}") from None
     config.use_cache = False  # training: no KV cache (it also conflicts with checkpointing)
+    return config
+
+
+def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module, Any]:
+    """(model, config); `meta`: shapes only, no memory and no init."""
+    transformers = _transformers()
+    config = build_hf_config(wl)
     try:
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        with torch.device("meta") if meta else contextlib.nullcontext():
+            model = transformers.AutoModelForCausalLM.from_config(config)
     except ValueError as exc:
-        raise UnsupportedConfig(f"'{model_type}' is not a causal LM in transformers "
+        raise UnsupportedConfig(f"'{config.model_type}' is not a causal LM in transformers "
                                 f"{transformers.__version__}: {exc}") from None
     return model, config
+
+
+def init_module(model: torch.nn.Module):
+    """The model's own init of one module, as `PreTrainedModel.initialize_weights` applies it
+    (with transformers' guard that skips weights already initialised)."""
+    guard = contextlib.nullcontext
+    try:
+        from transformers.initialization import guard_torch_init_functions as guard
+    except ImportError:  # transformers < 5: no guard, plain `_init_weights`
+        pass
+    fn = getattr(model, "_initialize_weights", None) or model._init_weights
+
+    def init(module: torch.nn.Module) -> None:
+        with guard():
+            fn(module)
+
+    return init
 
 
 def shape_of(config: Any) -> dict[str, int] | None:

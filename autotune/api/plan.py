@@ -1,0 +1,207 @@
+"""Estimates and bills without running a trial, from Python: what `autotune estimate` and
+`autotune cost` print. Parameters mirror the commands' flags (`tokens_per_s` is
+`--tokens-per-s`); bad input raises `autotune.errors.UserError` naming the flag.
+
+    autotune.estimate(model="7b", seq_len=4096, micro_batch=2, zero_stage=2, dp=8, gpu="a100-40gb")
+    autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UserError
+
+# Headroom `fits` keeps below the GPU's memory for what the analytic model does not count
+# without a calibration (CUDA context, allocator fragmentation). A sweep fits it instead.
+DEFAULT_SAFETY_MARGIN = 0.10
+
+
+def estimate(model: str | None = None, params: float | None = None, layers: int | None = None,
+             hidden: int | None = None, heads: int | None = None, vocab: int | None = None,
+             seq_len: int = 2048, micro_batch: int = 1, precision: str = "bf16",
+             checkpointing: str = "none", zero_stage: int = 0, offload: str = "none", dp: int = 1,
+             tp: int = 1, optimizer: str = "adamw", gpu: str | None = None,
+             fsdp: str = "none") -> dict[str, Any]:
+    """Peak memory per rank (with its breakdown) and FLOPs per token of a config, estimated
+    (analytic; the framework overhead a sweep calibrates is not in it). `model`: a GPT preset
+    or a Hugging Face config.json; else `params` (and optionally the shapes). `gpu`: a catalog
+    GPU type, to say whether it fits. `fsdp`: FSDP2 sharding (full_shard, shard_grad_op)
+    instead of ZeRO."""
+    from pydantic import ValidationError
+
+    from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
+    from autotune.estimate.compute import flops_per_token, hardware_flops_per_token
+    from autotune.estimate.memory import MemoryConfig, estimate_memory, recomputed_layers
+
+    shape = resolve_model(model, None if params is None else str(params), layers, hidden, heads, vocab)
+    if shape.n_heads and shape.n_heads % tp:
+        raise UserError(f"--tp {tp} does not divide the model's {shape.n_heads} attention heads",
+                        fix="pick a TP degree that divides the head count")
+    try:
+        mcfg = MemoryConfig(seq_len=seq_len, micro_batch_size=micro_batch, precision=Precision(precision),
+                            checkpointing=Checkpointing(checkpointing), zero_stage=zero_stage,
+                            offload=Offload(offload), dp_degree=dp, tp_degree=tp, optimizer=optimizer,
+                            fsdp=FSDPMode(fsdp))
+    except ValidationError as exc:
+        msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        text, _, fix = msg.partition(". To fix: ")
+        flags = f"--offload {offload} with --zero-stage {zero_stage}" + (
+            f" and --fsdp {fsdp}" if fsdp != "none" else "")
+        raise UserError(f"{flags}: {text}", fix=fix or "see --help") from None
+    except ValueError as exc:  # an unknown precision / checkpointing / offload name
+        raise UserError(f"estimate: {exc}", fix="see `autotune estimate --help` for the choices") from None
+    gpu_mem = gpu_memory_bytes(gpu) if gpu else None
+    est = estimate_memory(shape, mcfg)
+    doc = est.as_dict()
+    doc.update(
+        model=shape.name, model_source=shape.source, model_params=shape.params,
+        engine=str(mcfg.resolved_engine),
+        flops_per_token=flops_per_token(shape, seq_len),
+        hardware_flops_per_token=hardware_flops_per_token(
+            shape, seq_len, mcfg.checkpointing.value,
+            None if shape.n_layers is None else recomputed_layers(
+                shape.n_layers, mcfg.checkpointing, mcfg.checkpoint_every) / shape.n_layers),
+        config=mcfg.model_dump(mode="json"),
+        basis="estimated (analytic; framework overhead not calibrated here)",
+    )
+    if gpu_mem is not None:
+        usable = int(gpu_mem * (1 - DEFAULT_SAFETY_MARGIN))
+        doc.update(gpu=gpu, gpu_memory_bytes=gpu_mem, safety_margin=DEFAULT_SAFETY_MARGIN,
+                   fits=bool(est.total_bytes <= usable))
+    return doc
+
+
+def resolve_model(model: str | None, params: str | None, layers: int | None, hidden: int | None,
+                  heads: int | None, vocab: int | None):
+    from autotune.contract import GPT_PRESETS
+    from autotune.estimate.compute import model_from_hf_config, model_from_params, model_from_preset
+
+    if (model is None) == (params is None):
+        raise UserError("give exactly one of --model PRESET|CONFIG.json or --params N",
+                        fix=f"e.g. --model 7b (presets: {', '.join(GPT_PRESETS)}) or --params 7e9")
+    if model is not None:
+        shape_flags = [n for n, v in (("--layers", layers), ("--hidden", hidden), ("--heads", heads),
+                                      ("--vocab", vocab)) if v is not None]
+        if shape_flags:
+            raise UserError(f"{', '.join(shape_flags)} only go with --params",
+                            fix="drop them, or describe the model with --params N and its shapes")
+        if model in GPT_PRESETS or not (model.endswith(".json") or Path(model).exists()):
+            return model_from_preset(model)
+        return model_from_hf_config(model)
+    return model_from_params(_count(params or "0"), layers, hidden, heads, vocab)
+
+
+def _count(text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"--params '{text}' is not a number", fix="write it as e.g. 7e9 or 6738415616") from None
+    if value <= 0 or value != value or value == float("inf"):
+        raise UserError(f"--params {text} must be a positive number", fix="write it as e.g. 7e9")
+    return int(round(value))
+
+
+def gpu_memory_bytes(name: str) -> int:
+    from autotune.pricing.load import load_catalog
+
+    cat = load_catalog()
+    gpus = {k.lower(): k for k in cat.gpus}
+    key = gpus.get(name.lower())
+    if key is None:
+        import difflib
+
+        close = [g for g in gpus if g.startswith(name.lower())] or difflib.get_close_matches(
+            name.lower(), list(gpus), n=1)
+        hint = f" (did you mean {' or '.join(repr(gpus[c]) for c in close)}?)" if close else ""
+        raise UserError(f"--gpu '{name}' is not in the catalog{hint}",
+                        fix=f"use one of: {', '.join(sorted(cat.gpus))}")
+    mem = cat.gpus[key].memory_bytes
+    if not mem:
+        raise UserError(f"--gpu '{key}' has no memory figure in the catalog",
+                        fix="pick a GPU type with memory_bytes set")
+    return int(mem)
+
+
+@dataclass
+class CostResult:
+    """Every matching offer's bill, cheapest first (`bills`: pricing.cost.Bill objects; `as
+    dicts`: what `autotune cost --json` prints), the offers skipped and why, the job assumed."""
+
+    bills: list[Any]
+    skipped: list[Any]
+    catalog: Any = field(repr=False)
+    job: Any = field(repr=False)
+
+    @property
+    def cheapest(self) -> dict[str, Any] | None:
+        return self.bills[0].as_dict() if self.bills else None
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [b.as_dict() for b in self.bills]
+
+
+def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float | None = None,
+         params: float | None = None, precision: str = "bf16", zero_stage: int = 0,
+         target_tokens: float | None = None, target_steps: int | None = None,
+         global_batch_tokens: float | None = None, run_gpus: list[int] | None = None,
+         all_gpus: bool = False, catalog: str | Path | None = None, offers: list[str] | None = None,
+         providers: list[str] | None = None, regions: list[str] | None = None,
+         checkpoint_gb: float | None = None, dataset_gb: float | None = None,
+         final_model_gb: float | None = None, egress_checkpoints: int = 0, checkpoints_kept: int = 2,
+         checkpoint_interval_hours: float = 1.0, month_rest_used: bool = False) -> CostResult:
+    """Price a training run on every matching offer of the catalog, cheapest first: from a
+    measured `tokens_per_s` at `gpus` on `gpu`, or (planning) from `mfu` with `params`."""
+    from autotune.estimate.compute import flops_per_token, model_from_params
+    from autotune.estimate.scaling import CommModel
+    from autotune.pricing.catalog import PRECISIONS
+    from autotune.pricing.load import load_catalog
+    from autotune.pricing.quote import BasePoint, quote
+    from autotune.search.score import job_from_model
+
+    cat = load_catalog(catalog).select(providers=providers, regions=regions)
+    cat.gpu_type(gpu)  # "did you mean"
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}", fix="pick one of them")
+    n_params = None if params is None else int(round(params))
+    if (tokens_per_s is None) == (mfu is None):
+        raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
+                        fix="e.g. --tokens-per-s 3200, or --mfu 0.4 --params 7e9")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise UserError(f"--mfu {mfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.4")
+    if mfu is not None and n_params is None:
+        raise UserError("--mfu needs --params (FLOPs per token = 6 x params)", fix="add --params N")
+    if (target_tokens is None) == (target_steps is None):
+        raise UserError("give exactly one target: --target-tokens or --target-steps",
+                        fix="e.g. --target-tokens 2e10, or --target-steps 50000 --global-batch-tokens 524288")
+    if target_steps is not None and global_batch_tokens is None:
+        raise UserError("--target-steps needs --global-batch-tokens", fix="add --global-batch-tokens N")
+    counts = sorted(set(run_gpus or [gpus]))
+    per_gpu_step = global_batch_tokens / gpus if global_batch_tokens else None
+
+    def tokens_for(n: int) -> float:
+        # A steps target at a global batch that grows with the GPU count (same per-GPU work).
+        return float(target_steps * per_gpu_step * n) if target_steps is not None else float(target_tokens)
+
+    fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
+    base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tokens_per_s, mfu=mfu,
+                     tokens_per_gpu_step=per_gpu_step, flops_per_token=fpt, precision=precision)
+    comm = (CommModel(params=n_params, grad_bytes_per_param=4 if precision == "fp32" else 2,
+                      zero_stage=zero_stage) if n_params else None)
+    types = [gpu]
+    if all_gpus:
+        if n_params is None:
+            raise UserError("--all-gpus needs --params (to move the MFU to other GPU types)", fix="add --params N")
+        types += [k for k, g in cat.gpus.items() if k != gpu and g.device_class == cat.gpus[gpu].device_class]
+    job = job_from_model(n_params, precision != "fp32", "adamw", tokens_for(counts[0]), None)
+    sizes = {f: v * 1e9 for f, v in (("checkpoint_bytes", checkpoint_gb), ("dataset_bytes", dataset_gb),
+                                     ("final_model_bytes", final_model_gb)) if v is not None}
+    given = tuple(f"given: {k.replace('_bytes', '').replace('_', ' ')} {v / 1e9:g} GB (replaces the "
+                  f"default above)" for k, v in sizes.items())
+    job = replace(job, **sizes, egress_checkpoints=egress_checkpoints, checkpoints_kept=checkpoints_kept,
+                  checkpoint_interval_hours=checkpoint_interval_hours, month_rest_used=month_rest_used,
+                  assumptions=job.assumptions + given)
+    bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=offers)
+    return CostResult(bills, skipped, cat, job)

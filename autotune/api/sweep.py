@@ -1,0 +1,190 @@
+"""A sweep from Python (a notebook, a script), and the steps `autotune sweep` shares with it.
+
+    result = autotune.sweep("spec.yaml", trials=4)         # or a dict of spec fields, or None
+    result.pick, result.pareto, result.report               # the report's dicts
+    result.export("launch/")                                # as `autotune export --pick cheapest`
+
+Everything a sweep can refuse (the spec, the space on this machine, the catalog's offers, the
+workload) is checked before the study is touched (`prepare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from autotune.spec import SweepSpec
+
+
+@dataclass
+class Session:
+    """What a sweep has checked and opened before its first trial."""
+
+    spec: SweepSpec
+    hardware: Any  # HardwareFingerprint
+    restricted: Any  # RestrictedSpace on this machine
+    catalog: Any
+    study: Any  # optuna.Study
+    measured_before: int
+
+
+def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepSpec:
+    """A spec from a YAML path, a dict of spec fields (relative paths from the current folder),
+    a SweepSpec, or None (the built-in example); `overrides` with dotted names
+    (`"budget.trials"`) go through the spec's own validation."""
+    from pydantic import ValidationError
+
+    from autotune.errors import UserError, format_validation_error
+    from autotune.spec import default_spec, load_spec, resolve_relative_paths
+
+    if spec is None:
+        base = default_spec()
+    elif isinstance(spec, SweepSpec):
+        base = spec
+    elif isinstance(spec, dict):
+        try:
+            base = resolve_relative_paths(SweepSpec.model_validate(spec), Path.cwd())
+        except ValidationError as exc:
+            raise UserError(format_validation_error("spec", exc), fix="correct the field") from None
+    else:
+        base = load_spec(spec)
+    return base.with_overrides(**overrides)
+
+
+def prepare(spec: SweepSpec) -> Session:
+    """Check the space on this machine, the catalog's offers and the workload, then open (or
+    create) the study. Raises UserError before touching the study when any is wrong."""
+    from autotune.pricing.load import load_catalog
+    from autotune.record import TrialRecord
+    from autotune.run.hardware import local_hardware
+    from autotune.run.preflight import check_workload
+    from autotune.search.space import capabilities_for, load_space, restrict
+    from autotune.search.study import open_study
+
+    hw = local_hardware()
+    n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
+    rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
+    catalog = load_catalog(spec.platforms.catalog)
+    for name in spec.platforms.offers or []:
+        catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
+    check_workload(spec)  # a workload that cannot build ends here, not in every trial
+    st = open_study(spec.storage, spec.study, seed=spec.seed)
+    before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
+    return Session(spec, hw, rs, catalog, st, before)
+
+
+def prebuild(session: Session, note: Callable[[str], None]) -> None:
+    """DeepSpeed's JIT ops, built once outside any trial's timeout (cached after)."""
+    if max(session.restricted.zero_stage) == 0:
+        return
+    from autotune.contract import Offload
+    from autotune.run.launch import prebuild_deepspeed_ops
+
+    note("DeepSpeed ops: building once, outside any trial's timeout (cached after)...")
+    ok, log = prebuild_deepspeed_ops(session.hardware.device_kind,
+                                     offload=any(o is not Offload.none for o in session.restricted.offload))
+    if not ok:
+        note(f"DeepSpeed ops did not build: {log.splitlines()[-1] if log else ''}; ZeRO trials will say why")
+
+
+def run(session: Session, n_trials: int, runs_dir: Path, on_trial=None, note=None):
+    """Run the sweep; returns the search's SweepSummary."""
+    from autotune.search.study import record_sweep
+    from autotune.search.sweep import run_sweep
+
+    record_sweep(session.study, session.spec)  # the report's limits and catalog
+    return run_sweep(session.spec, session.study, n_trials, Path(runs_dir) / session.spec.study,
+                     on_trial=on_trial, note=note, catalog=session.catalog)
+
+
+@dataclass
+class SweepResult:
+    """A finished sweep: the report of its study (`report`, as `autotune report --json`), the
+    Optuna study itself, and what this run did."""
+
+    study_name: str
+    storage: str  # the URL, password hidden
+    trials_run: int
+    stop_reason: str | None
+    interrupted: bool
+    report: dict[str, Any]
+    study: Any = field(repr=False)
+
+    @property
+    def pick(self) -> dict[str, Any] | None:
+        """The cheapest (config, offer) within the limits: what `--pick cheapest` exports."""
+        return self.report["cheapest"]
+
+    @property
+    def fastest(self) -> dict[str, Any] | None:
+        return self.report["fastest"]
+
+    @property
+    def pareto(self) -> list[dict[str, Any]]:
+        """No option of these is both cheaper and faster than another; cheapest first."""
+        return self.report["pareto"]
+
+    @property
+    def trials(self) -> list[dict[str, Any]]:
+        return self.report["trials"]
+
+    def export(self, out: str | Path, pick: str = "cheapest", offer: str | None = None,
+               target: str = "script", launcher: str | None = None, force: bool = False) -> list[Path]:
+        """Write the chosen config's launcher files into `out` (as `autotune export`)."""
+        from autotune.contract import Launcher
+        from autotune.report.export import plan_export, write_export
+        from autotune.report.files import prepare_out_dir
+
+        prepare_out_dir(Path(out), force)
+        trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
+        plan = plan_export(self.report, trials, pick, offer=offer, target=target,
+                           launcher=Launcher(launcher) if launcher else None)
+        return write_export(plan, Path(out), force=force)
+
+    def summary(self, width: int = 80) -> str:
+        """The lines `autotune sweep` ends with, as text."""
+        from rich.console import Console
+
+        from autotune.report.terminal import print_summary
+
+        import io
+
+        con = Console(width=width, record=True, file=io.StringIO(), highlight=False)
+        print_summary(self.report, con, [])
+        return con.export_text()
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | None = None,
+          study: str | None = None, storage: str | None = None, space: str | None = None,
+          runs_dir: str | Path = "autotune_runs", progress: bool = True,
+          on_trial: Callable[[Any], None] | None = None, **overrides: Any) -> SweepResult:
+    """Run (or resume) a sweep and return its result. `spec`: a YAML path, a dict of spec
+    fields, a SweepSpec or None (the built-in example); `overrides`: more spec fields by dotted
+    name with "." written "__" (`budget__max_usd=500`). `progress` prints one line per trial;
+    `on_trial(outcome)` is called after each. Bad input raises `autotune.errors.UserError`."""
+    from autotune.report.build import collect
+    from autotune.run.storage import redact_url, resolve_storage
+
+    fields = {k.replace("__", "."): v for k, v in overrides.items()}
+    sp = load(spec, study=study, space=space, **fields)
+    sp = sp.with_overrides(storage=resolve_storage(storage, None, sp.storage))  # as the CLI: $AUTOTUNE_STORAGE
+    session = prepare(sp)
+    say = print if progress else (lambda *_: None)
+    prebuild(session, lambda m: say(f"  {m}"))
+
+    def trial_done(o) -> None:
+        if progress:
+            from autotune.report.labels import outcome_line
+
+            say(outcome_line(o, 10_000))
+        if on_trial is not None:
+            on_trial(o)
+
+    summary = run(session, trials or sp.budget.trials, Path(runs_dir), on_trial=trial_done,
+                  note=lambda m: say(f"  {m}"))
+    return SweepResult(sp.study, redact_url(sp.storage or ""), summary.trials_run, summary.stop_reason,
+                       summary.interrupted, collect(session.study), session.study)

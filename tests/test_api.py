@@ -1,0 +1,72 @@
+"""The Python API (autotune.sweep / estimate / cost) for notebooks and scripts: the same
+answers as the commands, a real sweep from Python, and `import autotune` staying light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune.errors import UserError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_import_autotune_loads_no_torch_and_nothing_heavy():
+    code = ("import sys, autotune\n"
+            "light = sorted(m for m in ('torch', 'optuna', 'pydantic', 'deepspeed') if m in sys.modules)\n"
+            "autotune.estimate(model='tiny', seq_len=64)\n"
+            "autotune.cost(gpu='h100-sxm', mfu=0.4, params=1e9, target_tokens=1e10)\n"
+            "heavy = sorted(m for m in ('torch', 'deepspeed', 'accelerate') if m in sys.modules)\n"
+            "print(light, heavy)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert p.stdout.strip() == "[] []"
+
+
+def test_estimate_and_cost_answer_as_the_commands_do(cli):
+    est = autotune.estimate(model="7b", seq_len=4096, micro_batch=2, zero_stage=2, dp=8, gpu="a100-80gb")
+    code, out, err = cli("estimate", "--model", "7b", "--seq-len", "4096", "--micro-batch", "2",
+                         "--zero-stage", "2", "--dp", "8", "--gpu", "a100-80gb", "--json")
+    assert code == 0, err
+    assert est == json.loads(out) and est["fits"] in (True, False) and est["total_bytes"] > 0
+    bills = autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8,
+                          global_batch_tokens=4e6)
+    code, out, err = cli("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "7e9", "--target-tokens",
+                         "1e11", "--gpus", "8", "--global-batch-tokens", "4e6", "--json")
+    assert code == 0, err
+    assert bills.as_dicts() == json.loads(out) and bills.cheapest == json.loads(out)[0]
+    with pytest.raises(UserError, match="exactly one of --tokens-per-s"):
+        autotune.cost(gpu="h100-sxm", target_tokens=1e11)
+
+
+SPACE = """
+num_gpus: [1]
+micro_batch_size: [1, 2]
+precision: [fp32]
+checkpointing: [none]
+"""
+
+
+@pytest.mark.e2e
+def test_sweep_from_python_returns_the_pick_and_exports_it(tmp_path):
+    (tmp_path / "space.yaml").write_text(SPACE)
+    spec = {"workload": {"kind": "gpt", "preset": "tiny"}, "seq_len": 32, "target": {"tokens": 1e7},
+            "space": str(tmp_path / "space.yaml"),
+            "trial": {"warmup_steps": 1, "measure_steps": 2, "max_measure_steps": 2, "timeout_s": 180}}
+    seen = []
+    result = autotune.sweep(spec, trials=1, study="py", storage=f"sqlite:///{tmp_path}/s.db",
+                            runs_dir=tmp_path / "runs", progress=False, on_trial=seen.append)
+    assert result.trials_run == 1 and len(seen) >= 1 and result.study_name == "py"
+    pick = result.pick
+    assert pick is not None and pick["usd"] > 0 and pick["offer"] == "aws-c7i-ondemand"
+    assert result.pareto and result.report["trials"][pick["trial"]]["status"] == "ok"
+    assert f"Pick: trial {pick['trial']} on aws-c7i-ondemand" in str(result)
+    files = result.export(tmp_path / "launch")
+    assert (tmp_path / "launch" / "launch.sh") in files
+    assert json.loads((tmp_path / "launch" / "bill.json").read_text())["trial"] == pick["trial"]
+    with pytest.raises(UserError, match="seq_len"):
+        autotune.sweep({**spec, "seq_len": 0}, trials=1, storage=f"sqlite:///{tmp_path}/s.db")

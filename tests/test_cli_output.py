@@ -1,0 +1,74 @@
+"""What the commands print, as a user or a script reads it: `--version`, `--json` where a
+command prints a result, install hints for missing extras, full names at 80 columns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_version(cli):
+    import autotune
+
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"autotune {autotune.__version__}"
+
+
+def test_study_copy_prints_json(cli, tmp_path):
+    src, dst = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    study = optuna.create_study(study_name="s", storage=src, directions=["minimize", "minimize"])
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 2.0]))
+    code, out, err = cli("study", "copy", src, dst, "--study", "s", "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["trials"] == 1 and doc["study"] == "s" and doc["to_study"] == "s"
+    assert len(optuna.load_study(study_name="s", storage=dst).trials) == 1
+
+
+# Run before anything else in the child: the optional report packages look uninstalled.
+_HIDE = """
+import sys
+class _Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("plotly", "matplotlib"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _Hide())
+"""
+
+
+def test_report_without_the_report_extra_names_the_install(tmp_path):
+    """On main: an ImportError traceback. Now one line with the pip command, exit 2, and
+    nothing written."""
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(_HIDE)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'hide'}{os.pathsep}{REPO}")
+    for flag, target in (("--html", "r.html"), ("--out", "rep")):
+        p = subprocess.run([sys.executable, "-m", "autotune.cli", "report", flag, target], cwd=tmp_path,
+                           capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert "pip install 'autotune[report]'" in p.stderr and "Traceback" not in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not (tmp_path / target).exists()
+
+
+def test_catalog_shows_every_gpu_and_offer_name_whole_at_80_columns(run_cli):
+    """On main `autotune catalog` cut the GPU names users pass to --gpu (`cpu-co…`)."""
+    from autotune.pricing.load import load_catalog
+
+    cat = load_catalog(None)
+    p = run_cli("catalog", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    words = {w.strip(",;()") for ln in lines for w in ln.split()}
+    assert set(cat.gpus) <= words, set(cat.gpus) - words
+    assert {o.name for o in cat.offers} <= words, {o.name for o in cat.offers} - words
+    table = lines[:lines.index(next(ln for ln in lines if ln.startswith("break-even")))] \
+        if any(ln.startswith("break-even") for ln in lines) else lines
+    assert all(len(ln) <= 80 for ln in table), max(table, key=len)
