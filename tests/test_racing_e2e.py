@@ -45,6 +45,10 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
     assert cost["tokens_per_s_low"] < cost["tokens_per_s"] < cost["tokens_per_s_high"]
     assert cost["runner_up"] in firsts - {cost["trial"]}
     assert f"trial {cost['runner_up']}" in cost["how_sure"]
-    # The sweep's closing report prints the sentence and the runs (rich may wrap the line).
+    # The sweep's closing summary prints the sentence and the interval (rich may wrap the line);
+    # the full report lists the runs too.
     flat = " ".join(p.stdout.split())
-    assert "how sure: " + " ".join(cost["how_sure"].split()) in flat and "2 run(s)" in flat, p.stdout
+    assert " ".join(cost["how_sure"].split()) in flat and "(90%: $" in flat, p.stdout
+    rep = run_cli("report", "--study", "race", cwd=tmp_path)
+    flat = " ".join(rep.stdout.split())
+    assert "how sure: " + " ".join(cost["how_sure"].split()) in flat and "2 run(s)" in flat, rep.stdout
