@@ -131,7 +131,7 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
     # CPU machine's was `num_gpus|of=1,2`), each with the study's full list.
     names = {n for t in study.trials for n in t.params}
     assert names <= {"num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-                     "checkpointing", "zero_stage", "offload"}, names
+                     "checkpointing", "zero_stage", "offload", "fsdp"}, names
     dists = {(n, tuple(d.choices)) for t in study.trials for n, d in t.distributions.items()}
     assert len({n for n, _ in dists}) == len(dists)  # one choice list per name
     # Baselines use the same names; their values are each machine's own.
