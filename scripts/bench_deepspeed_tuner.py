@@ -274,6 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                                        "date_utc": ctx["date_utc"], "commit": ctx["git_commit"],
                                        "runs": runs, "rerun": rerun})
             args.raw.write_text(json.dumps(raw, indent=1))
+    if not raw["repetitions"]:  # nothing measured yet: say so rather than print empty tables
+        md = "\n".join(["## Side by side with DeepSpeed's autotuner (`scripts/bench_deepspeed_tuner.py`)", "",
+                         f"Not run yet: no raw runs in `{args.raw.relative_to(ROOT)}`. To run it (about "
+                         "30 minutes on an otherwise idle machine): `.venv/bin/python "
+                         "scripts/bench_deepspeed_tuner.py --repeats 2`.", ""])
+        write_outputs(args.json_out, args.md_out, {"context": ctx, "analysis": None}, md)
+        return 0
     res = analyse(raw)
     write_outputs(args.json_out, args.md_out, {"context": ctx, "analysis": res}, render(ctx, raw, res))
     return 0

@@ -165,3 +165,22 @@ def test_percentile_and_spearman():
     # ties share their mean rank: ranks (1.5, 1.5, 3) vs (1, 2, 3) -> r = 0.866
     assert bench_common.spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(math.sqrt(3) / 2)
     assert bench_common.spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_a_space_measured_in_part_is_reported_as_such_not_replayed(tmp_path, monkeypatch):
+    """A ground truth that lacks configs of its space is not replayed (the optimum may be among
+    the missing): the section and the summary say how far the measurement got and how to finish."""
+    import bench_search
+
+    real = json.loads((bench_search.BENCHES["ds"]["cache"]).read_text())
+    first = next(iter(real["entries"]))
+    part = tmp_path / "truth_part.json"
+    part.write_text(json.dumps({**real, "entries": {first: real["entries"][first]}}))
+    monkeypatch.setitem(bench_search.BENCHES, "ds", {**bench_search.BENCHES["ds"], "cache": part})
+    out_json, out_md = tmp_path / "s.json", tmp_path / "s.md"
+    assert bench_search.main(["--bench", "ds", "--json-out", str(out_json), "--md-out", str(out_md)]) == 0
+    data = json.loads(out_json.read_text())
+    assert data["n_configs"] == 48 and "1 of 48 configs measured" in data["incomplete"]
+    assert "replays not run" in out_md.read_text() and "--bench ds --measure" in out_md.read_text()
+    head = bench_search.summary_section([out_json])
+    assert "Not replayed: `ds` (48 configs)" in head and "Not run yet." in head
