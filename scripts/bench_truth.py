@@ -300,9 +300,20 @@ class Entry(_Scored):
 
     def split(self, seed: int, holdout: bool) -> tuple[list[Measured], list[Measured]]:
         """(observable, truth) runs for a replay seed. Without `holdout` (a table of fewer than
-        2 runs per config, or the old benchmark) both are every run."""
-        digest = hashlib.sha256(f"{seed}/{self.key}".encode()).digest()
-        order = sorted(range(len(self.runs)), key=lambda i: hashlib.sha256(digest + bytes([i])).digest())
+        2 runs per config, or the old benchmark) both are every run.
+
+        The split is by measurement round, the same rounds for every config of a seed: a round
+        measured every config within minutes, while rounds lie hours apart, under other load
+        (truth_ds.json: the top configs ran ~20% slower in rounds 2-3 than in rounds 0-1, all
+        alike). Shuffled per config, one config's observed runs would come from a fast round
+        and its rival's from a slow one, and the held-out truth from the opposite: a drift no
+        sweep sees (its runs are minutes apart), which turned even the exhaustive reference
+        into 1/60. Runs without a round keep their index as one."""
+        def rank(i: int) -> bytes:
+            rnd = self.runs[i].meta.get("round", i)
+            return hashlib.sha256(f"{seed}/round/{rnd}".encode()).digest()
+
+        order = sorted(range(len(self.runs)), key=rank)
         runs = [self.runs[i] for i in order]
         if not holdout or len(runs) < 2:
             return runs, list(self.runs)

@@ -64,10 +64,13 @@ run_one() {  # name, script, args...: one script, raw figures and section under 
 for name in $ONLY; do
   case "$name" in
     search)  # replays of the committed ground truths (BENCH_SEARCH_ARGS="--measure" tops them up)
-      for bench in cpu40 big ds; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
+      for bench in cpu40 big; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
+      # ds has 4 rounds: judged in-sample (as cpu40's 3) and on held-out rounds
+      run_one search_ds bench_search --bench ds --holdout no "${SEARCH_ARGS[@]}"
+      run_one search_ds_heldout bench_search --bench ds --holdout yes "${SEARCH_ARGS[@]}"
       run_one noise bench_noise --analyse-only
       run_one deepspeed_tuner bench_deepspeed_tuner --analyse-only
-      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40}.json --md-out "$SECTIONS/search.md" > /dev/null ;;
+      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout}.json --md-out "$SECTIONS/search.md" > /dev/null ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
     deepspeed_tuner) run_one deepspeed_tuner bench_deepspeed_tuner "${DS_TUNER_ARGS[@]}" ;;
     overhead) run_one overhead bench_overhead "${OVERHEAD_ARGS[@]}" ;;
@@ -92,7 +95,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_cpu40 deepspeed_tuner noise overhead fidelity memory scale; do
+  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise overhead fidelity memory scale; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done
