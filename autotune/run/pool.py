@@ -103,7 +103,7 @@ class _Pool:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self, graceful: bool = True) -> None:
+    def end(self, graceful: bool = True) -> None:
         """Ask the ranks to leave (the stop file), then kill what is left of the group."""
         if graceful and self.alive():
             (self.queue / "stop").touch()
@@ -115,6 +115,9 @@ class _Pool:
             _kill_group(self.proc)
         self.proc.wait()
         remove_deepspeed_shm(self.port)
+
+    def close(self, graceful: bool = True) -> None:
+        self.end(graceful)
         shutil.rmtree(self.queue, ignore_errors=True)  # made by mkdtemp above: ours alone
 
 
@@ -212,10 +215,13 @@ class PoolRunner:
         wall_s = time.monotonic() - t0
         pool.idle_since = time.monotonic()
         out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-        if rc != 0 or timed_out:
-            self.close()  # a failed trial's pool is not reused; this also waits for the ranks
+        failed = rc != 0 or timed_out
+        if failed:
+            pool.end()  # a failed trial's pool is not reused; its ranks finish their output
         _copy_range(pool.out_path, out_path, out_at)
         _copy_range(pool.err_path, err_path, err_at)
+        if failed:
+            self.close()
         started = any(trial_dir.glob("fatal.rank*.log"))  # each rank opens it as it takes the trial
         if not started and not fresh and not timed_out:
             return None, False
