@@ -82,7 +82,8 @@ def test_deepspeed_trials_in_one_pool_match_unpooled_ones_with_per_trial_peaks(t
         return {k for k, v in r.model_dump().items() if v not in (None, [], {})}
 
     assert filled(second) == filled(fresh)
-    assert second.observations.keys() == fresh.observations.keys()
+    assert set(second.observations) == set(fresh.observations) | {"pool"}
+    assert second.observations["pool"]["trial"] == 2
     assert second.observations["zero_stage"] == fresh.observations["zero_stage"] == 1
     assert second.measured_steps == fresh.measured_steps
     # Each trial's own peak: the small trial after the big one reports less than the big one.

@@ -97,12 +97,13 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     """Run trials from `queue` until told to stop; returns the exit code."""
     from autotune.contract import TrialConfig, TrialStatus
     from trials import worker
-    from trials.measure import reset_host_rss_peak
+    from trials.measure import host_rss_now_bytes, reset_host_rss_peak
 
     rank = int(os.environ.get("RANK", "0"))
     fatal = None
     seq = 1
     mallopt_done = False
+    first_rss_bytes = None  # this rank's RSS as the pool's first trial started
     while True:
         path = wait_for_trial(queue, seq, controller_pid, idle_timeout_s)
         if path is None:
@@ -113,9 +114,11 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         # The trial's processes are found by their working directory (a sweep whose
         # controller died kills them by it: autotune/run/processes.py).
         os.chdir(result_path.parent)
-        if fatal is not None:
-            fatal.close()
-        fatal = worker._install_fault_handlers(result_path, rank)
+        # The new trial's fatal log first, then the old one closed: faulthandler never holds
+        # a closed file descriptor (one reused by another file would get the stack).
+        previous, fatal = fatal, worker._install_fault_handlers(result_path, rank)
+        if previous is not None:
+            previous.close()
         if cfg.device.value == "cpu" and not mallopt_done:
             worker._host_memory_like_a_device()
             mallopt_done = True
@@ -127,8 +130,11 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
             if dist.is_initialized():
                 dist.barrier()  # every rank starts the same trial, none still in the last one
         reset_host_rss_peak()
+        rss_bytes = host_rss_now_bytes()
+        first_rss_bytes = first_rss_bytes or rss_bytes
         t_start = time.perf_counter()
         result = worker.run_one(cfg, result_path, t_start, keep_group=True)
+        _note_carried_memory(result, seq, rss_bytes, first_rss_bytes)
         release_memory(cfg.device.value)
         import torch.distributed as dist
 
@@ -140,6 +146,25 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         if result.status is not TrialStatus.ok:
             return 1  # e.g. a NaN loss returned as a result: the next trial gets a fresh pool
         seq += 1
+
+
+# Below this, what earlier trials left in the process is allocator noise, not worth a note.
+CARRIED_NOTE_BYTES = 16 * 2**20
+
+
+def _note_carried_memory(result, seq: int, rss_bytes: int, first_rss_bytes: int) -> None:
+    """What this process held at the trial's start beyond what it held at its pool's first
+    trial: state that libraries build on first use and keep (measured on CPU: DeepSpeed's first
+    ZeRO 1-3 trial adds ~45 MiB for good), counted in a host RSS peak that a fresh process
+    running this config alone would not have. Said, not subtracted: it is not known which
+    part of it this config would have built too."""
+    carried = rss_bytes - first_rss_bytes
+    result.observations["pool"] = {"trial": seq, "host_rss_at_start_bytes": rss_bytes,
+                                   "host_rss_carried_bytes": carried}
+    if carried >= CARRIED_NOTE_BYTES:
+        result.notes.append(f"pooled: this rank's process started the trial holding "
+                            f"{carried / 2**20:.0f} MiB more than at its pool's first trial "
+                            "(libraries' state from earlier trials); the host RSS peak includes it")
 
 
 def main(argv: list[str] | None = None) -> int:

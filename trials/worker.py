@@ -249,11 +249,11 @@ def run(cfg, t_start: float, keep_group: bool = False):
     if world > 1 and not keep_group:
         dist.destroy_process_group()
     if keep_group:
-        # The process runs another trial next (trials/pool.py): DeepSpeed's engine holds hooks
-        # and buffers beyond its own references until destroyed.
-        destroy = getattr(getattr(engine, "engine", None), "destroy", None)
-        if callable(destroy):
-            destroy()
+        # The process runs another trial next (trials/pool.py): an engine that keeps state
+        # beyond its own references (DeepSpeed's hooks, buffers, caches) releases it here.
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
     return result
 
 
