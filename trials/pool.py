@@ -19,6 +19,7 @@ never leaks into another trial. The pool ends by itself on `DIR/stop`, after
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -97,7 +98,9 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     """Run trials from `queue` until told to stop; returns the exit code."""
     from autotune.contract import TrialConfig, TrialStatus
     from trials import worker
+    from trials.engines import engine_class
     from trials.measure import host_rss_now_bytes, reset_host_rss_peak
+    from trials.workloads.build import import_workload_modules
 
     rank = int(os.environ.get("RANK", "0"))
     fatal = None
@@ -129,6 +132,12 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
 
             if dist.is_initialized():
                 dist.barrier()  # every rank starts the same trial, none still in the last one
+        # The trial's libraries first (as the worker does before its build): the baseline
+        # below then counts what earlier trials left, not this trial's own imports.
+        # A failure here is raised again inside run_one, and classified there.
+        with contextlib.suppress(Exception):
+            engine_class(cfg)
+            import_workload_modules(cfg)
         reset_host_rss_peak()
         rss_bytes = host_rss_now_bytes()
         first_rss_bytes = first_rss_bytes or rss_bytes
