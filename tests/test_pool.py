@@ -183,10 +183,13 @@ def test_a_pool_killed_between_trials_is_replaced(tmp_path):
     starts: list[int] = []
     try:
         one = runner(_cfg(1), tmp_path / "t0", on_start=starts.append)
-        os.killpg(starts[0], signal.SIGKILL)  # e.g. a later sweep's cleanup, or the OOM killer
-        assert _wait_gone(starts[0])
+        # E.g. the OOM killer: the launcher dies outright; its ranks (torchrun gives each its
+        # own session) leave as they find themselves orphaned, or the runner kills them.
+        os.killpg(starts[0], signal.SIGKILL)
+        runner._pool.proc.wait()
         two = runner(_cfg(1), tmp_path / "t1", on_start=starts.append)
     finally:
         runner.close()
     assert one.ok and two.ok, (one.error, two.error)
+    assert _wait_gone(starts[0])
     assert starts[0] != starts[1] and runner.pools_started == 2

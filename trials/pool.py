@@ -64,7 +64,14 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
     ticks = _start_ticks(controller_pid) if controller_pid else None
     deadline = time.monotonic() + idle_timeout_s
     last_check = 0.0
-    while not path.exists():
+    while True:
+        # The launcher gone (a rank is re-parented when it dies: torchrun starts each rank in
+        # its own session, so killing the launcher's group leaves the ranks) or the queue gone:
+        # nobody will read this pool's results. Checked before taking a trial, too.
+        if os.getppid() != _LAUNCHER_PID or not queue.is_dir():
+            return None
+        if path.exists():
+            return path
         if (queue / STOP_FILE).exists() or time.monotonic() > deadline:
             return None
         if controller_pid and time.monotonic() - last_check > 1.0:
@@ -72,7 +79,9 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
             if not _alive(controller_pid, ticks):
                 return None
         time.sleep(POLL_S)
-    return path
+
+
+_LAUNCHER_PID = os.getppid()  # at start: the launcher's process that started this rank
 
 
 def release_memory(device_type: str) -> None:
@@ -103,6 +112,9 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     from trials.workloads.build import import_workload_modules
 
     rank = int(os.environ.get("RANK", "0"))
+    # The controller kills a failed pool's ranks by these (they may not be in the launcher's
+    # process group), after checking that the pid still runs this queue.
+    (queue / f"rank{rank}.pid").write_text(str(os.getpid()))
     fatal = None
     seq = 1
     mallopt_done = False

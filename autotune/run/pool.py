@@ -114,11 +114,29 @@ class _Pool:
         if self.alive() or group_alive(self.proc.pid):
             _kill_group(self.proc)
         self.proc.wait()
+        _kill_ranks(self.queue)
         remove_deepspeed_shm(self.port)
 
     def close(self, graceful: bool = True) -> None:
         self.end(graceful)
         shutil.rmtree(self.queue, ignore_errors=True)  # made by mkdtemp above: ours alone
+
+
+def _kill_ranks(queue: Path) -> None:
+    """SIGKILL the pool's ranks still running: torchrun starts each rank in its own session, so
+    a launcher killed outright (SIGKILL, the OOM killer) leaves them outside its process group.
+    A pid is killed only while its command line still names this pool's queue (pid reuse)."""
+    import signal
+
+    for pid_file in queue.glob("rank*.pid"):
+        try:
+            pid = int(pid_file.read_text())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(queue).encode() not in f.read():
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already
 
 
 def _copy_range(src: Path, dst: Path, start: int) -> None:
