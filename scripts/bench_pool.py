@@ -55,8 +55,8 @@ def record(result, mode: str, key: str, round_: int) -> dict:
     return {"mode": mode, "config": key, "round": round_, "wall_s": result.wall_s,
             "tokens_per_s": result.tokens_per_s, "peak_mem_bytes": result.peak_mem_bytes,
             "phase_s": dict(result.phase_s), "notes": list(result.notes),
-            # What rank 0's process held beyond its pool's first trial (trials/pool.py).
-            "carried_bytes": result.observations.get("pool", {}).get("host_rss_carried_bytes")}
+            # What rank 0's process held as the trial started (trials/pool.py; pooled only).
+            "rss_at_start_bytes": result.observations.get("pool", {}).get("host_rss_at_start_bytes")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +121,7 @@ def summarize(runs: list[dict]) -> dict:
                "pooled_tokens_per_s": _med([x["tokens_per_s"] for x in p]),
                "unpooled_peak_mem_bytes": _med([x["peak_mem_bytes"] for x in u]),
                "pooled_peak_mem_bytes": _med([x["peak_mem_bytes"] for x in p]),
-               "pooled_carried_bytes": _med([x["carried_bytes"] for x in p])}
+               "pooled_rss_at_start_bytes": _med([x["rss_at_start_bytes"] for x in p])}
         row["tokens_per_s_ratio"] = row["pooled_tokens_per_s"] / row["unpooled_tokens_per_s"]
         row["peak_mem_ratio"] = row["pooled_peak_mem_bytes"] / row["unpooled_peak_mem_bytes"]
         # Noise reference: how far apart two fresh-process runs of the same config land.
@@ -170,16 +170,17 @@ def render(data, args) -> str:
         spread = r["unpooled_tokens_per_s_spread"]
         rows.append([key, r["unpooled_wall_s"], r["pooled_wall_s"], r["unpooled_tokens_per_s"],
                      f"{r['tokens_per_s_ratio']:.3f}", "n/a" if spread is None else f"{spread:.1%}",
-                     f"{r['unpooled_peak_mem_bytes'] / 2**20:.0f}", f"{r['peak_mem_ratio']:.3f}",
-                     f"{(r['pooled_carried_bytes'] or 0) / 2**20:.0f}"])
+                     f"{r['unpooled_peak_mem_bytes'] / 2**20:.0f}", f"{r['peak_mem_ratio']:.3f}"])
     lines.append(markdown_table(["config", "unpooled wall s", "pooled wall s", "unpooled tokens/s",
                                  "tokens/s pooled/unpooled", "unpooled tokens/s spread",
-                                 "unpooled peak MiB", "peak pooled/unpooled",
-                                 "pooled: MiB carried from earlier trials"], rows))
-    lines += ["", ("*Carried*: what the pooled rank 0 held at the trial's start beyond what it held "
-                   "at its pool's first trial (state libraries build on first use and keep, e.g. "
-                   "DeepSpeed's first ZeRO 1-3 trial); the pooled host RSS peak includes it, a "
-                   "fresh process's does not. Each pooled result says so in a note.")]
+                                 "unpooled peak MiB", "peak pooled/unpooled"], rows))
+    lines += ["", ("Peaks are host RSS (CPU trials). A pooled peak includes what earlier trials' "
+                   "libraries built on first use and keep: measured, the first DeepSpeed ZeRO 1-3 "
+                   "trial in a process imports torch._inductor and networkx (about 590 modules, "
+                   "+45 MiB per rank, for good), which a fresh ZeRO-0 process never holds; that is "
+                   "most of the ZeRO-0 rows' excess. Nothing of a trial's own (model, optimizer, "
+                   "engine) is carried: tests/test_pool.py checks that the RSS at a trial's start "
+                   "stops growing.")]
     lines += ["", ("Where a trial's time goes (median seconds, phases timed inside the ranks; *other* "
                    "is the wall time outside them: the launcher's start and teardown, and the "
                    "pool's start for the trial that started it; submit, barriers, memory release "

@@ -76,8 +76,8 @@ def test_deepspeed_trials_in_one_pool_match_unpooled_ones_with_per_trial_peaks(t
         runner.close()
     # Nothing of a trial stays behind for the next: ZeRO-3 kept each trial's model alive
     # (11 MiB a tiny-GPT trial) until the engine's close() released it.
-    carried = [r.observations["pool"]["host_rss_carried_bytes"] for r in (second, third)]
-    assert third.ok and carried[1] - carried[0] < 4 * 2**20, carried
+    at_start = [r.observations["pool"]["host_rss_at_start_bytes"] for r in (second, third)]
+    assert third.ok and at_start[1] - at_start[0] < 4 * 2**20, at_start
     fresh = run_trial(small, tmp_path / "u1")
     assert first.status is second.status is fresh.status is TrialStatus.ok, (first.error, second.error)
     assert runner.pools_started == 1 and starts[0] == starts[1] == starts[2]  # one pool ran all

@@ -118,7 +118,6 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     fatal = None
     seq = 1
     mallopt_done = False
-    first_rss_bytes = None  # this rank's RSS as the pool's first trial started
     while True:
         path = wait_for_trial(queue, seq, controller_pid, idle_timeout_s)
         if path is None:
@@ -144,18 +143,17 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
 
             if dist.is_initialized():
                 dist.barrier()  # every rank starts the same trial, none still in the last one
-        # The trial's libraries first (as the worker does before its build): the baseline
-        # below then counts what earlier trials left, not this trial's own imports.
+        # The trial's libraries first (as the worker does before its build): the RSS below
+        # is then what the trial starts from, its own imports included.
         # A failure here is raised again inside run_one, and classified there.
         with contextlib.suppress(Exception):
             engine_class(cfg)
             import_workload_modules(cfg)
         reset_host_rss_peak()
         rss_bytes = host_rss_now_bytes()
-        first_rss_bytes = first_rss_bytes or rss_bytes
         t_start = time.perf_counter()
         result = worker.run_one(cfg, result_path, t_start, keep_group=True)
-        _note_carried_memory(result, seq, rss_bytes, first_rss_bytes)
+        _note_pool(result, seq, rss_bytes)
         release_memory(cfg.device.value)
         import torch.distributed as dist
 
@@ -169,23 +167,12 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         seq += 1
 
 
-# Below this, what earlier trials left in the process is allocator noise, not worth a note.
-CARRIED_NOTE_BYTES = 16 * 2**20
-
-
-def _note_carried_memory(result, seq: int, rss_bytes: int, first_rss_bytes: int) -> None:
-    """What this process held at the trial's start beyond what it held at its pool's first
-    trial: state that libraries build on first use and keep (measured on CPU: DeepSpeed's first
-    ZeRO 1-3 trial adds ~45 MiB for good), counted in a host RSS peak that a fresh process
-    running this config alone would not have. Said, not subtracted: it is not known which
-    part of it this config would have built too."""
-    carried = rss_bytes - first_rss_bytes
-    result.observations["pool"] = {"trial": seq, "host_rss_at_start_bytes": rss_bytes,
-                                   "host_rss_carried_bytes": carried}
-    if carried >= CARRIED_NOTE_BYTES:
-        result.notes.append(f"pooled: this rank's process started the trial holding "
-                            f"{carried / 2**20:.0f} MiB more than at its pool's first trial "
-                            "(libraries' state from earlier trials); the host RSS peak includes it")
+def _note_pool(result, seq: int, rss_bytes: int) -> None:
+    """Where the trial stood in its pool, and what the process held as it started: a pooled
+    host RSS peak includes what earlier trials' libraries built and kept (measured on CPU:
+    the first DeepSpeed ZeRO 1-3 trial imports torch._inductor and networkx, +45 MiB per rank
+    for good), which a fresh process running this config alone would not hold."""
+    result.observations["pool"] = {"trial": seq, "host_rss_at_start_bytes": rss_bytes}
 
 
 def main(argv: list[str] | None = None) -> int:

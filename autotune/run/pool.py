@@ -233,7 +233,7 @@ class PoolRunner:
         wall_s = time.monotonic() - t0
         pool.idle_since = time.monotonic()
         out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-        failed = rc != 0 or timed_out
+        failed = timed_out or pool.proc.poll() is not None  # the pool ended with the trial
         if failed:
             pool.end()  # a failed trial's pool is not reused; its ranks finish their output
         _copy_range(pool.out_path, out_path, out_at)
