@@ -154,15 +154,17 @@ def test_a_pool_whose_controller_dies_goes_away(tmp_path):
         from tests.test_pool import _cfg
         from autotune.run.pool import PoolRunner
         starts = []
-        result = PoolRunner()(_cfg(1), Path({str(tmp_path / "t0")!r}), on_start=starts.append)
-        print(result.status.value, starts[0], flush=True)
+        runner = PoolRunner()
+        result = runner(_cfg(1), Path({str(tmp_path / "t0")!r}), on_start=starts.append)
+        print(result.status.value, starts[0], runner._pool.queue, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         """)
     p = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=240,
                        env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path)
-    status, pgid = p.stdout.split()
+    status, pgid, queue = p.stdout.split()
     assert status == "ok", p.stdout + p.stderr
     assert _wait_gone(int(pgid), 30), "the pool outlived its controller"
+    assert not Path(queue).exists()  # rank 0 removed the folder its controller no longer can
 
 
 def test_the_host_peak_resets_to_what_the_process_holds():

@@ -84,6 +84,15 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
 _LAUNCHER_PID = os.getppid()  # at start: the launcher's process that started this rank
 
 
+def _remove_queue(queue: Path) -> None:
+    """The queue folder and what is in it, all written by the controller (autotune/run/pool.py,
+    a mkdtemp folder named autotune-pool-*) and this pool; nothing else is touched."""
+    import shutil
+
+    if queue.name.startswith("autotune-pool-"):
+        shutil.rmtree(queue, ignore_errors=True)
+
+
 def release_memory(device_type: str) -> None:
     """Give back what the last trial left: cycles (engines, hooks), the allocator's free lists
     (glibc keeps freed heap chunks until malloc_trim), CUDA's cached blocks; then the next
@@ -118,9 +127,12 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     fatal = None
     seq = 1
     mallopt_done = False
+    controller_ticks = _start_ticks(controller_pid) if controller_pid else None
     while True:
         path = wait_for_trial(queue, seq, controller_pid, idle_timeout_s)
         if path is None:
+            if rank == 0 and controller_pid and not _alive(controller_pid, controller_ticks):
+                _remove_queue(queue)  # its controller, which would have, is gone
             return 0
         spec = json.loads(path.read_text())
         cfg = TrialConfig.read(spec["config"])
