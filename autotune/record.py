@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotune.contract import TrialConfig, TrialResult, TrialStatus
+from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
 
 # How a trial ended: the worker's TrialStatus, or what happened before or around it.
 RecordStatus = Literal["ok", "oom", "timeout", "crash", "nan", "unsupported",
@@ -113,6 +113,8 @@ class TrialRecord(BaseModel):
     baseline: bool | None = None  # enqueued as a baseline
     local_move_from: int | None = None  # enqueued as a neighbour of this trial
     reused_from: int | None = None  # measured nothing: copied this trial's measurement
+    repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured first
+    race_block: str | None = None  # measured back to back with the other trials of this block
     search_gpu_hours: float | None = None  # what this trial cost the search
     search_usd: float | None = None
     leftovers_killed: int | None = None  # processes a later sweep killed after its controller died
@@ -135,10 +137,10 @@ class TrialRecord(BaseModel):
 
     OWN: ClassVar[frozenset[str]] = frozenset({
         "config", "config_key", "hardware", "machine", "controller", "launch", "claim",
-        "retry_of", "baseline", "local_move_from", "reused_from", "search_gpu_hours",
-        "search_usd", "leftovers_killed"})
+        "retry_of", "baseline", "local_move_from", "reused_from", "repeat_of", "race_block",
+        "search_gpu_hours", "search_usd", "leftovers_killed"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
-    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline"})
+    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block"})
 
     # -- reading
     @classmethod
@@ -177,6 +179,16 @@ class TrialRecord(BaseModel):
     def launched(self) -> bool:
         """The trial ran its own measurement: not reused from another, not held back."""
         return self.status not in (None, "prescreened") and self.reused_from is None
+
+    def on(self, hw: HardwareFingerprint) -> bool:
+        """Measured on this hardware (`HardwareFingerprint.key`). A record written before the
+        key named device count, versions and cores holds the bare device model as its key; it
+        counts when every field its stored fingerprint recorded matches this machine."""
+        if self.hardware is None:
+            return False
+        if self.hardware == hw.key():
+            return True
+        return self.hardware == hw.kind_key() and hw.matches_recorded(self.machine)
 
     def trial_config(self) -> TrialConfig:
         """The stored config, validated (ValueError when missing or unreadable)."""

@@ -67,6 +67,12 @@ class BudgetSpec(_Spec):
     trials: int = Field(
         default=8, gt=0, description="trials launched per invocation; a proposal that reuses a "
         "measured config or that the memory prescreen holds back runs nothing and does not count")
+    remeasure_trials: int | None = Field(
+        default=None, ge=0, description="of `trials`, how many the end of each invocation may "
+        "spend re-measuring the cheapest and fastest configs against their closest rivals "
+        "(autotune/search/racing.py); unused ones go back to exploring, and once every config of "
+        "the space has been tried the rest of `trials` may re-measure; default: a third of "
+        "`trials`; 0: never re-measure")
     max_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)
     total_trials: int | None = Field(

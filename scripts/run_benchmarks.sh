@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Regenerate docs/benchmarks.md with one command: search efficiency, trial overhead and
-# fidelity on this machine (about 10 minutes on an idle 2-core machine while the search
-# ground truth in benchmarks/search_ground_truth.json is reused; measuring it again, 40
-# configs x 3 runs, adds about 35 minutes).
+# Regenerate docs/benchmarks.md with one command: search (pick accuracy on three spaces,
+# replayed from the committed ground truths in benchmarks/results/truth_*.json; the noise
+# analysis and the side by side with DeepSpeed's autotuner from their committed raw runs),
+# trial overhead and fidelity on this machine (about 25 minutes on an idle 2-core machine).
+# Measuring the ground truths again takes machine hours: BENCH_SEARCH_ARGS="--measure
+# --repeats 6"; the side by side with DeepSpeed's tuner runs on request (~30 min):
+# ONLY=deepspeed_tuner; so do the interleaved noise pairs: ONLY=noise.
 #
 #   scripts/run_benchmarks.sh                   # the full run
 #   SMOKE=1 scripts/run_benchmarks.sh           # tiny settings, minutes; labelled a smoke run
-#   BENCH_SEARCH_ARGS="--seeds 50 --remeasure" BENCH_OVERHEAD_ARGS="--repeats 5" \
+#   BENCH_SEARCH_ARGS="--seeds 50" BENCH_OVERHEAD_ARGS="--repeats 5" \
 #     BENCH_FIDELITY_ARGS="--long-factor 10" scripts/run_benchmarks.sh
 #   ONLY="search overhead" scripts/run_benchmarks.sh   # a subset (others keep their last section)
 #   ONLY=none scripts/run_benchmarks.sh                # only reassemble the document from the sections
+#
+# Every script takes --runner where it runs trials (benchmarks/results keep the runner and the
+# seconds of every run), so that a cheaper runner (a worker pool) can be measured the same way.
 #
 # Each script also writes its raw figures to benchmarks/results/<name>.json. A GPU check
 # report copied to benchmarks/gpu_check_report.md (from scripts/gpu_check.sh) is included.
@@ -27,6 +33,8 @@ mkdir -p "$RESULTS" "$SECTIONS" "$ROOT/docs"
 
 # Word splitting of the *_ARGS variables is intended: they hold extra flags.
 read -r -a SEARCH_ARGS <<< "${BENCH_SEARCH_ARGS:-}"
+read -r -a DS_TUNER_ARGS <<< "${BENCH_DS_TUNER_ARGS:---repeats 2}"
+read -r -a NOISE_ARGS <<< "${BENCH_NOISE_ARGS:---pairs 12}"
 read -r -a OVERHEAD_ARGS <<< "${BENCH_OVERHEAD_ARGS:-}"
 read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
 # memory (scripts/bench_memory.py, ~30 min) runs on request: ONLY="memory" scripts/run_benchmarks.sh
@@ -36,8 +44,7 @@ read -r -a SCALE_ARGS <<< "${BENCH_SCALE_ARGS:-}"
 # pool (scripts/bench_pool.py, ~8 min: pooled vs fresh-launcher trials, issue 15) runs on request: ONLY="pool" ...
 read -r -a POOL_ARGS <<< "${BENCH_POOL_ARGS:-}"
 if [[ "$SMOKE" == 1 ]]; then
-  SEARCH_ARGS=(--space benchmarks/search_space_smoke.yaml --cache benchmarks/search_ground_truth_smoke.json
-               --warmup-steps 1 --measure-steps 2 --max-measure-steps 2 --seeds 20 --repeats 1 "${SEARCH_ARGS[@]}")
+  SEARCH_ARGS=(--seeds 6 "${SEARCH_ARGS[@]}")
   OVERHEAD_ARGS=(--repeats 1 --warmup-steps 1 --measure-steps 2 "${OVERHEAD_ARGS[@]}")
   FIDELITY_ARGS=(--configs "4,1,fp32,none" "8,1,fp32,none" "4,1,fp32,full" --warmup-steps 1
                  --measure-steps 2 --max-measure-steps 2 "${FIDELITY_ARGS[@]}")
@@ -47,22 +54,32 @@ fi
 
 STARTED="$(date +%s)"
 [[ "$ONLY" == none ]] && ONLY=""
+run_one() {  # name, script, args...: one script, raw figures and section under its name
+  local name="$1" script="$2"; shift 2
+  echo "== $script $*"
+  local t0; t0="$(date +%s)"
+  "$PY" "scripts/$script.py" "$@" --json-out "$RESULTS/$name.json" --md-out "$SECTIONS/$name.md" \
+    > "$RESULTS/$name.log" 2>&1 || {
+      echo "run_benchmarks: $script failed; see $RESULTS/$name.log" >&2; tail -20 "$RESULTS/$name.log" >&2; exit 1; }
+  echo "   done in $(( $(date +%s) - t0 )) s"
+}
+
 for name in $ONLY; do
   case "$name" in
-    search) args=("${SEARCH_ARGS[@]}") ;;
-    overhead) args=("${OVERHEAD_ARGS[@]}") ;;
-    fidelity) args=("${FIDELITY_ARGS[@]}") ;;
-    memory) args=("${MEMORY_ARGS[@]}") ;;
-    scale) args=("${SCALE_ARGS[@]}") ;;
-    pool) args=("${POOL_ARGS[@]}") ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
+    search)  # replays of the committed ground truths (BENCH_SEARCH_ARGS="--measure" tops them up)
+      for bench in cpu40 big ds; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
+      run_one noise bench_noise --analyse-only
+      run_one deepspeed_tuner bench_deepspeed_tuner --analyse-only
+      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40}.json --md-out "$SECTIONS/search.md" > /dev/null ;;
+    noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
+    deepspeed_tuner) run_one deepspeed_tuner bench_deepspeed_tuner "${DS_TUNER_ARGS[@]}" ;;
+    overhead) run_one overhead bench_overhead "${OVERHEAD_ARGS[@]}" ;;
+    fidelity) run_one fidelity bench_fidelity "${FIDELITY_ARGS[@]}" ;;
+    memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
+    scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
+    pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
   esac
-  echo "== bench_$name ${args[*]}"
-  t0="$(date +%s)"
-  "$PY" "scripts/bench_$name.py" "${args[@]}" --json-out "$RESULTS/$name.json" \
-    --md-out "$SECTIONS/$name.md" > "$RESULTS/$name.log" 2>&1 || {
-      echo "run_benchmarks: bench_$name failed; see $RESULTS/$name.log" >&2; tail -20 "$RESULTS/$name.log" >&2; exit 1; }
-  echo "   done in $(( $(date +%s) - t0 )) s"
 done
 
 {
@@ -79,7 +96,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search overhead fidelity memory scale pool; do
+  for name in search search_big search_ds search_cpu40 deepspeed_tuner noise overhead fidelity memory scale pool; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -1,13 +1,16 @@
-"""The replay logic of scripts/bench_search.py on a small synthetic ground truth (pure Python,
-no trials launched), and the statistics helpers of scripts/bench_common.py.
+"""The search benchmark's logic on a small synthetic ground truth (pure Python, no trials
+launched): scripts/bench_truth.py (the table, held-out truth), scripts/bench_replay.py (the
+strategies, the shipped sweep through its TrialRunner) and the statistics helpers of
+scripts/bench_common.py.
 
 The ground truth here is synthetic on purpose: the replay is a pure function of the table,
-and the real table is measured by the benchmark script itself (docs/benchmarks.md).
+and the real table is measured by the benchmark scripts themselves (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -18,7 +21,8 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import bench_common  # noqa: E402
-import bench_search  # noqa: E402
+import bench_replay  # noqa: E402
+import bench_truth  # noqa: E402
 from autotune.contract import MemoryReport, TrialResult, TrialStatus  # noqa: E402
 
 MiB = 2**20
@@ -27,99 +31,129 @@ MiB = 2**20
 def _args(tmp_path: Path, space: Path) -> argparse.Namespace:
     return argparse.Namespace(preset="tiny", seq_len=64, global_batch=8, space=space, warmup_steps=1,
                               measure_steps=2, max_measure_steps=2, timeout_s=60.0,
-                              cache=tmp_path / "gt.json", remeasure=False, replay_only=True)
+                              cache=tmp_path / "gt.json", remeasure=False, replay_only=True,
+                              runner="launcher", repeats=1)
 
 
 @pytest.fixture()
 def world(tmp_path):
     """A 2-rank CPU space (12 configs) and a synthetic table: throughput grows with the
     micro-batch and halves under checkpointing; peak RSS = 300 MiB of runtime + a part that
-    grows with the micro-batch (a quarter of it under checkpointing)."""
+    grows with the micro-batch (a quarter of it under checkpointing). Each config has 4 runs:
+    its true speed x 0.9, 1.0, 1.0, 1.1."""
     from autotune.search.machine import MachineSpace
 
     space = tmp_path / "space.yaml"
     space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\n"
                      "checkpointing: [none, full]\nzero_stage: [0]\n")
     args = _args(tmp_path, space)
-    spec = bench_search.make_spec(args)
+    spec = bench_truth.make_spec(args)
     ms = MachineSpace.for_spec(spec)
-    configs = bench_search.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    configs = bench_truth.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
     entries = {}
     for _, values in configs:
-        cfg = bench_search.trial_config(values, spec, ms, seed=0)
+        cfg = bench_truth.trial_config(values, spec, ms, seed=0)
         mb, n = cfg.micro_batch_size, cfg.num_gpus
         ckpt = cfg.checkpointing.value == "full"
         tps = 1000.0 * n ** 0.8 * mb ** 0.5 / (2.0 if ckpt else 1.0)
         peak = (100 + 40 * mb // (4 if ckpt else 1)) * MiB
-        result = TrialResult(status=TrialStatus.ok, tokens_per_s=tps, wall_s=10.0 + mb,
-                             phase_s={"measure": 2.0},
-                             memory=MemoryReport(host_rss_peak_bytes=[peak + 300 * MiB] * n,
-                                                 host_rss_baseline_bytes=[300 * MiB] * n))
-        entries[bench_search.config_key(values)] = {"config": cfg.model_dump(mode="json"),
-                                                    "result": result.model_dump(mode="json")}
+        runs = [TrialResult(status=TrialStatus.ok, tokens_per_s=tps * f, wall_s=10.0 + mb,
+                            phase_s={"measure": 2.0},
+                            memory=MemoryReport(host_rss_peak_bytes=[peak + 300 * MiB] * n,
+                                                host_rss_baseline_bytes=[300 * MiB] * n))
+                for f in (0.9, 1.0, 1.0, 1.1)]
+        entries[bench_truth.config_key(values)] = {
+            "config": cfg.model_dump(mode="json"), "results": [r.model_dump(mode="json") for r in runs],
+            "runs_meta": [{"round": i} for i in range(4)]}
     doc = {"identity": {}, "entries": entries}
     return args, spec, ms, configs, doc
 
 
 def test_enumeration_matches_what_suggest_can_return(world):
     _, _, _, configs, _ = world
-    keys = [bench_search.config_key(v) for _, v in configs]
+    keys = [bench_truth.config_key(v) for _, v in configs]
     # 1 rank: micro 1, 2, 4 (accumulation 8, 4, 2); 2 ranks: micro 1, 2, 4 (4, 2, 1); x 2 ckpt
     assert len(keys) == len(set(keys)) == 12
     assert {v["grad_accum_steps"] * v["micro_batch_size"] * v["num_gpus"] for _, v in configs} == {8}
 
 
-def test_emulated_limit_marks_oom_and_grid_reach_is_its_position(world):
+def test_emulated_limit_marks_oom_and_grid_picks_the_best_it_saw(world):
     _, spec, _, configs, doc = world
     limit = 500 * MiB  # micro 4 without checkpointing peaks at 560 MiB: OOM; the rest fit
-    table = bench_search.build_table(doc, configs, spec, limit)
+    table = bench_truth.build_table(doc, configs, spec, limit)
     ooms = {k for k, e in table.items() if e.oom}
     assert ooms == {k for k in table if "-mb4-" in k and "ckpt:none" in k}
-    feasible = [e for e in table.values() if e.feasible]
-    best_usd = min(e.usd for e in feasible)
-    order = [bench_search.config_key(v) for _, v in configs]
-    run = bench_search.replay_order(table, order)
-    n, secs = bench_search.reach(run, table, "usd", best_usd)
-    first = next(i for i, k in enumerate(order)
-                 if table[k].feasible and table[k].usd <= best_usd * 1.03)
-    assert n == first + 1
-    assert secs == pytest.approx(sum(table[k].trial_s for k in order[: first + 1]))
+    order = sorted(table)
+    rep = bench_replay.replay_grid(table, order, seed=0, n_trials=5, holdout=True)
+    assert [s.key for s in rep.steps] == order[:5]
+    seen = {k: table[k].observed(0, 0, True) for k in order[:5]}
+    assert rep.pick_usd == min((k for k in seen if seen[k].feasible), key=lambda k: seen[k].usd)
     # An OOM trial costs its wall time without the measured steps.
     oom = next(iter(ooms))
-    assert table[oom].trial_s == pytest.approx(table[oom].result.wall_s - 2.0)
+    assert table[oom].runs[0].trial_s == pytest.approx(table[oom].runs[0].result.wall_s - 2.0)
 
 
-def test_autotune_replays_run_the_tools_loop_and_reach_the_optimum(world):
-    _, spec, ms, configs, doc = world
+def test_held_out_truth_is_never_observed_and_repeats_see_other_runs(world):
+    _, spec, _, configs, doc = world
+    table = bench_truth.build_table(doc, configs, spec, None)
+    e = next(iter(table.values()))
+    for seed in range(10):
+        obs, held = e.split(seed, holdout=True)
+        assert len(obs) == 2 and len(held) == 2 and not {id(m) for m in obs} & {id(m) for m in held}
+        # The nth launch sees the nth observable run, cycling when they are used up.
+        assert [e.observed(seed, n, True) for n in range(3)] == [obs[0], obs[1], obs[0]]
+    assert len({tuple(id(m) for m in e.split(s, True)[0]) for s in range(20)}) > 1  # seeds differ
+    truth = bench_truth.truth_for(table, 3, holdout=True)
+    _, held = e.split(3, True)
+    assert truth.usd[e.key] == pytest.approx(sum(m.usd for m in held) / 2)  # median of two
+    assert truth.within(min(truth.usd, key=truth.usd.get), "usd", 0.0)
+
+
+def test_the_shipped_sweep_replays_through_its_runner_and_the_report_picks(world):
     from autotune.search.study import make_sampler
 
-    limit = 500 * MiB
-    table = bench_search.build_table(doc, configs, spec, limit)
-    feasible = [e for e in table.values() if e.feasible]
-    best_usd, best_hours = min(e.usd for e in feasible), min(e.hours for e in feasible)
-    for mode in ("sweep", "sweep_no_prescreen", "objective"):
-        run = bench_search.replay_autotune(table, spec, ms, make_sampler(0), 60, best_usd, best_hours,
-                                           mode, limit)
-        assert bench_search.reach(run, table, "usd", best_usd)[0] < math.inf, mode
-        assert bench_search.reach(run, table, "hours", best_hours)[0] < math.inf, mode
-        # The tool reuses a repeated config's measurement: no config is launched twice.
-        keys = [s.key for s in run.steps]
-        assert len(keys) == len(set(keys)), mode
-        # It stopped once both optima were found: the last launch reached one of them.
-        last = table[keys[-1]]
-        assert last.feasible and (last.usd <= best_usd * 1.03 or last.hours <= best_hours * 1.03)
+    _, spec, ms, configs, doc = world
+    table = bench_truth.build_table(doc, configs, spec, None)
+    rep = bench_replay.replay_sweep(table, spec, make_sampler(0, worker=0), 0, 8, None, True)
+    assert rep.trials == 8  # repeats count against --trials
+    truth = bench_truth.truth_for(table, 0, True)
+    assert truth.within(rep.pick_usd, "usd", 0.03) and truth.within(rep.pick_hours, "hours", 0.03)
+    # A repeat of a config saw another observable run than its first launch.
+    repeated = [s for s in rep.steps if s.repeat]
+    assert repeated
 
 
 def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
     _, spec, ms, configs, doc = world
-    table = bench_search.build_table(doc, configs, spec, 500 * MiB)
-    run = bench_search.replay_deepspeed_style(table, ms.restricted, spec, 0, "hours")
-    launched = [s.key for s in run.steps]
+    table = bench_truth.build_table(doc, configs, spec, 500 * MiB)
+    rep = bench_replay.replay_deepspeed_style(table, 0, "hours", holdout=False)
+    launched = [s.key for s in rep.steps]
     assert len(launched) == len(set(launched))  # each config measured once
     # Without checkpointing micro 4 does not fit: micro 2 is the largest that does, found by
     # probing 1 (the smallest must fit), then 2 (the middle: fits), then 4 (OOM).
     none_1rank = [k for k in launched if k.startswith("g1-") and "ckpt:none" in k]
     assert [k.split("-")[2] for k in none_1rank] == ["mb1", "mb2", "mb4"]
+    assert rep.pick_hours is not None and not table[rep.pick_hours].oom
+
+
+def test_a_cache_of_the_first_benchmark_reads_and_other_machines_are_refused(tmp_path):
+    from autotune.run.hardware import local_hardware
+
+    hw = local_hardware()
+    args = _args(tmp_path, tmp_path / "space.yaml")
+    ident = bench_truth.cache_identity(args, hw)
+    old = {"identity": {"version": 1, "hardware_key": hw.kind_key(), "cpu_count": hw.cpu_count,
+                        "device_count": hw.device_count, "preset": "tiny", "seq_len": 64,
+                        "global_batch": 8, "warmup_steps": 1, "measure_steps": 2,
+                        "max_measure_steps": 2},
+           "entries": {"k": {"config": {}, "result": {"status": "ok"}}}}
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps(old))
+    doc = bench_truth.load_cache(path, ident, log=lambda *a: None)
+    assert doc["entries"]["k"]["results"] == [{"status": "ok"}]  # version 1: one run
+    old["identity"]["cpu_count"] = hw.cpu_count + 62
+    path.write_text(json.dumps(old))
+    assert bench_truth.load_cache(path, ident, log=lambda *a: None)["entries"] == {}
 
 
 def test_percentile_and_spearman():
@@ -133,22 +167,20 @@ def test_percentile_and_spearman():
     assert bench_common.spearman([1, 1, 1], [1, 2, 3]) is None
 
 
-def test_several_runs_truth_is_the_median_and_a_replay_observes_one(world):
-    """With runs of different speed per config, the strategies are judged on the median run
-    while each replay's trial sees one run, drawn by its seed (the same one every time)."""
-    _, spec, _, configs, doc = world
-    for entry in doc["entries"].values():
-        one = TrialResult.model_validate(entry.pop("result"))
-        runs = []
-        for factor in (0.8, 1.0, 1.3):  # a slow, a typical and a fast run of the same config
-            r = one.model_copy(deep=True)
-            r.tokens_per_s = one.tokens_per_s * factor
-            runs.append(r.model_dump(mode="json"))
-        entry["results"] = runs
-    table = bench_search.build_table(doc, configs, spec, None)
-    e = next(iter(table.values()))
-    assert e.tokens_per_s == pytest.approx(e.runs[1].result.tokens_per_s)  # the median run
-    assert e.usd == pytest.approx(e.runs[1].usd) and e.spread == pytest.approx(0.5)
-    seen = {bench_search.Entry.observed(e, s).result.tokens_per_s for s in range(40)}
-    assert len(seen) == 3  # seeds draw different runs ...
-    assert all(e.observed(s) is e.observed(s) for s in range(5))  # ... deterministically
+def test_a_space_measured_in_part_is_reported_as_such_not_replayed(tmp_path, monkeypatch):
+    """A ground truth that lacks configs of its space is not replayed (the optimum may be among
+    the missing): the section and the summary say how far the measurement got and how to finish."""
+    import bench_search
+
+    real = json.loads((bench_search.BENCHES["ds"]["cache"]).read_text())
+    first = next(iter(real["entries"]))
+    part = tmp_path / "truth_part.json"
+    part.write_text(json.dumps({**real, "entries": {first: real["entries"][first]}}))
+    monkeypatch.setitem(bench_search.BENCHES, "ds", {**bench_search.BENCHES["ds"], "cache": part})
+    out_json, out_md = tmp_path / "s.json", tmp_path / "s.md"
+    assert bench_search.main(["--bench", "ds", "--json-out", str(out_json), "--md-out", str(out_md)]) == 0
+    data = json.loads(out_json.read_text())
+    assert data["n_configs"] == 48 and "1 of 48 configs measured" in data["incomplete"]
+    assert "replays not run" in out_md.read_text() and "--bench ds --measure" in out_md.read_text()
+    head = bench_search.summary_section([out_json])
+    assert "Not replayed: `ds` (48 configs)" in head and "Not run yet." in head

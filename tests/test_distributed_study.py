@@ -41,17 +41,21 @@ def test_two_sweeps_on_one_study_concurrently(tmp_path, postgres):
     outs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out
-        # Neither can launch 3: each stops once both configs are measured (by either machine).
-        assert "stopped: every config this machine can run has been tried (2 configs)" in out, out
+    # Neither measures a config the other measured; once both are, the leader may be measured
+    # again (typed repeats, back to back with the runner-up), within each sweep's 3 trials.
 
     trials = optuna.load_study(study_name=study, storage=open_storage(postgres.url)).trials
     assert sorted(t.number for t in trials) == list(range(len(trials)))
     finished = [t for t in trials if t.state.is_finished()]
     assert len(finished) >= 2 and all(t.state is TrialState.COMPLETE for t in finished), \
         [(t.number, t.state, t.user_attrs.get("error")) for t in trials]
-    measured = [t for t in finished if "reused_from" not in t.user_attrs]
+    measured = [t for t in finished if "reused_from" not in t.user_attrs and "repeat_of" not in t.user_attrs]
     keys = [t.user_attrs["config_key"] for t in measured]
     assert len(keys) == len(set(keys)) == 2  # each config measured once, by one of the two
+    repeats = [t for t in finished if "repeat_of" in t.user_attrs]
+    assert len(repeats) <= 4 and all(t.user_attrs["race_block"] for t in repeats)
+    key_of = {t.number: t.user_attrs.get("config_key") for t in trials}
+    assert all(t.user_attrs["config_key"] == key_of[t.user_attrs["repeat_of"]] for t in repeats)
     by_number = {t.number: t for t in trials}
     for t in finished:
         if "reused_from" in t.user_attrs:
@@ -60,9 +64,11 @@ def test_two_sweeps_on_one_study_concurrently(tmp_path, postgres):
             assert t.values == src.values
         assert t.user_attrs["hardware"].startswith("cpu:")
         assert t.user_attrs["machine"]["hostname"] and t.user_attrs["machine"]["device_count"] >= 1
-    assert sum(1 for t in trials if t.user_attrs.get("baseline")) == 1  # enqueued once, not twice
+    # The baselines (micro-batch 2, the largest, then half of it) enqueued once, not twice.
+    baselines = [t for t in trials if t.user_attrs.get("baseline")]
+    assert sorted(t.params["micro_batch_size"] for t in baselines) == [1, 2]
     # Each trial ran on one machine only: its folder exists under exactly one runs dir.
-    folders = [Path(t.user_attrs["trial_dir"]).name for t in measured]
+    folders = [Path(t.user_attrs["trial_dir"]).name for t in measured + repeats]
     assert all(sum((r / study / f / "result.json").is_file() for r in runs) == 1 for f in folders)
 
     report = run([*sweep_argv(spec, postgres.url, 1, runs[0])[:3], "report", "--storage", postgres.url,
@@ -125,7 +131,7 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
     # CPU machine's was `num_gpus|of=1,2`), each with the study's full list.
     names = {n for t in study.trials for n in t.params}
     assert names <= {"num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-                     "checkpointing", "zero_stage", "offload"}, names
+                     "checkpointing", "zero_stage", "offload", "fsdp"}, names
     dists = {(n, tuple(d.choices)) for t in study.trials for n, d in t.distributions.items()}
     assert len({n for n, _ in dists}) == len(dists)  # one choice list per name
     # Baselines use the same names; their values are each machine's own.

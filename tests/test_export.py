@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.contract import TrialConfig
 from autotune.run.launch import free_port
 from tests.report_study import ddp_study, fsdp_study, zero_study
 
@@ -95,6 +96,10 @@ def _run_launch_script(folder: Path, results: Path, *args: Path,
 # called without an active exception": 3 of 10 runs of a bare 2-rank DDP script, 2026-11-30),
 # which the launcher reports as a failure after the work was done (trials/worker.py does the same).
 LEAVE = "\nimport os as _os, sys as _sys\n_sys.stdout.flush(); _sys.stderr.flush(); _os._exit(0)\n"
+
+
+def _ranks(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("rank*.json"))]
 
 
 def _ranks_of_script(folder: Path, text: str, tmp_path: Path) -> list[dict]:

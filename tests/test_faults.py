@@ -87,11 +87,12 @@ def test_controller_killed_mid_trial_then_resumed(tmp_path, postgres):
     orphans = processes_under(runs / study / "trial_0001")
     assert orphans, "the killed controller's trial processes should outlive it"
 
-    r = run(sweep_argv(spec, url, 5, runs, "--total-trials", "4"), tmp_path, timeout=600)
+    # 5 = the two enqueued trials, the two baselines (micro 5, the largest, then micro 1), the retry.
+    r = run(sweep_argv(spec, url, 5, runs, "--total-trials", "5"), tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "controller pid" in r.stdout and "stopped: the study holds 4 finished trials" in r.stdout
+    assert "controller pid" in r.stdout and "stopped: the study holds 5 finished trials" in r.stdout
     trials = optuna.load_study(study_name=study, storage=open_storage(url)).trials
-    assert all(t.state.is_finished() for t in trials) and len(trials) == 4
+    assert all(t.state.is_finished() for t in trials) and len(trials) == 5
     assert trials[0].state is TrialState.COMPLETE and trials[0].user_attrs["status"] == "ok"
     assert trials[1].state is TrialState.FAIL
     assert "died during the trial" in trials[1].user_attrs["error"]

@@ -47,7 +47,7 @@ def test_queues_untried_neighbours_of_the_best_configs_first(setup):
     _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)   # the best
     _record(study, spec, ms, 2, "none", hours=12.0, usd=6.0)   # dominated
     _record(study, spec, ms, 8, "none", hours=11.0, usd=7.0)   # dominated
-    assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware.key())] == [4, 2, 8]
+    assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware)] == [4, 2, 8]
     moves = LocalMoves(spec, ms, seed=0)
     # Micro 4's neighbours: micro 2 and 8 (tried) and full checkpointing (untried): the only move.
     assert moves.enqueue_next(study)
@@ -118,3 +118,15 @@ def test_one_error_on_three_configs_stops_but_config_dependent_endings_do_not():
     assert watch.verdict() is None
     watch.add(t("crash", "ValueError: bad rank 0 port 7777", "c"))
     assert "3 different configs" in watch.verdict() and "ValueError: bad rank N port N" in watch.verdict()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_step_that_improved_is_continued_first(setup, seed):
+    """The objective's structure: micro 4 beat micro 8, so micro 2 (the same direction) is
+    queued before micro 4's other untried neighbour (full checkpointing), whatever the seed."""
+    spec, ms, study = setup
+    _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)
+    _record(study, spec, ms, 8, "none", hours=11.0, usd=6.0)
+    assert LocalMoves(spec, ms, seed=seed).enqueue_next(study)
+    (waiting,) = [t for t in study.trials if t.state.name == "WAITING"]
+    assert waiting.system_attrs["fixed_params"]["micro_batch_size"] == 2

@@ -43,7 +43,8 @@ def test_every_attribute_main_wrote_reads_into_the_record(old_study):
         rec = TrialRecord.of(t)
         assert rec.model_fields_set == set(raw["user_attrs"])  # nothing unknown, nothing dropped
         assert rec.trial_config() == TrialConfig.model_validate(raw["user_attrs"]["config"])
-        assert HardwareFingerprint.model_validate(rec.machine).key() == rec.hardware
+        # Main's key was the device model alone: today's `kind_key`.
+        assert HardwareFingerprint.model_validate(rec.machine).kind_key() == rec.hardware
         assert rec.status == "ok" and rec.score.usd > 0 and rec.score.bills
     reused = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).reused_from is not None]
     assert [r.reused_from for r in reused] == [0] and not reused[0].launched
@@ -73,12 +74,18 @@ def test_resuming_the_old_study_reuses_and_moves_from_its_records(old_study):
     from autotune.search.strategy import ranked_by_front
 
     study, doc = old_study
-    hw = TrialRecord.of(study.trials[0]).hardware
+    old_key = TrialRecord.of(study.trials[0]).hardware
     for t in study.trials:
         rec = TrialRecord.of(t)
-        assert config_key(rec.trial_config(), hw) == rec.config_key  # the key rule is unchanged
+        assert config_key(rec.trial_config(), old_key) == rec.config_key  # the key rule is unchanged
+    # The machine that wrote it, as this version fingerprints it: versions are now recorded
+    # (main did not), so the key differs, and the old records count as this machine's because
+    # every field they recorded matches.
+    hw = HardwareFingerprint.model_validate(doc["trials"][0]["user_attrs"]["machine"]).model_copy(
+        update=dict(torch_version="2.13.0+cpu", deepspeed_version="0.19.8"))
+    assert hw.key() != old_key and all(TrialRecord.of(t).on(hw) for t in study.trials)
     first = TrialRecord.of(study.trials[0])
-    assert finished_same_key(study, first.config_key, number=99).number == 0
+    assert finished_same_key(study, config_key(first.trial_config(), hw.key()), 99, hw).number == 0
     ranked = ranked_by_front(study.trials, hw)
     assert len(ranked) == 5  # one per config; the reused trial shares trial 0's key
     assert ranked[0].values[1] == min(t.values[1] for t in study.trials)  # cheapest of the front first
@@ -86,6 +93,35 @@ def test_resuming_the_old_study_reuses_and_moves_from_its_records(old_study):
     # The reused trial copied its source's point (as main's sweeps do): 6 points, 5 distinct.
     assert len(points) == 6 and len({p.measured_bytes for p in points}) == 5
     assert trials_since_front_improved(study.trials, hw) >= 0
+    # Another machine of the same CPU model (more cores, or other host memory) is not this one.
+    for other in (hw.model_copy(update=dict(cpu_count=64)),
+                  hw.model_copy(update=dict(host_memory_bytes=2 * hw.host_memory_bytes))):
+        assert not any(TrialRecord.of(t).on(other) for t in study.trials)
+        assert finished_same_key(study, config_key(first.trial_config(), other.key()), 99, other) is None
+        assert ranked_by_front(study.trials, other) == [] and study_points(study, other) == []
+
+
+def test_the_hardware_key_names_device_count_memory_versions_and_host():
+    """Results count as the same hardware only when all of these match (issue #15)."""
+    from autotune.contract import DeviceKind
+
+    gpu = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="NVIDIA H100 80GB HBM3",
+                              device_count=8, device_memory_bytes=85_520_809_984,
+                              driver_version="550.54.15", cuda_version="12.4",
+                              torch_version="2.5.1", deepspeed_version="0.16.4",
+                              cpu_model="AMD EPYC 9654", cpu_count=192,
+                              host_memory_bytes=1_622_000_000_000)
+    assert gpu.key() == ("cuda:NVIDIA H100 80GB HBM3 x8, 80 GiB, driver 550.54.15, CUDA 12.4 | "
+                         "AMD EPYC 9654, 192 cores, 1511 GiB | torch 2.5.1, DeepSpeed 0.16.4")
+    for change in (dict(device_name="NVIDIA H100 PCIe"), dict(device_count=4),
+                   dict(device_memory_bytes=40 * 2**30), dict(driver_version="535.1"),
+                   dict(cuda_version="12.1"), dict(torch_version="2.6.0"),
+                   dict(deepspeed_version="0.17.0"), dict(cpu_model="Intel Xeon"), dict(cpu_count=96),
+                   dict(host_memory_bytes=512 * 2**30)):
+        assert gpu.model_copy(update=change).key() != gpu.key(), change
+    # Identical machines report host memory a few MiB apart: still the same hardware.
+    assert gpu.model_copy(update=dict(host_memory_bytes=gpu.host_memory_bytes - 5 * 2**20)).key() == gpu.key()
+    assert gpu.kind_key() == "cuda:NVIDIA H100 80GB HBM3"
 
 
 def test_written_and_read_back_through_a_real_storage(tmp_path):

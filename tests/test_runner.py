@@ -49,10 +49,13 @@ def test_a_sweep_runs_its_runner_and_reads_the_catalog_it_was_given(tmp_path):
     summary = run_sweep(spec, study, n_trials=20, runs_dir=tmp_path / "runs",
                         runner=_table_runner(calls), catalog=catalog)
     # The space holds 5 configs at a global batch of 4 (1 rank: micro 1, 2, 4; 2 ranks: micro
-    # 1, 2; accumulation derived): each measured once, then the sweep stops by itself.
-    assert summary.trials_run == len(calls) == 5
+    # 1, 2; accumulation derived): each measured once; the leader, ahead on a single run, is
+    # measured again back to back with its runner-up (autotune.search.racing); then, nothing
+    # left within the noise, the sweep stops by itself.
+    assert summary.trials_run == len(calls) == 7
     assert len({(c.num_gpus, c.micro_batch_size) for c in calls}) == 5
     assert "every config this machine can run has been tried" in summary.stop_reason
     records = [TrialRecord.of(t) for t in study.trials]
-    assert sum(r.launched for r in records) == 5 and all(r.score for r in records if r.launched)
+    assert sum(r.launched for r in records) == 7 and all(r.score for r in records if r.launched)
+    assert sum(r.repeat_of is not None for r in records) == 2
     assert all(r.launch.pgid == 999_999 for r in records if r.launched)

@@ -10,7 +10,6 @@ table (sizes from 29M to 1.3B) is scripts/bench_scale.py's, in docs/benchmarks.m
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,7 @@ machine, `autotune.run.hardware`) and the worker (the machine a trial ran on,
 `trials/hardware.py`), so their keys match. Standard library only.
 
     hw = host_fingerprint()            # hostname, cpu_model, cpu_count, host_memory_bytes
-    hw.key()                           # "cpu:AMD EPYC ..." until a device is filled in
+    hw.key()                           # "cpu:AMD EPYC | AMD EPYC, 2 cores, 24 GiB | torch ..."
 """
 
 from __future__ import annotations
@@ -42,7 +42,20 @@ def host_memory_bytes() -> int | None:
         return None
 
 
+def installed_version(package: str) -> str | None:
+    """A package's installed version from its metadata, without importing it (torch and
+    DeepSpeed take seconds to import; the controller never does)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def host_fingerprint() -> HardwareFingerprint:
     """This host without its accelerators: the caller fills in the device fields."""
     return HardwareFingerprint(hostname=socket.gethostname(), cpu_model=cpu_model(),
-                               cpu_count=usable_cpu_count(), host_memory_bytes=host_memory_bytes())
+                               cpu_count=usable_cpu_count(), host_memory_bytes=host_memory_bytes(),
+                               torch_version=installed_version("torch"),
+                               deepspeed_version=installed_version("deepspeed"))

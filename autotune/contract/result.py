@@ -66,13 +66,58 @@ class HardwareFingerprint(ContractModel):
     driver_version: str | None = None
     cuda_version: str | None = None
     torch_version: str | None = None
+    deepspeed_version: str | None = None
     interconnect: str | None = None
 
     def key(self) -> str:
-        """A short key that separates results measured on different hardware."""
+        """Results count as measured on the same hardware only when this whole key matches:
+        device model, count and memory, driver and CUDA, torch and DeepSpeed versions, CPU
+        model, usable cores and host memory (whole GiB: identical machines report a few MiB
+        apart). Readable, so that it can be shown as it is."""
+        if self.device_kind is DeviceKind.cuda:
+            device = (f"{self.kind_key()} x{self.device_count}, {_gib(self.device_memory_bytes)}, "
+                      f"driver {self.driver_version or '?'}, CUDA {self.cuda_version or '?'}")
+        else:
+            device = self.kind_key()
+        return (f"{device} | {self.cpu_model or 'unknown CPU'}, {self.cpu_count} cores, "
+                f"{_gib(self.host_memory_bytes)} | torch {self.torch_version or '?'}, "
+                f"DeepSpeed {self.deepspeed_version or '?'}")
+
+    def kind_key(self) -> str:
+        """The device model alone ("cuda:NVIDIA H100 80GB HBM3", "cpu:AMD EPYC"): a label for
+        reports, and the whole key of studies written before `key` named counts and versions."""
         if self.device_kind is DeviceKind.cuda:
             return f"cuda:{self.device_name}"
         return f"cpu:{self.cpu_model or 'unknown'}"
+
+    def matches_recorded(self, recorded: dict[str, Any] | None) -> bool:
+        """A fingerprint stored by an older version (whose key was `kind_key`) describes this
+        machine: every field it recorded that `key` uses agrees (versions it did not record
+        cannot disagree)."""
+        if not recorded:
+            return False
+        try:
+            old = HardwareFingerprint.model_validate(recorded)
+        except ValueError:
+            return False
+        if old.kind_key() != self.kind_key():
+            return False
+        for name in _KEY_FIELDS:
+            mine, theirs = getattr(self, name), getattr(old, name)
+            if name.endswith("_bytes"):
+                mine, theirs = _gib(mine), _gib(theirs) if theirs is not None else None
+            if theirs not in (None, "", 0) and mine != theirs:
+                return False
+        return True
+
+
+# The fields `HardwareFingerprint.key` names besides the device model.
+_KEY_FIELDS = ("device_count", "device_memory_bytes", "driver_version", "cuda_version",
+               "torch_version", "deepspeed_version", "cpu_model", "cpu_count", "host_memory_bytes")
+
+
+def _gib(n: int | None) -> str:
+    return "? GiB" if n is None else f"{round(n / 2**30)} GiB"
 
 
 class TrialResult(ContractModel):

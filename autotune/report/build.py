@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.record import SweepRecord, TrialRecord
-from autotune.report.options import apply_limits, options_for, pareto_set, select
+from autotune.report.options import apply_limits, pareto_set, select
+from autotune.report.picks import config_options, pick_rows, run_models
 from autotune.report.schema import (
     Counts,
     FailureGroup,
@@ -129,6 +130,8 @@ def _trial_row(t) -> TrialRow:
         search_usd=rec.search_usd,
         reused_from=rec.reused_from,
         local_move_from=rec.local_move_from,
+        repeat_of=rec.repeat_of,
+        race_block=rec.race_block,
     )
 
 
@@ -266,8 +269,9 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     catalog = _load_catalog_quietly(spec.catalog, notes)
     frozen = study.get_trials(deepcopy=False)
     rows = [_trial_row(t) for t in frozen]
-    # A reused trial repeats its source's measurement: the option belongs to the source alone.
-    options = [o for ft, r in zip(frozen, rows) if r.reused_from is None for o in options_for(ft, r, catalog)]
+    # One option set per config: its runs merged, a reused trial's options are its source's.
+    models = run_models(frozen)
+    options = config_options(frozen, rows, catalog, models)
     if providers or regions:
         options = select(options, catalog, providers, regions)
     apply_limits(options, limits)
@@ -288,6 +292,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     if any(o.sensitivity is None for o in options):
         notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
                      "some options: shown as '-'")
+    cheapest = min(feasible, key=lambda o: (o.usd, o.hours), default=None)
+    fastest = min(feasible, key=lambda o: (o.hours, o.usd), default=None)
     return ReportDoc(
         study=study.study_name,
         storage=redact_url(storage_url) if storage_url else None,
@@ -299,11 +305,12 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         trials=rows,
         options=options,
         pareto=front,
-        cheapest=min(feasible, key=lambda o: (o.usd, o.hours), default=None),
-        fastest=min(feasible, key=lambda o: (o.hours, o.usd), default=None),
+        cheapest=cheapest,
+        fastest=fastest,
         best_by_cost=min(options, key=lambda o: (o.usd, o.hours), default=None),
         best_by_time=min(options, key=lambda o: (o.hours, o.usd), default=None),
         per_platform=sorted(per_platform.values(), key=lambda o: o.platform),
+        picks=pick_rows(cheapest, fastest, feasible, models),
         failures=_failures(rows),
         memory=_memory_checks(frozen, rows),
         scaling=_scaling(rows),

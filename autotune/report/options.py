@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.pricing.catalog import Catalog
-from autotune.pricing.cost import JobSpec, Throughput, bills_for
 from autotune.record import TrialRecord
 from autotune.report.labels import basis_kind
 from autotune.report.schema import Limits, OptionRow, Sensitivity, TrialRow
 from autotune.search.pareto import front
+from autotune.search.score import reprice
 
 
 def offer_info(catalog, name: str | None) -> dict[str, Any]:
@@ -35,34 +35,21 @@ def offer_info(catalog, name: str | None) -> dict[str, Any]:
     return {}
 
 
-def bills_for_trial(trial, catalog: Catalog | None) -> list[dict] | None:
-    """Every matching offer's bill for a completed Optuna trial, as report dicts.
-
-    Re-prices the inputs the sweep stored with the trial's score (`pricing_inputs`: measured
-    throughput, tokens to target, job sizes) over `catalog`, so a report with a newer catalog
-    shows newer prices; without a catalog, or for a trial stored without inputs, the bills
-    stored at sweep time. None when the trial has no score.
-    """
-    score = TrialRecord.of(trial).score
-    if score is None:
-        return None
-    inputs = score.pricing_inputs
-    if catalog is not None and inputs and inputs.get("gpu") in catalog.gpus:
-        tp = Throughput(gpu=inputs["gpu"], num_gpus=int(inputs["num_gpus"]),
-                        tokens_per_s=float(inputs["tokens_per_s"]), basis=inputs["basis"],
-                        config=inputs.get("config", ""))
-        job = JobSpec(**{k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()})
-        offers = [o for o in (inputs.get("offers") or []) if any(x.name == o for x in catalog.offers)]
-        bills, _ = bills_for(catalog, tp, float(inputs["tokens"]), job, offers=offers or None)
-        return [b.report_dict() for b in bills]
-    return list(score.bills) or None
+def bills_for_trial(trial, catalog: Catalog | None, tokens_per_s: float | None = None) -> list[dict] | None:
+    """Every matching offer's bill for a completed Optuna trial, as report dicts, priced again
+    on `catalog` from what the trial stored (autotune.search.score.reprice), at `tokens_per_s`
+    when given (a config's estimate over its runs). None when the trial has no score."""
+    return reprice(TrialRecord.of(trial).score, catalog, tokens_per_s)
 
 
-def options_for(trial, row: TrialRow, catalog) -> list[OptionRow]:
-    """The priced options of one trial (none unless it completed)."""
+def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]:
+    """The priced options of one trial (none unless it completed). `estimate`: the config's
+    runs on this hardware (autotune.search.runs.ConfigEstimate, this trial being the first):
+    the options are priced at its estimate over all of them."""
     if row.state != "COMPLETE":
         return []
-    bills = bills_for_trial(trial, catalog)
+    several = estimate is not None and len(estimate.runs) > 1
+    bills = bills_for_trial(trial, catalog, estimate.tokens_per_s if several else None)
     if bills is None:
         if row.hours is None or row.usd is None or row.offer is None:
             return []
@@ -83,13 +70,15 @@ def options_for(trial, row: TrialRow, catalog) -> list[OptionRow]:
             price_date=b.get("price_date", info.get("price_date")),
             hours=float(b["hours"]), usd=float(b["usd"]), gpu_hours=b.get("gpu_hours"),
             basis=b.get("basis") or "measured", basis_kind=basis_kind(b.get("basis") or "measured"),
-            tokens_per_s=row.tokens_per_s, mfu=row.mfu, hfu=row.hfu, peak_mem_bytes=row.peak_mem_bytes,
+            tokens_per_s=estimate.tokens_per_s if several else row.tokens_per_s, mfu=row.mfu, hfu=row.hfu,
+            peak_mem_bytes=row.peak_mem_bytes,
             peak_mem_source=row.peak_mem_source, headroom_bytes=row.headroom_bytes,
             sensitivity=Sensitivity(**{k: sens.get(k) for k in Sensitivity.model_fields})
             if isinstance(sens, dict) else None,
             usd_worst_case=b.get("usd_worst_case"), hours_worst_case=b.get("hours_worst_case"),
             breakdown=b.get("breakdown") if isinstance(b.get("breakdown"), dict) else None,
             within_budget=None, within_deadline=None, feasible=True, pareto=False,
+            runs=estimate.trials if estimate is not None else [row.number],
         ))
     return out
 

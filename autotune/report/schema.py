@@ -61,6 +61,10 @@ class TrialRow(_M):
     local_move_from: int | None = Field(default=None, description="queued by the sweep as a "
                                         "neighbour of this front trial (the sampler had repeated "
                                         "a measured config)")
+    repeat_of: int | None = Field(default=None, description="a deliberate re-measurement (before "
+                                  "recommending) of the config this trial first measured")
+    race_block: str | None = Field(default=None, description="measured back to back with the "
+                                   "other trials of this block")
 
 
 class Sensitivity(_M):
@@ -105,6 +109,42 @@ class OptionRow(_M):
     within_deadline: bool | None = Field(description="hours <= deadline; None when none is set")
     feasible: bool = Field(description="within budget and deadline (unset limits pass)")
     pareto: bool = Field(description="no other option is both cheaper and faster")
+    runs: list[int] = Field(default_factory=list, description="the trials that measured this "
+                            "config on this hardware (the first, then repeats); hours, usd and "
+                            "tokens_per_s are the estimate over all of them (see `picks`)")
+
+
+class RunRow(_M):
+    """One measurement of a recommended config."""
+
+    trial: int
+    tokens_per_s: float
+    block: str | None = Field(description="measured back to back with the other runs of this "
+                                          "block (a re-measuring race); None: measured alone")
+
+
+class PickRow(_M):
+    """A recommended config (the cheapest or the fastest within the limits): its runs, its
+    estimate with an interval, and how sure the pick is against the runner-up."""
+
+    by: Literal["cost", "time"]
+    trial: int = Field(description="the config's first trial (its option row)")
+    offer: str
+    runs: list[RunRow]
+    tokens_per_s: float = Field(description="estimate over the runs (autotune.search.runs)")
+    tokens_per_s_low: float = Field(description="90% interval of the estimate")
+    tokens_per_s_high: float
+    value: float = Field(description="usd (by cost) or hours (by time) at the estimate")
+    value_low: float = Field(description="90% interval")
+    value_high: float
+    runner_up: int | None = Field(description="first trial of the next best config")
+    margin: float | None = Field(description="how much worse the runner-up is (0.04 = 4%)")
+    margin_low: float | None = Field(description="90% interval of the margin")
+    margin_high: float | None
+    how_sure: str = Field(description="the sentence: 'cheaper than the runner-up ... by 4% ± 2%' "
+                                      "or 'not distinguishable from trial 7 ...'")
+    run_sd: float = Field(description="sd of log tokens/s between runs used for the interval")
+    paired_sd: float = Field(description="the part two runs measured back to back do not share")
 
 
 class Limits(_M):
@@ -190,6 +230,8 @@ class ReportDoc(_M):
     best_by_cost: OptionRow | None = Field(description="cheapest option, ignoring the limits")
     best_by_time: OptionRow | None = Field(description="fastest option, ignoring the limits")
     per_platform: list[OptionRow] = Field(description="the cheapest feasible option per platform")
+    picks: list[PickRow] = Field(default_factory=list, description="the cheapest and the "
+                                 "fastest config with their runs, interval and how sure")
     failures: list[FailureGroup]
     memory: list[MemoryCheck]
     scaling: list[ScalingPoint]

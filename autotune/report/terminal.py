@@ -183,6 +183,13 @@ def print_report(doc: dict[str, Any], console) -> None:
             console.print(f"[bold]{label}[/] within limits: trial {best['trial']}: "
                           f"{config_summary(best['config'])} -> {fmt_hours(best['hours'])}, "
                           f"{fmt_usd(best['usd'])} on {best['offer']} ({tps}, {mfu_text(best)}, {best['basis']})")
+            pick = next((p for p in doc.get("picks", []) if p["trial"] == best["trial"]
+                         and p["by"] == ("cost" if key == "cheapest" else "time")), None)
+            if pick:
+                console.print(f"  how sure: {pick['how_sure']}; {len(pick['runs'])} run(s): "
+                              + ", ".join(f"{r['tokens_per_s']:,.0f}" for r in pick["runs"])
+                              + f" tokens/s (90% interval {pick['tokens_per_s_low']:,.0f}-"
+                              f"{pick['tokens_per_s_high']:,.0f})")
     if not doc["options"]:
         console.print("[yellow]no completed trial yet[/]")
     for note in doc["notes"]:

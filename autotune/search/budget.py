@@ -1,7 +1,7 @@
 """When the search stops, beyond one invocation's `--trials`: the study's total trials, the
 GPU-hours or dollars trials have cost (all machines), or a Pareto front that stopped improving.
 
-    budget = SearchBudget(spec, hw.key())
+    budget = SearchBudget(spec, hw)
     reason = budget.exhausted(study)       # None, or why the sweep stops (printed to the user)
 """
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
 from autotune.search.pareto import FrontTracker
 from autotune.spec import SweepSpec
 
 
-def trials_since_front_improved(trials, hardware_key: str) -> int:
+def trials_since_front_improved(trials, hw: HardwareFingerprint) -> int:
     """Finished trials of this hardware since its Pareto front last gained a point."""
     from optuna.trial import TrialState
 
-    mine = [t for t in trials if t.state.is_finished() and TrialRecord.of(t).hardware == hardware_key]
+    mine = [t for t in trials if t.state.is_finished() and TrialRecord.of(t).on(hw)]
     mine.sort(key=lambda t: (t.datetime_complete or t.datetime_start or 0, t.number))
     front = FrontTracker()
     since = 0
@@ -39,7 +40,19 @@ class SearchBudget:
     machine's hardware) that has not improved for `patience_trials` trials."""
 
     spec: SweepSpec
-    hardware_key: str
+    hardware: HardwareFingerprint
+
+    def trials_left(self, study, invocation_left: int) -> int:
+        """Trials this invocation may still launch: its own `--trials` left, capped by the
+        study's `total_trials` (a block of repeats is sized to fit, so none is left queued)."""
+        from optuna.trial import TrialState
+
+        total = self.spec.budget.total_trials
+        if total is None:
+            return invocation_left
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                             TrialState.FAIL))
+        return min(invocation_left, total - len(finished))
 
     def exhausted(self, study) -> str | None:
         from optuna.trial import TrialState
@@ -58,9 +71,9 @@ class SearchBudget:
         if b.search_usd is not None and usd >= b.search_usd:
             return f"trials have cost ${usd:.4g} (budget.search_usd = ${b.search_usd:g})"
         if b.patience_trials is not None:
-            since = trials_since_front_improved(trials, self.hardware_key)
+            since = trials_since_front_improved(trials, self.hardware)
             if since >= b.patience_trials:
-                return (f"the Pareto front on {self.hardware_key} has not improved for {since} "
+                return (f"the Pareto front on {self.hardware.kind_key()} has not improved for {since} "
                         f"trials (budget.patience_trials = {b.patience_trials})")
         return None
 

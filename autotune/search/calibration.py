@@ -231,7 +231,7 @@ class MemoryGuard:
     # -- calibration state, stored with the study
     def load(self, study: Any) -> CalibrationFit | None:
         """Refit from every point of this hardware in the study; fall back to the stored fit."""
-        points = study_points(study, self.hw_key)
+        points = study_points(study, self.hw)
         fit = fit_calibration(points, self.hw_key)
         if fit is None:
             stored = (study.user_attrs.get(CALIBRATION_ATTR) or {}).get(self.hw_key)
@@ -315,7 +315,7 @@ class MemoryGuard:
                 analytic_bytes=analytic, predicted_bytes=verdict.predicted_bytes,
                 measured_bytes=measured, measured_source=source,
                 rel_error=(verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None))
-            points = [p for p in study_points(trial.study, self.hw_key) if p.trial_number != trial.number]
+            points = [p for p in study_points(trial.study, self.hw) if p.trial_number != trial.number]
             points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number,
                                            verdict.ranks))
             self.fit = fit_calibration(points, self.hw_key)
@@ -329,12 +329,14 @@ class MemoryGuard:
         return result
 
 
-def study_points(study: Any, hw_key: str) -> list[CalibrationPoint]:
+def study_points(study: Any, hw: HardwareFingerprint) -> list[CalibrationPoint]:
     """Every calibration point of this hardware recorded by the study's trials."""
     out = []
     for t in study.get_trials(deepcopy=False):
-        p = TrialRecord.of(t).memory_point
-        if p and p.hardware == hw_key and p.measured_bytes and p.analytic_bytes:
+        rec = TrialRecord.of(t)
+        p = rec.memory_point
+        if (p and (p.hardware == hw.key() or (p.hardware == hw.kind_key() and rec.on(hw)))
+                and p.measured_bytes and p.analytic_bytes):
             out.append(CalibrationPoint(float(p.analytic_bytes), float(p.measured_bytes),
                                         p.engine, t.number, p.ranks))
     return out

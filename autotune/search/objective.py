@@ -151,14 +151,17 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
                           machine=hw.model_dump(mode="json"), trial_dir=str(trial_dir.resolve()),
                           config_key=key)
         # Memory prescreen: a config predicted not to fit is not launched (PRUNED, infeasible).
+        # A repeat (autotune.search.racing) measures again a config that has run: launched
+        # whatever the prescreen thinks now, and never answered by reuse.
+        repeat_of = trial.user_attrs.get("repeat_of")
         verdict = guard.prescreen(trial, cfg)
-        if not verdict.launch:
+        if not verdict.launch and repeat_of is None:
             result = guard.record_prescreened(trial, verdict)
             if on_trial is not None:
                 on_trial(TrialOutcome(trial.number, cfg, result, None, None, None))
             set_constraints(trial, spec, feasible=False)
             raise optuna.TrialPruned(result.error)
-        src = wait_for_measurement(trial, key, note)
+        src = wait_for_measurement(trial, key, note, hw) if repeat_of is None else None
         if src is not None:
             result, score = reuse_measurement(trial, src)
             if on_trial is not None:

@@ -1,4 +1,4 @@
-"""No config is measured twice on the same hardware: config keys, claims, reuse.
+"""A config is measured once per hardware unless re-measured on purpose: keys, claims, reuse.
 
     key = config_key(cfg, hw.key())
     src = wait_for_measurement(trial, key, note)     # None: this trial holds the claim, measure
@@ -8,7 +8,8 @@ A trial first looks for a finished trial with the same `config_key` (config with
 plus the hardware key) and reuses it (record, constraints; `reused_from`). Otherwise it must
 win an atomic claim on the key (`autotune.run.storage.claim`) before launching; a trial that
 loses waits for the winner and reuses its result, or claims the next generation if the winner
-failed.
+failed. Deliberate repeats (before recommending: autotune.search.racing) do not come here:
+they are enqueued as repeats of a config and measured again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import time
 from typing import Callable
 
-from autotune.contract import TrialConfig, TrialResult
+from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult
 from autotune.record import ScoreRecord, TrialRecord
 from autotune.run.processes import owner_attrs, recover_dead_trials
 from autotune.run.storage import claim, claim_owner
@@ -37,8 +38,23 @@ def config_key(cfg: TrialConfig, hardware_key: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def finished_same_key(study, key: str, number: int):
-    """The first finished trial (COMPLETE or PRUNED) that measured `key`, other than `number`."""
+def key_on(rec: TrialRecord, hw: HardwareFingerprint) -> str | None:
+    """The config key of a record's measurement on this hardware; None when it was measured on
+    other hardware. A record written before the hardware key named counts and versions is
+    keyed again when its stored fingerprint matches this machine (`TrialRecord.on`)."""
+    if rec.hardware == hw.key():
+        return rec.config_key
+    if rec.config is None or not rec.on(hw):
+        return None
+    try:
+        return config_key(rec.trial_config(), hw.key())
+    except ValueError:  # a config this version no longer reads: not comparable
+        return None
+
+
+def finished_same_key(study, key: str, number: int, hw: HardwareFingerprint | None = None):
+    """The first finished trial (COMPLETE or PRUNED) that measured `key`, other than `number`
+    (`hw`: this machine, so that records of older studies are keyed again, see `key_on`)."""
     from optuna.trial import TrialState
 
     # A prescreened trial measured nothing: a later proposal that the (by then calibrated)
@@ -46,12 +62,15 @@ def finished_same_key(study, key: str, number: int):
     done = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         rec = TrialRecord.of(t)
-        if rec.config_key == key and t.number != number and rec.status not in (None, "prescreened"):
+        if t.number == number or rec.status in (None, "prescreened"):
+            continue
+        if (key_on(rec, hw) if hw is not None else rec.config_key) == key:
             done.append(t)
     return min(done, key=lambda t: t.number, default=None)
 
 
-def wait_for_measurement(trial, key: str, note: Callable[[str], None] | None = None):
+def wait_for_measurement(trial, key: str, note: Callable[[str], None] | None = None,
+                         hw: HardwareFingerprint | None = None):
     """None: this trial holds the claim on `key` and must measure. Otherwise the finished
     trial (COMPLETE or PRUNED) whose measurement of the same config it reuses."""
     import optuna
@@ -61,7 +80,7 @@ def wait_for_measurement(trial, key: str, note: Callable[[str], None] | None = N
     storage = study._storage
     gen, waited_for_owner_s, said = 0, 0.0, False
     while True:
-        src = finished_same_key(study, key, trial.number)
+        src = finished_same_key(study, key, trial.number, hw)
         if src is not None:
             return src
         name = f"{study.study_name}/{key}/{gen}"

@@ -2,7 +2,7 @@
 
     score = score_trial(result, cfg, spec, catalog, gpu_type="cpu-core")   # or "" = from hardware
     bills, skipped = expand_trial(result, cfg, spec, catalog, gpu_type)    # every matching offer
-    cost.bills_for_trial(optuna_trial, catalog)    # the report's view: stored inputs, re-priced
+    bills = reprice(record.score, catalog, tokens_per_s)   # stored inputs, priced again
 
 A pure function of (result, offer, target): the tokens to target come from the spec's target
 at the trial's global batch (a loss target uses the trial's measured gradient noise scale),
@@ -43,7 +43,7 @@ class Score:
     target_basis: str = ""
     price_note: str = ""
     bills: list[dict] = field(default_factory=list)  # every matching offer, cheapest first
-    pricing_inputs: dict = field(default_factory=dict)  # to re-price (cost.bills_for_trial)
+    pricing_inputs: dict = field(default_factory=dict)  # to price again (`reprice`)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -125,7 +125,7 @@ def trial_pricing(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalo
     # On CPU a "GPU" is a rank of `threads_per_rank` cores, each billed as a vCPU.
     units = ranks * (cfg.threads_per_rank if catalog.gpus[gpu].device_class == "cpu" else 1)
     hw = result.hardware
-    where = hw.key() if (hw.device_name or hw.cpu_model) else gpu
+    where = hw.kind_key() if (hw.device_name or hw.cpu_model) else gpu
     tp = Throughput(gpu=gpu, num_gpus=units, tokens_per_s=result.tokens_per_s,
                     basis=f"measured ({where}, {ranks} rank(s))", config=_config_label(cfg))
     job = job_for(cfg, result.params, target.tokens, spec.target.dataset_tokens)
@@ -150,15 +150,48 @@ def score_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog:
     bills, _ = bills_for(catalog, tp.throughput, tp.tokens, tp.job, offers=tp.offers)
     if not bills:
         return None
-    pool = bills
-    if spec.budget.deadline_hours is not None:
-        pool = [b for b in bills if b.hours <= spec.budget.deadline_hours] or bills
-    best = min(pool, key=lambda b: (b.usd, b.usd_worst_case))
+    best = objective_bill(bills, spec.budget.deadline_hours)
     return Score(hours=best.hours, usd=best.usd, offer=best.offer, tokens_to_target=best.tokens,
                  gpu_hours=best.gpu_hours, basis=best.throughput_basis,
                  usd_worst_case=best.usd_worst_case, hours_worst_case=best.hours_worst_case,
                  pricing=best.pricing, target_basis=tp.target_basis, price_note=catalog.price_note(),
                  bills=[_compact(b) for b in bills], pricing_inputs=tp.as_dict())
+
+
+def objective_bill(bills: list, deadline_hours: float | None):
+    """The bill a trial is scored by: the cheapest, among those within the deadline when one
+    is set (all of them when none is). Bills as `Bill`s or as report dicts."""
+    def get(b, name):
+        return b[name] if isinstance(b, dict) else getattr(b, name)
+
+    pool = bills
+    if deadline_hours is not None:
+        pool = [b for b in bills if get(b, "hours") <= deadline_hours] or bills
+    return min(pool, key=lambda b: (get(b, "usd"), get(b, "usd_worst_case") or 0.0))
+
+
+def reprice(score, catalog: Catalog | None, tokens_per_s: float | None = None) -> list[dict] | None:
+    """Every matching offer's bill (report dicts) of a stored score (`ScoreRecord`), priced
+    again on `catalog` from the inputs stored with it, at `tokens_per_s` (default: the trial's
+    own measurement; a config measured several times is priced at its estimate,
+    autotune.search.runs). Without a catalog, or for a score stored without inputs: the bills
+    stored at sweep time (then only at the trial's own throughput). None: nothing to price."""
+    if score is None:
+        return None
+    inputs = score.pricing_inputs
+    if catalog is not None and inputs and inputs.get("gpu") in catalog.gpus:
+        tp = Throughput(gpu=inputs["gpu"], num_gpus=int(inputs["num_gpus"]),
+                        tokens_per_s=float(tokens_per_s or inputs["tokens_per_s"]),
+                        basis=inputs["basis"], config=inputs.get("config", ""))
+        job = JobSpec(**{k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()})
+        offers = [o for o in (inputs.get("offers") or []) if any(x.name == o for x in catalog.offers)]
+        bills, _ = bills_for(catalog, tp, float(inputs["tokens"]), job, offers=offers or None)
+        return [b.report_dict() for b in bills]
+    if tokens_per_s is not None and inputs.get("tokens_per_s") and score.bills:
+        # No catalog to price again: time and dollars scale with 1 / throughput.
+        f = float(inputs["tokens_per_s"]) / tokens_per_s
+        return [{**b, "hours": b["hours"] * f, "usd": b["usd"] * f} for b in score.bills]
+    return list(score.bills) or None
 
 
 def _compact(b: Bill) -> dict:

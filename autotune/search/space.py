@@ -328,6 +328,12 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
     """The configs one step away from `values`: one dimension moved to the adjacent choice of
     this machine's list (the others kept where still valid, e.g. accumulation re-derived for a
     fixed global batch), as (Optuna params, TrialConfig values), without `values` itself."""
+    return [(params, moved) for _, _, params, moved in steps(values, rs, global_batch_samples, full)]
+
+
+def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
+          full: RestrictedSpace | None = None) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
+    """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
     plain = {"fsdp": "none", **{k: getattr(v, "value", v) for k, v in values.items()}}
     lists = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
              "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
@@ -337,7 +343,7 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
                                                              FSDPMode(plain.get("fsdp", "none")))],
              "fsdp": [f.value for f in rs.fsdp_choices(int(plain["zero_stage"]),
                                                        Precision(plain["precision"]))]}
-    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    out: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = []
     seen = {_values_key(values)}
     for dim in _STEP_DIMS:
         choices = lists[dim]
@@ -351,7 +357,7 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
             k = _values_key(moved)
             if k not in seen:
                 seen.add(k)
-                out.append((params, moved))
+                out.append((dim, j - i, params, moved))
     return out
 
 

@@ -17,14 +17,14 @@ import hashlib
 import json
 from typing import Any
 
-from autotune.contract import DeviceKind, Precision
+from autotune.contract import DeviceKind, HardwareFingerprint, Precision
 from autotune.record import TrialRecord
 from autotune.run.processes import owner_attrs
 from autotune.run.storage import claim
 from autotune.search.machine import MachineSpace
 from autotune.search.objective import trial_config_for
 from autotune.search.pareto import fronts
-from autotune.search.reuse import config_key
+from autotune.search.reuse import config_key, key_on
 from autotune.spec import SweepSpec
 
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
@@ -43,11 +43,17 @@ ENUMERATE_LIMIT = 5000
 
 
 def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[dict[str, Any]]:
-    """A few sensible first configs on this machine, as Optuna params: all its ranks at a
-    middle micro-batch, one rank at the same, and all ranks with full checkpointing at the
-    largest micro-batch (the memory-saving corner). bf16 on GPUs that have it; fp32 on CPU,
-    where bf16 runs without native kernels (measured ~15x slower on this project's CPU
-    machines: docs/benchmarks.md), so a bf16 baseline there would be three wasted trials."""
+    """A few sensible first configs on this machine, as Optuna params. The objective's
+    structure, as DeepSpeed's autotuner uses it: throughput grows with the micro-batch until
+    the device saturates or memory runs out, and memory savers (checkpointing, ZeRO, offload,
+    TP) cost speed, so the sweep starts at the largest micro-batch of the space on all ranks
+    with no memory saver (the memory prescreen holds it back, at no cost, when it cannot fit),
+    then half of it (local moves carry on in the direction that improved,
+    `LocalMoves.enqueue_next`); then one rank, and the memory-saving corner (full
+    checkpointing at the largest micro-batch). Where accumulation is free (no fixed global
+    batch) the largest is taken: more samples per optimizer step, for the same tokens.
+    bf16 on GPUs that have it; fp32 on CPU, where bf16 runs without native kernels (measured
+    ~15x slower on this project's CPU machines: docs/benchmarks.md)."""
     from autotune.search.space import params_for
 
     rs = ms.restricted
@@ -56,12 +62,15 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     prec = prefer if prefer in rs.precision else rs.precision[0]
     micros = sorted(rs.micro_batch_size)
     base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
-                grad_accum_steps=min(rs.grad_accum_steps), precision=prec, checkpointing="none")
+                grad_accum_steps=max(rs.grad_accum_steps), precision=prec, checkpointing="none",
+                num_gpus=max(rs.num_gpus))
+    _, largest = params_for({**base, "micro_batch_size": micros[-1]}, rs, global_batch_samples, ms.full)
+    top = largest["micro_batch_size"]
     wanted = [
-        {**base, "num_gpus": max(rs.num_gpus), "micro_batch_size": micros[len(micros) // 2]},
+        {**base, "micro_batch_size": top},
+        {**base, "micro_batch_size": max([m for m in micros if m < top], default=top)},
         {**base, "num_gpus": min(rs.num_gpus), "micro_batch_size": micros[len(micros) // 2]},
-        {**base, "num_gpus": max(rs.num_gpus), "micro_batch_size": micros[-1],
-         "checkpointing": "full"},
+        {**base, "micro_batch_size": top, "checkpointing": "full"},
     ]
     out: list[dict[str, Any]] = []
     for w in wanted:
@@ -88,7 +97,7 @@ def enqueue_baselines(study, spec: SweepSpec, ms: MachineSpace) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def ranked_by_front(trials, hardware_key: str) -> list:
+def ranked_by_front(trials, hw: HardwareFingerprint) -> list:
     """This hardware's feasible complete trials (one per config), Pareto front first, then the
     front of the rest, and so on; cheapest first within a front."""
     from optuna.trial import TrialState
@@ -96,9 +105,9 @@ def ranked_by_front(trials, hardware_key: str) -> list:
     done: dict[Any, Any] = {}
     for t in trials:
         rec = TrialRecord.of(t)
-        if (t.state is TrialState.COMPLETE and t.values and rec.hardware == hardware_key
+        if (t.state is TrialState.COMPLETE and t.values and rec.on(hw)
                 and all(v <= 0 for v in t.constraints.values())):
-            done.setdefault(rec.config_key, t)
+            done.setdefault(key_on(rec, hw), t)
     ranked: list = []
     for front in fronts(done.values(), key=lambda t: tuple(t.values)):
         ranked += sorted(front, key=lambda t: (t.values[-1], t.values[0], t.number))
@@ -134,23 +143,55 @@ class LocalMoves:
     def tried(self, trials) -> set[str]:
         out = set()
         for t in trials:
-            rec = TrialRecord.of(t)
-            if rec.hardware == self.hw_key and rec.config_key is not None:
-                out.add(rec.config_key)
+            key = key_on(TrialRecord.of(t), self.ms.hardware)
+            if key is not None:
+                out.add(key)
+        return out
+
+    def outcomes(self, trials) -> dict[str, tuple[float, ...] | None]:
+        """This hardware's measured configs: their objective values, None when the config
+        failed or broke a constraint (out of memory, over the budget)."""
+        from optuna.trial import TrialState
+
+        out: dict[str, tuple[float, ...] | None] = {}
+        for t in trials:
+            key = key_on(TrialRecord.of(t), self.ms.hardware)
+            if key is None or not t.state.is_finished() or TrialRecord.of(t).status == "prescreened":
+                continue
+            ok = (t.state is TrialState.COMPLETE and t.values
+                  and all(v <= 0 for v in t.constraints.values()))
+            out.setdefault(key, tuple(t.values) if ok else None)
         return out
 
     def enqueue_next(self, study) -> bool:
-        """Queue one untried neighbour of the front; False when the front has none left."""
-        from autotune.search.space import neighbours
+        """Queue one untried neighbour of the front; False when the front has none left.
+
+        The objective's structure: along an ordered dimension (micro-batch, accumulation,
+        ranks, ZeRO stage, ...) throughput usually rises to one peak and falls (or stops
+        fitting), so a step that improved on a measured neighbour, or moved away from one
+        that failed, is continued first in the same direction (a pattern search), before the
+        other neighbours in a seeded random order."""
+        from autotune.search.space import steps
 
         trials = study.get_trials(deepcopy=False)
         tried = self.tried(trials) | self.queued
+        seen = self.outcomes(trials)
         gb, rs, full = self.spec.batch.global_batch_samples, self.ms.restricted, self.ms.full
-        for t in ranked_by_front(trials, self.hw_key):
+        for t in ranked_by_front(trials, self.ms.hardware):
             cfg = TrialRecord.of(t).config or {}
             nodes = int(cfg.get("num_nodes", 1))
-            candidates = neighbours(cfg, rs, gb, full)
-            self.rng.shuffle(candidates)
+            moves = steps(cfg, rs, gb, full)
+            self.rng.shuffle(moves)
+            keys = {(dim, d): self._key(values, nodes) for dim, d, _, values in moves}
+
+            def continues(move) -> bool:
+                behind = keys.get((move[0], -move[1]))
+                if behind not in seen:
+                    return False
+                worse = seen[behind]
+                return worse is None or all(a <= b for a, b in zip(t.values, worse))
+
+            candidates = [(p, v) for _, _, p, v in sorted(moves, key=lambda m: not continues(m))]
             for params, values in candidates:
                 key = self._key(values, nodes)
                 if key in tried:

@@ -30,6 +30,7 @@ from autotune.run.processes import recover_dead_trials
 from autotune.search.budget import RepeatedError, SearchBudget
 from autotune.search.machine import MachineSpace
 from autotune.search.objective import TrialCrashed, TrialOutcome, make_objective, rank_hour_price_usd
+from autotune.search.racing import Racing
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves, enqueue_baselines
 from autotune.spec import SweepSpec
 
@@ -71,6 +72,32 @@ class _Interrupt:
             signal.signal(signal.SIGINT, self.previous)
 
 
+def remeasure_reserve(spec: SweepSpec, n_trials: int) -> int:
+    """How many of this invocation's trials may go to re-measuring (`budget.remeasure_trials`,
+    default a third)."""
+    if spec.budget.remeasure_trials is not None:
+        return min(spec.budget.remeasure_trials, n_trials)
+    return n_trials // 3
+
+
+def _queued(study) -> bool:
+    """Trials wait in the queue, or a repeat runs (on any machine of the study): racing waits
+    for them rather than queue a second block of the same rivals."""
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) or any(
+        TrialRecord.of(t).repeat_of is not None
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+def _race(study, racing: Racing, remaining: int, everything_tried: bool = False) -> bool:
+    """Queue a block of repeats when racing wants one now (True)."""
+    members = racing.block(study, remaining, everything_tried)
+    if members:
+        racing.enqueue(study, members)
+    return bool(members)
+
+
 def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
               on_trial: Callable[[TrialOutcome], None] | None = None,
               note: Callable[[str], None] | None = None, runner: TrialRunner | None = None,
@@ -86,7 +113,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
     ms = MachineSpace.for_spec(spec, catalog)
     summary = SweepSummary()
     summary.recovered = recover_dead_trials(study, note)
-    budget = SearchBudget(spec, ms.hardware.key())
+    budget = SearchBudget(spec, ms.hardware)
     if spec.budget.search_usd is not None:
         probe = TrialConfig(workload=spec.workload, device=ms.hardware.device_kind,
                             threads_per_rank=spec.trial.threads_per_rank)
@@ -101,6 +128,8 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                                catalog=catalog)
 
     moves = LocalMoves(spec, ms, seed=spec.seed)
+    racing = Racing(ms.hardware, catalog, remeasure_reserve(spec, n_trials),
+                    spec.budget.remeasure_trials != 0, spec.budget.max_usd, spec.budget.deadline_hours)
     same_error = RepeatedError()
 
     with _Interrupt(note) as interrupt:
@@ -126,9 +155,15 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             if reason is None and summary.trials_run >= n_trials:
                 st.stop()
                 return
+            remaining = budget.trials_left(st, n_trials - summary.trials_run)
+            # Re-measure before recommending, within the last trials of the budget.
+            if reason is None and not _queued(st) and _race(st, racing, remaining):
+                return
             if reason is None and idle:
                 n_all = moves.exhausted(st)
-                if n_all is not None:
+                if n_all is not None and _race(st, racing, remaining, everything_tried=True):
+                    return
+                if n_all is not None and not _queued(st):  # queued trials (a retry) go first
                     reason = f"every config this machine can run has been tried ({n_all} configs)"
                 elif idle >= MAX_IDLE_PROPOSALS:
                     reason = (f"{idle} proposals in a row were configs already tried: the sampler "

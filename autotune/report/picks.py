@@ -1,0 +1,111 @@
+"""A config measured several times is one option, priced at its estimate over all its runs,
+and the recommended configs say how sure they are.
+
+    models = run_models(frozen)                              # one RunModel per hardware
+    options = config_options(frozen, rows, catalog, models)  # one option set per config
+    rows = pick_rows(doc_cheapest, doc_fastest, feasible, models)
+
+The estimate and its interval come from autotune.search.runs (the same model the sweep's
+re-measuring races with, autotune.search.racing), so the report names the config the sweep
+raced for, with the runs behind it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.contract import HardwareFingerprint
+from autotune.record import TrialRecord
+from autotune.report.options import options_for
+from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
+from autotune.search.runs import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
+from autotune.search.racing import TOLERANCE
+
+
+def run_models(frozen) -> list[tuple[HardwareFingerprint, RunModel]]:
+    """One model per hardware in the study. Records written before the hardware key named
+    versions join the model of the machine they match (autotune.record.TrialRecord.on)."""
+    machines: dict[str, HardwareFingerprint] = {}
+    for t in frozen:
+        rec = TrialRecord.of(t)
+        if rec.hardware and rec.machine and rec.hardware not in machines:
+            try:
+                machines[rec.hardware] = HardwareFingerprint.model_validate(rec.machine)
+            except ValueError:
+                continue
+    # Current keys first, so that older records join them rather than a model of their own.
+    order = sorted(machines.items(), key=lambda kv: kv[0] != kv[1].key())
+    out: list[tuple[HardwareFingerprint, RunModel]] = []
+    covered: set[int] = set()
+    for _, hw in order:
+        mine = [t for t in frozen if t.number not in covered and TrialRecord.of(t).on(hw)]
+        model = RunModel.fit(mine, hw)
+        if model.configs:
+            out.append((hw, model))
+            covered |= {n for est in model.configs.values() for n in est.trials}
+    return out
+
+
+def _estimates(models) -> dict[int, tuple[RunModel, ConfigEstimate]]:
+    """Each config's first trial -> (its model, its estimate)."""
+    return {est.first_trial: (model, est) for _, model in models for est in model.configs.values()}
+
+
+def config_options(frozen, rows: list[TrialRow], catalog, models) -> list[OptionRow]:
+    """The priced options, one set per config and hardware: a config measured again is priced
+    at its estimate over its runs, under its first trial. A reused trial repeats its source's
+    measurement: its options are the source's."""
+    first = _estimates(models)
+    merged = {n for _, model in models for est in model.configs.values() for n in est.trials[1:]}
+    out: list[OptionRow] = []
+    for t, r in zip(frozen, rows):
+        if r.reused_from is not None or t.number in merged:
+            continue
+        est = first.get(t.number)
+        out += options_for(t, r, catalog, est[1] if est else None)
+    return out
+
+
+def _sd_between(models, a: int, b: int) -> float:
+    """sd of the log throughput ratio of the configs first measured by trials a and b."""
+    ests = _estimates(models)
+    (ma, ea), (mb, eb) = ests[a], ests[b]
+    if ma is mb:
+        return ma.compare(ea.key, eb.key).sd
+    return math.hypot(ea.log_sd, eb.log_sd)  # different hardware: independent estimates
+
+
+def pick_row(by: str, chosen: OptionRow | None, feasible: list[OptionRow], models) -> PickRow | None:
+    """The runs, interval and certainty of a recommended option (`by`: "cost" or "time")."""
+    ests = _estimates(models)
+    if chosen is None or chosen.trial not in ests:
+        return None
+    model, est = ests[chosen.trial]
+    metric = "usd" if by == "cost" else "hours"
+
+    def value(o: OptionRow) -> float:
+        return getattr(o, metric)
+
+    others = [o for o in feasible if o.trial != chosen.trial and o.trial in ests]
+    runner = min(others, key=lambda o: (value(o), o.trial), default=None)
+    m = margin(value(chosen), value(runner), _sd_between(models, chosen.trial, runner.trial)) \
+        if runner else None
+    lo_tps, hi_tps = est.interval()
+    spread = math.exp(Z_SHOWN * est.log_sd)
+    return PickRow(
+        by=by, trial=chosen.trial, offer=chosen.offer,
+        runs=[RunRow(trial=r.trial, tokens_per_s=r.tokens_per_s,
+                     block=None if r.block == f"t{r.trial}" else r.block) for r in est.runs],
+        tokens_per_s=est.tokens_per_s, tokens_per_s_low=lo_tps, tokens_per_s_high=hi_tps,
+        value=value(chosen), value_low=value(chosen) / spread, value_high=value(chosen) * spread,
+        runner_up=runner.trial if runner else None, margin=m[0] if m else None,
+        margin_low=m[1] if m else None, margin_high=m[2] if m else None,
+        how_sure=how_sure("cheaper" if by == "cost" else "faster", chosen.trial,
+                          runner.trial if runner else None, m, TOLERANCE),
+        run_sd=model.noise.run_sd, paired_sd=model.noise.paired_sd)
+
+
+def pick_rows(cheapest: OptionRow | None, fastest: OptionRow | None, feasible: list[OptionRow],
+              models) -> list[PickRow]:
+    rows = [pick_row("cost", cheapest, feasible, models), pick_row("time", fastest, feasible, models)]
+    return [r for r in rows if r is not None]

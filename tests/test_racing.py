@@ -1,0 +1,153 @@
+"""Re-measuring before recommending (autotune.search.runs, autotune.search.racing): the model
+of a config's runs, the sentence under a pick, and the racing through the real sweep loop with
+a TrialRunner answering from a schedule (the seam the benchmarks replay through). Racing with
+real trials is in tests/test_racing_e2e.py."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from autotune.contract import GPTWorkload, TrialResult, TrialStatus
+from autotune.record import TrialRecord
+from autotune.search.runs import ConfigEstimate, RunModel, Run, how_sure
+
+
+def _config(key: str, runs: list[tuple[float, str]]) -> ConfigEstimate:
+    est = ConfigEstimate(key, first_trial=0)
+    est.runs = [Run(i, tps, block) for i, (tps, block) in enumerate(runs)]
+    return est
+
+
+def test_back_to_back_blocks_separate_two_configs_that_single_runs_cannot():
+    """B is 4% faster than A; the machine's spells move whole blocks by up to 25%. Measured
+    back to back, their ratio is steady; the same numbers measured apart are not."""
+    spells = [1.0, 0.8, 1.15, 0.9, 1.05, 0.85, 1.2, 0.95, 0.75, 1.1]
+    paired = {"a": _config("a", [(1000 * s * (1 + 0.005 * (-1) ** i), f"b{i}") for i, s in enumerate(spells)]),
+              "b": _config("b", [(1040 * s, f"b{i}") for i, s in enumerate(spells)])}
+    apart = {k: _config(k, [(r.tokens_per_s, f"{k}{i}") for i, r in enumerate(c.runs)])
+             for k, c in paired.items()}
+    with_blocks = RunModel.from_runs(paired, prior_sd=0.10)
+    without = RunModel.from_runs(apart, prior_sd=0.10)
+    p, a = with_blocks.compare("a", "b"), without.compare("a", "b")
+    assert math.exp(p.log_diff) == pytest.approx(1.04, abs=0.01)
+    assert p.paired_blocks == 10 and a.paired_blocks == 0
+    # The paired comparison is far surer (the prior, which assumes nothing shared, still
+    # weighs 3 runs' worth); its interval excludes a tie.
+    assert p.sd < a.sd / 2.5
+    assert p.ratio_interval()[1] > 1.0 > a.ratio_interval()[1]
+    # The noise it learnt: blocks differ a lot, runs within a block hardly.
+    assert with_blocks.noise.paired_sd < with_blocks.noise.run_sd / 2
+
+
+def test_single_runs_take_the_prior_noise_and_repeats_replace_it():
+    one = RunModel.from_runs({"a": _config("a", [(1000, "t0")]), "b": _config("b", [(1100, "t1")])}, 0.10)
+    assert one.noise.run_sd == pytest.approx(0.10)
+    assert one.compare("a", "b").sd == pytest.approx(0.10 * math.sqrt(2))
+    steady = {k: _config(k, [(tps * (1 + 0.002 * i), f"{k}{i}") for i in range(8)])
+              for k, tps in (("a", 1000), ("b", 1100))}
+    learnt = RunModel.from_runs(steady, 0.10)
+    assert learnt.noise.run_sd < 0.05  # 14 degrees of freedom of 0.2% spread outweigh the prior
+    assert learnt.configs["b"].tokens_per_s == pytest.approx(1100 * 1.007, rel=0.01)
+
+
+def test_the_sentence_says_how_sure():
+    assert how_sure("cheaper", 3, 7, (0.04, 0.02, 0.06), 0.03) == \
+        "cheaper than the runner-up (trial 7) by 4% ± 2%"
+    assert how_sure("cheaper", 3, 7, (0.01, -0.01, 0.02), 0.03) == \
+        "not distinguishable from trial 7 (+1% ± 2%): either will do"
+    wide = how_sure("faster", 3, 7, (0.05, -0.10, 0.20), 0.03)
+    assert wide.startswith("not distinguishable from trial 7 with the runs so far") and "±" in wide
+    assert "only config" in how_sure("cheaper", 3, None, None, 0.03)
+
+
+# ---------------------------------------------------------------------------------------
+# Racing through the real sweep loop, runs from a schedule
+# ---------------------------------------------------------------------------------------
+
+TRUE_TPS = {1: 1000.0, 2: 1100.0, 4: 1050.0}  # micro-batch -> tokens/s; micro 2 is the best
+
+
+def _runner(first_run_of_4: float, log: list, true_tps: dict[int, float] = TRUE_TPS):
+    """A TrialRunner: each config's runs at its true speed within 1%, except that micro 4's
+    first run is `first_run_of_4` (lucky, unless micro 4 is truly that fast)."""
+    spell = iter([1.0, 0.99, 1.01] * 10)
+    seen: dict[int, int] = {}
+
+    def run(cfg, trial_dir, on_start=None) -> TrialResult:
+        mb = cfg.micro_batch_size
+        n = seen.get(mb, 0)
+        seen[mb] = n + 1
+        tps = first_run_of_4 if (mb == 4 and n == 0) else true_tps[mb] * next(spell)
+        log.append((mb, n))
+        return TrialResult(status=TrialStatus.ok, tokens_per_s=tps, wall_s=10.0, world_size=1)
+
+    return run
+
+
+@pytest.fixture()
+def spec(tmp_path):
+    from autotune.spec import BatchPolicy, SweepSpec
+
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\n")
+    return SweepSpec(workload=GPTWorkload(preset="tiny"), seq_len=32, space=str(space),
+                     batch=BatchPolicy(global_batch_samples=4))
+
+
+def _sweep(spec, tmp_path, n_trials: int, lucky: float, remeasure: int | None = None,
+           true_tps: dict[int, float] = TRUE_TPS):
+    from autotune.search.study import DIRECTIONS, make_sampler
+    from autotune.search.sweep import run_sweep
+
+    spec = spec.model_copy(deep=True)
+    spec.budget.remeasure_trials = remeasure
+    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(0, worker=0))
+    log: list = []
+    summary = run_sweep(spec, study, n_trials, tmp_path / "runs", runner=_runner(lucky, log, true_tps))
+    return study, summary, log
+
+
+def test_a_lucky_single_run_is_measured_again_and_loses(spec, tmp_path):
+    from autotune.report.build import build_report
+
+    # Without re-measuring, micro 4's lucky run (1,300 tokens/s) is recommended.
+    study, _, _ = _sweep(spec, tmp_path / "once", 7, lucky=1300.0, remeasure=0)
+    once = build_report(study)
+    assert TrialRecord.of(study.trials[once.cheapest.trial]).config["micro_batch_size"] == 4
+
+    study, summary, log = _sweep(spec, tmp_path / "race", 7, lucky=1300.0)
+    assert summary.trials_run == 7  # repeats count against --trials
+    repeats = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).repeat_of is not None]
+    assert repeats and all(r.launched and r.race_block for r in repeats)
+    # Blocks measure the rivals back to back: each block holds 2-3 different configs.
+    blocks: dict[str, list[int]] = {}
+    for r in repeats:
+        blocks.setdefault(r.race_block, []).append(r.config["micro_batch_size"])
+    assert all(2 <= len(v) == len(set(v)) for v in blocks.values())
+    doc = build_report(study)
+    best = TrialRecord.of(study.trials[doc.cheapest.trial])
+    assert best.config["micro_batch_size"] == 2
+    (cost, time) = doc.picks
+    assert cost.by == "cost" and cost.trial == doc.cheapest.trial and len(cost.runs) >= 2
+    assert cost.tokens_per_s_low < cost.tokens_per_s < cost.tokens_per_s_high
+    assert cost.value_low < doc.cheapest.usd < cost.value_high
+    assert f"trial {cost.runner_up}" in cost.how_sure
+    # One option per config: the repeats are merged into their config's first trial.
+    assert sorted(doc.cheapest.runs) == sorted(r.trial for r in cost.runs)
+    firsts = {t.number for t in study.trials
+              if TrialRecord.of(t).reused_from is None and TrialRecord.of(t).repeat_of is None}
+    assert {o.trial for o in doc.options} == firsts and len(firsts) == 3
+
+
+def test_a_leader_far_ahead_is_confirmed_once_then_the_sweep_stops(spec, tmp_path):
+    """Micro 4 at 3x the others: a single run is never crowned, so it is measured once more,
+    back to back with the runner-up; still far ahead, nothing more is re-measured, and the
+    sweep stops (every config tried) with budget left."""
+    study, summary, log = _sweep(spec, tmp_path, 9, lucky=3300.0, true_tps={**TRUE_TPS, 4: 3300.0})
+    repeats = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).repeat_of is not None]
+    assert len(repeats) == 2 and len({r.race_block for r in repeats}) == 1
+    assert {r.config["micro_batch_size"] for r in repeats} == {4, 2}  # leader and runner-up
+    assert summary.trials_run == 5 and "every config" in summary.stop_reason
