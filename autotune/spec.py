@@ -47,6 +47,11 @@ class TrialSettings(_Spec):
     launcher: Launcher | None = Field(
         default=None, description="force a launcher; default: deepspeed for ZeRO, else torchrun"
     )
+    reuse_workers: bool = Field(
+        default=True, description="run consecutive local trials in a pool of long-lived workers "
+        "(autotune/run/pool.py): the launcher, imports and rendezvous paid once per pool; a "
+        "failed trial ends its pool. false: a fresh launcher per trial"
+    )
 
 
 class PlatformSpec(_Spec):

@@ -41,12 +41,15 @@ read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
 read -r -a MEMORY_ARGS <<< "${BENCH_MEMORY_ARGS:---runs ${TMPDIR:-/tmp}/autotune_bench_memory_runs}"
 # scale (scripts/bench_scale.py, ~30 min, up to ~20 GB of RAM) runs on request: ONLY="scale" ...
 read -r -a SCALE_ARGS <<< "${BENCH_SCALE_ARGS:-}"
+# pool (scripts/bench_pool.py, ~8 min: pooled vs fresh-launcher trials, issue 15) runs on request: ONLY="pool" ...
+read -r -a POOL_ARGS <<< "${BENCH_POOL_ARGS:-}"
 if [[ "$SMOKE" == 1 ]]; then
   SEARCH_ARGS=(--seeds 6 "${SEARCH_ARGS[@]}")
   OVERHEAD_ARGS=(--repeats 1 --warmup-steps 1 --measure-steps 2 "${OVERHEAD_ARGS[@]}")
   FIDELITY_ARGS=(--configs "4,1,fp32,none" "8,1,fp32,none" "4,1,fp32,full" --warmup-steps 1
                  --measure-steps 2 --max-measure-steps 2 "${FIDELITY_ARGS[@]}")
   SCALE_ARGS=(--sizes 29M --no-ablations "${SCALE_ARGS[@]}")
+  POOL_ARGS=(--rounds 1 --warmup-steps 1 --measure-steps 2 "${POOL_ARGS[@]}")
 fi
 
 STARTED="$(date +%s)"
@@ -77,7 +80,8 @@ for name in $ONLY; do
     fidelity) run_one fidelity bench_fidelity "${FIDELITY_ARGS[@]}" ;;
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory, scale." >&2; exit 2 ;;
+    pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
   esac
 done
 
@@ -95,7 +99,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise overhead fidelity memory scale; do
+  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise overhead fidelity memory scale pool; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

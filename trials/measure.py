@@ -72,8 +72,29 @@ def summarize(times_s: list[float]) -> dict[str, float]:
 
 
 def host_rss_peak_bytes() -> int:
-    """Peak resident set size of this process so far (Linux reports ru_maxrss in KiB)."""
+    """Peak resident set size of this process since it started or since the last
+    `reset_host_rss_peak()`: Linux's VmHWM, else ru_maxrss (KiB), which cannot be reset (the
+    kernel folds every exited thread's high-water mark into it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def reset_host_rss_peak() -> bool:
+    """Reset VmHWM to the current RSS (proc(5): writing 5 to /proc/self/clear_refs), so that a
+    process running trial after trial (trials/pool.py) reports each trial's own peak. False
+    where the kernel does not offer it: the next peak then includes earlier trials'."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def host_rss_now_bytes() -> int:

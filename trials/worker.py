@@ -48,13 +48,29 @@ def main(argv: list[str] | None = None) -> int:
     result_path = Path(args.result)
     _install_fault_handlers(result_path, rank)
 
-    from autotune.contract import TrialConfig, TrialResult, TrialStatus
+    from autotune.contract import TrialConfig, TrialStatus
 
     cfg = TrialConfig.read(args.config)
     if cfg.device.value == "cpu":
         _host_memory_like_a_device()
+    result = run_one(cfg, result_path, t_start)
+    if rank == 0:
+        result.wall_s = time.perf_counter() - t_start
+        result.write(result_path)
+    return 0 if result.status is TrialStatus.ok else 1
+
+
+def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
+    """Run one trial and return its result (rank 0's is the trial's). Any failure is
+    classified, written to `result_path` (rank 0) or `result.rankN.json` beside it, and ends
+    this process: the worker's way, and the pool's (trials/pool.py), so that a failed trial
+    never leaves a half-torn-down process to run the next one. `keep_group` leaves the
+    process group up for the pool's next trial."""
+    from autotune.contract import TrialResult
+
+    rank = _env_int("RANK", 0)
     try:
-        result = run(cfg, t_start)
+        return run(cfg, t_start, keep_group=keep_group)
     except BaseException as exc:  # noqa: BLE001 - every ending becomes a result
         status, error_type = classify(exc)
         world = _env_int("WORLD_SIZE", 1)
@@ -73,10 +89,6 @@ def main(argv: list[str] | None = None) -> int:
         # Exit at once: peers blocked in a collective would otherwise wait for the
         # process-group timeout; the launcher kills them when this rank exits non-zero.
         os._exit(1)
-    if rank == 0:
-        result.wall_s = time.perf_counter() - t_start
-        result.write(result_path)
-    return 0 if result.status is TrialStatus.ok else 1
 
 
 # Allocations of at least this size get their own mapping, returned to the system when freed.
@@ -107,7 +119,8 @@ def _host_memory_like_a_device() -> None:
     mallopt(m_mmap_threshold, threshold)
 
 
-def _install_fault_handlers(result_path: Path, rank: int) -> None:
+def _install_fault_handlers(result_path: Path, rank: int):
+    """Returns the open fatal log (the pool closes it when it moves to the next trial)."""
     import faulthandler
     import signal
 
@@ -117,6 +130,7 @@ def _install_fault_handlers(result_path: Path, rank: int) -> None:
     # writes the stack to this rank's file, whose presence tells the controller which rank died.
     fatal = open(result_path.with_name(f"fatal.rank{rank}.log"), "w")  # noqa: SIM115 - lives until exit
     faulthandler.enable(file=fatal, all_threads=True)
+    return fatal
 
 
 def classify(exc: BaseException):
@@ -157,7 +171,7 @@ def _attach_peak_memory(result, cfg) -> None:
         pass
 
 
-def run(cfg, t_start: float):
+def run(cfg, t_start: float, keep_group: bool = False):
     """Train warm-up + measured steps and return rank 0's TrialResult."""
     import torch
     import torch.distributed as dist
@@ -232,8 +246,14 @@ def run(cfg, t_start: float):
         dist.all_gather_object(gathered, local)
         dist.barrier()
     result = compose(cfg, built, engine, steps, probe, gathered, world, device, phase)
-    if world > 1:
+    if world > 1 and not keep_group:
         dist.destroy_process_group()
+    if keep_group:
+        # The process runs another trial next (trials/pool.py): an engine that keeps state
+        # beyond its own references (DeepSpeed's hooks, buffers, caches) releases it here.
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
     return result
 
 

@@ -127,6 +127,12 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
         runner = launcher_runner(template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
                                                        rdzv_host=ls.rdzv_host,
                                                        job_name=f"autotune-{spec.study}"))
+        # Issue 15 (worker pool): local trials without a launch template share long-lived
+        # workers; the caller closes the runner (objective.close()) when the sweep ends.
+        if spec.trial.reuse_workers and not ls.argv:
+            from autotune.run.pool import pool_runner
+
+            runner = pool_runner(fallback=runner)
     guard = MemoryGuard(hw, spec.memory.limit_bytes_per_rank, spec.memory.safety_margin,
                         enabled=spec.memory.prescreen)
 
@@ -203,4 +209,5 @@ def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOut
         set_constraints(trial, spec, feasible=True, usd=score.usd, hours=score.hours)
         return score.hours, score.usd
 
+    objective.close = getattr(runner, "close", lambda: None)  # issue 15: ends the worker pool
     return objective

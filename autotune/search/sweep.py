@@ -184,4 +184,6 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             study.optimize(objective, n_trials=None, catch=(TrialCrashed,), callbacks=[after_trial])
         except KeyboardInterrupt:
             summary.stop_reason, summary.interrupted = "interrupted (Ctrl-C twice): the running trial was failed", True
+        finally:
+            objective.close()  # issue 15: stops the worker pool (a no-op for other runners)
     return summary
