@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from autotune.contract.process import process_alive, start_ticks
+
 # How often an idle rank looks for the next trial: small against a trial (seconds), large
 # enough that two idle ranks cost no measurable CPU.
 POLL_S = 0.02
@@ -38,30 +40,10 @@ def trial_file(queue: Path, seq: int) -> Path:
     return queue / f"{seq:06d}.trial.json"
 
 
-def _start_ticks(pid: int) -> int | None:
-    # Field 22 of /proc/PID/stat (proc(5)): tells the controller from a process reusing its pid.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int, ticks: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    now = _start_ticks(pid)
-    return ticks is None or now is None or now == ticks
-
-
 def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeout_s: float) -> Path | None:
     """The next trial's file, or None when the pool should end (stop file, idle, controller gone)."""
     path = trial_file(queue, seq)
-    ticks = _start_ticks(controller_pid) if controller_pid else None
+    ticks = start_ticks(controller_pid) if controller_pid else None
     deadline = time.monotonic() + idle_timeout_s
     last_check = 0.0
     while True:
@@ -76,7 +58,7 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
             return None
         if controller_pid and time.monotonic() - last_check > 1.0:
             last_check = time.monotonic()
-            if not _alive(controller_pid, ticks):
+            if not process_alive(controller_pid, ticks):
                 return None
         time.sleep(POLL_S)
 
@@ -127,11 +109,11 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     fatal = None
     seq = 1
     mallopt_done = False
-    controller_ticks = _start_ticks(controller_pid) if controller_pid else None
+    controller_ticks = start_ticks(controller_pid) if controller_pid else None
     while True:
         path = wait_for_trial(queue, seq, controller_pid, idle_timeout_s)
         if path is None:
-            if rank == 0 and controller_pid and not _alive(controller_pid, controller_ticks):
+            if rank == 0 and controller_pid and not process_alive(controller_pid, controller_ticks):
                 _remove_queue(queue)  # its controller, which would have, is gone
             return 0
         spec = json.loads(path.read_text())

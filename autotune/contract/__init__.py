@@ -8,7 +8,8 @@ it imports nothing heavier than pydantic, so a trial process pays nothing for th
 
 config (TrialConfig and its choices), result (TrialResult, HardwareFingerprint), deepspeed
 (the DeepSpeed JSON of a config), engines (engine and launcher choice, accelerate's
-precision names), flops (FLOPs per token, MFU), hardware (the host fingerprint), jsonio.
+precision names), flops (FLOPs per token, MFU), hardware (the host fingerprint), process (is a
+pid still the process we started), jsonio.
 Modules inside this package import each other directly, never through this file.
 """
 

@@ -18,28 +18,9 @@ import socket
 import time
 from typing import Any, Callable
 
+from autotune.contract.process import process_alive, start_ticks
 from autotune.record import ControllerRef, TrialRecord
 from autotune.run.launch import group_alive
-
-
-def start_ticks(pid: int) -> int | None:
-    """Start time of a process (clock ticks since boot): tells a live pid from a reused one."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def process_alive(pid: int, start_ticks_: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    now = start_ticks(pid)
-    return start_ticks_ is None or now is None or now == start_ticks_
 
 
 def trial_processes(pgid: int, trial_dir: str) -> list[int]:
