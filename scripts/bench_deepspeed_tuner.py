@@ -13,7 +13,7 @@ budget), alternating which goes first, each started once the machine is quiet (a
 `--max-busy` other runnable processes). Both timelines are read from what the tools wrote:
 DeepSpeed's log (an experiment ends when the tuner moves on) and the study (each trial's
 completion time). A config "within 3% of the best" is judged on the benchmark ground truth of
-the same space (benchmarks/results/truth_ds.json: every config measured in rounds, median
+the same space (benchmarks/results/truth_ds_pool.json: every config measured in 8 rounds, median
 run; the built-in GPT of the same shape), so both tools are scored by the same yardstick, not
 by their own noisy measurements. Then both picks are rerun, interleaved, with autotune's trial
 runner (the same entry point), and compared as paired ratios.
@@ -42,7 +42,7 @@ from bench_common import (ROOT, add_output_args, context_lines, markdown_table, 
 
 HERE = ROOT / "scripts" / "deepspeed_tuner"
 RAW = ROOT / "benchmarks" / "results" / "deepspeed_tuner_runs.json"
-TRUTH = ROOT / "benchmarks" / "results" / "truth_ds.json"
+TRUTH = ROOT / "benchmarks" / "results" / "truth_ds_pool.json"
 WITHIN = 0.03
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": 1,

@@ -6,7 +6,7 @@ optimum (pick accuracy), and what it cost to get there, for each strategy on a m
     .venv/bin/python scripts/bench_search.py --bench cpu40 --measure   # top the truth up first
 
 Benches (`--bench`): `cpu40` (the 40-config space of issue #8: 1-2 ranks, global batch 8),
-`big` (164 configs on 2 ranks: precision, checkpointing, ZeRO 0-3, offload, micro-batch 1-32,
+`big` (252 configs on 2 ranks: precision, checkpointing, ZeRO 0-3, offload, FSDP2, micro-batch 1-32,
 TP 1-2; global batch 32) and `ds` (DeepSpeed-style: ZeRO 0-3 x micro-batch 1-32 x
 accumulation 1-2, fp32, 2 ranks). Ground truth: scripts/bench_truth.py (every config measured
 in rounds, raw runs in benchmarks/results/truth_*.json); with 4 or more runs per config each
@@ -42,14 +42,15 @@ WITHIN = 0.03
 RESULTS = ROOT / "benchmarks" / "results"
 BENCHES: dict[str, dict[str, Any]] = {
     "cpu40": dict(space=ROOT / "benchmarks" / "search_space_cpu.yaml", seq_len=128, global_batch=8,
-                  cache=ROOT / "benchmarks" / "search_ground_truth.json", mem_limit_quantile=0.7,
+                  cache=ROOT / "benchmarks" / "search_ground_truth.json", runner="launcher",
+                  mem_limit_quantile=0.7,
                   title="40-config CPU space (1-2 ranks, global batch 8)"),
     "big": dict(space=ROOT / "benchmarks" / "search_space_big.yaml", seq_len=64, global_batch=32,
-                cache=RESULTS / "truth_big.json", mem_limit_quantile=0.7,
-                title="164-config CPU space (2 ranks, global batch 32: precision, checkpointing, "
-                      "ZeRO 0-3, offload, micro-batch 1-32, TP 1-2)"),
+                cache=RESULTS / "truth_big_pool.json", runner="pool", mem_limit_quantile=0.7,
+                title="252-config CPU space (2 ranks, global batch 32: precision, checkpointing, "
+                      "ZeRO 0-3, offload, FSDP2, micro-batch 1-32, TP 1-2)"),
     "ds": dict(space=ROOT / "benchmarks" / "search_space_ds.yaml", seq_len=128, global_batch=0,
-               cache=RESULTS / "truth_ds.json", mem_limit_quantile=None,
+               cache=RESULTS / "truth_ds_pool.json", runner="pool", mem_limit_quantile=None,
                title="DeepSpeed-style space (2 ranks, fp32: ZeRO 0-3 x micro-batch 1-32 x "
                      "accumulation 1-2; no memory limit, as in the side-by-side with DeepSpeed's tuner)"),
 }
@@ -189,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="strategy kinds to replay")
     ap.add_argument("--measure", action="store_true", help="measure missing runs first")
     ap.add_argument("--repeats", type=int, default=None, help="with --measure: runs per config")
-    ap.add_argument("--runner", default="launcher", choices=sorted(bt.RUNNERS))
+    ap.add_argument("--runner", default=None, choices=sorted(bt.RUNNERS),
+                    help="with --measure: what runs the trials (default: the runner the space's "
+                         "ground truth was measured with; another runner measures into its own file)")
     ap.add_argument("--max-wait-s", type=float, default=900.0,
                     help="with --measure: before each run, wait at most this long for a quiet machine")
     ap.add_argument("--holdout", choices=["auto", "yes", "no"], default="auto",
@@ -200,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         md = summary_section(args.summary)
         write_outputs(None, args.md_out, {}, md)
         return 0
-    b = BENCHES[args.bench]
+    b = dict(BENCHES[args.bench])
+    if args.runner is not None and args.runner != b["runner"]:
+        # Runs of another runner are another truth: never mixed into (or overwriting) this one.
+        b["cache"], b["runner"] = RESULTS / f"truth_{args.bench}_{args.runner}.json", args.runner
     ns = argparse.Namespace(preset="tiny", seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
                             space=b["space"], warmup_steps=2, measure_steps=5, max_measure_steps=15,
-                            timeout_s=300.0, cache=b["cache"], runner=args.runner,
+                            timeout_s=300.0, cache=b["cache"], runner=b["runner"],
                             repeats=args.repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=args.max_wait_s)
     from autotune.search.machine import MachineSpace
     from autotune.spec import BudgetSpec

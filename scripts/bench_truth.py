@@ -55,8 +55,17 @@ def _launcher_runner():
     return launcher_runner()
 
 
+def _pool_runner():
+    from autotune.run.pool import pool_runner
+
+    return pool_runner(fallback=_launcher_runner())
+
+
 # Runners a measurement can use, by name: each returns a TrialRunner (autotune.run.launch).
-RUNNERS: dict[str, Callable[[], Any]] = {"launcher": _launcher_runner}
+# `pool` is what `autotune sweep` runs local trials with (autotune.run.pool): its trials cost
+# ~0.2x a fresh launcher's (docs/benchmarks.md, pool section), so a quiet spell of the machine
+# holds several rounds of a space, and its runs are the ones a shipped sweep would see.
+RUNNERS: dict[str, Callable[[], Any]] = {"launcher": _launcher_runner, "pool": _pool_runner}
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,16 +92,19 @@ def enumerate_space(rs, global_batch_samples: int | None) -> list[tuple[dict, di
 
 
 def config_key(values: dict[str, Any]) -> str:
+    """A config's name in a ground truth; FSDP2 is named only when on (older keys stay valid)."""
     v = {k: getattr(x, "value", x) for k, x in values.items()}
+    fsdp = v.get("fsdp") or "none"
     return (f"g{v['num_gpus']}-tp{v['tp_degree']}-mb{v['micro_batch_size']}-acc{v['grad_accum_steps']}"
-            f"-{v['precision']}-ckpt:{v['checkpointing']}-z{v['zero_stage']}-off:{v['offload']}")
+            f"-{v['precision']}-ckpt:{v['checkpointing']}-z{v['zero_stage']}-off:{v['offload']}"
+            + (f"-fsdp:{fsdp}" if fsdp != "none" else ""))
 
 
 def cfg_key(cfg: TrialConfig) -> str:
     return config_key(dict(num_gpus=cfg.num_gpus, tp_degree=cfg.tp_degree,
                            micro_batch_size=cfg.micro_batch_size, grad_accum_steps=cfg.grad_accum_steps,
                            precision=cfg.precision, checkpointing=cfg.checkpointing,
-                           zero_stage=cfg.zero_stage, offload=cfg.offload))
+                           zero_stage=cfg.zero_stage, offload=cfg.offload, fsdp=cfg.fsdp))
 
 
 def trial_config(values: dict, spec, ms, seed: int) -> TrialConfig:
@@ -158,7 +170,7 @@ def _load1() -> float | None:
         return None
 
 
-def others_running(samples: int = 5) -> float:
+def others_running(samples: int = 2) -> float:
     """Processes other than this one ready to run right now (the kernel's instantaneous count
     of runnable tasks, /proc/loadavg field 4, minus the reader), averaged over `samples`
     seconds. Unlike the load average it does not remember this benchmark's own last run."""
@@ -190,12 +202,9 @@ def _wait_for_quiet(max_busy: float | None, max_wait_s: float) -> tuple[float, f
 def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
     """Measure every config until it has `args.repeats` runs, a round at a time (a round =
     every config once, in an order shuffled by the round number). Saves after every run."""
-    from autotune.contract import write_json_atomic
-
     cache = Path(args.cache)
     doc = load_cache(cache, cache_identity(args, ms.hardware), log) if not args.remeasure else \
         {"identity": cache_identity(args, ms.hardware), "entries": {}}
-    runner = RUNNERS[args.runner]()
     todo = []
     for rep in range(args.repeats):
         order = list(configs)
@@ -204,6 +213,21 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
                  if len(doc["entries"].get(config_key(v), {}).get("results", [])) <= rep]
     if todo and getattr(args, "replay_only", False):
         raise SystemExit(f"--replay-only: {len(todo)} runs are missing from {cache}")
+    if not todo:
+        return doc
+    runner = RUNNERS[args.runner]()
+    try:
+        _measure_todo(doc, todo, runner, spec, ms, args, cache, log)
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+    return doc
+
+
+def _measure_todo(doc, todo, runner, spec, ms, args, cache: Path, log) -> None:
+    from autotune.contract import write_json_atomic
+
     with tempfile.TemporaryDirectory(prefix="bench_truth_") as tmp:
         for i, (rep, values) in enumerate(todo):
             cfg = trial_config(values, spec, ms, seed=spec.seed)
@@ -226,7 +250,6 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
                 f"{meta['controller_wall_s']:.1f}s, load {meta['load1_before']}", flush=True)
             doc["measured_utc"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             write_json_atomic(cache, doc)  # resumable: every run is kept
-    return doc
 
 
 # ---------------------------------------------------------------------------------------
@@ -417,7 +440,7 @@ def add_space_args(ap) -> None:
     ap.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / "search_ground_truth.json",
                     help="ground-truth data file")
     ap.add_argument("--runner", default="launcher", choices=sorted(RUNNERS),
-                    help="what runs a trial (a worker pool registers here later)")
+                    help="what runs a trial: launcher (a fresh one per trial) or pool (what a sweep uses)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per config")
     ap.add_argument("--remeasure", action="store_true", help="measure every config again")
     ap.add_argument("--max-busy", type=float, default=1.0,

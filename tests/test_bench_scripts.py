@@ -184,3 +184,32 @@ def test_a_space_measured_in_part_is_reported_as_such_not_replayed(tmp_path, mon
     assert "replays not run" in out_md.read_text() and "--bench ds --measure" in out_md.read_text()
     head = bench_search.summary_section([out_json])
     assert "Not replayed: `ds` (48 configs)" in head and "Not run yet." in head
+
+
+@pytest.mark.e2e
+def test_the_ground_truth_is_measured_with_the_sweeps_worker_pool(tmp_path):
+    """`--runner pool` measures with real pooled trials (what `autotune sweep` runs), in rounds,
+    records the runner of every run, and leaves no pool behind."""
+    from autotune.search.machine import MachineSpace
+
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1]\nmicro_batch_size: [1, 2]\nprecision: [fp32]\n")
+    args = _args(tmp_path, space)
+    args.runner, args.repeats, args.replay_only, args.global_batch = "pool", 2, False, None
+    spec = bench_truth.make_spec(args)
+    ms = MachineSpace.for_spec(spec)
+    configs = bench_truth.enumerate_space(ms.restricted, None)
+    doc = bench_truth.measure(configs, spec, ms, args, log=lambda *a, **k: None)
+    assert len(doc["entries"]) == 2
+    for entry in doc["entries"].values():
+        assert [r["status"] for r in entry["results"]] == ["ok", "ok"]
+        assert [m["round"] for m in entry["runs_meta"]] == [0, 1]
+        assert {m["runner"] for m in entry["runs_meta"]} == {"pool"}
+    notes = [n for e in doc["entries"].values() for r in e["results"] for n in r["notes"]]
+    assert sum("started its pool" in n for n in notes) == 1  # one pool ran all four
+    cached = json.loads(args.cache.read_text())
+    assert cached["identity"]["runner"] == "pool"
+    import psutil
+
+    left = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    assert not [c for c in left if "trials.pool" in c], left  # the pool ended with the measurement

@@ -130,18 +130,23 @@ def test_a_trial_over_its_timeout_kills_the_pool(tmp_path):
     assert 60 <= hung.wall_s < 90
 
 
-def test_a_new_launch_key_closes_the_old_pool(tmp_path):
+def test_pools_are_kept_per_launch_key_and_the_least_recently_used_ends(tmp_path):
+    # On CPU two launch keys keep a pool each (a sweep alternates torchrun's ZeRO-0 trials and
+    # DeepSpeed's ZeRO 1-3 ones); a third key ends the pool used least recently.
+    a, b, c = _cfg(1), _cfg(1, threads_per_rank=2), _cfg(1, timeout_s=200)
     runner = PoolRunner()
     starts: list[int] = []
     try:
-        one = runner(_cfg(1), tmp_path / "t0", on_start=starts.append)
-        two = runner(_cfg(1, threads_per_rank=2), tmp_path / "t1", on_start=starts.append)
-        assert not group_alive(starts[0])  # closed when the key changed
-        assert group_alive(starts[1])
+        results = [runner(cfg, tmp_path / f"t{i}", on_start=starts.append) for i, cfg in enumerate((a, b, a))]
+        assert group_alive(starts[0]) and group_alive(starts[1])  # both kept
+        results.append(runner(c, tmp_path / "t3", on_start=starts.append))
+        assert not group_alive(starts[1]) and group_alive(starts[0]) and group_alive(starts[3])
     finally:
         runner.close()
-    assert one.ok and two.ok, (one.error, two.error)
-    assert starts[0] != starts[1] and runner.pools_started == 2
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert starts[0] == starts[2] != starts[1] and runner.pools_started == 3
+    assert "pooled: trial 2 of its pool" in results[2].notes
+    assert not group_alive(starts[0]) and not group_alive(starts[3])  # close() ends them all
 
 
 def test_a_pool_whose_controller_dies_goes_away(tmp_path):
@@ -156,7 +161,7 @@ def test_a_pool_whose_controller_dies_goes_away(tmp_path):
         starts = []
         runner = PoolRunner()
         result = runner(_cfg(1), Path({str(tmp_path / "t0")!r}), on_start=starts.append)
-        print(result.status.value, starts[0], runner._pool.queue, flush=True)
+        print(result.status.value, starts[0], next(iter(runner._pools.values())).queue, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         """)
     p = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=240,
@@ -188,7 +193,7 @@ def test_a_pool_killed_between_trials_is_replaced(tmp_path):
         # E.g. the OOM killer: the launcher dies outright; its ranks (torchrun gives each its
         # own session) leave as they find themselves orphaned, or the runner kills them.
         os.killpg(starts[0], signal.SIGKILL)
-        runner._pool.proc.wait()
+        next(iter(runner._pools.values())).proc.wait()
         two = runner(_cfg(1), tmp_path / "t1", on_start=starts.append)
     finally:
         runner.close()

@@ -30,8 +30,12 @@ from pathlib import Path
 from autotune.contract.process import process_alive, start_ticks
 
 # How often an idle rank looks for the next trial: small against a trial (seconds), large
-# enough that two idle ranks cost no measurable CPU.
+# enough that two idle ranks cost no measurable CPU. A pool idle for longer than DORMANT_AFTER_S
+# (the controller keeps it for a later trial while another pool runs: autotune/run/pool.py)
+# looks every DORMANT_POLL_S, so that its ranks stay off the cores the running trial measures.
 POLL_S = 0.02
+DORMANT_AFTER_S = 2.0
+DORMANT_POLL_S = 0.1
 STOP_FILE = "stop"
 
 
@@ -44,7 +48,8 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
     """The next trial's file, or None when the pool should end (stop file, idle, controller gone)."""
     path = trial_file(queue, seq)
     ticks = start_ticks(controller_pid) if controller_pid else None
-    deadline = time.monotonic() + idle_timeout_s
+    since = time.monotonic()
+    deadline = since + idle_timeout_s
     last_check = 0.0
     while True:
         # The launcher gone (a rank is re-parented when it dies: torchrun starts each rank in
@@ -60,7 +65,7 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
             last_check = time.monotonic()
             if not process_alive(controller_pid, ticks):
                 return None
-        time.sleep(POLL_S)
+        time.sleep(POLL_S if time.monotonic() - since < DORMANT_AFTER_S else DORMANT_POLL_S)
 
 
 _LAUNCHER_PID = os.getppid()  # at start: the launcher's process that started this rank

@@ -3,10 +3,12 @@ the rendezvous are paid once per pool, not once per trial.
 
     runner = pool_runner()                       # a TrialRunner (autotune.run.launch)
     result = runner(cfg, trial_dir, on_start)    # same files and classification as run_trial
-    runner.close()                               # stops the pool; a sweep does it at its end
+    runner.close()                               # stops the pools; a sweep does it at its end
 
 One pool per launch key (the launcher's argv without paths and port, the environment the
-trial gets, the timeout): a trial with another key closes the pool and starts one for itself.
+trial gets, the timeout); on CPU two keys' pools are kept (a sweep alternates between
+torchrun's and DeepSpeed's), on CUDA one: a trial with another key ends the least recently
+used pool and starts one for itself.
 A trial's folder gets what `run_trial` writes (config.json, command.json, stdout.log and
 stderr.log: the pool's output while it ran, result.json), and its result is read by the same
 `read_result`. Isolation: a trial that fails ends its pool (the workers exit after writing the
@@ -59,6 +61,14 @@ IDLE_TIMEOUT_S = 600.0
 # A pool is recycled after this many trials: what the libraries keep per trial (process
 # subgroups of device meshes, caches) stays bounded.
 MAX_TRIALS_PER_POOL = 50
+# Pools kept alive at once, one per launch key, by device. A sweep's trials alternate between
+# launch keys (ZeRO 0 runs under torchrun, ZeRO 1-3 under DeepSpeed's launcher), and a pool's
+# start costs ~5 s against a ~1-3 s pooled trial (docs/benchmarks.md, pool section), so on CPU
+# the other key's pool waits, dormant (trials/pool.py polls every 0.1 s): its ranks hold host
+# memory, which is per process and not in the running trial's peak. On CUDA a waiting pool
+# would hold a CUDA context on every device, which NVML's device-wide used memory (the trial's
+# peak) would count: one pool at a time there.
+MAX_POOLS = {"cpu": 2, "cuda": 1}
 POLL_S = 0.02
 
 
@@ -154,8 +164,9 @@ def _size(path: Path) -> int:
 
 
 class PoolRunner:
-    """A TrialRunner keeping one worker pool alive across consecutive trials of one launch key.
-    Not for concurrent calls from several threads (calls are serialised by a lock)."""
+    """A TrialRunner keeping worker pools alive across trials: one per launch key, at most
+    MAX_POOLS[device] at once (the least recently used ends first). Not for concurrent calls
+    from several threads (calls are serialised by a lock)."""
 
     def __init__(self, fallback: TrialRunner | None = None, python: str = sys.executable,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, max_trials_per_pool: int = MAX_TRIALS_PER_POOL):
@@ -164,7 +175,7 @@ class PoolRunner:
         self.idle_timeout_s = idle_timeout_s
         self.max_trials_per_pool = max_trials_per_pool
         self.pools_started = 0
-        self._pool: _Pool | None = None
+        self._pools: dict[tuple, _Pool] = {}  # by launch key, least recently used first
         self._lock = threading.Lock()
 
     def pooled(self, cfg: TrialConfig) -> bool:
@@ -185,16 +196,22 @@ class PoolRunner:
 
     def _pool_for(self, cfg: TrialConfig) -> tuple[_Pool, bool]:
         key = launch_key(cfg, self.python)
-        pool = self._pool
-        if pool is not None and (pool.key != key or not pool.alive() or pool.seq >= self.max_trials_per_pool
+        pool = self._pools.pop(key, None)
+        if pool is not None and (not pool.alive() or pool.seq >= self.max_trials_per_pool
                                  or time.monotonic() - pool.idle_since > self.idle_timeout_s / 2):
-            self.close()
+            pool.close()
             pool = None
-        if pool is not None:
-            return pool, False
-        self._pool = _Pool(cfg, key, self.python, self.idle_timeout_s)
-        self.pools_started += 1
-        return self._pool, True
+        if pool is None:
+            # Room for the new pool first: its start must not race the others' ends for memory.
+            while len(self._pools) >= MAX_POOLS.get(cfg.device.value, 1):
+                self._pools.pop(next(iter(self._pools))).close()
+            pool = _Pool(cfg, key, self.python, self.idle_timeout_s)
+            self.pools_started += 1
+            fresh = True
+        else:
+            fresh = False
+        self._pools[key] = pool  # most recently used last
+        return pool, fresh
 
     def _run(self, cfg: TrialConfig, trial_dir: Path, on_start) -> tuple[TrialResult | None, bool]:
         """(result, whether a rank took the trial); (None, False) asks for a retry."""
@@ -239,7 +256,7 @@ class PoolRunner:
         _copy_range(pool.out_path, out_path, out_at)
         _copy_range(pool.err_path, err_path, err_at)
         if failed:
-            self.close()
+            self._drop(pool)
         started = any(trial_dir.glob("fatal.rank*.log"))  # each rank opens it as it takes the trial
         if not started and not fresh and not timed_out:
             return None, False
@@ -250,9 +267,15 @@ class PoolRunner:
         result.write(result_path)
         return result, True
 
+    def _drop(self, pool: _Pool, graceful: bool = True) -> None:
+        if self._pools.get(pool.key) is pool:
+            del self._pools[pool.key]
+        pool.close(graceful)
+
     def close(self, graceful: bool = True) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        """End every pool (the sweep's end, or an unpooled trial about to run)."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
             pool.close(graceful)
 
 

@@ -226,7 +226,6 @@ class RunModel:
             return cls(configs, noise, np.zeros((0, 0)), index, blocks)
         n, p = len(runs), len(keys)
         x = np.zeros((n, p))
-        y = np.array([math.log(r.tokens_per_s) for _, r in runs])
         tau2 = noise.total_var - noise.within_var
         shared = np.zeros((n, n))
         for i, (ci, ri) in enumerate(runs):
