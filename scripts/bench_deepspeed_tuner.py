@@ -214,9 +214,24 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
             "rows": rows, "reruns": [r.get("rerun_summary") for r in raw["repetitions"]]}
 
 
-def render(ctx, raw, res) -> str:
+def measured_lines(ctx, raw) -> list[str]:
+    """When the runs were measured (their own dates, commits and load), and when analysed: an
+    analysis of committed runs must not pass off its own time and load as the measurement's."""
+    reps = raw["repetitions"]
+    when = sorted({f"{r['date_utc']}, commit `{r['commit']}`" for r in reps})
+    busy = [run.get("others_running_before") for r in reps for run in r["runs"]]
+    lines = [f"- Measured: {'; '.join(when)} ({len(reps)} repetitions); load average before each: "
+             + ", ".join(f"{r['load_avg_before']:.2f}" for r in reps)
+             + (f"; other runnable processes before each tool: max {max(b for b in busy if b is not None):g}"
+                if any(b is not None for b in busy) else ""),
+             f"- Analysed: {ctx['date_utc']}, commit `{ctx['git_commit']}` (truth: `{TRUTH.relative_to(ROOT)}`)",
+             f"- Machine: {ctx['machine']}"]
+    return lines
+
+
+def render(ctx, raw, res, analyse_only: bool = False) -> str:
     lines = ["## Side by side with DeepSpeed's autotuner (`scripts/bench_deepspeed_tuner.py`)", "",
-             *context_lines(ctx), "",
+             *(measured_lines(ctx, raw) if analyse_only else context_lines(ctx)), "",
              f"Same model (built-in GPT `tiny` through an entry point), same space (ZeRO 0-3 x "
              f"micro-batch 1-32 x accumulation 1-2, fp32, 2 CPU ranks), same machine, one after the "
              f"other (the order alternates). Best config by the ground truth of this space: "
@@ -227,7 +242,9 @@ def render(ctx, raw, res) -> str:
     lines.append(markdown_table(
         ["rep", "tool", "ran first", "reach s", "search s", "experiments / trials", "outside the space",
          "pick", "pick within 3%", "how sure (autotune)"],
-        [[r["repetition"], r["tool"], "yes" if r["first"] else "no", r["reach_s"], r["search_s"], r["experiments"],
+        [[r["repetition"], r["tool"], "yes" if r["first"] else "no",
+          # None: the tool ended without running a config within 3% of the best
+          r["reach_s"] if r["reach_s"] is not None or r["search_s"] is None else "never", r["search_s"], r["experiments"],
           r["outside_space"], r["pick"], "yes" if r["pick_within"] else "no", r["how_sure"] or "-"]
          for r in res["rows"]]))
     lines += ["", "Both picks rerun, interleaved, with autotune's trial runner (tokens/s, median; paired "
@@ -282,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.json_out, args.md_out, {"context": ctx, "analysis": None}, md)
         return 0
     res = analyse(raw)
-    write_outputs(args.json_out, args.md_out, {"context": ctx, "analysis": res}, render(ctx, raw, res))
+    write_outputs(args.json_out, args.md_out, {"context": ctx, "analysis": res},
+                  render(ctx, raw, res, args.analyse_only))
     return 0
 
 

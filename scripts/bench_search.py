@@ -167,15 +167,19 @@ def summary_section(paths: list[Path]) -> str:
         rows.append(row)
     lines += ["Pick accuracy by cost, N/seeds (median trials and trial-seconds the strategy ran):", "",
               markdown_table(header, rows), ""]
-    for d in datas:  # a ceiling the truth itself sets: the exhaustive reference's accuracy
+    for d in datas:  # the ceiling the machine's noise sets, and the one the truth itself sets
+        f, where = d.get("truth") or {}, f"`{d['bench']}` ({'held-out' if d.get('holdout') else 'in-sample'} truth)"
+        if f.get("runs_needed") is not None:
+            lines += [f"{where}: one run's sd of log tokens/s {f['sd_log_run_median']:.3f}; the cheapest "
+                      f"config outside 3% costs {math.expm1(f['gap_log_outside']):.1%} more than the "
+                      f"optimum; ranking those two right 9 times in 10 takes {f['runs_needed']} runs of "
+                      f"each, against a default budget of {d['default_trials']} trials for the whole search.", ""]
         ref = next((v for v in d["summary"].values() if v["kind"] == "exhaustive"), None)
         if ref is not None and ref["usd"]["right"] < 0.9 * ref["seeds"]:
-            lines += [f"`{d['bench']}` ({'held-out' if d.get('holdout') else 'in-sample'} truth): even the "
-                      f"reference, which measures every config with every observable run, is right in "
-                      f"{ref['usd']['right']}/{ref['seeds']} seeds: on this machine that truth cannot "
-                      "resolve 3% between the leading configs (run-to-run noise and drift between "
-                      "measurement rounds exceed it), so accuracy judged on it says little; more "
-                      "rounds on a quieter machine would.", ""]
+            lines += [f"{where}: even the reference, which measures every config with every "
+                      f"observable run, is right in {ref['usd']['right']}/{ref['seeds']} seeds: that "
+                      "truth cannot resolve 3% between the leading configs, so accuracy judged on it "
+                      "says little.", ""]
     lines += not_replayed
     return "\n".join(lines)
 
@@ -280,6 +284,13 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
     runners = sorted({m.get("runner", "launcher") for e in table.values() for m in (r.meta for r in e.runs)})
     best = min((e for e in table.values() if e.feasible), key=lambda e: e.usd)
     near = [sum(1 for v in t.usd.values() if v <= t.best_usd * (1 + WITHIN)) for t in truths]
+    # How hard the space is on this machine: the noise of one run against the gap between the
+    # optimum and the best config a pick must not be (the cheapest outside 3%).
+    sds = [statistics.stdev([math.log(m.result.tokens_per_s) for m in e.runs if m.feasible])
+           for e in table.values() if e.feasible and sum(m.feasible for m in e.runs) > 1]
+    outside = [e.usd for e in table.values() if e.feasible and e.usd > best.usd * (1 + WITHIN)]
+    sd_run = statistics.median(sds) if sds else None
+    gap = math.log(min(outside) / best.usd) if outside else None
     optima = {min(t.usd, key=t.usd.get) for t in truths}
     return {"median_spread": percentile(spreads, 50), "p90_spread": percentile(spreads, 90),
             "load_median": statistics.median(loads) if loads else None,
@@ -288,7 +299,19 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
             "n_failed": sum(1 for e in table.values() if not e.feasible and not e.oom),
             "best_key": best.key, "best_runs": [m.result.tokens_per_s for m in best.runs if m.result.ok],
             "within_cost_median": percentile(near, 50), "distinct_optima": len(optima),
-            "trial_s_median": statistics.median(m.trial_s for e in table.values() for m in e.runs)}
+            "trial_s_median": statistics.median(m.trial_s for e in table.values() for m in e.runs),
+            "sd_log_run_median": sd_run, "gap_log_outside": gap,
+            "runs_needed": runs_to_separate(sd_run, gap)}
+
+
+def runs_to_separate(sd_log_run: float | None, gap_log: float | None, right: float = 0.9) -> int | None:
+    """Runs of each of two configs `gap_log` apart (log tokens/s, runs of sd `sd_log_run` each,
+    independent: the pooled truths show no correlation between consecutive runs) for their means
+    to rank them right `right` of the time: n = 2 (z sd / gap)^2."""
+    if not sd_log_run or not gap_log:
+        return None
+    z = statistics.NormalDist().inv_cdf(right)
+    return max(1, math.ceil(2 * (z * sd_log_run / gap_log) ** 2))
 
 
 def render(data: dict[str, Any]) -> str:
@@ -308,6 +331,7 @@ def render(data: dict[str, Any]) -> str:
         f"Run-to-run spread of tokens/s ((max - min) / median of a config's runs): median "
         f"{f['median_spread']:.0%}, p90 {f['p90_spread']:.0%}. Median trial {f['trial_s_median']:.1f} s.",
         "",
+        *hardness_lines(f),
         (f"Emulated memory limit: {data['mem_limit_bytes'] / 2**20:,.0f} MiB per rank (the "
          f"{data['mem_limit_quantile']:g} quantile of the measured peaks), {f['n_oom']} configs OOM "
          "under it" if data["mem_limit_bytes"] else "No memory limit")
@@ -332,6 +356,16 @@ def render(data: dict[str, Any]) -> str:
                                  "trial-s", "reach (cost): trials / trial-s"], rows))
     lines += ["", f"Replays took {data['replay_s']:.0f} s."]
     return "\n".join(lines)
+
+
+def hardness_lines(f: dict[str, Any]) -> list[str]:
+    """The noise against the gap a pick must resolve (see runs_to_separate)."""
+    if f.get("runs_needed") is None:
+        return []
+    return [f"How hard: one run's sd of log tokens/s is {f['sd_log_run_median']:.3f} (median over "
+            f"configs); the cheapest config outside 3% of the optimum costs "
+            f"{math.expm1(f['gap_log_outside']):.1%} more. Telling those two apart 9 times in 10 "
+            f"takes {f['runs_needed']} runs of each (n = 2 (1.28 sd / gap)^2), whatever the search.", ""]
 
 
 def _num(x) -> str:

@@ -213,3 +213,14 @@ def test_the_ground_truth_is_measured_with_the_sweeps_worker_pool(tmp_path):
 
     left = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
     assert not [c for c in left if "trials.pool" in c], left  # the pool ended with the measurement
+
+
+def test_runs_needed_to_separate_two_configs_follows_the_normal_rule():
+    """n = 2 (z sd / gap)^2 with z the 90% one-sided quantile: the DeepSpeed-style space's
+    noise (sd 0.057) against a 4% gap needs 7 runs of each (6.9); double the gap, a quarter."""
+    import bench_search
+
+    assert bench_search.runs_to_separate(0.057, math.log(1.04)) == 7
+    assert bench_search.runs_to_separate(0.057, 2 * math.log(1.04)) == 2
+    assert bench_search.runs_to_separate(0.01, 0.5) == 1
+    assert bench_search.runs_to_separate(None, 0.1) is None and bench_search.runs_to_separate(0.05, None) is None
