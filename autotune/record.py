@@ -182,13 +182,15 @@ class TrialRecord(BaseModel):
 
     def on(self, hw: HardwareFingerprint) -> bool:
         """Measured on this hardware (`HardwareFingerprint.key`). A record written before the
-        key named device count, versions and cores holds the bare device model as its key; it
-        counts when every field its stored fingerprint recorded matches this machine."""
+        key named device count, versions and cores holds the bare device model as its key, one
+        written before it named the CPU's bf16 the key without it; either counts when every
+        field its stored fingerprint recorded matches this machine."""
         if self.hardware is None:
             return False
         if self.hardware == hw.key():
             return True
-        return self.hardware == hw.kind_key() and hw.matches_recorded(self.machine)
+        older = (hw.kind_key(), hw.model_copy(update={"cpu_bf16": None}).key())
+        return self.hardware in older and hw.matches_recorded(self.machine)
 
     def trial_config(self) -> TrialConfig:
         """The stored config, validated (ValueError when missing or unreadable)."""

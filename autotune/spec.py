@@ -71,7 +71,7 @@ class BudgetSpec(_Spec):
         default=None, ge=0, description="of `trials`, how many the end of each invocation may "
         "spend re-measuring the cheapest and fastest configs against their closest rivals "
         "(autotune/search/racing.py); unused ones go back to exploring, and once every config of "
-        "the space has been tried the rest of `trials` may re-measure; default: a third of "
+        "the space has been tried the rest of `trials` may re-measure; default: half of "
         "`trials`; 0: never re-measure")
     max_usd: float | None = Field(default=None, gt=0)
     deadline_hours: float | None = Field(default=None, gt=0)

@@ -41,20 +41,34 @@ import bench_truth as bt  # noqa: E402
 WITHIN = 0.03
 RESULTS = ROOT / "benchmarks" / "results"
 BENCHES: dict[str, dict[str, Any]] = {
-    "cpu40": dict(space=ROOT / "benchmarks" / "search_space_cpu.yaml", seq_len=128, global_batch=8,
+    # cpu_bf16: the CPU the truth was measured on (autotune.contract.hardware.cpu_bf16), which
+    # the replayed sweep sees as its machine's (its baselines follow it). cpu40: an earlier
+    # "AMD EPYC" machine where bf16 ran 0.12x fp32 (emulated); big and ds: the AVX512-BF16
+    # "AMD EPYC" that measured them on 2026-11-30 (bf16 1.21x fp32).
+    "cpu40": dict(space=ROOT / "benchmarks" / "search_space_cpu.yaml", seq_len=128, global_batch=8, cpu_bf16="emulated",
                   cache=ROOT / "benchmarks" / "search_ground_truth.json", runner="launcher",
                   mem_limit_quantile=0.7,
                   title="40-config CPU space (1-2 ranks, global batch 8)"),
     "big": dict(space=ROOT / "benchmarks" / "search_space_big.yaml", seq_len=64, global_batch=32,
-                cache=RESULTS / "truth_big_pool.json", runner="pool", mem_limit_quantile=0.7,
+                cache=RESULTS / "truth_big_pool.json", runner="pool", mem_limit_quantile=0.7, cpu_bf16="native",
                 title="252-config CPU space (2 ranks, global batch 32: precision, checkpointing, "
                       "ZeRO 0-3, offload, FSDP2, micro-batch 1-32, TP 1-2)"),
     "ds": dict(space=ROOT / "benchmarks" / "search_space_ds.yaml", seq_len=128, global_batch=0,
-               cache=RESULTS / "truth_ds_pool.json", runner="pool", mem_limit_quantile=None,
+               cache=RESULTS / "truth_ds_pool.json", runner="pool", mem_limit_quantile=None, cpu_bf16="native",
                title="DeepSpeed-style space (2 ranks, fp32: ZeRO 0-3 x micro-batch 1-32 x "
                      "accumulation 1-2; no memory limit, as in the side-by-side with DeepSpeed's tuner)"),
 }
 SHIPPED = "autotune sweep (as shipped)"
+
+
+def as_truth_machine(cpu_bf16: str) -> None:
+    """Replays see the machine their truth was measured on: this process's hardware
+    fingerprint (autotune.run.hardware.local_hardware) reports that CPU's bf16."""
+    import autotune.contract.hardware as host
+    from autotune.run.hardware import local_hardware
+
+    host.cpu_bf16 = lambda: cpu_bf16
+    local_hardware.cache_clear()
 
 
 def strategies(args, default_trials: int) -> list[tuple[str, str, int | None]]:
@@ -219,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.spec import BudgetSpec
 
     ctx, _ = start_run()
+    if not args.measure:
+        as_truth_machine(b["cpu_bf16"])
     spec = bt.make_spec(ns)
     ms = MachineSpace.for_spec(spec)
     configs = bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)

@@ -122,8 +122,8 @@ def trial_config(values: dict, spec, ms, seed: int) -> TrialConfig:
 def machine_identity(hw) -> dict[str, Any]:
     """What must match for cached runs to count as this machine's (not the hostname)."""
     return {"device_kind": hw.device_kind.value, "device_name": hw.device_name,
-            "device_count": hw.device_count, "cpu_model": hw.cpu_model, "cpu_count": hw.cpu_count,
-            "host_memory_gib": round((hw.host_memory_bytes or 0) / 2**30)}
+            "device_count": hw.device_count, "cpu_model": hw.cpu_model, "cpu_bf16": hw.cpu_bf16,
+            "cpu_count": hw.cpu_count, "host_memory_gib": round((hw.host_memory_bytes or 0) / 2**30)}
 
 
 def cache_identity(args, hw) -> dict[str, Any]:
@@ -143,6 +143,9 @@ def _same_identity(old: dict[str, Any], new: dict[str, Any]) -> bool:
                 and old.get("cpu_count") == new["machine"]["cpu_count"]
                 and old.get("hardware_key") in (f"cpu:{new['machine']['cpu_model']}",
                                                 f"cuda:{new['machine']['device_name']}"))
+    if "cpu_bf16" not in (old.get("machine") or {}):
+        # Measured before the identity named the CPU's bf16 (2026-12-01): unknown, not different.
+        old = {**old, "machine": {**old.get("machine", {}), "cpu_bf16": new["machine"].get("cpu_bf16")}}
     return old == new
 
 

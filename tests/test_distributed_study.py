@@ -13,7 +13,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.contract import DeviceKind, HardwareFingerprint
+from autotune.contract import DeviceKind, HardwareFingerprint, Precision
 from autotune.run.storage import open_storage
 from autotune.search.machine import MachineSpace
 from autotune.search.strategy import baseline_params
@@ -138,3 +138,19 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
     cpu_base = baseline_params(machines["cpu"], None)
     assert all(p["num_gpus"] <= 2 for p in cpu_base)
     assert max(p["num_gpus"] for p in baseline_params(machines["gpu"], None)) == 8
+
+
+def test_baselines_start_in_bf16_where_the_cpu_computes_it_natively():
+    """fp32 on a CPU that emulates bf16 (measured 0.12x fp32's tokens/s), bf16 on one with
+    AVX512-BF16 / AMX (1.21x), as on a GPU: the first configs follow the machine."""
+    from autotune.search.space import capabilities_for, load_space, restrict, unrestricted
+    from autotune.spec import SweepSpec
+
+    space = load_space(SweepSpec().space).model_copy(update=dict(precision=[Precision.fp32, Precision.bf16]))
+    full = unrestricted(space, n_heads=4)
+    precisions = {}
+    for bf16 in (None, "emulated", "native"):
+        hw = CPU2.model_copy(update=dict(cpu_bf16=bf16))
+        ms = MachineSpace(hw, restrict(space, capabilities_for(hw), 4), full)
+        precisions[bf16] = {p["precision"] for p in baseline_params(ms, None)}
+    assert precisions == {None: {"fp32"}, "emulated": {"fp32"}, "native": {"bf16"}}

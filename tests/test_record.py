@@ -117,11 +117,38 @@ def test_the_hardware_key_names_device_count_memory_versions_and_host():
                    dict(device_memory_bytes=40 * 2**30), dict(driver_version="535.1"),
                    dict(cuda_version="12.1"), dict(torch_version="2.6.0"),
                    dict(deepspeed_version="0.17.0"), dict(cpu_model="Intel Xeon"), dict(cpu_count=96),
+                   dict(cpu_bf16="native"),
                    dict(host_memory_bytes=512 * 2**30)):
         assert gpu.model_copy(update=change).key() != gpu.key(), change
     # Identical machines report host memory a few MiB apart: still the same hardware.
     assert gpu.model_copy(update=dict(host_memory_bytes=gpu.host_memory_bytes - 5 * 2**20)).key() == gpu.key()
     assert gpu.kind_key() == "cuda:NVIDIA H100 80GB HBM3"
+
+
+def test_cpus_of_one_model_name_apart_by_native_bf16_and_older_records_still_count():
+    """Two "AMD EPYC" VMs, one with AVX512-BF16: their bf16 trials ran 10x apart (1.21x vs
+    0.12x fp32), so they are different hardware. A record written before the key named it
+    (its fingerprint lacks cpu_bf16) still counts on the machine it describes."""
+    from autotune.contract.hardware import bf16_in_cpuinfo
+
+    zen4 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx_vnni\n\nprocessor\t: 1\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"
+    zen3 = "processor\t: 0\nflags\t\t: fpu avx2 fma\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
+    assert (bf16_in_cpuinfo(zen4), bf16_in_cpuinfo(zen3), bf16_in_cpuinfo(arm)) == ("native", "emulated", "native")
+    assert bf16_in_cpuinfo(zen4 + "\nprocessor\t: 2\nflags\t\t: fpu avx2\n") == "emulated"  # not on every core
+    assert bf16_in_cpuinfo("model name\t: ?\n") is None
+
+    hw = HardwareFingerprint(cpu_model="AMD EPYC", cpu_count=2, host_memory_bytes=24 * 2**30,
+                             torch_version="2.13.0+cpu", cpu_bf16="native")
+    assert "AMD EPYC, bf16 native, 2 cores" in hw.key()
+    assert hw.key() != hw.model_copy(update=dict(cpu_bf16="emulated")).key()
+    older = hw.model_copy(update=dict(cpu_bf16=None))
+    rec = TrialRecord.from_attrs({"hardware": older.key(), "machine": older.model_dump(mode="json")})
+    assert rec.on(hw)  # written before cpu_bf16: unknown, not different
+    assert not rec.on(hw.model_copy(update=dict(cpu_count=4)))
+    rec_other = TrialRecord.from_attrs({"hardware": hw.model_copy(update=dict(cpu_bf16="emulated")).key(),
+                                        "machine": hw.model_copy(update=dict(cpu_bf16="emulated")).model_dump(mode="json")})
+    assert not rec_other.on(hw)
 
 
 def test_written_and_read_back_through_a_real_storage(tmp_path):

@@ -61,6 +61,10 @@ class HardwareFingerprint(ContractModel):
     device_count: int = 0
     device_memory_bytes: int | None = None
     cpu_model: str = ""
+    # "native" when the CPU computes bf16 in hardware (AVX512-BF16, AMX-BF16, Arm BF16),
+    # "emulated" when not: CPUs of one model name ("AMD EPYC" in a VM) differ here, and bf16
+    # trials run ~10x apart between the two (autotune.contract.hardware.cpu_bf16).
+    cpu_bf16: str | None = None
     cpu_count: int = 0
     host_memory_bytes: int | None = None
     driver_version: str | None = None
@@ -72,14 +76,15 @@ class HardwareFingerprint(ContractModel):
     def key(self) -> str:
         """Results count as measured on the same hardware only when this whole key matches:
         device model, count and memory, driver and CUDA, torch and DeepSpeed versions, CPU
-        model, usable cores and host memory (whole GiB: identical machines report a few MiB
+        model and whether it computes bf16 natively, usable cores and host memory (whole GiB: identical machines report a few MiB
         apart). Readable, so that it can be shown as it is."""
         if self.device_kind is DeviceKind.cuda:
             device = (f"{self.kind_key()} x{self.device_count}, {_gib(self.device_memory_bytes)}, "
                       f"driver {self.driver_version or '?'}, CUDA {self.cuda_version or '?'}")
         else:
             device = self.kind_key()
-        return (f"{device} | {self.cpu_model or 'unknown CPU'}, {self.cpu_count} cores, "
+        bf16 = f", bf16 {self.cpu_bf16}" if self.cpu_bf16 else ""
+        return (f"{device} | {self.cpu_model or 'unknown CPU'}{bf16}, {self.cpu_count} cores, "
                 f"{_gib(self.host_memory_bytes)} | torch {self.torch_version or '?'}, "
                 f"DeepSpeed {self.deepspeed_version or '?'}")
 
@@ -113,7 +118,8 @@ class HardwareFingerprint(ContractModel):
 
 # The fields `HardwareFingerprint.key` names besides the device model.
 _KEY_FIELDS = ("device_count", "device_memory_bytes", "driver_version", "cuda_version",
-               "torch_version", "deepspeed_version", "cpu_model", "cpu_count", "host_memory_bytes")
+               "torch_version", "deepspeed_version", "cpu_model", "cpu_bf16", "cpu_count",
+               "host_memory_bytes")
 
 
 def _gib(n: int | None) -> str:

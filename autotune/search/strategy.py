@@ -52,13 +52,14 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     `LocalMoves.enqueue_next`); then one rank, and the memory-saving corner (full
     checkpointing at the largest micro-batch). Where accumulation is free (no fixed global
     batch) the largest is taken: more samples per optimizer step, for the same tokens.
-    bf16 on GPUs that have it; fp32 on CPU, where bf16 runs without native kernels (measured
-    ~15x slower on this project's CPU machines: docs/benchmarks.md)."""
+    bf16 on GPUs, and on CPUs that compute it natively (`HardwareFingerprint.cpu_bf16`:
+    AVX512-BF16, AMX, Arm BF16; measured 1.21x fp32 there); fp32 on other CPUs, where bf16 is
+    converted in software (measured 0.12x fp32: autotune.contract.hardware.cpu_bf16)."""
     from autotune.search.space import params_for
 
     rs = ms.restricted
     on_gpu = ms.hardware.device_kind is DeviceKind.cuda
-    prefer = Precision.bf16 if on_gpu else Precision.fp32
+    prefer = Precision.bf16 if on_gpu or ms.hardware.cpu_bf16 == "native" else Precision.fp32
     prec = prefer if prefer in rs.precision else rs.precision[0]
     micros = sorted(rs.micro_batch_size)
     base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
