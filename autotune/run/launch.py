@@ -101,15 +101,28 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
     return env
 
 
+# A traceback cut off above its first frame loses the header that says what it is; the tail
+# reaches back this far for the last one's start (deep torch stacks under long venv paths run
+# past LOG_TAIL_CHARS).
+TRACEBACK_LOOKBACK_CHARS = 4 * LOG_TAIL_CHARS
+
+
 def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    """The last `chars` of a log, from the start of its last Python traceback when that began
+    within TRACEBACK_LOOKBACK_CHARS of the end."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - chars))
-            return f.read().decode(errors="replace")
+            f.seek(max(0, size - max(chars, TRACEBACK_LOOKBACK_CHARS)))
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
+    tail = text[-chars:]
+    header = "Traceback (most recent call last)"
+    if header not in tail and header in text:
+        return text[text.rindex(header):]
+    return tail
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
