@@ -77,7 +77,9 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
         where = f"rank {rank}: " if world > 1 else ""
         result = TrialResult(status=status, error_type=error_type,
                              error=(where + str(exc))[:2000], world_size=world,
-                             log_tail="".join(traceback.format_exception(exc))[-4000:],
+                             # The last frames with their header: a deep torch stack under a
+                             # long venv path cut at 4,000 characters lost "Traceback".
+                             log_tail="".join(traceback.format_exception(exc, limit=-8))[-4000:],
                              # When several ranks fail, the earliest failure is the cause.
                              observations={"rank": rank, "failed_at_unix_s": time.time()})
         _attach_peak_memory(result, cfg)

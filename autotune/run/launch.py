@@ -101,15 +101,12 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
     return env
 
 
-# A traceback cut off above its first frame loses the header that says what it is; the tail
-# reaches back this far for the last one's start (deep torch stacks under long venv paths run
-# past LOG_TAIL_CHARS).
 TRACEBACK_LOOKBACK_CHARS = 4 * LOG_TAIL_CHARS
 
 
 def _tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
-    """The last `chars` of a log, from the start of its last Python traceback when that began
-    within TRACEBACK_LOOKBACK_CHARS of the end."""
+    """The last `chars` of a log, or from its last traceback's header when that began within
+    TRACEBACK_LOOKBACK_CHARS of the end (deep stacks under long venv paths run past `chars`)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
