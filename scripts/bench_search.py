@@ -16,8 +16,9 @@ replay seed observes half of a config's runs and is judged on the median of the 
 Strategies: autotune's own run the shipped code (scripts/bench_replay.py): `run_sweep` with a
 TrialRunner answering from the table, and the pick is the report's cheapest and fastest
 (`autotune.report.build`); the others are Optuna samplers through the same objective, a
-shuffled grid, a DeepSpeed-autotuner-style heuristic, and a reference that measures every
-config with every observable run.
+shuffled grid, a DeepSpeed-autotuner-style heuristic, a bound (told each seed's two best
+configs, it spends the whole budget re-measuring them: no search of that budget that must also
+find them should beat it) and a reference that measures every config with every observable run.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import bench_replay as br  # noqa: E402
 import bench_truth as bt  # noqa: E402
 
 WITHIN = 0.03
+# Issue 15's target: a pick within WITHIN of the optimum in 55 of 60 seeds.
+TARGET_RIGHT = 55 / 60
 RESULTS = ROOT / "benchmarks" / "results"
 BENCHES: dict[str, dict[str, Any]] = {
     # cpu_bf16: the CPU the truth was measured on (autotune.contract.hardware.cpu_bf16), which
@@ -81,6 +84,7 @@ def strategies(args, default_trials: int) -> list[tuple[str, str, int | None]]:
             (f"random search (Optuna RandomSampler), {n} trials", "random", n),
             (f"grid in shuffled order, first {n} configs", "grid", n),
             ("DeepSpeed-style heuristic (runs to its own end)", "heuristic", None),
+            (f"bound: told the 2 best configs, {n} trials re-measuring them in turn (best median)", "oracle", n),
             ("reference: every config, every observable run (best median)", "exhaustive", None)]
 
 
@@ -105,6 +109,8 @@ def run_strategy(kind: str, n: int | None, table, spec, ms, seed: int, limit, ho
         rep = br.replay_deepspeed_style(table, seed, "usd", holdout)
         rep.pick_hours = br.replay_deepspeed_style(table, seed, "hours", holdout).pick_hours
         return rep
+    if kind == "oracle":
+        return br.replay_oracle(table, bt.truth_for(table, seed, holdout), seed, n, holdout)
     return br.replay_exhaustive(table, seed, holdout)
 
 
@@ -163,7 +169,7 @@ def summary_section(paths: list[Path]) -> str:
                     for d in all_datas if "incomplete" in d]
     if not datas:
         return "\n".join(lines + ["Not run yet.", ""] + not_replayed)
-    order = ["sweep", "sweep_once", "tpe", "random", "grid", "heuristic", "exhaustive"]
+    order = ["sweep", "sweep_once", "tpe", "random", "grid", "heuristic", "oracle", "exhaustive"]
     names = sorted(datas[0]["summary"], key=lambda n: (order.index(datas[0]["summary"][n]["kind"])
                                                       if datas[0]["summary"][n]["kind"] in order else 99,
                                                       datas[0]["summary"][n].get("trials_budget") or 0))
@@ -188,6 +194,12 @@ def summary_section(paths: list[Path]) -> str:
                       f"config outside 3% costs {math.expm1(f['gap_log_outside']):.1%} more than the "
                       f"optimum; ranking those two right 9 times in 10 takes {f['runs_needed']} runs of "
                       f"each, against a default budget of {d['default_trials']} trials for the whole search.", ""]
+        bound = next((v for v in d["summary"].values() if v["kind"] == "oracle"), None)
+        if bound is not None and bound["usd"]["right"] < TARGET_RIGHT * bound["seeds"]:
+            lines += [f"{where}: even a search told the 2 best configs in advance, re-measuring only "
+                      f"them for all {bound['trials_budget']} trials, is right in "
+                      f"{bound['usd']['right']}/{bound['seeds']} seeds: at this budget the runs' noise, "
+                      "not the search, sets pick accuracy.", ""]
         ref = next((v for v in d["summary"].values() if v["kind"] == "exhaustive"), None)
         if ref is not None and ref["usd"]["right"] < 0.9 * ref["seeds"]:
             lines += [f"{where}: even the reference, which measures every config with every "

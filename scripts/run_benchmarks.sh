@@ -7,7 +7,8 @@
 # `scripts/bench_search.py --bench ds --measure --repeats 8` (~20 min), `--bench big --measure
 # --repeats 3` (~1 h; runs are added to the committed truths); the side by side with DeepSpeed's
 # tuner runs on request (~30 min):
-# ONLY=deepspeed_tuner; so do the interleaved noise pairs: ONLY=noise.
+# ONLY=deepspeed_tuner; so do the interleaved noise pairs (ONLY=noise) and the noise levers
+# (ONLY=noise_levers).
 #
 #   scripts/run_benchmarks.sh                   # the full run
 #   SMOKE=1 scripts/run_benchmarks.sh           # tiny settings, minutes; labelled a smoke run
@@ -37,6 +38,8 @@ mkdir -p "$RESULTS" "$SECTIONS" "$ROOT/docs"
 read -r -a SEARCH_ARGS <<< "${BENCH_SEARCH_ARGS:-}"
 read -r -a DS_TUNER_ARGS <<< "${BENCH_DS_TUNER_ARGS:---repeats 2}"
 read -r -a NOISE_ARGS <<< "${BENCH_NOISE_ARGS:---pairs 12}"
+# noise_levers (scripts/bench_noise_levers.py, ~6 min: longer windows, huge pages) runs on request
+read -r -a NOISE_LEVERS_ARGS <<< "${BENCH_NOISE_LEVERS_ARGS:---rounds 8}"
 read -r -a OVERHEAD_ARGS <<< "${BENCH_OVERHEAD_ARGS:-}"
 read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
 # memory (scripts/bench_memory.py, ~30 min) runs on request: ONLY="memory" scripts/run_benchmarks.sh
@@ -74,16 +77,18 @@ for name in $ONLY; do
       run_one search_ds bench_search --bench ds --holdout no "${SEARCH_ARGS[@]}"
       run_one search_ds_heldout bench_search --bench ds --holdout yes "${SEARCH_ARGS[@]}"
       run_one noise bench_noise --analyse-only
+      run_one noise_levers bench_noise_levers --analyse-only
       run_one deepspeed_tuner bench_deepspeed_tuner --analyse-only
       "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout}.json --md-out "$SECTIONS/search.md" > /dev/null ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
+    noise_levers) run_one noise_levers bench_noise_levers "${NOISE_LEVERS_ARGS[@]}" ;;
     deepspeed_tuner) run_one deepspeed_tuner bench_deepspeed_tuner "${DS_TUNER_ARGS[@]}" ;;
     overhead) run_one overhead bench_overhead "${OVERHEAD_ARGS[@]}" ;;
     fidelity) run_one fidelity bench_fidelity "${FIDELITY_ARGS[@]}" ;;
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
     pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
   esac
 done
 
@@ -101,7 +106,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise overhead fidelity memory scale pool; do
+  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise noise_levers overhead fidelity memory scale pool; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+import statistics
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,21 @@ def test_the_shipped_sweep_replays_through_its_runner_and_the_report_picks(world
     assert repeated
 
 
+def test_the_bound_re_measures_only_the_two_best_configs_in_turn(world):
+    _, spec, _, configs, doc = world
+    table = bench_truth.build_table(doc, configs, spec, None)
+    truth = bench_truth.truth_for(table, 1, True)
+    best_two = sorted(truth.usd, key=truth.usd.get)[:2]
+    rep = bench_replay.replay_oracle(table, truth, seed=1, n_trials=5, holdout=True)
+    assert [s.key for s in rep.steps] == [best_two[0], best_two[1]] * 2 + [best_two[0]]
+    assert [s.repeat for s in rep.steps] == [False, False, True, True, True]
+    # Its pick is the better median of what it observed of those two.
+    med = {k: sorted(table[k].observed(1, n, True).usd for n in range(3 if k == best_two[0] else 2))
+           for k in best_two}
+    medians = {k: v[len(v) // 2] if len(v) % 2 else (v[0] + v[1]) / 2 for k, v in med.items()}
+    assert rep.pick_usd == min(best_two, key=medians.get)
+
+
 def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
     _, spec, ms, configs, doc = world
     table = bench_truth.build_table(doc, configs, spec, 500 * MiB)
@@ -224,3 +240,25 @@ def test_runs_needed_to_separate_two_configs_follows_the_normal_rule():
     assert bench_search.runs_to_separate(0.057, 2 * math.log(1.04)) == 2
     assert bench_search.runs_to_separate(0.01, 0.5) == 1
     assert bench_search.runs_to_separate(None, 0.1) is None and bench_search.runs_to_separate(0.05, None) is None
+
+
+def test_noise_levers_tell_a_run_level_from_step_jitter():
+    """Synthetic runs: each run holds its own level (steps differ little within a run), so the
+    sd between runs does not shrink with the window, and huge pages change the level only."""
+    import bench_noise_levers as lev
+
+    runs = []
+    for i, level in enumerate([0.150, 0.160, 0.170, 0.155, 0.165]):
+        for thp, scale in (("off", 1.0), ("on", 0.8)):
+            steps = [level * scale * (1 + 0.002 * ((j % 3) - 1)) for j in range(20)]
+            runs.append({"round": i, "thp": thp, "key": "mb8", "status": "ok",
+                         "tokens_per_s": 4096 / statistics.median(steps), "step_times_s": steps})
+    runs.append({"round": 9, "thp": "off", "key": "mb8", "status": "oom", "tokens_per_s": None,
+                 "step_times_s": []})  # failed runs are left out
+    rows = {r["thp"]: r for r in lev.analyse({"runs": runs})}
+    assert rows["off"]["runs"] == 5 and rows["off"]["steps"] == 20
+    assert rows["off"]["sd_between_all"] == pytest.approx(rows["off"]["sd_between_first"], rel=0.1)
+    assert rows["off"]["sd_within_median"] < 0.2 * rows["off"]["sd_between_first"]
+    assert rows["on"]["tokens_per_s_median"] / rows["off"]["tokens_per_s_median"] == pytest.approx(1.25)
+    text = lev.reading(list(rows.values()))
+    assert "a run holds its own level" in text and "1.25x" in text
