@@ -37,7 +37,7 @@ from bench_common import (ROOT, add_output_args, context_lines, markdown_table, 
                           start_run, write_outputs)
 import bench_truth  # noqa: E402
 
-RAW = ROOT / "benchmarks" / "results" / "noise_levers.json"
+RAW = ROOT / "benchmarks" / "results" / "noise_levers_runs.json"
 RIVALS = [{"micro_batch_size": 8}, {"micro_batch_size": 16}]
 THP_ENV = "THP_MEM_ALLOC_ENABLE"  # read by torch's CPU allocator (c10 alloc_cpu)
 WINDOW = 5  # steps a default trial measures (TrialConfig.measure_steps)
@@ -90,6 +90,10 @@ def measure(args, log=print) -> dict:
     return doc
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+
+
 def _sd(xs: list[float]) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else math.nan
 
@@ -134,12 +138,18 @@ def reading(rows: list[dict]) -> str:
         return "No runs measured yet."
     ratio_window = statistics.median(r["sd_between_all"] / r["sd_between_first"] for r in off)
     ratio_within = statistics.median(r["sd_within_median"] / r["sd_between_first"] for r in off)
-    text = (f"Reading (huge pages off, the default): measuring the whole window instead of {WINDOW} steps "
-            f"left the sd between runs at {ratio_window:.2g}x (median over configs), and a run's own "
-            f"{WINDOW}-step windows differ {ratio_within:.2g}x as much as runs do: ")
-    text += ("a run holds its own level, so a longer window buys little and more runs are the "
-             "cure (the sweep's re-measuring: autotune.search.racing)." if ratio_window > 0.7 else
-             "a longer window averages the noise out.")
+    steps = statistics.median(r["steps"] for r in off)
+    text = (f"Reading (huge pages off, the default): a {steps / WINDOW:.0f}x longer window ({steps:.0f} steps, "
+            f"not {WINDOW}) left the sd between runs at {ratio_window:.2g}x (median over configs), and a "
+            f"run's own {WINDOW}-step windows differ {ratio_within:.2g}x as much as runs do: runs settle "
+            "at levels of their own, which a longer window does not average out.")
+    if ratio_window < 0.9:
+        k = 1 / ratio_window ** 2  # 5-step runs with the same variance of their mean
+        text += (f" The same variance takes {k:.2g} runs of {WINDOW} steps; the longer window is the "
+                 f"cheaper of the two only where a trial's fixed cost (start, build, warm-up) exceeds "
+                 f"{(steps - WINDOW * k) / (k - 1):.0f} steps' time; a pooled trial's is a few steps' "
+                 "(the warm-up and a fresh model: docs/benchmarks.md, pool section). So the sweep "
+                 "keeps 5-step windows and re-measures close rivals (autotune.search.racing).")
     on = {r["key"]: r for r in rows if r["thp"] == "on"}
     pairs = [(r, on[r["key"]]) for r in off if r["key"] in on]
     if pairs:
@@ -163,7 +173,7 @@ def reading(rows: list[dict]) -> str:
 
 def render(data: dict) -> str:
     lines = ["## Noise levers: window length and huge pages (`scripts/bench_noise_levers.py`)", "",
-             *context_lines(data["context"]), ""]
+             *context_lines(data["context"]), f"- Runs: {data['measured']}", ""]
     if data["rows"]:
         lines += [markdown_table(
             ["config", "huge pages", "runs", "steps per run", "tokens/s (median)",
@@ -188,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.analyse_only:
         doc = measure(args)
     rows = analyse(doc)
-    data = {"context": ctx, "rows": rows, "reading": reading(rows)}
+    started = sorted(r["started"] for r in doc["runs"] if r.get("started"))
+    when = (f"{len(doc['runs'])} runs (`{_shown(args.raw)}`), measured "
+            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(started[0]))} to "
+            f"{time.strftime('%H:%M UTC', time.gmtime(started[-1]))}" if started else "no runs")
+    data = {"context": ctx, "rows": rows, "measured": when, "reading": reading(rows)}
     write_outputs(args.json_out, args.md_out, data, render(data))
     return 0
 

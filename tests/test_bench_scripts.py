@@ -261,4 +261,4 @@ def test_noise_levers_tell_a_run_level_from_step_jitter():
     assert rows["off"]["sd_within_median"] < 0.2 * rows["off"]["sd_between_first"]
     assert rows["on"]["tokens_per_s_median"] / rows["off"]["tokens_per_s_median"] == pytest.approx(1.25)
     text = lev.reading(list(rows.values()))
-    assert "a run holds its own level" in text and "1.25x" in text
+    assert "runs settle at levels of their own" in text and "1.25x" in text
