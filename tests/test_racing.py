@@ -151,3 +151,37 @@ def test_a_leader_far_ahead_is_confirmed_once_then_the_sweep_stops(spec, tmp_pat
     assert len(repeats) == 2 and len({r.race_block for r in repeats}) == 1
     assert {r.config["micro_batch_size"] for r in repeats} == {4, 2}  # leader and runner-up
     assert summary.trials_run == 5 and "every config" in summary.stop_reason
+
+
+def test_once_the_race_starts_the_reserve_goes_to_repeats_not_new_rivals(tmp_path):
+    """Eight configs, the four without checkpointing within 10% of each other (a race that
+    the budget cannot finish): once the first block of repeats is queued, every trial left is
+    a repeat. A local move in between would spend the reserve on a rival measured once, which
+    the race would then have to chase (the DeepSpeed-style space lost its optimum that way:
+    docs/benchmarks.md)."""
+    from autotune.search.study import DIRECTIONS, make_sampler
+    from autotune.search.sweep import run_sweep
+    from autotune.spec import BatchPolicy, SweepSpec
+
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8]\nprecision: [fp32]\n"
+                     "checkpointing: [none, full]\n")
+    spec = SweepSpec(workload=GPTWorkload(preset="tiny"), seq_len=32, space=str(space),
+                     batch=BatchPolicy(global_batch_samples=8))
+    true_tps = {1: 1000.0, 2: 1100.0, 4: 1080.0, 8: 1060.0}
+    spell = iter([1.0, 0.97, 1.03, 0.99, 1.02] * 10)
+
+    def run(cfg, trial_dir, on_start=None) -> TrialResult:
+        slow = 0.6 if cfg.checkpointing.value == "full" else 1.0
+        return TrialResult(status=TrialStatus.ok, tokens_per_s=true_tps[cfg.micro_batch_size] * slow * next(spell),
+                           wall_s=10.0, world_size=1)
+
+    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(0, worker=0))
+    summary = run_sweep(spec, study, 10, tmp_path / "runs", runner=run)
+    assert summary.trials_run == 10
+    launched = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).launched]
+    first_repeat = next(i for i, r in enumerate(launched) if r.repeat_of is not None)
+    assert first_repeat >= 10 - 5  # within the reserve (half the budget)
+    # The last trial cannot hold a block (two configs back to back) and explores.
+    assert all(r.repeat_of is not None for r in launched[first_repeat:-1])
+    assert len(launched[first_repeat:-1]) >= 4

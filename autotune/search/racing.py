@@ -17,7 +17,10 @@ another, so that a slow spell of the machine that outlasts a trial hits all of t
 cancels in their ratio (how much two runs of a block share is learnt from the study's own
 blocks: autotune.search.runs; docs/benchmarks.md measures it on a shared CPU). A rival drops out
 once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; racing stops when
-none is left (the unused trials go back to exploring) or the budget ends. A leader measured
+none is left (the unused trials go back to exploring) or the budget ends. While a block waits,
+the sweep queues nothing else: a local move in the middle of the race would spend the reserve on
+a new rival measured once (on the DeepSpeed-style space that lost the optimum: 39/60 picks at
+--trials 16 with moves in between, 46/60 without; docs/benchmarks.md). A leader measured
 only once is measured again with its runner-up whatever its lead: a single run is never
 crowned. Once every config of the space has been tried, the rest of the budget may race.
 
@@ -114,6 +117,10 @@ class Racing:
         self.hw, self.catalog, self.reserve, self.enabled = hw, catalog, reserve, enabled
         self.max_usd, self.deadline_hours = max_usd, deadline_hours
         self.blocks = 0
+
+    def racing_now(self, remaining: int) -> bool:
+        """Within the last `reserve` trials of the budget, where blocks of repeats come first."""
+        return self.enabled and 2 <= remaining <= self.reserve
 
     def block(self, study, remaining: int, everything_tried: bool = False) -> list[ConfigScore] | None:
         """The configs to measure back to back now: within the last `reserve` trials of the

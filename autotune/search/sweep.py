@@ -159,9 +159,12 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                 st.stop()
                 return
             remaining = budget.trials_left(st, n_trials - summary.trials_run)
-            # Re-measure before recommending, within the last trials of the budget.
-            if reason is None and not _queued(st) and _race(st, racing, remaining):
-                return
+            # Re-measure before recommending, within the last trials of the budget. While a
+            # block of repeats waits, nothing else is queued: a local move would spend the
+            # reserve on a new rival measured once, which the race then has to chase.
+            if reason is None and racing.racing_now(remaining):
+                if _queued(st) or _race(st, racing, remaining):
+                    return
             if reason is None and idle:
                 n_all = moves.exhausted(st)
                 if n_all is not None and _race(st, racing, remaining, everything_tried=True):
