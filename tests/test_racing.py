@@ -179,9 +179,18 @@ def test_once_the_race_starts_the_reserve_goes_to_repeats_not_new_rivals(tmp_pat
     study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(0, worker=0))
     summary = run_sweep(spec, study, 10, tmp_path / "runs", runner=run)
     assert summary.trials_run == 10
-    launched = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).launched]
-    first_repeat = next(i for i, r in enumerate(launched) if r.repeat_of is not None)
+    launched = [(t.number, TrialRecord.of(t)) for t in study.trials if TrialRecord.of(t).launched]
+    first_repeat = next(i for i, (_, r) in enumerate(launched) if r.repeat_of is not None)
     assert first_repeat >= 10 - 5  # within the reserve (half the budget)
-    # The last trial cannot hold a block (two configs back to back) and explores.
-    assert all(r.repeat_of is not None for r in launched[first_repeat:-1])
-    assert len(launched[first_repeat:-1]) >= 4
+    assert all(r.repeat_of is not None for _, r in launched[first_repeat:])
+    assert len(launched[first_repeat:]) >= 5
+    # The last trial cannot hold a block of two: it measures, on its own, the raced rival with
+    # the fewest runs (the least certain estimate in the race), not a new config.
+    last = launched[-1][1]
+    assert [r.race_block for _, r in launched].count(last.race_block) == 1
+
+    def runs(first: int) -> int:
+        return sum(1 for n, r in launched[:-1] if first in (n, r.repeat_of))
+
+    raced = {r.repeat_of for _, r in launched[first_repeat:-1]}
+    assert runs(last.repeat_of) == min(runs(f) for f in raced)

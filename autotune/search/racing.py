@@ -20,7 +20,10 @@ once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; rac
 none is left (the unused trials go back to exploring) or the budget ends. While a block waits,
 the sweep queues nothing else: a local move in the middle of the race would spend the reserve on
 a new rival measured once (on the DeepSpeed-style space that lost the optimum: 39/60 picks at
---trials 16 with moves in between, 46/60 without; docs/benchmarks.md). A leader measured
+--trials 16 with moves in between, 46/60 without; docs/benchmarks.md). A last trial too few
+for a block measures the raced rival with the fewest runs on its own (the least certain
+estimate) rather than a new config, which would be recommended on one run if it led (44 -> 47
+of 60 at --trials 8 there). A leader measured
 only once is measured again with its runner-up whatever its lead: a single run is never
 crowned. Once every config of the space has been tried, the rest of the budget may race.
 
@@ -120,13 +123,14 @@ class Racing:
 
     def racing_now(self, remaining: int) -> bool:
         """Within the last `reserve` trials of the budget, where blocks of repeats come first."""
-        return self.enabled and 2 <= remaining <= self.reserve
+        return self.enabled and 1 <= remaining <= self.reserve
 
     def block(self, study, remaining: int, everything_tried: bool = False) -> list[ConfigScore] | None:
         """The configs to measure back to back now: within the last `reserve` trials of the
         budget (or any time once every config has been tried), when a rival may still beat
-        the cheapest or the fastest config by more than the tolerance."""
-        if not self.enabled or remaining < 2 or (remaining > self.reserve and not everything_tried):
+        the cheapest or the fastest config by more than the tolerance. With one trial left,
+        the one rival (of the block it would have been) with the fewest runs."""
+        if not self.enabled or remaining < 1 or (remaining > self.reserve and not everything_tried):
             return None
         trials = study.get_trials(deepcopy=False)
         model = RunModel.fit(trials, self.hw)
@@ -142,6 +146,8 @@ class Racing:
             if leader is None or not alive:
                 continue
             members += [s for s in [leader, *alive] if s.key not in {m.key for m in members}]
+        if remaining == 1 and len(members) >= 2:
+            return [min(members[1:BLOCK_SIZE], key=lambda m: len(m.est.runs))]
         members = members[:min(BLOCK_SIZE, remaining)]
         return members if len(members) >= 2 else None
 
