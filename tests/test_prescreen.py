@@ -33,6 +33,9 @@ def _spec(tmp_path: Path, name: str, prescreen: bool) -> SweepSpec:
         workload=GPTWorkload(preset=None, shape=SHAPE), seq_len=64, space=str(space),
         trial=dict(warmup_steps=1, measure_steps=1, max_measure_steps=1, timeout_s=240),
         memory=dict(limit_bytes_per_rank=LIMIT, prescreen=prescreen),
+        # No re-measuring: the trial the prescreen saves would otherwise go to a repeat of the
+        # two configs measured once (autotune.search.racing), and this test counts launches.
+        budget=dict(remeasure_trials=0),
         storage=f"sqlite:///{tmp_path / 'db.sqlite'}", study=name))
 
 
