@@ -190,6 +190,19 @@ def write_outputs(json_out: str | None, md_out: str | None, data: dict[str, Any]
     print(md)
 
 
+def shown_path(path: Path) -> str:
+    """A path as the docs show it: relative to the repository when inside it."""
+    full = Path(path).resolve()
+    return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
+
+
+def stdev_or_nan(xs: Sequence[float]) -> float:
+    """Sample standard deviation; NaN with fewer than two values."""
+    import statistics
+
+    return statistics.stdev(xs) if len(xs) > 1 else math.nan
+
+
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "not measured"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          start_run, write_outputs)
+                          start_run, stdev_or_nan, write_outputs)
 import bench_truth  # noqa: E402
 
 RAW = ROOT / "benchmarks" / "results" / "noise_pairs.json"
@@ -75,10 +75,6 @@ def measure_pairs(args, log=print) -> dict:
     return doc
 
 
-def _sd(xs: list[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else math.nan
-
-
 def analyse_pairs(doc: dict) -> list[dict]:
     """Per pair: spread of log tokens/s of A and of B alone, of log(A/B) measured back to back
     (same round), and of log(A/B) across rounds (A of round i against B of round i + 3)."""
@@ -98,8 +94,8 @@ def analyse_pairs(doc: dict) -> list[dict]:
         out.append({"pair": p, "a": runs[0]["key"] if runs[0]["which"] == "A" else
                     next(r["key"] for r in runs if r["which"] == "A"),
                     "b": next(r["key"] for r in runs if r["which"] == "B"), "rounds": len(rounds),
-                    "sd_log_a": _sd(la), "sd_log_b": _sd(lb), "sd_log_ratio_paired": _sd(paired),
-                    "sd_log_ratio_apart": _sd(apart),
+                    "sd_log_a": stdev_or_nan(la), "sd_log_b": stdev_or_nan(lb), "sd_log_ratio_paired": stdev_or_nan(paired),
+                    "sd_log_ratio_apart": stdev_or_nan(apart),
                     "mean_ratio": math.exp(statistics.fmean(paired))})
     return out
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          start_run, write_outputs)
+                          shown_path, start_run, stdev_or_nan, write_outputs)
 import bench_truth  # noqa: E402
 
 RAW = ROOT / "benchmarks" / "results" / "noise_levers_runs.json"
@@ -90,14 +90,6 @@ def measure(args, log=print) -> dict:
     return doc
 
 
-def _shown(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
-
-
-def _sd(xs: list[float]) -> float:
-    return statistics.stdev(xs) if len(xs) > 1 else math.nan
-
-
 def run_figures(run: dict) -> dict | None:
     """One run: log tokens/s over its first WINDOW steps and over all of them (tokens/s is
     tokens per step over the median step time, as in trials/trial_result.py), and the sd of the
@@ -109,7 +101,7 @@ def run_figures(run: dict) -> dict | None:
     windows = [statistics.median(ts[j:j + WINDOW]) for j in range(0, len(ts) - WINDOW + 1, WINDOW)]
     return {"log_first": math.log(tokens_per_step / windows[0]),
             "log_all": math.log(run["tokens_per_s"]),
-            "sd_within": _sd([math.log(tokens_per_step / w) for w in windows])}
+            "sd_within": stdev_or_nan([math.log(tokens_per_step / w) for w in windows])}
 
 
 def analyse(doc: dict) -> list[dict]:
@@ -126,8 +118,8 @@ def analyse(doc: dict) -> list[dict]:
                         "steps": statistics.median(len(r["step_times_s"]) for r in doc["runs"]
                                                    if r["key"] == key and r["thp"] == thp and r["step_times_s"]),
                         "tokens_per_s_median": math.exp(statistics.median(f["log_all"] for f in figs)),
-                        "sd_between_first": _sd([f["log_first"] for f in figs]),
-                        "sd_between_all": _sd([f["log_all"] for f in figs]),
+                        "sd_between_first": stdev_or_nan([f["log_first"] for f in figs]),
+                        "sd_between_all": stdev_or_nan([f["log_all"] for f in figs]),
                         "sd_within_median": statistics.median(f["sd_within"] for f in figs)})
     return out
 
@@ -199,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = measure(args)
     rows = analyse(doc)
     started = sorted(r["started"] for r in doc["runs"] if r.get("started"))
-    when = (f"{len(doc['runs'])} runs (`{_shown(args.raw)}`), measured "
+    when = (f"{len(doc['runs'])} runs (`{shown_path(args.raw)}`), measured "
             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(started[0]))} to "
             f"{time.strftime('%H:%M UTC', time.gmtime(started[-1]))}" if started else "no runs")
     data = {"context": ctx, "rows": rows, "measured": when, "reading": reading(rows)}

@@ -178,7 +178,8 @@ def replay_exhaustive(table, seed: int, holdout: bool) -> Replay:
 def replay_oracle(table, truth, seed: int, n_trials: int, holdout: bool, k: int = 2) -> Replay:
     """A bound, not a strategy: it is told the seed's `k` best configs by its own truth
     (`truth`: bench_truth.truth_for) and spends all `n_trials` re-measuring them in turn, then
-    picks the best median. No search can launch fewer configs that matter, so at the same
+    picks the best median, for cost and for time apart (their two best may differ; the steps
+    recorded are the cost schedule's). No search can launch fewer configs that matter, so at the same
     budget one that must also find them does no better (up to how it splits the runs): a
     space where this bound misses the target at the default budget is one where the runs'
     noise, not the search, sets pick accuracy."""

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          percentile, start_run, write_outputs)
+                          percentile, shown_path, start_run, write_outputs)
 import bench_replay as br  # noqa: E402
 import bench_truth as bt  # noqa: E402
 
@@ -140,11 +140,6 @@ def summarize(reps: list[br.Replay], truths: list[bt.Truth]) -> dict[str, Any]:
     out["repeats_median"] = percentile([sum(s.repeat for s in r.steps) for r in reps], 50)
     out["trial_s_median"] = percentile([r.trial_s for r in reps], 50)
     return out
-
-
-def _shown(path: Path) -> str:
-    """A path as the docs show it: relative to the repository when inside it."""
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def summary_section(paths: list[Path]) -> str:
@@ -259,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         # The section says so and how far the measurement got; the summary shows the space as such.
         n_runs = sum(len(e["results"]) for e in doc["entries"].values())
         why = (f"ground truth incomplete: {len(configs) - len(missing)} of {len(configs)} configs "
-               f"measured ({n_runs} runs in `{_shown(Path(b['cache']))}`); replays not run. "
+               f"measured ({n_runs} runs in `{shown_path(Path(b['cache']))}`); replays not run. "
                f"To finish: `scripts/bench_search.py --bench {args.bench} --measure` on a quiet machine.")
         print(why)
         md = "\n".join([f"### {b['title']} (`--bench {args.bench}`)", "", *context_lines(ctx), "", why, ""])

@@ -130,7 +130,7 @@ class Racing:
         budget (or any time once every config has been tried), when a rival may still beat
         the cheapest or the fastest config by more than the tolerance. With one trial left,
         the one rival (of the block it would have been) with the fewest runs."""
-        if not self.enabled or remaining < 1 or (remaining > self.reserve and not everything_tried):
+        if not (self.racing_now(remaining) or (everything_tried and self.enabled and remaining >= 1)):
             return None
         trials = study.get_trials(deepcopy=False)
         model = RunModel.fit(trials, self.hw)
