@@ -60,7 +60,7 @@ def measure(args, log=print) -> dict:
     spec = bench_truth.make_spec(ns)
     ms = MachineSpace.for_spec(spec)
     raw = Path(args.raw)
-    doc = json.loads(raw.read_text()) if raw.is_file() else {"runs": []}
+    doc = load_raw(raw)
     runner = bench_truth.RUNNERS["pool"]()
     before = os.environ.get(THP_ENV)
     try:
@@ -87,6 +87,21 @@ def measure(args, log=print) -> dict:
             os.environ.pop(THP_ENV, None)
         else:
             os.environ[THP_ENV] = before
+    return doc
+
+
+def load_raw(path: Path) -> dict:
+    """The runs measured so far ({"runs": []} when none); a file that is not such a record is
+    refused rather than topped up (and so overwritten)."""
+    if not path.is_file():
+        return {"runs": []}
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+        raise ValueError(f"{path} is not a record of this script's runs (no 'runs' list). To fix: "
+                         "pass --raw a new file, or this script's own")
     return doc
 
 
@@ -186,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     add_output_args(ap)
     args = ap.parse_args(argv)
     ctx, _ = start_run()
-    doc = json.loads(args.raw.read_text()) if args.raw.is_file() else {"runs": []}
+    try:
+        doc = load_raw(args.raw)
+    except ValueError as e:
+        print(f"bench_noise_levers: {e}", file=sys.stderr)
+        return 2
     if not args.analyse_only:
         doc = measure(args)
     rows = analyse(doc)

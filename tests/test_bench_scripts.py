@@ -262,3 +262,13 @@ def test_noise_levers_tell_a_run_level_from_step_jitter():
     assert rows["on"]["tokens_per_s_median"] / rows["off"]["tokens_per_s_median"] == pytest.approx(1.25)
     text = lev.reading(list(rows.values()))
     assert "runs settle at levels of their own" in text and "1.25x" in text
+
+
+def test_noise_levers_refuse_a_raw_file_that_is_not_theirs(tmp_path, capsys):
+    import bench_noise_levers as lev
+
+    other = tmp_path / "other.json"
+    other.write_text('{"entries": {}}')
+    assert lev.main(["--raw", str(other), "--rounds", "1"]) == 2
+    assert other.read_text() == '{"entries": {}}'  # neither topped up nor overwritten
+    assert "not a record of this script's runs" in capsys.readouterr().err
