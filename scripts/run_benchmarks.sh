@@ -4,7 +4,7 @@
 # analysis and the side by side with DeepSpeed's autotuner from their committed raw runs),
 # trial overhead and fidelity on this machine (about 25 minutes on an idle 2-core machine).
 # Measuring a ground truth again, with the sweep's worker pool on an otherwise idle machine:
-# `scripts/bench_search.py --bench ds --measure --repeats 8` (~20 min), `--bench big --measure
+# `scripts/bench_search.py --bench ds --measure --repeats 16` (~25 min per 8 rounds added), `--bench big --measure
 # --repeats 3` (~1 h; runs are added to the committed truths); the side by side with DeepSpeed's
 # tuner runs on request (~30 min):
 # ONLY=deepspeed_tuner; so do the interleaved noise pairs (ONLY=noise) and the noise levers
@@ -73,7 +73,7 @@ for name in $ONLY; do
   case "$name" in
     search)  # replays of the committed ground truths (BENCH_SEARCH_ARGS="--measure" tops them up)
       for bench in cpu40 big; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
-      # ds has 8 rounds: judged in-sample (as cpu40's and big's 3) and on held-out rounds
+      # ds has 16 rounds: judged in-sample (as cpu40's and big's 3) and on held-out rounds
       run_one search_ds bench_search --bench ds --holdout no "${SEARCH_ARGS[@]}"
       run_one search_ds_heldout bench_search --bench ds --holdout yes "${SEARCH_ARGS[@]}"
       run_one noise bench_noise --analyse-only
