@@ -42,6 +42,7 @@ class TrialSettings(_Spec):
     warmup_steps: int = Field(default=_trial_default("warmup_steps"), ge=0)
     measure_steps: int = Field(default=_trial_default("measure_steps"), gt=0)
     max_measure_steps: int = Field(default=_trial_default("max_measure_steps"), gt=0)
+    min_measure_s: float = Field(default=_trial_default("min_measure_s"), ge=0)
     timeout_s: float = Field(default=_trial_default("timeout_s"), gt=0)
     threads_per_rank: int = Field(default=_trial_default("threads_per_rank"), gt=0)
     launcher: Launcher | None = Field(

@@ -13,7 +13,7 @@ budget), alternating which goes first, each started once the machine is quiet (a
 `--max-busy` other runnable processes). Both timelines are read from what the tools wrote:
 DeepSpeed's log (an experiment ends when the tuner moves on) and the study (each trial's
 completion time). A config "within 3% of the best" is judged on the benchmark ground truth of
-the same space (benchmarks/results/truth_ds_pool.json: every config measured in 8 rounds, median
+the same space (benchmarks/results/truth_ds_pool.json: every config measured in rounds, median
 run; the built-in GPT of the same shape), so both tools are scored by the same yardstick, not
 by their own noisy measurements. Then both picks are rerun, interleaved, with autotune's trial
 runner (the same entry point), and compared as paired ratios.
@@ -37,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_truth  # noqa: E402
+from autotune.contract.rank_env import cpu_rank_env  # noqa: E402
 from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
                           start_run, write_outputs)
 
@@ -68,8 +69,10 @@ _LAUNCH = re.compile(r"Launching exp_id = \d+, exp_name = (\S+),")
 def _env(extra_path: str | None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [str(ROOT)] + ([extra_path] if extra_path else []) + [env.get("PYTHONPATH", "")]
+    # The ranks' environment autotune's CPU trials get (1 thread each, no CUDA, huge pages):
+    # the same machine settings for both tools.
+    env.update(cpu_rank_env(1, os.environ))
     env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), DS_ACCELERATOR="cpu",
-               CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                # DeepSpeed counts CPU "accelerators" by NUMA node unless told: 2 ranks here.
                LOCAL_SIZE="2", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     return env

@@ -12,6 +12,8 @@ much as whole runs do. If instead a run settles at its own level (where its fres
 landed, which cores its ranks got) and holds it, windows within a run agree and only more runs
 help. (2) torch's CPU allocator backs large tensors with transparent huge pages when
 THP_MEM_ALLOC_ENABLE=1 (this kernel: THP "madvise"), which may change both level and spread.
+What it found (huge pages on, a window of 2 s or more) is what trials now do: TrialConfig's
+min_measure_s and autotune.contract.rank_env.
 
 Each round measures two close rivals of that space (micro-batch 8 and 16, accumulation 2,
 ZeRO 0, 2 ranks, fp32), each with huge pages off and on, for a fixed window of `--steps` steps,
@@ -56,7 +58,8 @@ def measure(args, log=print) -> dict:
 
     ns = argparse.Namespace(preset="tiny", seq_len=128, global_batch=None,
                             space=ROOT / "benchmarks" / "search_space_ds.yaml", warmup_steps=2,
-                            measure_steps=args.steps, max_measure_steps=args.steps, timeout_s=300.0)
+                            measure_steps=args.steps, max_measure_steps=args.steps, min_measure_s=0.0,
+                            timeout_s=300.0)
     spec = bench_truth.make_spec(ns)
     ms = MachineSpace.for_spec(spec)
     raw = Path(args.raw)
@@ -68,10 +71,9 @@ def measure(args, log=print) -> dict:
             for i in range(args.rounds):
                 # Alternate which setting and which config go first, round by round.
                 for thp in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                    if thp == "on":
-                        os.environ[THP_ENV] = "1"
-                    else:
-                        os.environ.pop(THP_ENV, None)
+                    # Trials set it on CPU unless the environment says otherwise
+                    # (autotune.contract.rank_env): "0" turns it off.
+                    os.environ[THP_ENV] = "1" if thp == "on" else "0"
                     for knobs in (RIVALS if i % 2 == 0 else RIVALS[::-1]):
                         cfg = bench_truth.trial_config(_values(knobs), spec, ms, seed=0)
                         r = runner(cfg, Path(tmp) / f"r{i}_{thp}_{knobs['micro_batch_size']}")
@@ -115,8 +117,20 @@ def run_figures(run: dict) -> dict | None:
     tokens_per_step = run["tokens_per_s"] * statistics.median(ts)
     windows = [statistics.median(ts[j:j + WINDOW]) for j in range(0, len(ts) - WINDOW + 1, WINDOW)]
     return {"log_first": math.log(tokens_per_step / windows[0]),
+            "log_shipped": math.log(tokens_per_step / statistics.median(ts[:shipped_steps(ts)])),
             "log_all": math.log(run["tokens_per_s"]),
             "sd_within": stdev_or_nan([math.log(tokens_per_step / w) for w in windows])}
+
+
+def shipped_steps(step_times_s: list[float]) -> int:
+    """How many of these steps a default trial would have measured (TrialConfig.measure_more,
+    the rule trials/worker.py runs)."""
+    from trials.measure import summarize
+
+    cfg, n = _cfg(), 1
+    while n < len(step_times_s) and cfg.measure_more(step_times_s[:n], summarize(step_times_s[:n])["cv"]):
+        n += 1
+    return n
 
 
 def analyse(doc: dict) -> list[dict]:
@@ -134,6 +148,7 @@ def analyse(doc: dict) -> list[dict]:
                                                    if r["key"] == key and r["thp"] == thp and r["step_times_s"]),
                         "tokens_per_s_median": math.exp(statistics.median(f["log_all"] for f in figs)),
                         "sd_between_first": stdev_or_nan([f["log_first"] for f in figs]),
+                        "sd_between_shipped": stdev_or_nan([f["log_shipped"] for f in figs]),
                         "sd_between_all": stdev_or_nan([f["log_all"] for f in figs]),
                         "sd_within_median": statistics.median(f["sd_within"] for f in figs)})
     return out
@@ -146,7 +161,7 @@ def reading(rows: list[dict]) -> str:
     ratio_window = statistics.median(r["sd_between_all"] / r["sd_between_first"] for r in off)
     ratio_within = statistics.median(r["sd_within_median"] / r["sd_between_first"] for r in off)
     steps = statistics.median(r["steps"] for r in off)
-    text = (f"Reading (huge pages off, the default): a {steps / WINDOW:.0f}x longer window ({steps:.0f} steps, "
+    text = (f"Reading (huge pages off, the machine's default): a {steps / WINDOW:.0f}x longer window ({steps:.0f} steps, "
             f"not {WINDOW}) left the sd between runs at {ratio_window:.2g}x (median over configs), and a "
             f"run's own {WINDOW}-step windows differ {ratio_within:.2g}x as much as runs do: runs settle "
             "at levels of their own, which a longer window does not average out.")
@@ -155,8 +170,7 @@ def reading(rows: list[dict]) -> str:
         text += (f" The same variance takes {k:.2g} runs of {WINDOW} steps; the longer window is the "
                  f"cheaper of the two only where a trial's fixed cost (start, build, warm-up) exceeds "
                  f"{(steps - WINDOW * k) / (k - 1):.0f} steps' time; a pooled trial's is a few steps' "
-                 "(the warm-up and a fresh model: docs/benchmarks.md, pool section). So the sweep "
-                 "keeps 5-step windows and re-measures close rivals (autotune.search.racing).")
+                 "(the warm-up and a fresh model: docs/benchmarks.md, pool section).")
     on = {r["key"]: r for r in rows if r["thp"] == "on"}
     pairs = [(r, on[r["key"]]) for r in off if r["key"] in on]
     if pairs:
@@ -165,7 +179,7 @@ def reading(rows: list[dict]) -> str:
         best_off = max(pairs, key=lambda p: p[0]["tokens_per_s_median"])[0]["key"]
         best_on = max(pairs, key=lambda p: p[1]["tokens_per_s_median"])[1]["key"]
         text += (" Huge pages for the CPU allocator (THP_MEM_ALLOC_ENABLE=1): tokens/s "
-                 + ", ".join(f"{x:.2f}x" for x in speed) + ", sd between runs "
+                 + ", ".join(f"{x:.2f}x" for x in speed) + ", sd between runs over the first 5 steps "
                  + ", ".join(f"{x:.2g}x" for x in spread)
                  + f" ({', '.join(a['key'] for a, _ in pairs)}): "
                  + ("the spread stays within 1.5x either way" if all(1 / 1.5 <= x <= 1.5 for x in spread)
@@ -173,9 +187,23 @@ def reading(rows: list[dict]) -> str:
                     else f"the spread is {statistics.median(spread):.2g}x")
                  + ("; and it changes which config is faster "
                     f"({best_off} without, {best_on} with)" if best_off != best_on else "")
-                 + ". A CPU speed knob, not a cure for noise: trials keep the machine's default, "
-                 "which a long run started the same way would see.")
+                 + ".")
+        shipped = [(a["sd_between_shipped"], b["sd_between_shipped"]) for a, b in pairs]
+        text += (" What a trial measures now (at least "
+                 f"{_cfg().min_measure_s:g} s of steps, up to {_cfg().max_measure_steps}; huge pages on): "
+                 "sd between runs " + ", ".join(f"{b:.2g}" for _, b in shipped) + " against "
+                 + ", ".join(f"{a:.2g}" for a, _ in shipped) + " with huge pages off, and "
+                 + ", ".join(f"{r['sd_between_first']:.2g}" for r in off)
+                 + f" for the old {WINDOW}-step window without them. With huge pages a run no longer "
+                 "holds a level of its own, so a longer window does average the noise out: trials on "
+                 "CPU run with them (autotune.contract.rank_env) and so does the exported long run.")
     return text
+
+
+def _cfg():
+    from autotune.contract import TrialConfig
+
+    return TrialConfig()
 
 
 def render(data: dict) -> str:
@@ -184,10 +212,11 @@ def render(data: dict) -> str:
     if data["rows"]:
         lines += [markdown_table(
             ["config", "huge pages", "runs", "steps per run", "tokens/s (median)",
-             f"sd log tok/s between runs, first {WINDOW} steps", "sd between runs, whole window",
+             f"sd log tok/s between runs, first {WINDOW} steps",
+             f"sd between runs, a trial's window (>= {_cfg().min_measure_s:g} s)", "sd between runs, whole window",
              f"sd of a run's {WINDOW}-step windows (median)"],
             [[r["key"], r["thp"], r["runs"], r["steps"], r["tokens_per_s_median"], r["sd_between_first"],
-              r["sd_between_all"], r["sd_within_median"]] for r in data["rows"]]), ""]
+              r["sd_between_shipped"], r["sd_between_all"], r["sd_within_median"]] for r in data["rows"]]), ""]
     lines.append(data["reading"])
     return "\n".join(lines)
 

@@ -188,7 +188,9 @@ def summary_section(paths: list[Path]) -> str:
             lines += [f"{where}: one run's sd of log tokens/s {f['sd_log_run_median']:.3f}; the cheapest "
                       f"config outside 3% costs {math.expm1(f['gap_log_outside']):.1%} more than the "
                       f"optimum; ranking those two right 9 times in 10 takes {f['runs_needed']} runs of "
-                      f"each, against a default budget of {d['default_trials']} trials for the whole search.", ""]
+                      f"each" + (f" ({f['runs_needed_pair']} at those two configs' own sd, "
+                                 f"{f['sd_log_pair']:.3f})" if f.get("runs_needed_pair") is not None else "")
+                      + f", against a default budget of {d['default_trials']} trials for the whole search.", ""]
         bound = next((v for v in d["summary"].values() if v["kind"] == "oracle"), None)
         if bound is not None and bound["usd"]["right"] < TARGET_RIGHT * bound["seeds"]:
             lines += [f"{where}: even a search told the 2 best configs in advance, re-measuring only "
@@ -234,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         b["cache"], b["runner"] = RESULTS / f"truth_{args.bench}_{args.runner}.json", args.runner
     ns = argparse.Namespace(preset="tiny", seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
                             space=b["space"], warmup_steps=2, measure_steps=5, max_measure_steps=15,
+                            min_measure_s=bt.TrialConfig().min_measure_s,
                             timeout_s=300.0, cache=b["cache"], runner=b["runner"],
                             repeats=args.repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=args.max_wait_s)
     from autotune.search.machine import MachineSpace
@@ -311,9 +314,14 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
     # optimum and the best config a pick must not be (the cheapest outside 3%).
     sds = [statistics.stdev([math.log(m.result.tokens_per_s) for m in e.runs if m.feasible])
            for e in table.values() if e.feasible and sum(m.feasible for m in e.runs) > 1]
-    outside = [e.usd for e in table.values() if e.feasible and e.usd > best.usd * (1 + WITHIN)]
+    outside = [e for e in table.values() if e.feasible and e.usd > best.usd * (1 + WITHIN)]
     sd_run = statistics.median(sds) if sds else None
-    gap = math.log(min(outside) / best.usd) if outside else None
+    rival = min(outside, key=lambda e: e.usd) if outside else None
+    gap = math.log(rival.usd / best.usd) if rival else None
+    # The two configs' own noise: a space's median config may be noisier or steadier than they.
+    pair = [statistics.stdev([math.log(m.result.tokens_per_s) for m in e.runs if m.feasible])
+            for e in (best, rival) if e is not None and sum(m.feasible for m in e.runs) > 1]
+    sd_pair = math.sqrt(sum(x * x for x in pair) / 2) if len(pair) == 2 else None
     optima = {min(t.usd, key=t.usd.get) for t in truths}
     return {"median_spread": percentile(spreads, 50), "p90_spread": percentile(spreads, 90),
             "load_median": statistics.median(loads) if loads else None,
@@ -324,7 +332,9 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
             "within_cost_median": percentile(near, 50), "distinct_optima": len(optima),
             "trial_s_median": statistics.median(m.trial_s for e in table.values() for m in e.runs),
             "sd_log_run_median": sd_run, "gap_log_outside": gap,
-            "runs_needed": runs_to_separate(sd_run, gap)}
+            "runs_needed": runs_to_separate(sd_run, gap),
+            "rival_key": rival.key if rival else None, "sd_log_pair": sd_pair,
+            "runs_needed_pair": runs_to_separate(sd_pair, gap)}
 
 
 def runs_to_separate(sd_log_run: float | None, gap_log: float | None, right: float = 0.9) -> int | None:
@@ -388,7 +398,9 @@ def hardness_lines(f: dict[str, Any]) -> list[str]:
     return [f"How hard: one run's sd of log tokens/s is {f['sd_log_run_median']:.3f} (median over "
             f"configs); the cheapest config outside 3% of the optimum costs "
             f"{math.expm1(f['gap_log_outside']):.1%} more. Telling those two apart 9 times in 10 "
-            f"takes {f['runs_needed']} runs of each (n = 2 (1.28 sd / gap)^2), whatever the search.", ""]
+            f"takes {f['runs_needed']} runs of each (n = 2 (1.28 sd / gap)^2), whatever the search"
+            + (f"; at those two configs' own sd ({f['sd_log_pair']:.3f}, root mean square), "
+               f"{f['runs_needed_pair']}." if f.get("runs_needed_pair") is not None else "."), ""]
 
 
 def _num(x) -> str:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import ROOT, install_sigterm_handler  # noqa: E402
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialResult  # noqa: E402
+from autotune.contract.rank_env import CPU_HUGE_PAGES, cpu_rank_env  # noqa: E402
 
 CACHE_VERSION = 2
 
@@ -81,6 +82,7 @@ def make_spec(args):
                      space=str(args.space),
                      trial=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.measure_steps,
                                          max_measure_steps=args.max_measure_steps,
+                                         min_measure_s=args.min_measure_s,
                                          timeout_s=args.timeout_s))
 
 
@@ -130,8 +132,18 @@ def cache_identity(args, hw) -> dict[str, Any]:
     return {"version": CACHE_VERSION, "machine": machine_identity(hw), "preset": args.preset,
             "seq_len": args.seq_len, "global_batch": args.global_batch,
             "warmup_steps": args.warmup_steps, "measure_steps": args.measure_steps,
-            "max_measure_steps": args.max_measure_steps,
-            "runner": getattr(args, "runner", "launcher")}
+            "max_measure_steps": args.max_measure_steps, "min_measure_s": args.min_measure_s,
+            "cpu_env": trial_cpu_env(), "runner": getattr(args, "runner", "launcher")}
+
+
+def trial_cpu_env() -> dict[str, str]:
+    """The allocator setting CPU trials launched from here get (autotune.contract.rank_env:
+    huge pages, unless this environment turns them off)."""
+    return {k: cpu_rank_env(1, os.environ)[k] for k in CPU_HUGE_PAGES}
+
+
+# What caches measured before trials had a window floor and CPU huge pages (2026-12-01) ran with.
+BEFORE_FLOOR = {"min_measure_s": 0.0, "cpu_env": {k: "0" for k in CPU_HUGE_PAGES}}
 
 
 def _same_identity(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -140,9 +152,11 @@ def _same_identity(old: dict[str, Any], new: dict[str, Any]) -> bool:
         legacy = {k: old.get(k) for k in ("preset", "seq_len", "global_batch", "warmup_steps",
                                           "measure_steps", "max_measure_steps")}
         return (legacy == {k: new[k] for k in legacy}
+                and all(new.get(k) == v for k, v in BEFORE_FLOOR.items())
                 and old.get("cpu_count") == new["machine"]["cpu_count"]
                 and old.get("hardware_key") in (f"cpu:{new['machine']['cpu_model']}",
                                                 f"cuda:{new['machine']['device_name']}"))
+    old = {**BEFORE_FLOOR, **old}
     if "cpu_bf16" not in (old.get("machine") or {}):
         # Measured before the identity named the CPU's bf16 (2026-12-01): unknown, not different.
         old = {**old, "machine": {**old.get("machine", {}), "cpu_bf16": new["machine"].get("cpu_bf16")}}
@@ -439,6 +453,7 @@ def add_space_args(ap) -> None:
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--measure-steps", type=int, default=5)
     ap.add_argument("--max-measure-steps", type=int, default=15)
+    ap.add_argument("--min-measure-s", type=float, default=TrialConfig().min_measure_s)
     ap.add_argument("--timeout-s", type=float, default=300.0)
     ap.add_argument("--cache", type=Path, default=ROOT / "benchmarks" / "search_ground_truth.json",
                     help="ground-truth data file")

@@ -31,7 +31,7 @@ MiB = 2**20
 
 def _args(tmp_path: Path, space: Path) -> argparse.Namespace:
     return argparse.Namespace(preset="tiny", seq_len=64, global_batch=8, space=space, warmup_steps=1,
-                              measure_steps=2, max_measure_steps=2, timeout_s=60.0,
+                              measure_steps=2, max_measure_steps=2, min_measure_s=0.0, timeout_s=60.0,
                               cache=tmp_path / "gt.json", remeasure=False, replay_only=True,
                               runner="launcher", repeats=1)
 
@@ -152,11 +152,13 @@ def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
     assert rep.pick_hours is not None and not table[rep.pick_hours].oom
 
 
-def test_a_cache_of_the_first_benchmark_reads_and_other_machines_are_refused(tmp_path):
+def test_a_cache_of_the_first_benchmark_reads_and_other_machines_are_refused(tmp_path, monkeypatch):
     from autotune.run.hardware import local_hardware
 
     hw = local_hardware()
     args = _args(tmp_path, tmp_path / "space.yaml")
+    # Measured before trials had huge pages and a window floor: read by trials without them.
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
     ident = bench_truth.cache_identity(args, hw)
     old = {"identity": {"version": 1, "hardware_key": hw.kind_key(), "cpu_count": hw.cpu_count,
                         "device_count": hw.device_count, "preset": "tiny", "seq_len": 64,
@@ -167,6 +169,9 @@ def test_a_cache_of_the_first_benchmark_reads_and_other_machines_are_refused(tmp
     path.write_text(json.dumps(old))
     doc = bench_truth.load_cache(path, ident, log=lambda *a: None)
     assert doc["entries"]["k"]["results"] == [{"status": "ok"}]  # version 1: one run
+    # Trials with huge pages (the default now) measure otherwise: not topped up with them.
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE")
+    assert bench_truth.load_cache(path, bench_truth.cache_identity(args, hw), log=lambda *a: None)["entries"] == {}
     old["identity"]["cpu_count"] = hw.cpu_count + 62
     path.write_text(json.dumps(old))
     assert bench_truth.load_cache(path, ident, log=lambda *a: None)["entries"] == {}
@@ -260,8 +265,13 @@ def test_noise_levers_tell_a_run_level_from_step_jitter():
     assert rows["off"]["sd_between_all"] == pytest.approx(rows["off"]["sd_between_first"], rel=0.1)
     assert rows["off"]["sd_within_median"] < 0.2 * rows["off"]["sd_between_first"]
     assert rows["on"]["tokens_per_s_median"] / rows["off"]["tokens_per_s_median"] == pytest.approx(1.25)
+    # What a default trial measures of these 0.12-0.17 s steps: until 2 s have passed.
+    assert lev.shipped_steps([0.15] * 20) == 14 and lev.shipped_steps([0.5] * 20) == 5
+    assert lev.shipped_steps([0.01] * 30) == 15  # the cap
+    assert rows["on"]["sd_between_shipped"] == pytest.approx(rows["on"]["sd_between_first"], rel=0.1)
     text = lev.reading(list(rows.values()))
     assert "runs settle at levels of their own" in text and "1.25x" in text
+    assert "What a trial measures now (at least 2 s of steps, up to 15" in text
 
 
 def test_noise_levers_refuse_a_raw_file_that_is_not_theirs(tmp_path, capsys):

@@ -68,7 +68,7 @@ for _ in range(engine.gradient_accumulation_steps()):  # one real optimizer step
 json.dump({"train_batch_size": engine.train_batch_size(), "micro": micro,
            "accum": engine.gradient_accumulation_steps(), "world_size": dist.get_world_size(),
            "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
-           "global_steps": engine.global_steps},
+           "global_steps": engine.global_steps, "thp": os.environ.get("THP_MEM_ALLOC_ENABLE")},
           open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w"))
 dist.barrier()
 dist.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
@@ -163,6 +163,7 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
         assert r["bf16"] == (cfg["precision"] == "bf16")
         assert r["micro"] == cfg["micro_batch_size"] and r["accum"] == cfg["grad_accum_steps"]
         assert r["train_batch_size"] == cfg["global_batch_samples"] == r["micro"] * r["accum"] * 2
+        assert r["thp"] == "1"  # the CPU allocator's huge pages, as the trial ran (rank_env)
 
 
 # A user's script under the exported FSDP2 config: it reads the FSDP2 settings as accelerate's

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus
+from autotune.contract import DeviceKind, Launcher, TrialConfig, TrialResult, TrialStatus
 from autotune.run.launch import build_argv, free_port, launch_env, read_result
 
 
@@ -39,6 +39,15 @@ def test_env_pins_threads_and_hides_gpus_on_cpu():
     env = launch_env(TrialConfig(threads_per_rank=3))
     assert env["OMP_NUM_THREADS"] == "3" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["ACCELERATE_USE_CPU"] == "true"
+
+
+def test_cpu_ranks_get_huge_pages_unless_the_user_says_otherwise(monkeypatch):
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    assert launch_env(TrialConfig())["THP_MEM_ALLOC_ENABLE"] == "1"
+    # GPU ranks: the CPU allocator is not what a GPU run's speed depends on; left alone.
+    assert "THP_MEM_ALLOC_ENABLE" not in launch_env(TrialConfig(device=DeviceKind.cuda))
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")  # the opt-out the README documents
+    assert launch_env(TrialConfig())["THP_MEM_ALLOC_ENABLE"] == "0"
 
 
 def _logs(tmp_path: Path) -> tuple[Path, Path]:

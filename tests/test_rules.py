@@ -60,9 +60,20 @@ def test_spec_trial_settings_take_trialconfigs_defaults():
     from autotune.spec import TrialSettings
 
     settings, cfg = TrialSettings(), TrialConfig()
-    for name in ("warmup_steps", "measure_steps", "max_measure_steps", "timeout_s", "threads_per_rank"):
+    for name in ("warmup_steps", "measure_steps", "max_measure_steps", "min_measure_s", "timeout_s", "threads_per_rank"):
         assert getattr(settings, name) == getattr(cfg, name), name
     assert (cfg.max_measure_steps, cfg.timeout_s) == (15, 300.0)  # the sweep's, as documented
+
+
+def test_a_trial_measures_more_while_its_window_is_short_or_noisy_up_to_the_cap():
+    cfg = TrialConfig()  # 5 steps, then on to 2 s or a CV of 0.15, 15 steps at most
+    assert (cfg.measure_steps, cfg.min_measure_s, cfg.max_step_time_cv) == (5, 2.0, 0.15)
+    assert cfg.measure_more([0.1] * 4, cv=0.0)  # under measure_steps
+    assert cfg.measure_more([0.1] * 5, cv=0.0)  # 0.5 s: too short
+    assert not cfg.measure_more([0.5] * 5, cv=0.0)  # 2.5 s, steady
+    assert cfg.measure_more([0.5] * 5, cv=0.3)  # long enough, but noisy
+    assert not cfg.measure_more([0.1] * 15, cv=0.3)  # the cap
+    assert not TrialConfig(min_measure_s=0).measure_more([0.1] * 5, cv=0.0)
 
 
 def test_memory_config_shares_trialconfigs_knobs_and_rules():

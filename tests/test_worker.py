@@ -28,8 +28,9 @@ def trials(tmp_path_factory):
     root = tmp_path_factory.mktemp("knobs")
     configs = {
         "base": tiny(device_peak_flops=PEAK),
+        # Also asks for a window longer than any 6 of its steps: it must stop at the cap.
         "full_accum2": tiny(device_peak_flops=PEAK, checkpointing=Checkpointing.full,
-                            grad_accum_steps=2),
+                            grad_accum_steps=2, min_measure_s=600.0, max_measure_steps=6),
         # Selective on the 2-layer preset: every 2nd block = block 0 only. Also asks for the
         # CV-based extension with a threshold no run can meet: it must stop at the cap.
         "bf16_selective": tiny(device_peak_flops=PEAK, precision=Precision.bf16,
@@ -67,6 +68,17 @@ def test_high_cv_extends_the_measured_steps_up_to_the_cap_and_says_so(trials):
     r = trials[0]["bf16_selective"]
     assert r.measure_extended and r.measured_steps == 5
     assert any("measured 5 steps instead of 3" in n for n in r.notes)
+    assert any("even at the cap of 5 steps" in n for n in r.notes)
+
+
+def test_a_short_window_extends_until_it_lasts_min_measure_s_or_reaches_the_cap(trials):
+    results, configs = trials
+    r, short = results["full_accum2"], configs["full_accum2"]
+    assert r.measure_extended and r.measured_steps == short.max_measure_steps == 6
+    assert sum(r.step_times_s) < short.min_measure_s  # the cap stopped it, not the floor
+    assert any("the window was under 600 s" in n for n in r.notes)
+    # A window already long enough is not extended (min_measure_s=0 in the other trials).
+    assert results["base"].measured_steps == configs["base"].measure_steps
 
 
 def test_flops_mfu_and_hfu_without_recompute(trials):

@@ -95,10 +95,12 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
         observations=obs,
         notes=notes,
     )
+    n = len(steps.times_s)
     if steps.extended:
-        result.notes.append(f"step-time CV above {cfg.max_step_time_cv:g}: measured "
-                            f"{len(steps.times_s)} steps instead of {cfg.measure_steps}")
-    elif stats["cv"] > cfg.max_step_time_cv:
+        result.notes.append(f"measured {n} steps instead of {cfg.measure_steps}: the window was "
+                            f"under {cfg.min_measure_s:g} s or its step-time CV above "
+                            f"{cfg.max_step_time_cv:g}")
+    if stats["cv"] > cfg.max_step_time_cv and n >= cfg.max_measure_steps:
         result.notes.append(f"step-time CV {stats['cv']:.2f} is above {cfg.max_step_time_cv:g} "
                             f"even at the cap of {cfg.max_measure_steps} steps: a noisy figure")
     return result

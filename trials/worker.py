@@ -232,8 +232,10 @@ def run(cfg, t_start: float, keep_group: bool = False):
     with NvmlSampler(device) as nvml:
         for _ in range(cfg.measure_steps):
             steps.run_one()
-        # A noisy window says little: extend up to the cap while the CV stays high.
-        while len(steps.times_s) < cfg.max_measure_steps and steps.job_cv() > cfg.max_step_time_cv:
+        # A noisy or short window says little: extend up to the cap while the CV stays high
+        # or the window is shorter than min_measure_s (every rank decides alike: the times
+        # are the slowest rank's).
+        while cfg.measure_more(steps.times_s, steps.job_cv()):
             steps.extended = True
             steps.run_one()
     phase["measure"] = time.perf_counter() - t

@@ -292,6 +292,11 @@ class TrialConfig(TrainingKnobs):
     measure_steps: int = Field(default=5, gt=0)
     max_measure_steps: int = Field(default=15, gt=0, description="cap when CV is high")
     max_step_time_cv: float = Field(default=0.15, gt=0, description="extend steps above this")
+    # A window under a second or two says little on a shared CPU: with steps of 0.15 s, the sd
+    # of log tokens/s between runs was 0.039 over 5 steps and 0.021 over 15 (docs/benchmarks.md,
+    # noise levers, huge pages on). Steps of a second or more (a real model) never extend.
+    min_measure_s: float = Field(default=2.0, ge=0, description="extend steps (up to "
+                                 "max_measure_steps) until the measured window lasts this long")
     threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank")
     seed: int = 0
     timeout_s: float = Field(default=300.0, gt=0)
@@ -325,6 +330,15 @@ class TrialConfig(TrainingKnobs):
     @property
     def global_batch_tokens(self) -> int:
         return self.global_batch_samples * self.seq_len
+
+    def measure_more(self, step_times_s: list[float], cv: float) -> bool:
+        """Whether a trial that measured these steps (their step-time CV `cv`) measures
+        another: past measure_steps, while the window lasts under min_measure_s or its CV is
+        above max_step_time_cv, up to max_measure_steps (trials/worker.py)."""
+        n = len(step_times_s)
+        if n < self.measure_steps:
+            return True
+        return n < self.max_measure_steps and (cv > self.max_step_time_cv or sum(step_times_s) < self.min_measure_s)
 
     def write(self, path: str | Path) -> None:
         write_json_atomic(path, self.model_dump(mode="json"))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, FSDPMode, Launcher, TrialConfig
+from autotune.contract.rank_env import cpu_rank_env
 from autotune.errors import UserError
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.record import TrialRecord
@@ -206,8 +207,9 @@ def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str
         # One CPU "GPU" = one rank with threads_per_rank threads; accelerate under torchrun
         # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set. Not with ZeRO: that
         # flag turns accelerate's DeepSpeed off (DeepSpeed starts the process group itself).
-        env += [("OMP_NUM_THREADS", str(cfg.threads_per_rank)), ("MKL_NUM_THREADS", str(cfg.threads_per_rank)),
-                ("CUDA_VISIBLE_DEVICES", "")] + [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
+        # Huge pages too (autotune.contract.rank_env): the trial measured with them.
+        env += list(cpu_rank_env(cfg.threads_per_rank).items())
+        env += [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
     # Trainer builds its Accelerator from its own flags; these would contradict them.
     return [(k, v) for k, v in env if not (trainer and k.startswith("ACCELERATE_")
                                            and k != "ACCELERATE_USE_CPU")]

@@ -31,6 +31,7 @@ from autotune.contract import (
     TrialStatus,
     write_json_atomic,
 )
+from autotune.contract.rank_env import cpu_rank_env
 from autotune.run.shm import remove_deepspeed_shm
 
 WORKER_MODULE = "trials.worker"
@@ -85,12 +86,11 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
     # never open the study, and a launcher that logs its environment must not show it.
     env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_STORAGE"}
     threads = str(cfg.threads_per_rank)
-    # One CPU "GPU" = one rank with `threads_per_rank` threads; torchrun would otherwise
-    # leave every rank free to spawn a thread per core and they would fight for them.
+    # torchrun would otherwise leave every rank free to spawn a thread per core.
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1",
                AUTOTUNE_LAUNCH_TIME=repr(time.time()))
     if cfg.device is DeviceKind.cpu:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update(cpu_rank_env(cfg.threads_per_rank, os.environ))
         # accelerate under torchrun on CPU runs every rank alone without this.
         env["ACCELERATE_USE_CPU"] = "true"
     # DeepSpeed otherwise probes for an accelerator in every process (and logs a warning on CPU).

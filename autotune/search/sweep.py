@@ -76,8 +76,9 @@ def remeasure_reserve(spec: SweepSpec, n_trials: int) -> int:
     """How many of this invocation's trials may go to re-measuring (`budget.remeasure_trials`,
     default half: on the DeepSpeed-style space, whose optimum the baselines find and whose
     leading configs lie within 2 runs' noise, half lifted pick accuracy from 38 to 44 of 60
-    replays (41 to 44 held out) at --trials 8, and left the 40- and 252-config spaces at 60/60:
-    docs/benchmarks.md)."""
+    replays (41 to 44 held out) at --trials 8, and left the 40- and 252-config spaces at 60/60;
+    on its truth measured before trials had huge pages and a 2 s window, where one run's sd was
+    0.057: git history of docs/benchmarks.md)."""
     if spec.budget.remeasure_trials is not None:
         return min(spec.budget.remeasure_trials, n_trials)
     return n_trials // 2
