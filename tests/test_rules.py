@@ -76,6 +76,16 @@ def test_a_trial_measures_more_while_its_window_is_short_or_noisy_up_to_the_cap(
     assert not TrialConfig(min_measure_s=0).measure_more([0.1] * 5, cv=0.0)
 
 
+def test_the_default_window_floor_keeps_config_keys_and_another_floor_is_another_measurement():
+    from autotune.search.reuse import config_key
+
+    cfg = TrialConfig()
+    before = cfg.model_dump(mode="json")
+    del before["min_measure_s"]  # a record written before the floor existed
+    assert config_key(TrialConfig.model_validate(before), "cpu:x") == config_key(cfg, "cpu:x")
+    assert config_key(TrialConfig(min_measure_s=0.0), "cpu:x") != config_key(cfg, "cpu:x")
+
+
 def test_memory_config_shares_trialconfigs_knobs_and_rules():
     from autotune.estimate.memory import MemoryConfig
 

@@ -208,8 +208,7 @@ def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str
         # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set. Not with ZeRO: that
         # flag turns accelerate's DeepSpeed off (DeepSpeed starts the process group itself).
         # Huge pages too (autotune.contract.rank_env): the trial measured with them.
-        env += list(cpu_rank_env(cfg.threads_per_rank).items())
-        env += [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
+        env += [*cpu_rank_env(cfg.threads_per_rank).items()] + [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
     # Trainer builds its Accelerator from its own flags; these would contradict them.
     return [(k, v) for k, v in env if not (trainer and k.startswith("ACCELERATE_")
                                            and k != "ACCELERATE_USE_CPU")]

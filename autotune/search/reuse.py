@@ -34,6 +34,10 @@ def config_key(cfg: TrialConfig, hardware_key: str) -> str:
     doc = cfg.model_dump(mode="json", exclude={"seed", "device_peak_flops"})
     if doc.get("fsdp") == "none":
         del doc["fsdp"]  # added later: a config without FSDP keeps the key it had before
+    if doc.get("min_measure_s") == TrialConfig.model_fields["min_measure_s"].default:
+        # Added later (2026-12-01), read as the default in older records: their keys stay. A
+        # floor of 2 s never lengthens the window of a model whose steps take seconds.
+        del doc["min_measure_s"]
     text = json.dumps({"config": doc, "hardware": hardware_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
