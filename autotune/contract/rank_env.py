@@ -16,7 +16,8 @@ from typing import Mapping
 # windows): tokens/s 1.21x and 1.12x on the DeepSpeed-style space's two leading configs, and
 # the spread between runs of the faster-stepping one fell from 0.044 to 0.011 (sd of log
 # tokens/s over the whole window; over the first 5 steps 0.048 and 0.044): without it a run
-# settles at a speed of its own, which no window length averages out. Trials and exported runs set it alike.
+# settles at a speed of its own, which no window length averages out. Trials and exported
+# runs set it alike.
 CPU_HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
 
 

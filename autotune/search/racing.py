@@ -24,8 +24,8 @@ a new rival measured once (on the DeepSpeed-style space that lost the optimum: 3
 for a block measures the raced rival with the fewest runs on its own (the least certain
 estimate) rather than a new config, which would be recommended on one run if it led (44 -> 47
 of 60 at --trials 8 there; both on the truth measured before trials had huge pages and a 2 s
-window, where the leading runs were noisier). A leader measured only once is measured again with its runner-up whatever its lead: a single run is never
-crowned. Once every config of the space has been tried, the rest of the budget may race.
+window, where the leading runs were noisier). A leader measured only once is measured again
+with its runner-up whatever its lead: a single run is never crowned. Once every config of the space has been tried, the rest of the budget may race.
 
 Repeats count against `--trials` like any launched trial; each is recorded as a repeat of the
 config's first trial (`TrialRecord.repeat_of`) in its block (`race_block`).

@@ -28,16 +28,20 @@ from autotune.run.storage import claim, claim_owner
 WAIT_POLL_S = 1.0
 
 
+# Fields TrialConfig gained after studies were recorded, with the value older records read
+# as: at that value a config keeps the key it had before, so a resumed study reuses them.
+# min_measure_s (2026-12-01): a 2 s floor never lengthens the window of a model whose steps
+# take seconds.
+ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default}
+
+
 def config_key(cfg: TrialConfig, hardware_key: str) -> str:
     """Identity of a measurement: the config without its seed, on one kind of hardware."""
     # The device peak is bookkeeping for MFU (from the catalog), not part of what is measured.
     doc = cfg.model_dump(mode="json", exclude={"seed", "device_peak_flops"})
-    if doc.get("fsdp") == "none":
-        del doc["fsdp"]  # added later: a config without FSDP keeps the key it had before
-    if doc.get("min_measure_s") == TrialConfig.model_fields["min_measure_s"].default:
-        # Added later (2026-12-01), read as the default in older records: their keys stay. A
-        # floor of 2 s never lengthens the window of a model whose steps take seconds.
-        del doc["min_measure_s"]
+    for name, before in ADDED_LATER.items():
+        if doc.get(name) == before:
+            del doc[name]
     text = json.dumps({"config": doc, "hardware": hardware_key}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
