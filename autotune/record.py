@@ -55,10 +55,11 @@ class PrescreenRecord(_Part):
     launch: bool
     predicted_bytes: int | None = None  # per rank; calibrated when a fit existed
     limit_bytes: int | None = None
-    safety_margin: float = 0.0
+    safety_margin: float | None = None  # the spec's fixed headroom, if one was set
     basis: str = ""
     engine: str = ""
     ranks: int = 1
+    p_fit: float | None = None  # chance to fit (autotune.search.fit); None in older records
     breakdown: dict[str, Any] | None = None
 
 
@@ -112,6 +113,7 @@ class TrialRecord(BaseModel):
     retry_of: int | None = None  # the stale trial this one re-runs
     baseline: bool | None = None  # enqueued as a baseline
     local_move_from: int | None = None  # enqueued as a neighbour of this trial
+    fit_probe: bool | None = None  # enqueued to learn what fits: launched whatever the prescreen says
     reused_from: int | None = None  # measured nothing: copied this trial's measurement
     repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured first
     race_block: str | None = None  # measured back to back with the other trials of this block
@@ -137,10 +139,10 @@ class TrialRecord(BaseModel):
 
     OWN: ClassVar[frozenset[str]] = frozenset({
         "config", "config_key", "hardware", "machine", "controller", "launch", "claim",
-        "retry_of", "baseline", "local_move_from", "reused_from", "repeat_of", "race_block",
+        "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "repeat_of", "race_block",
         "search_gpu_hours", "search_usd", "leftovers_killed"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
-    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block"})
+    KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block", "fit_probe"})
 
     # -- reading
     @classmethod

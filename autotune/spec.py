@@ -140,8 +140,11 @@ class MemorySpec(_Spec):
     trial measured above it then counts as out of memory)."""
 
     limit_bytes_per_rank: int | None = Field(default=None, gt=0)
-    safety_margin: float = Field(default=0.10, ge=0, lt=1,
-                                 description="headroom over the calibrated prediction")
+    safety_margin: float | None = Field(
+        default=None, ge=0, lt=1,
+        description="fixed headroom: a config counts as fitting only under limit / (1 + margin). "
+                    "Unset (the default): no fixed margin; the sweep weighs the calibrated model's own "
+                    "errors on this hardware and probes what may fit (autotune/search/fit.py)")
     prescreen: bool = Field(default=True, description="false: launch every config, still calibrate")
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import context_lines, install_sigterm_handler, run_context, write_outputs  # noqa: E402
 
-from autotune.search.calibration import (DEFAULT_SAFETY_MARGIN, CalibrationPoint, MemoryGuard,  # noqa: E402
+from autotune.search.calibration import (CalibrationPoint, MemoryGuard,  # noqa: E402
                                   fit_calibration, measured_peak_bytes)
 from autotune.contract import (Checkpointing, GPTShape, GPTWorkload, Launcher, Offload,  # noqa: E402
                                Precision, TrialConfig)
@@ -140,7 +140,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="6 configs instead of the full grid")
     ap.add_argument("--no-zero", action="store_true", help="leave out the DeepSpeed ZeRO configs")
-    ap.add_argument("--margin", type=float, default=DEFAULT_SAFETY_MARGIN)
+    ap.add_argument("--margin", type=float, default=0.10,
+                    help="the fixed headroom checked (memory.safety_margin)")
     ap.add_argument("--json-out", help="write every figure here")
     ap.add_argument("--md-out", help="write the markdown section here")
     ap.add_argument("--runs", type=Path, help="trial folders (default: a temporary folder); "

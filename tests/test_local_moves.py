@@ -42,13 +42,21 @@ def _record(study, spec, ms, micro: int, ckpt: str, hours: float, usd: float) ->
                     "config_key": config_key(cfg, hw)}))
 
 
+def _ctx(spec, ms, study):
+    from pathlib import Path
+
+    from autotune.search.context import SweepContext
+
+    return SweepContext.build(spec, study, Path("unused"), machine=ms)
+
+
 def test_queues_untried_neighbours_of_the_best_configs_first(setup):
     spec, ms, study = setup
     _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)   # the best
     _record(study, spec, ms, 2, "none", hours=12.0, usd=6.0)   # dominated
     _record(study, spec, ms, 8, "none", hours=11.0, usd=7.0)   # dominated
     assert [t.params["micro_batch_size"] for t in ranked_by_front(study.trials, ms.hardware)] == [4, 2, 8]
-    moves = LocalMoves(spec, ms, seed=0)
+    moves = LocalMoves(_ctx(spec, ms, study), seed=0)
     # Micro 4's neighbours: micro 2 and 8 (tried) and full checkpointing (untried): the only move.
     assert moves.enqueue_next(study)
     (waiting,) = [t for t in study.trials if t.state.name == "WAITING"]
@@ -69,7 +77,7 @@ def test_exhausted_once_every_listed_config_is_tried(setup):
     for micro in (1, 2, 4, 8):
         for ckpt in ("none", "full"):
             _record(study, spec, ms, micro, ckpt, hours=float(micro), usd=float(micro))
-    assert LocalMoves(spec, ms, seed=0).exhausted(study) == 8
+    assert LocalMoves(_ctx(spec, ms, study), seed=0).exhausted(study) == 8
 
 
 def test_gpu_trials_carry_the_catalog_peak_so_the_worker_computes_mfu(setup):
@@ -127,6 +135,6 @@ def test_a_step_that_improved_is_continued_first(setup, seed):
     spec, ms, study = setup
     _record(study, spec, ms, 4, "none", hours=10.0, usd=5.0)
     _record(study, spec, ms, 8, "none", hours=11.0, usd=6.0)
-    assert LocalMoves(spec, ms, seed=seed).enqueue_next(study)
+    assert LocalMoves(_ctx(spec, ms, study), seed=seed).enqueue_next(study)
     (waiting,) = [t for t in study.trials if t.state.name == "WAITING"]
     assert waiting.system_attrs["fixed_params"]["micro_batch_size"] == 2

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.spec import SweepSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.contract import HardwareFingerprint
+    from autotune.pricing.catalog import Catalog
+    from autotune.search.machine import MachineSpace
+    from autotune.search.space import RestrictedSpace
 
 
 @dataclass
@@ -22,11 +30,18 @@ class Session:
     """What a sweep has checked and opened before its first trial."""
 
     spec: SweepSpec
-    hardware: Any  # HardwareFingerprint
-    restricted: Any  # RestrictedSpace on this machine
-    catalog: Any
-    study: Any  # optuna.Study
+    machine: "MachineSpace"  # this machine's hardware and space, detected once
+    catalog: "Catalog"
+    study: "optuna.Study"
     measured_before: int
+
+    @property
+    def hardware(self) -> "HardwareFingerprint":
+        return self.machine.hardware
+
+    @property
+    def restricted(self) -> "RestrictedSpace":
+        return self.machine.restricted
 
 
 def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepSpec:
@@ -57,21 +72,18 @@ def prepare(spec: SweepSpec) -> Session:
     create) the study. Raises UserError before touching the study when any is wrong."""
     from autotune.pricing.load import load_catalog
     from autotune.record import TrialRecord
-    from autotune.run.hardware import local_hardware
     from autotune.run.preflight import check_workload
-    from autotune.search.space import capabilities_for, load_space, restrict
+    from autotune.search.machine import MachineSpace
     from autotune.search.study import open_study
 
-    hw = local_hardware()
-    n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
-    rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
     catalog = load_catalog(spec.platforms.catalog)
+    machine = MachineSpace.for_spec(spec, catalog)  # the space on this machine: refused here if empty
     for name in spec.platforms.offers or []:
         catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
     check_workload(spec)  # a workload that cannot build ends here, not in every trial
     st = open_study(spec.storage, spec.study, seed=spec.seed)
     before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
-    return Session(spec, hw, rs, catalog, st, before)
+    return Session(spec, machine, catalog, st, before)
 
 
 def prebuild(session: Session, note: Callable[[str], None]) -> None:
@@ -95,7 +107,8 @@ def run(session: Session, n_trials: int, runs_dir: Path, on_trial=None, note=Non
 
     record_sweep(session.study, session.spec)  # the report's limits and catalog
     return run_sweep(session.spec, session.study, n_trials, Path(runs_dir) / session.spec.study,
-                     on_trial=on_trial, note=note, catalog=session.catalog)
+                     on_trial=on_trial, note=note, catalog=session.catalog,
+                     machine=session.machine)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from autotune.contract import (
     ACCELERATE_MIXED_PRECISION,
@@ -33,6 +33,7 @@ from autotune.contract import (
 )
 from autotune.contract.rank_env import cpu_rank_env
 from autotune.run.shm import remove_deepspeed_shm
+from autotune.run.runner import FunctionRunner, TrialRunner, as_runner  # noqa: F401 (re-exported)
 
 WORKER_MODULE = "trials.worker"
 LOG_TAIL_CHARS = 4000
@@ -196,16 +197,6 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     return result
 
 
-class TrialRunner(Protocol):
-    """Runs one trial to its end and returns its result (a failed trial is a result too): the
-    only way a sweep measures. `on_start(pid)` is called once the trial's process group
-    exists (pid = its leader), so a later sweep can kill what a dead controller left. The
-    default is `launcher_runner()`; benchmark replays and tests pass their own."""
-
-    def __call__(self, cfg: TrialConfig, trial_dir: Path,
-                 on_start: Callable[[int], None] | None = None) -> TrialResult: ...
-
-
 def launcher_runner(argv_builder=None, python: str = sys.executable) -> TrialRunner:
     """The TrialRunner that launches real trials (`run_trial`), through `argv_builder` when
     given (a cluster template: `template_argv_builder`)."""
@@ -213,7 +204,7 @@ def launcher_runner(argv_builder=None, python: str = sys.executable) -> TrialRun
     def run(cfg: TrialConfig, trial_dir: Path, on_start: Callable[[int], None] | None = None) -> TrialResult:
         return run_trial(cfg, trial_dir, python=python, on_start=on_start, argv_builder=argv_builder)
 
-    return run
+    return FunctionRunner(run)
 
 
 def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out_path: Path,

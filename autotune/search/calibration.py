@@ -2,8 +2,8 @@
 trials, and prescreen configurations with the calibrated model before launching them.
 
     guard = MemoryGuard(hw, spec.memory.limit_bytes_per_rank, spec.memory.safety_margin)
-    verdict = guard.prescreen(trial, cfg)        # loads (and refits) the study's calibration
-    if not verdict.launch: guard.record_prescreened(trial, verdict)   # PRUNED, infeasible
+    verdict = guard.prescreen(trial, cfg, fits.p_fit)   # loads (and refits) the calibration
+    if not verdict.launch: guard.record_prescreened(trial, verdict)   # unlikely to fit: PRUNED
     result = guard.after_trial(trial, cfg, verdict, result)            # a calibration point
 
 The fit. Measured peak per rank = c[engine] + d[ranks > 1] + s * analytic, where `analytic`
@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,8 +41,29 @@ from autotune.estimate.memory import MemoryConfig, MemoryEstimate, estimate_memo
 from autotune.record import MemoryPointRecord, TrialRecord
 from autotune.format import fmt_bytes
 
+# How sure the prescreen is that a config fits (autotune.search.fit weighs these).
+# Below this probability of fitting a proposal is held back (not launched, costs no trial).
+P_HOLD = 0.2
+# A measured config fits when this probability that its median peak is under the limit holds.
+P_FITS = 0.5
+# Prior sd of log peak between runs of one config, until the study's own repeats say more: a CPU
+# rank's resident set varies with the allocator's and the OS's timing, a GPU allocator's peak
+# hardly (docs/benchmarks.md, "Memory: how peaks vary between runs").
+PRIOR_SD_RUN = {DeviceKind.cpu: 0.03, DeviceKind.cuda: 0.01}
+# Prior sd of log (measured / calibrated prediction) for a config not yet measured: the
+# calibration's errors on configs it had not seen (docs/benchmarks.md, the memory model
+# section: leave-one-out errors on CPU, the H200 sweep's predictions on GPU).
+PRIOR_SD_MODEL = {DeviceKind.cpu: 0.05, DeviceKind.cuda: 0.10}
+PRIOR_DOF = 2.0  # weight of each prior, in points' worth
+# sd of log error for an engine with no trial yet, predicted with another engine's constant.
+SD_BORROWED = 0.5
+
+
+def normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
 CALIBRATION_ATTR = "memory_calibration"  # study user attribute: {hardware key: CalibrationFit}
-DEFAULT_SAFETY_MARGIN = 0.10
 MIN_POINTS_FOR_SLOPE = 3
 MIN_SPREAD_FOR_SLOPE = 1.15  # max/min analytic bytes; less and a slope is extrapolated noise
 SLOPE_RANGE = (0.5, 4.0)
@@ -71,6 +92,19 @@ class CalibrationFit(BaseModel):
     median_rel_error: float
     max_under_prediction: float  # max over points of (measured - predicted) / predicted
     basis: str
+    # Sum of squared log errors (measured / predicted) over the points, and the degrees of
+    # freedom left after the fitted terms: what `sd_log` weighs against a prior. None in fits
+    # stored by older versions.
+    sum_sq_log_error: float | None = None
+    resid_dof: int | None = None
+
+    def sd_log(self, prior: float, prior_dof: float) -> float:
+        """sd of log (measured / predicted) for a config the fit has not seen: its residuals,
+        shrunk toward `prior` with `prior_dof` points' weight (few points say little)."""
+        ss, dof = prior_dof * prior * prior, prior_dof
+        if self.sum_sq_log_error is not None and self.resid_dof:
+            ss, dof = ss + self.sum_sq_log_error, dof + self.resid_dof
+        return math.sqrt(ss / dof)
 
     def predict(self, analytic_bytes: float, engine: str, ranks: int = 1) -> tuple[int, str]:
         """Calibrated peak per rank and a phrase saying what it rests on."""
@@ -149,6 +183,8 @@ def fit_calibration(points: list[CalibrationPoint], hardware: str) -> Calibratio
     fit.median_rel_error = statistics.median(abs(q - p.measured_bytes) / p.measured_bytes
                                              for q, p in zip(preds, points))
     fit.max_under_prediction = max((p.measured_bytes - q) / q for q, p in zip(preds, points))
+    fit.sum_sq_log_error = sum(math.log(p.measured_bytes / q) ** 2 for q, p in zip(preds, points))
+    fit.resid_dof = max(0, len(points) - n_const - (1 if "slope" in basis else 0))
     return fit
 
 
@@ -191,16 +227,17 @@ class Verdict:
     launch: bool
     estimate: MemoryEstimate | None
     predicted_bytes: int | None  # calibrated when a fit exists, else the analytic figure
-    limit_bytes: int | None
-    margin: float
+    limit_bytes: int | None  # what a rank may use: a config fits under it
+    margin: float | None  # the spec's fixed headroom, if any (limit / (1 + margin) is used)
     basis: str
     engine: str
     ranks: int = 1
+    p_fit: float = 1.0  # probability that a run stays under the limit (autotune.search.fit)
 
     def as_dict(self) -> dict[str, Any]:
         return {"launch": self.launch, "predicted_bytes": self.predicted_bytes,
                 "limit_bytes": self.limit_bytes, "safety_margin": self.margin, "basis": self.basis,
-                "engine": self.engine, "ranks": self.ranks,
+                "engine": self.engine, "ranks": self.ranks, "p_fit": round(self.p_fit, 4),
                 "breakdown": self.estimate.as_dict() if self.estimate is not None else None}
 
 
@@ -220,11 +257,11 @@ class MemoryGuard:
     """The study's memory prescreen and calibration for one spec on one machine."""
 
     def __init__(self, hw: HardwareFingerprint, limit_bytes_per_rank: int | None = None,
-                 safety_margin: float = DEFAULT_SAFETY_MARGIN, enabled: bool = True):
+                 safety_margin: float | None = None, enabled: bool = True):
         self.hw = hw
         self.hw_key = hw.key()
         self.spec_limit = limit_bytes_per_rank
-        self.margin = safety_margin
+        self.margin = safety_margin or None
         self.enabled = enabled
         self.fit: CalibrationFit | None = None
 
@@ -247,57 +284,68 @@ class MemoryGuard:
         study.set_user_attr(CALIBRATION_ATTR, allfits)
 
     # -- before a trial
-    def predict(self, cfg: TrialConfig) -> Verdict:
+    def fits_under(self, num_ranks: int) -> int | None:
+        """The peak a rank's config must stay under: the device's limit, less the spec's fixed
+        headroom when one is set."""
+        limit = device_limit_bytes(self.hw, num_ranks, self.spec_limit)
+        return None if limit is None or not self.margin else int(limit / (1 + self.margin))
+
+    def predict(self, cfg: TrialConfig, sd_log_run: float | None = None) -> Verdict:
+        """The calibrated peak per rank and the probability that it fits, from the model and
+        the errors it has shown on this machine (`sd_log_run`: the spread of one config's
+        peaks between runs, default the prior of autotune.search.fit)."""
         mcfg = MemoryConfig.from_trial_config(cfg)
-        engine = calibration_group(mcfg)
+        engine, ranks = calibration_group(mcfg), cfg.num_gpus * cfg.num_nodes
         model = model_shape_for(cfg.workload)
-        limit = device_limit_bytes(self.hw, cfg.num_gpus, self.spec_limit)
+        limit = self.fits_under(cfg.num_gpus) or device_limit_bytes(self.hw, cfg.num_gpus, self.spec_limit)
         if model is None:
             return Verdict(True, None, None, limit, self.margin, "no model description: not prescreened",
-                           engine, cfg.num_gpus * cfg.num_nodes)
+                           engine, ranks)
         est = estimate_memory(model, mcfg)
         # On CPU offloaded state is host memory too: the rank holds all of it.
         cpu = self.hw.device_kind is DeviceKind.cpu
         analytic = est.analytic_bytes + (est.host_bytes if cpu else 0)
-        if self.fit is not None:
-            predicted, basis = self.fit.predict(analytic, engine, cfg.num_gpus * cfg.num_nodes)
-            est = est.with_overhead(predicted - analytic, basis)
-            # The margin guards what the model may get wrong: the part that scales with the
-            # model, plus the largest under-prediction the fit has shown on this machine. The
-            # runtime's constant is measured here; a margin on it (most of the figure on CPU)
-            # would hold back configs that fit.
-            if engine in self.fit.constant_bytes:
-                guard = (self.margin * self.fit.scale * analytic
-                         + max(0.0, self.fit.max_under_prediction) * predicted)
-                over = limit is not None and predicted + guard > limit
-                basis = (f"{basis}; safety margin {self.margin:.0%} of the model-dependent part "
-                         f"+ the fit's worst under-prediction {max(0.0, self.fit.max_under_prediction):.1%}")
-            else:
-                # No trial of this engine yet: the borrowed constant is an estimate, not a
-                # bound. Holding back on it would keep the engine from ever being measured,
-                # hence calibrated (measured: a sweep that met ZeRO first never tried DDP,
-                # docs/benchmarks.md). Held back only when certain, as before any trial.
-                over = limit is not None and analytic > limit
-                basis += "; held back only if the analytic lower bound exceeds the limit"
-        else:
+        sd_run = sd_log_run if sd_log_run is not None else PRIOR_SD_RUN[self.hw.device_kind]
+        if self.fit is None:
             # No measurement yet: only the analytic figure, a lower bound (it leaves out the
-            # runtime's own memory), so only configs certain not to fit are held back.
-            predicted, basis = analytic, "not calibrated yet: analytic lower bound, no margin"
-            over = limit is not None and analytic > limit
-        return Verdict(not over or not self.enabled, est, int(predicted), limit, self.margin, basis,
-                       engine, cfg.num_gpus * cfg.num_nodes)
+            # runtime's own memory), so only configs certain not to fit are unlikely to.
+            predicted, basis, p = analytic, "not calibrated yet: analytic lower bound", 1.0
+        else:
+            predicted, basis = self.fit.predict(analytic, engine, ranks)
+            est = est.with_overhead(predicted - analytic, basis)
+            if engine in self.fit.constant_bytes:
+                sd = self.fit.sd_log(PRIOR_SD_MODEL[self.hw.device_kind], PRIOR_DOF)
+            else:
+                # No trial of this engine yet: the borrowed constant is a guess, so the chance
+                # to fit is wide; a tight one would keep the engine from ever being measured.
+                sd = SD_BORROWED
+            sd = math.hypot(sd, sd_run)
+            basis += f"; error sd {sd:.1%} (log) from this machine's calibration errors"
+            p = 1.0 if limit is None else normal_cdf(math.log(limit / max(1, predicted)) / sd)
+        if limit is not None and analytic > limit:
+            p = 0.0  # even the lower bound is over
+        if self.margin:
+            basis += f"; fixed headroom {self.margin:.0%} below the limit (memory.safety_margin)"
+        return Verdict(p >= P_HOLD or not self.enabled, est, int(predicted), limit, self.margin, basis,
+                       engine, ranks, p_fit=p)
 
-    def prescreen(self, trial: Any, cfg: TrialConfig) -> Verdict:
+    def prescreen(self, trial: Any, cfg: TrialConfig, p_fit: Callable[[TrialConfig], float] | None = None) -> Verdict:
+        """Load the study's calibration, predict, and decide: launched unless unlikely to fit.
+        `p_fit`: the sweep's fit model (autotune.search.fit.FitModel.p_fit), which adds what
+        the config's own runs and its neighbours' say to the prediction."""
         self.load(trial.study)
         verdict = self.predict(cfg)
+        if p_fit is not None and verdict.estimate is not None:
+            verdict.p_fit = p_fit(cfg)
+            verdict.launch = verdict.p_fit >= P_HOLD or not self.enabled
         TrialRecord.write(trial, memory_prescreen=verdict.as_dict())
         return verdict
 
     def record_prescreened(self, trial: Any, verdict: Verdict) -> TrialResult:
         """What a config held back looks like: a result that says it was never launched."""
         msg = (f"not launched: predicted peak {fmt_bytes(verdict.predicted_bytes)} per rank "
-               f"(+{verdict.margin:.0%} margin) exceeds the limit {fmt_bytes(verdict.limit_bytes)} "
-               f"({verdict.basis})")
+               f"against the limit {fmt_bytes(verdict.limit_bytes)}: {verdict.p_fit:.0%} chance to "
+               f"fit ({verdict.basis})")
         TrialRecord.write(trial, status="prescreened", error=f"PredictedOOM: {msg}")
         return TrialResult(status=TrialStatus.oom, error_type="PredictedOOM", error=msg,
                            notes=["prescreened: memory estimated, not measured"])

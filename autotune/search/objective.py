@@ -1,13 +1,16 @@
-"""The Optuna objective of a sweep: suggest -> prescreen -> reuse or claim -> run -> score.
+"""The Optuna objective of a sweep, one method per step: suggest -> prescreen -> reuse or claim
+-> run -> score.
 
-    objective = make_objective(spec, runs_dir, machine=ms, runner=run_trial_fn, catalog=catalog)
-    study.optimize(objective, callbacks=[...])     # autotune.search.sweep.run_sweep does this
+    objective = Objective(ctx, runner=run_trial_fn)     # ctx: autotune.search.context.SweepContext
+    study.optimize(objective, callbacks=[...])           # autotune.search.sweep.run_sweep does this
+    objective.close()                                    # ends the runner's worker pool
 
 How each trial ends:
 - ok: COMPLETE with its values; constraints (feasible, budget, deadline) set on every path
   through `trial.set_constraint` (Optuna 5 counts a trial without them as feasible).
-- oom / unsupported / nan / timeout: PRUNED, with an infeasible constraint value, so the
-  sampler learns where the boundary is (TPE counts pruned trials among the bad ones).
+- oom / unsupported / nan / timeout, or held back by the memory prescreen: PRUNED, with an
+  infeasible constraint value, so the sampler learns where the boundary is (TPE counts pruned
+  trials among the bad ones).
 - crash, Ctrl-C, a controller that died: FAIL (not a property of the config); the study goes on.
 Everything a trial stores goes through `autotune.record.TrialRecord`.
 """
@@ -15,17 +18,22 @@ Everything a trial stores goes through `autotune.record.TrialRecord`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.contract import (Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher,
                                write_json_atomic)
 from autotune.record import LaunchRef, TrialRecord
-from autotune.run.launch import TrialRunner
+from autotune.run.runner import TrialRunner, as_runner
 from autotune.run.processes import controller_record, start_ticks
+from autotune.search.calibration import MemoryGuard, Verdict
 from autotune.search.machine import MachineSpace
 from autotune.search.reuse import config_key, reuse_measurement, wait_for_measurement
 from autotune.spec import SweepSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.search.context import SweepContext
 
 INFEASIBLE = 1.0
 
@@ -55,6 +63,7 @@ def launcher_for(cfg_values: dict[str, Any], spec: SweepSpec) -> Launcher:
 def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, num_nodes: int,
                      seed: int) -> TrialConfig:
     """The TrialConfig a trial with these suggested values launches on this machine."""
+    precision = values.get("precision")
     return TrialConfig(
         workload=spec.workload, seq_len=spec.seq_len, **values, num_nodes=num_nodes,
         launcher=launcher_for(values, spec), device=ms.hardware.device_kind,
@@ -62,8 +71,7 @@ def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, 
         max_measure_steps=spec.trial.max_measure_steps, min_measure_s=spec.trial.min_measure_s,
         timeout_s=spec.trial.timeout_s,
         threads_per_rank=spec.trial.threads_per_rank, seed=seed,
-        device_peak_flops=ms.peak_flops.get(str(getattr(values.get("precision"), "value",
-                                                         values.get("precision")))),
+        device_peak_flops=ms.peak_flops.get(str(getattr(precision, "value", precision))),
     )
 
 
@@ -107,108 +115,174 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
     return fields
 
 
-def make_objective(spec: SweepSpec, runs_dir: Path, on_trial: Callable[[TrialOutcome], None] | None = None,
-                   note: Callable[[str], None] | None = None, machine: MachineSpace | None = None,
-                   runner: TrialRunner | None = None, catalog=None):
-    """The Optuna objective for this spec on this machine. `runner` runs a trial (default:
-    the launcher, through the spec's `launcher` template); `catalog`: the sweep's, loaded once."""
-    import optuna
-
-    from autotune.pricing.load import load_catalog
+def default_runner(spec: SweepSpec) -> TrialRunner:
+    """The launcher, through the spec's `launcher` template; local trials without a template
+    share long-lived workers (autotune.run.pool), which `Objective.close` ends."""
     from autotune.run.launch import launcher_runner, template_argv_builder
-    from autotune.search.calibration import MemoryGuard
-    from autotune.search.score import device_type_key, score_trial
-    from autotune.search.space import suggest
 
-    catalog = catalog if catalog is not None else load_catalog(spec.platforms.catalog)
-    ms = machine or MachineSpace.for_spec(spec, catalog)
-    hw = ms.hardware
     ls = spec.launcher
-    if runner is None:
-        runner = launcher_runner(template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
-                                                       rdzv_host=ls.rdzv_host,
-                                                       job_name=f"autotune-{spec.study}"))
-        # Issue 15 (worker pool): local trials without a launch template share long-lived
-        # workers; the caller closes the runner (objective.close()) when the sweep ends.
-        if spec.trial.reuse_workers and not ls.argv:
-            from autotune.run.pool import pool_runner
+    runner = launcher_runner(template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
+                                                   rdzv_host=ls.rdzv_host,
+                                                   job_name=f"autotune-{spec.study}"))
+    if spec.trial.reuse_workers and not ls.argv:
+        from autotune.run.pool import pool_runner
 
-            runner = pool_runner(fallback=runner)
-    guard = MemoryGuard(hw, spec.memory.limit_bytes_per_rank, spec.memory.safety_margin,
-                        enabled=spec.memory.prescreen)
+        runner = pool_runner(fallback=runner)
+    return runner
 
-    def objective(trial: "optuna.Trial"):
+
+class Objective:
+    """One trial of the sweep: `__call__` runs the steps below in order; each step either hands
+    the next what it needs or ends the trial (a return value, `optuna.TrialPruned`, or
+    `TrialCrashed`)."""
+
+    def __init__(self, ctx: "SweepContext", runner: TrialRunner | None = None,
+                 on_trial: Callable[[TrialOutcome], None] | None = None,
+                 note: Callable[[str], None] | None = None):
+        self.ctx, self.spec = ctx, ctx.spec
+        self.runner = as_runner(runner) if runner is not None else default_runner(ctx.spec)
+        self.on_trial = on_trial or (lambda outcome: None)
+        self.note = note
+        self.guard = MemoryGuard(ctx.hardware, ctx.spec.memory.limit_bytes_per_rank,
+                                 ctx.spec.memory.safety_margin, enabled=ctx.spec.memory.prescreen)
+
+    def __call__(self, trial: "optuna.Trial") -> tuple[float, float]:
+        self.start(trial)
+        cfg = self.suggest(trial)
+        verdict = self.prescreen(trial, cfg)
+        reused = self.reuse_or_claim(trial, cfg)
+        if reused is not None:
+            return reused
+        result = self.run(trial, cfg, verdict)
+        return self.score(trial, cfg, result)
+
+    def close(self) -> None:
+        """End what the runner keeps between trials (the worker pool); safe to call twice."""
+        self.runner.close()
+
+    # -- the steps, in the order a trial takes them
+    def start(self, trial: "optuna.Trial") -> None:
+        """Record which controller runs the trial, and which failed trial it retries."""
         TrialRecord.write(trial, controller=controller_record())
-        retry_of = trial.study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial")
+        retry_of = _frozen(trial).system_attrs.get("failed_trial")
         if retry_of is not None:
             TrialRecord.write(trial, retry_of=retry_of)
-        values = suggest(trial, ms.restricted, spec.batch.global_batch_samples, ms.full)
+
+    def suggest(self, trial: "optuna.Trial") -> TrialConfig:
+        """The config to measure: the sampler's (or a queued) values on this machine."""
+        from autotune.search.space import suggest
+
+        ms, ls = self.ctx.machine, self.spec.launcher
+        values = suggest(trial, ms.restricted, self.spec.batch.global_batch_samples, ms.full)
         num_nodes = ls.num_nodes[0] if len(ls.num_nodes) == 1 else \
             trial.suggest_categorical("num_nodes", ls.num_nodes)
-        cfg = trial_config_for(values, spec, ms, num_nodes, seed=spec.seed + trial.number)
-        trial_dir = runs_dir / f"trial_{trial.number:04d}"
-        key = config_key(cfg, hw.key())
+        cfg = trial_config_for(values, self.spec, ms, num_nodes, seed=self.spec.seed + trial.number)
+        hw = self.ctx.hardware
         TrialRecord.write(trial, config=cfg.model_dump(mode="json"), hardware=hw.key(),
-                          machine=hw.model_dump(mode="json"), trial_dir=str(trial_dir.resolve()),
-                          config_key=key)
-        # Memory prescreen: a config predicted not to fit is not launched (PRUNED, infeasible).
-        # A repeat (autotune.search.racing) measures again a config that has run: launched
-        # whatever the prescreen thinks now, and never answered by reuse.
-        repeat_of = trial.user_attrs.get("repeat_of")
-        verdict = guard.prescreen(trial, cfg)
-        if not verdict.launch and repeat_of is None:
-            result = guard.record_prescreened(trial, verdict)
-            if on_trial is not None:
-                on_trial(TrialOutcome(trial.number, cfg, result, None, None, None))
-            set_constraints(trial, spec, feasible=False)
-            raise optuna.TrialPruned(result.error)
-        src = wait_for_measurement(trial, key, note, hw) if repeat_of is None else None
-        if src is not None:
-            result, score = reuse_measurement(trial, src)
-            if on_trial is not None:
-                on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
-                                      score and score.usd, score and score.offer,
-                                      reused_from=src.number))
-            if src.state.name == "COMPLETE":
-                return tuple(src.values)
-            raise optuna.TrialPruned(f"reused trial {src.number}: {TrialRecord.of(src).status}")
+                          machine=hw.model_dump(mode="json"),
+                          trial_dir=str(self.trial_dir(trial).resolve()),
+                          config_key=config_key(cfg, hw.key()))
+        return cfg
+
+    def prescreen(self, trial: "optuna.Trial", cfg: TrialConfig) -> Verdict:
+        """A config predicted not to fit is not launched (PRUNED, infeasible), unless the sweep
+        queued it on purpose: a repeat (autotune.search.racing) or a probe of what fits
+        (autotune.search.fit), which run whatever the prediction says."""
+        import optuna
+
+        from autotune.search.fit import FitModel
+
+        key = config_key(cfg, self.ctx.hardware.key())
+        verdict = self.guard.prescreen(
+            trial, cfg, lambda c: FitModel.from_study(self.ctx, self.guard).p_fit(c, key))
+        if verdict.launch or _on_purpose(trial):
+            return verdict
+        result = self.guard.record_prescreened(trial, verdict)
+        self.on_trial(TrialOutcome(trial.number, cfg, result, None, None, None))
+        set_constraints(trial, self.spec, feasible=False)
+        raise optuna.TrialPruned(result.error)
+
+    def reuse_or_claim(self, trial: "optuna.Trial", cfg: TrialConfig) -> tuple[float, float] | None:
+        """None when this trial holds the claim and measures; else the values of the finished
+        trial of the same config it reuses (or PRUNED like it). A repeat always measures."""
+        import optuna
+
+        if trial.user_attrs.get("repeat_of") is not None:
+            return None
+        hw = self.ctx.hardware
+        src = wait_for_measurement(trial, config_key(cfg, hw.key()), self.note, hw)
+        if src is None:
+            return None
+        result, score = reuse_measurement(trial, src)
+        self.on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
+                                   score and score.usd, score and score.offer, reused_from=src.number))
+        if src.state.name == "COMPLETE":
+            return tuple(src.values)  # type: ignore[return-value]
+        raise optuna.TrialPruned(f"reused trial {src.number}: {TrialRecord.of(src).status}")
+
+    def run(self, trial: "optuna.Trial", cfg: TrialConfig, verdict: Verdict) -> TrialResult:
+        """Launch the trial and wait for its result; record what it measured and cost."""
+        trial_dir = self.trial_dir(trial)
 
         def on_start(pid: int) -> None:
             # The launcher leads its own process group (pgid = pid): recorded so that a later
             # sweep can kill what this one leaves behind if it dies.
             launch = LaunchRef(pgid=pid, start_ticks=start_ticks(pid))
             TrialRecord.write(trial, launch=launch)
-            write_json_atomic(trial_dir / "launch.json", {**launch.model_dump(mode="json"),
-                                                          "controller": controller_record().model_dump(mode="json")})
+            write_json_atomic(trial_dir / "launch.json", {
+                **launch.model_dump(mode="json"),
+                "controller": controller_record().model_dump(mode="json")})
 
         try:
-            result = runner(cfg, trial_dir, on_start=on_start)
+            result = self.runner(cfg, trial_dir, on_start=on_start)
         except KeyboardInterrupt:
             TrialRecord.write(trial, status="interrupted",
                               error="interrupted (Ctrl-C); its processes were killed")
-            set_constraints(trial, spec, feasible=False)
+            set_constraints(trial, self.spec, feasible=False)
             raise
-        result = guard.after_trial(trial, cfg, verdict, result)  # calibration point; emulated limit
+        result = self.guard.after_trial(trial, cfg, verdict, result)  # calibration; emulated limit
         TrialRecord.write(trial, **measured_record(result))
         gpu_hours = (result.wall_s or 0.0) / 3600.0 * cfg.world_size
-        price = rank_hour_price_usd(spec, cfg, catalog)
+        price = rank_hour_price_usd(self.spec, cfg, self.ctx.catalog)
         TrialRecord.write(trial, search_gpu_hours=gpu_hours,
                           search_usd=None if price is None else gpu_hours * price)
-        score = score_trial(result, cfg, spec, catalog, device_type_key(cfg)) if result.ok else None
-        outcome = TrialOutcome(trial.number, cfg, result, score and score.hours, score and score.usd,
-                               score and score.offer)
+        return result
+
+    def score(self, trial: "optuna.Trial", cfg: TrialConfig, result: TrialResult) -> tuple[float, float]:
+        """Hours to target and dollars on the cheapest matching offer; a failed trial is PRUNED
+        (a property of the config) or FAIL (a crash)."""
+        import optuna
+
+        from autotune.search.score import device_type_key, score_trial
+
+        score = (score_trial(result, cfg, self.spec, self.ctx.catalog, device_type_key(cfg))
+                 if result.ok else None)
         if score is not None:
             TrialRecord.write(trial, score=score.as_dict())
-        if on_trial is not None:
-            on_trial(outcome)
+        self.on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
+                                   score and score.usd, score and score.offer))
         if result.status is TrialStatus.crash:
-            set_constraints(trial, spec, feasible=False)
+            set_constraints(trial, self.spec, feasible=False)
             raise TrialCrashed(f"trial {trial.number} crashed: {result.error_type}: {result.error}")
         if not result.ok or score is None:
-            set_constraints(trial, spec, feasible=False)
+            set_constraints(trial, self.spec, feasible=False)
             raise optuna.TrialPruned(f"{result.status.value}: {result.error}")
-        set_constraints(trial, spec, feasible=True, usd=score.usd, hours=score.hours)
+        set_constraints(trial, self.spec, feasible=True, usd=score.usd, hours=score.hours)
         return score.hours, score.usd
 
-    objective.close = getattr(runner, "close", lambda: None)  # issue 15: ends the worker pool
-    return objective
+    def trial_dir(self, trial: "optuna.Trial"):
+        return self.ctx.runs_dir / f"trial_{trial.number:04d}"
+
+
+def _on_purpose(trial: "optuna.Trial") -> bool:
+    """Queued by the sweep to be measured whatever the prescreen says."""
+    return trial.user_attrs.get("repeat_of") is not None or bool(trial.user_attrs.get("fit_probe"))
+
+
+def _frozen(trial: "optuna.Trial"):
+    """The running trial as Optuna stores it (its system attributes: a retried trial's
+    `failed_trial`), through the study's public API."""
+    from optuna.trial import TrialState
+
+    running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return next(t for t in running if t.number == trial.number)

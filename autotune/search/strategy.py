@@ -1,7 +1,7 @@
 """What to measure besides the sampler's proposals: baselines first, then local moves.
 
-    enqueue_baselines(study, spec, ms)        # a few sensible first configs, once per machine kind
-    moves = LocalMoves(spec, ms, seed=0)
+    enqueue_baselines(ctx)                    # a few sensible first configs, once per machine kind
+    moves = LocalMoves(ctx, seed=0)           # ctx: autotune.search.context.SweepContext
     moves.enqueue_next(study)                 # an untried neighbour of the best configs
     moves.exhausted(study)                    # every config of a listable space tried?
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.contract import DeviceKind, HardwareFingerprint, Precision
 from autotune.record import TrialRecord
@@ -25,7 +25,9 @@ from autotune.search.machine import MachineSpace
 from autotune.search.objective import trial_config_for
 from autotune.search.pareto import fronts
 from autotune.search.reuse import config_key, key_on
-from autotune.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from autotune.search.context import SweepContext
 
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
 # space it cannot list (autotune.search.space.enumerate_configs caps the listing).
@@ -81,10 +83,11 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     return out
 
 
-def enqueue_baselines(study, spec: SweepSpec, ms: MachineSpace) -> int:
+def enqueue_baselines(ctx: "SweepContext") -> int:
     """Enqueue the baselines once per study and machine kind (an atomic claim, so two workers
     starting at once do not enqueue them twice): 0 if another worker already did."""
-    baselines = baseline_params(ms, spec.batch.global_batch_samples)
+    study = ctx.study
+    baselines = baseline_params(ctx.machine, ctx.spec.batch.global_batch_samples)
     sig = hashlib.sha256(json.dumps(baselines, sort_keys=True, default=str).encode()).hexdigest()[:16]
     if not claim(study._storage, f"{study.study_name}/baselines/{sig}", owner_attrs()):
         return 0
@@ -129,16 +132,17 @@ class LocalMoves:
     launched trial past the baselines. On a space small enough to list, it also tells when
     every config has been tried."""
 
-    def __init__(self, spec: SweepSpec, ms: MachineSpace, seed: int):
+    def __init__(self, ctx: "SweepContext", seed: int):
         import random
 
-        self.spec, self.ms, self.hw_key = spec, ms, ms.hardware.key()
+        self.spec, self.ms, self.hw_key = ctx.spec, ctx.machine, ctx.hardware.key()
         self.rng = random.Random(seed)
         self.queued: set[str] = set()
         self._all_keys: set[str] = set()
         self._listed: bool | None = None
 
-    def _key(self, values: dict[str, Any], num_nodes: int) -> str:
+    def key_for(self, values: dict[str, Any], num_nodes: int) -> str:
+        """The config key these suggested values measure on this machine."""
         return config_key(trial_config_for(values, self.spec, self.ms, num_nodes, seed=0), self.hw_key)
 
     def tried(self, trials) -> set[str]:
@@ -183,7 +187,7 @@ class LocalMoves:
             nodes = int(cfg.get("num_nodes", 1))
             moves = steps(cfg, rs, gb, full)
             self.rng.shuffle(moves)
-            keys = {(dim, d): self._key(values, nodes) for dim, d, _, values in moves}
+            keys = {(dim, d): self.key_for(values, nodes) for dim, d, _, values in moves}
 
             def continues(move) -> bool:
                 behind = keys.get((move[0], -move[1]))
@@ -194,7 +198,7 @@ class LocalMoves:
 
             candidates = [(p, v) for _, _, p, v in sorted(moves, key=lambda m: not continues(m))]
             for params, values in candidates:
-                key = self._key(values, nodes)
+                key = self.key_for(values, nodes)
                 if key in tried:
                     continue
                 if len(self.spec.launcher.num_nodes) > 1:
@@ -213,7 +217,7 @@ class LocalMoves:
             listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
                                        self.ms.full, limit=ENUMERATE_LIMIT)
             self._listed = listed is not None
-            self._all_keys = {self._key(v, n) for _, v in listed or [] for n in self.spec.launcher.num_nodes}
+            self._all_keys = {self.key_for(v, n) for _, v in listed or [] for n in self.spec.launcher.num_nodes}
         if not self._listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
             return None
         return len(self._all_keys)

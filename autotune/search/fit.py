@@ -1,0 +1,191 @@
+"""What fits in memory, learnt from every trial: a probability per config, never a cut.
+
+    fits = FitModel.from_study(ctx, guard)           # this hardware's trials, the calibrated guard
+    fits.p_fit(cfg)                                  # 0..1: will a run of cfg stay under the limit?
+    fits.fits_measured(key)                          # a measured config: do most of its runs fit?
+
+Three sources, strongest first:
+1. A config's own runs. Its peak differs from run to run (a CPU process's resident set does;
+   an allocator's much less), so runs are a sample: the config fits when its typical (median)
+   peak is under the limit, with the uncertainty of that median. One run over the limit among
+   several under it is a fact about the spread, not a flip of the verdict.
+2. Order. At the same memory savers, a larger micro-batch uses more memory; at the same
+   micro-batch, more checkpointing uses less. So a config that ran out of memory caps every
+   config above it in that order, and one that fit lifts every config below it.
+3. The calibrated model (autotune.search.calibration): its prediction with the errors it has
+   shown on this hardware (its residuals, shrunk toward a prior while it has few points).
+
+An out-of-memory run costs a few seconds and one trial; a config never tried because a
+prediction said "over" may be the optimum, which costs the whole long run. So the sweep holds a
+config back only when it is unlikely to fit (calibration.P_HOLD), and when nothing tried so far fits it
+probes the config most likely to (autotune.search.rules.FitRule).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.contract import Checkpointing, TrialConfig
+from autotune.record import TrialRecord
+from autotune.search.calibration import P_FITS, PRIOR_DOF, PRIOR_SD_RUN, normal_cdf
+from autotune.search.reuse import key_on
+
+if TYPE_CHECKING:
+    from autotune.search.calibration import MemoryGuard
+    from autotune.search.context import SweepContext
+
+# Checkpointing, least memory last: more recomputation keeps fewer activations.
+_CKPT_ORDER = {Checkpointing.none: 0, Checkpointing.selective: 1, Checkpointing.full: 2}
+
+
+def saver_setting(cfg: TrialConfig) -> tuple:
+    """Everything that decides memory except the micro-batch and checkpointing, whose order is
+    known (accumulation does not change the peak: the gradients exist either way)."""
+    doc = cfg.model_dump(mode="json", exclude={"micro_batch_size", "grad_accum_steps", "checkpointing",
+                                              "seed", "device_peak_flops"})
+    return tuple(sorted((k, str(v)) for k, v in doc.items()))
+
+
+def uses_no_more(a: TrialConfig, b: TrialConfig) -> bool:
+    """a uses no more memory than b: the same savers, a micro-batch no larger and at least as
+    much checkpointing."""
+    return (saver_setting(a) == saver_setting(b) and a.micro_batch_size <= b.micro_batch_size
+            and _CKPT_ORDER[a.checkpointing] >= _CKPT_ORDER[b.checkpointing])
+
+
+@dataclass
+class Measured:
+    """One config's runs on this hardware: peaks measured, and runs that ran out of memory
+    without a peak (a real OOM stops the run: the peak is only known to be over the limit)."""
+
+    cfg: TrialConfig
+    log_peaks: list[float] = field(default_factory=list)
+    censored: int = 0  # out of memory, peak unknown (over the limit)
+
+
+class FitModel:
+    """P(fit) for any config of this sweep, from the study's trials on this hardware."""
+
+    def __init__(self, guard: "MemoryGuard", measured: dict[str, Measured], sd_run: float):
+        self.guard, self.measured, self.sd_run = guard, measured, sd_run
+
+    @classmethod
+    def from_study(cls, ctx: "SweepContext", guard: "MemoryGuard", trials=None) -> "FitModel":
+        """`guard` must be loaded (its calibration refitted from the study)."""
+        trials = trials if trials is not None else ctx.study.get_trials(deepcopy=False)
+        measured: dict[str, Measured] = {}
+        for t in trials:
+            rec = TrialRecord.of(t)
+            key = key_on(rec, ctx.hardware)
+            if key is None or not t.state.is_finished() or rec.status in (None, "prescreened"):
+                continue
+            if rec.reused_from is not None or rec.config is None:
+                continue
+            peak = rec.memory_point.measured_bytes if rec.memory_point else None
+            if peak is None and rec.status == "ok":
+                peak = rec.peak_mem_bytes
+            m = measured.setdefault(key, Measured(rec.trial_config()))
+            if peak:
+                m.log_peaks.append(math.log(peak))
+            elif rec.status == "oom":
+                m.censored += 1
+        return cls(guard, measured, pooled_sd(measured.values(), PRIOR_SD_RUN[ctx.hardware.device_kind]))
+
+    def limit_for(self, cfg: TrialConfig) -> int | None:
+        """The peak one rank of `cfg` must stay under (autotune.search.calibration)."""
+        from autotune.search.calibration import device_limit_bytes
+
+        return self.guard.fits_under(cfg.num_gpus) or device_limit_bytes(self.guard.hw, cfg.num_gpus,
+                                                                          self.guard.spec_limit)
+
+    # -- a config's own runs
+    def p_measured(self, m: Measured) -> float | None:
+        """P(the config's median peak is under the limit), from its runs; None: no run told."""
+        limit = self.limit_for(m.cfg)
+        n = len(m.log_peaks) + m.censored
+        if n == 0:
+            return None
+        if limit is None:
+            return 1.0
+        over = math.log(limit) + self.sd_run  # a censored run: over the limit, by about a spread
+        mean = statistics.fmean(m.log_peaks + [over] * m.censored)
+        return normal_cdf((math.log(limit) - mean) / (self.sd_run / math.sqrt(n)))
+
+    def fits_measured(self, key: str) -> bool | None:
+        m = self.measured.get(key)
+        p = self.p_measured(m) if m is not None else None
+        return None if p is None else p >= P_FITS
+
+    # -- any config
+    def p_predicted(self, cfg: TrialConfig) -> float:
+        """From the calibrated model and its errors on this hardware."""
+        return self.guard.predict(cfg, sd_log_run=self.sd_run).p_fit
+
+    def p_fit(self, cfg: TrialConfig, key: str | None = None) -> float:
+        """The config's own runs when it has some; else the model, within what order says."""
+        if key is not None and key in self.measured:
+            p = self.p_measured(self.measured[key])
+            if p is not None:
+                return p
+        p = self.p_predicted(cfg)
+        for m in self.measured.values():
+            pm = self.p_measured(m)
+            if pm is None:
+                continue
+            if pm < P_FITS and uses_no_more(m.cfg, cfg):
+                p = min(p, pm)  # something using no more memory did not fit
+            elif pm >= P_FITS and uses_no_more(cfg, m.cfg):
+                p = max(p, pm)  # something using no less memory fit
+        return p
+
+
+def pooled_sd(measured, prior: float) -> float:
+    """sd of log peak between runs of one config: pooled over configs with several measured
+    peaks, shrunk toward `prior` with PRIOR_DOF points' weight."""
+    ss, dof = PRIOR_DOF * prior * prior, PRIOR_DOF
+    for m in measured:
+        if len(m.log_peaks) > 1:
+            mean = statistics.fmean(m.log_peaks)
+            ss += sum((x - mean) ** 2 for x in m.log_peaks)
+            dof += len(m.log_peaks) - 1
+    return math.sqrt(ss / dof)
+
+
+def fit_dict(fits: FitModel, cfg: TrialConfig, key: str) -> dict[str, Any]:
+    """What the prescreen records of a config's chance to fit."""
+    return {"p_fit": round(fits.p_fit(cfg, key), 4), "sd_log_run": round(fits.sd_run, 4)}
+
+
+def speed_prior(values: dict[str, Any]) -> tuple:
+    """The order in which untried configs that may fit are probed, most promising first: the
+    fewest memory savers (each costs speed: recomputation, communication, copies), then the
+    most ranks, then the largest micro-batch (the DeepSpeed autotuner's scan order)."""
+    plain = {k: getattr(v, "value", v) for k, v in values.items()}
+    savers = (_CKPT_ORDER[Checkpointing(plain.get("checkpointing", "none"))], int(plain.get("zero_stage", 0)),
+              plain.get("offload", "none") != "none", plain.get("fsdp", "none") != "none",
+              int(plain.get("tp_degree", 1)))
+    return (sum(bool(x) for x in savers), savers, -int(plain.get("num_gpus", 1)),
+            -int(plain.get("micro_batch_size", 1)))
+
+
+@dataclass
+class Candidate:
+    params: dict[str, Any]  # Optuna params, to enqueue
+    values: dict[str, Any]  # TrialConfig fields
+    cfg: TrialConfig
+    key: str
+    p_fit: float
+
+
+def choose_probe(candidates: list[Candidate]) -> Candidate | None:
+    """Among untried candidates: the most promising of those likely to fit (P_FITS), else the
+    one most likely to fit (the most promising among equals). An out-of-memory probe costs a
+    trial; a config never tried may be the optimum."""
+    ordered = sorted(candidates, key=lambda c: speed_prior(c.values))
+    likely = [c for c in ordered if c.p_fit >= P_FITS]
+    if likely:
+        return likely[0]
+    return max(ordered, key=lambda c: c.p_fit, default=None)

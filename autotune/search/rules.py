@@ -1,0 +1,283 @@
+"""The sweep loop's rules: after every trial, each is asked in turn what to do next, and the
+first with an answer decides. A rule answers `Stop(reason)` (the sweep ends), `QUEUED` (it
+queued what runs next), or None (no say: the next rule is asked).
+
+    loop = SweepLoop([StopRule(...), RaceRule(...), ExhaustedRule(...), MoveRule(...)], n_trials=8)
+    study.optimize(objective, callbacks=[loop])       # autotune.search.sweep.run_sweep
+
+Order matters and reads as the sweep's policy: stop when asked or out of budget; re-measure the
+leaders in the last trials; stop once every config has been tried or the sampler only repeats
+itself; probe what fits when nothing is known to; otherwise a local move every other trial.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from autotune.record import TrialRecord
+from autotune.search.budget import RepeatedError, SearchBudget
+from autotune.search.racing import Racing
+from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves
+
+QUEUED = True  # a rule queued the next trial(s): no later rule is asked
+
+
+@dataclass
+class Stop:
+    """The sweep ends; `reason` is printed (None: the invocation's --trials are done)."""
+
+    reason: str | None
+    interrupted: bool = False
+
+
+@dataclass
+class SweepState:
+    """What this invocation has counted, for the rules to read."""
+
+    n_trials: int
+    trials_run: int = 0  # launched here: each ran its own measurement
+    trials_ok: int = 0  # of those, measured successfully
+    proposals: int = 0  # Optuna trials here, including reused and prescreened ones
+    idle: int = 0  # proposals in a row that launched nothing
+    launched: bool = False  # the last proposal launched a trial
+    baselines_enqueued: int = 0
+    remaining: int = 0  # trials this invocation may still launch (budget.trials_left)
+
+    def count(self, rec: TrialRecord) -> None:
+        self.proposals += 1
+        self.launched = rec.launched
+        if rec.launched:
+            self.trials_run += 1
+            self.trials_ok += rec.status == "ok"
+            self.idle = 0
+        else:
+            self.idle += 1
+
+
+class Rule(Protocol):
+    def decide(self, study: Any, frozen: Any, state: SweepState) -> "Stop | bool | None": ...
+
+
+class Interrupt:
+    """First Ctrl-C: finish the running trial, then stop. Second: fail it now (its process
+    group is killed by autotune.run.launch) and stop; the study stays consistent either way."""
+
+    def __init__(self, note: Callable[[str], None] | None):
+        self.requested = False
+        self.note = note
+        self.previous: Any = None
+
+    def __enter__(self) -> "Interrupt":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.note:
+            self.note("Ctrl-C: finishing the running trial, then stopping (Ctrl-C again to stop now)")
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class StopRule:
+    """Ctrl-C, the study's search budget, one error ending several configs before any trial
+    succeeded, or this invocation's --trials done."""
+
+    def __init__(self, budget: SearchBudget, interrupt: Interrupt):
+        self.budget, self.interrupt = budget, interrupt
+        self.same_error = RepeatedError()
+
+    def decide(self, study, frozen, state: SweepState) -> Stop | None:
+        if state.launched:
+            self.same_error.add(TrialRecord.of(frozen), frozen.number)
+        if self.interrupt.requested:
+            return Stop("interrupted (Ctrl-C)", interrupted=True)
+        reason = self.budget.exhausted(study) or (None if state.trials_ok else self.same_error.verdict())
+        if reason is not None:
+            return Stop(reason)
+        if state.trials_run >= state.n_trials:
+            return Stop(None)
+        state.remaining = self.budget.trials_left(study, state.n_trials - state.trials_run)
+        return None
+
+
+def waiting(study) -> bool:
+    """Trials wait in the queue, or a repeat runs (on any machine of the study): racing waits
+    for them rather than queue a second block of the same rivals."""
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) or any(
+        TrialRecord.of(t).repeat_of is not None
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+def race(study, racing: Racing, remaining: int, everything_tried: bool = False) -> bool:
+    """Queue a block of repeats when racing wants one now (True)."""
+    members = racing.block(study, remaining, everything_tried)
+    if members:
+        racing.enqueue(study, members)
+    return bool(members)
+
+
+class RaceRule:
+    """Re-measure before recommending, within the last trials of the budget. While a block of
+    repeats waits, nothing else is queued: a local move would spend the reserve on a new rival
+    measured once, which the race then has to chase."""
+
+    def __init__(self, racing: Racing):
+        self.racing = racing
+
+    def decide(self, study, frozen, state: SweepState) -> bool | None:
+        if self.racing.racing_now(state.remaining) and (waiting(study) or race(study, self.racing,
+                                                                                 state.remaining)):
+            return QUEUED
+        return None
+
+
+class ExhaustedRule:
+    """After a proposal that launched nothing: once every config of a listable space has been
+    tried, race with what is left, then stop; stop too when the sampler has proposed only
+    measured or held-back configs MAX_IDLE_PROPOSALS times in a row."""
+
+    def __init__(self, moves: LocalMoves, racing: Racing):
+        self.moves, self.racing = moves, racing
+
+    def decide(self, study, frozen, state: SweepState) -> Stop | bool | None:
+        if not state.idle:
+            return None
+        n_all = self.moves.exhausted(study)
+        if n_all is not None and race(study, self.racing, state.remaining, everything_tried=True):
+            return QUEUED
+        if n_all is not None and not waiting(study):  # queued trials (a retry) go first
+            return Stop(f"every config this machine can run has been tried ({n_all} configs)")
+        if state.idle >= MAX_IDLE_PROPOSALS:
+            return Stop(f"{state.idle} proposals in a row were configs already tried: the sampler "
+                        "has settled; widen the search space to search further")
+        return None
+
+
+class MoveRule:
+    """A local move when the proposal measured nothing (a repeat, or held back), and every
+    LOCAL_MOVE_EVERY-th launched trial past the baselines."""
+
+    def __init__(self, moves: LocalMoves):
+        self.moves = moves
+
+    def decide(self, study, frozen, state: SweepState) -> bool | None:
+        past_baselines = state.trials_run > state.baselines_enqueued
+        if not state.launched or (past_baselines and state.trials_run % LOCAL_MOVE_EVERY == 0):
+            return QUEUED if self.moves.enqueue_next(study) else None
+        return None
+
+
+class SweepLoop:
+    """Optuna's after-trial callback: counts the trial, then asks the rules in order."""
+
+    def __init__(self, rules: list[Rule], state: SweepState):
+        self.rules, self.state = rules, state
+        self.stop: Stop | None = None
+
+    def __call__(self, study, frozen) -> None:
+        self.state.count(TrialRecord.of(frozen))
+        for rule in self.rules:
+            decision = rule.decide(study, frozen, self.state)
+            if isinstance(decision, Stop):
+                self.stop = decision
+                study.stop()
+                return
+            if decision:
+                return
+
+
+class FitRule:
+    """Never give up while a config may fit. After a trial that ran out of memory, the same
+    memory savers are scanned down the micro-batch (the largest that fits is found by
+    measuring it, as DeepSpeed's autotuner scans); after a proposal held back while nothing
+    tried so far fits, the untried config most likely to fit is probed. Probes run whatever
+    the prescreen predicts (autotune.search.fit says why)."""
+
+    def __init__(self, ctx, moves: LocalMoves):
+        from autotune.search.calibration import MemoryGuard
+
+        self.ctx, self.moves = ctx, moves
+        mem = ctx.spec.memory
+        self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
+        self._listed: list | None = None
+
+    def decide(self, study, frozen, state: SweepState) -> bool | None:
+        from autotune.search.fit import FitModel, choose_probe, saver_setting
+
+        rec = TrialRecord.of(frozen)
+        oom = state.launched and rec.status == "oom"
+        if not (oom or rec.status == "prescreened"):
+            return None
+        trials = study.get_trials(deepcopy=False)
+        self.guard.load(study)
+        fits = FitModel.from_study(self.ctx, self.guard, trials)
+        known_fit = any(fits.fits_measured(k) for k in fits.measured)
+        candidates = self.candidates(study, trials, fits)
+        pool = []
+        if oom and rec.config is not None:
+            failed = rec.trial_config()
+            pool = [c for c in candidates if saver_setting(c.cfg) == saver_setting(failed)
+                    and c.cfg.checkpointing == failed.checkpointing
+                    and c.cfg.micro_batch_size < failed.micro_batch_size]
+        if not pool and not known_fit:
+            pool = candidates
+        probe = choose_probe(pool)
+        if probe is None:
+            return None
+        study.enqueue_trial(probe.params, user_attrs=TrialRecord.attrs(fit_probe=True))
+        self.moves.queued.add(probe.key)
+        return QUEUED
+
+    def candidates(self, study, trials, fits) -> list:
+        """Untried, unqueued configs of this machine's space with their chance to fit: every
+        config when the space can be listed, else the neighbours of those measured."""
+        from autotune.search.fit import Candidate
+        from autotune.search.objective import trial_config_for
+        from autotune.search.space import enumerate_configs, neighbours
+        from autotune.search.strategy import ENUMERATE_LIMIT
+
+        ms, spec = self.ctx.machine, self.ctx.spec
+        gb = spec.batch.global_batch_samples
+        if self._listed is None:
+            self._listed = enumerate_configs(ms.restricted, gb, ms.full, limit=ENUMERATE_LIMIT) or []
+        pairs = self._listed
+        if not pairs:
+            seen = [TrialRecord.of(t).config for t in trials if TrialRecord.of(t).config]
+            pairs = [p for c in seen for p in neighbours({k: c[k] for k in c if k in ms.restricted.__dict__},
+                                                         ms.restricted, gb, ms.full)]
+        skip = self.moves.tried(trials) | self.moves.queued | self.queued_keys(study)
+        nodes = spec.launcher.num_nodes[0]
+        out = []
+        for params, values in pairs:
+            key = self.moves.key_for(values, nodes)
+            if key in skip:
+                continue
+            skip.add(key)
+            cfg = trial_config_for(values, spec, ms, nodes, seed=0)
+            out.append(Candidate(params, values, cfg, key, fits.p_fit(cfg, key)))
+        return out
+
+    def queued_keys(self, study) -> set[str]:
+        """Keys of the configs waiting in the queue (baselines, moves, other workers' probes)."""
+        from optuna.trial import TrialState
+
+        from autotune.search.space import params_for
+
+        ms, gb = self.ctx.machine, self.ctx.spec.batch.global_batch_samples
+        out = set()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            fixed = t.system_attrs.get("fixed_params") or {}
+            _, values = params_for(fixed, ms.restricted, gb, ms.full)
+            out.add(self.moves.key_for(values, int(fixed.get("num_nodes", self.ctx.spec.launcher.num_nodes[0]))))
+        return out
