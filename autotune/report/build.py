@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from autotune.format import fmt_bytes
 from autotune.record import SweepRecord, TrialRecord
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, run_models
@@ -249,6 +250,28 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
         return None
 
 
+def memory_verdicts(options: list[OptionRow], frozen) -> list[str]:
+    """A config whose typical peak is over the memory limit is not recommended, even when one
+    of its runs fit (autotune.search.fit.runs_fit); one that ran out of memory in some run but
+    typically fits is, with a note saying how likely the long run is to fit."""
+    from autotune.search.fit import runs_fit
+
+    fits = runs_fit(frozen)
+    notes = []
+    for o in options:
+        f = fits.get(o.trial)
+        if f is None or not f.oom_runs:
+            continue
+        o.feasible = o.feasible and f.recommendable
+        verdict = "under it: still recommended" if f.recommendable else "over it: not recommended"
+        note = (f"trial {o.trial}'s config ran out of memory in {f.oom_runs} of {f.runs} runs "
+                f"against the limit {fmt_bytes(f.limit_bytes)} (its typical peak is {verdict}); "
+                f"one more run fits with {f.p_run:.0%} chance")
+        if note not in notes:
+            notes.append(note)
+    return notes
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
@@ -275,6 +298,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     if providers or regions:
         options = select(options, catalog, providers, regions)
     apply_limits(options, limits)
+    notes += memory_verdicts(options, frozen)
     front = pareto_set(options)
     front_keys = {(o.trial, o.offer) for o in front}
     for o in options:
@@ -285,6 +309,12 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     for o in sorted(feasible, key=lambda o: (o.usd, o.hours)):
         per_platform.setdefault(o.platform, o)
 
+    if not feasible:
+        from autotune.report.nothing_fits import nothing_fits_note
+
+        fits_note = nothing_fits_note(rows)
+        if fits_note:
+            notes.append(fits_note)
     if options and not feasible:
         notes.append("no option meets the limits "
                      f"(budget {limits.max_usd}, deadline {limits.deadline_hours} h): "

@@ -107,7 +107,7 @@ class OptionRow(_M):
     breakdown: dict[str, float] | None = Field(description="dollars by item: gpu, storage, egress, ...")
     within_budget: bool | None = Field(description="usd <= max_usd; None when no budget is set")
     within_deadline: bool | None = Field(description="hours <= deadline; None when none is set")
-    feasible: bool = Field(description="within budget and deadline (unset limits pass)")
+    feasible: bool = Field(description="within budget and deadline (unset limits pass), and its runs' peaks leave a safe chance that the long run fits the memory limit")
     pareto: bool = Field(description="no other option is both cheaper and faster")
     runs: list[int] = Field(default_factory=list, description="the trials that measured this "
                             "config on this hardware (the first, then repeats); hours, usd and "

@@ -49,7 +49,7 @@ P_FITS = 0.5
 # Prior sd of log peak between runs of one config, until the study's own repeats say more: a CPU
 # rank's resident set varies with the allocator's and the OS's timing, a GPU allocator's peak
 # hardly (docs/benchmarks.md, "Memory: how peaks vary between runs").
-PRIOR_SD_RUN = {DeviceKind.cpu: 0.03, DeviceKind.cuda: 0.01}
+PRIOR_SD_RUN = {DeviceKind.cpu: 0.03, DeviceKind.cuda: 0.005}
 # Prior sd of log (measured / calibrated prediction) for a config not yet measured: the
 # calibration's errors on configs it had not seen (docs/benchmarks.md, the memory model
 # section: leave-one-out errors on CPU, the H200 sweep's predictions on GPU).

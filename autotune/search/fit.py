@@ -110,9 +110,7 @@ class FitModel:
             return None
         if limit is None:
             return 1.0
-        over = math.log(limit) + self.sd_run  # a censored run: over the limit, by about a spread
-        mean = statistics.fmean(m.log_peaks + [over] * m.censored)
-        return normal_cdf((math.log(limit) - mean) / (self.sd_run / math.sqrt(n)))
+        return median_fits(m.log_peaks, m.censored, limit, self.sd_run)
 
     def fits_measured(self, key: str) -> bool | None:
         m = self.measured.get(key)
@@ -171,6 +169,11 @@ def speed_prior(values: dict[str, Any]) -> tuple:
             -int(plain.get("micro_batch_size", 1)))
 
 
+def savers_used(cfg: TrialConfig) -> int:
+    """How many memory savers a config uses (checkpointing, ZeRO, offload, FSDP, TP)."""
+    return speed_prior(cfg.model_dump(mode="json"))[0]
+
+
 @dataclass
 class Candidate:
     params: dict[str, Any]  # Optuna params, to enqueue
@@ -189,3 +192,100 @@ def choose_probe(candidates: list[Candidate]) -> Candidate | None:
     if likely:
         return likely[0]
     return max(ordered, key=lambda c: c.p_fit, default=None)
+
+
+def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candidate]:
+    """Candidates inside a saver setting's open boundary: the setting (with its checkpointing)
+    has a micro-batch that does not fit, and the largest one that does is not known yet, so
+    the untried micro-batches between the largest fit and the smallest failure are where it
+    lies."""
+    failed: dict[tuple, int] = {}
+    fitted: dict[tuple, int] = {}
+    for key, m in fits.measured.items():
+        ok = fits.fits_measured(key)
+        if ok is None:
+            continue
+        group = (saver_setting(m.cfg), m.cfg.checkpointing)
+        book = fitted if ok else failed
+        book[group] = (max if ok else min)(book.get(group, m.cfg.micro_batch_size), m.cfg.micro_batch_size)
+    out = []
+    for c in candidates:
+        group = (saver_setting(c.cfg), c.cfg.checkpointing)
+        if (group in failed and fitted.get(group, 0) < c.cfg.micro_batch_size < failed[group]
+                and not outpaced(fits, c.cfg)):
+            out.append(c)
+    return out
+
+
+def outpaced(fits: FitModel, cfg: TrialConfig) -> bool:
+    """A config that fits uses the same savers with no more checkpointing and a micro-batch at
+    least as large: `cfg` would only recompute more or batch less, so it is not worth a probe."""
+    for key, m in fits.measured.items():
+        if (fits.fits_measured(key) and saver_setting(m.cfg) == saver_setting(cfg)
+                and m.cfg.micro_batch_size >= cfg.micro_batch_size
+                and _CKPT_ORDER[m.cfg.checkpointing] <= _CKPT_ORDER[cfg.checkpointing]):
+            return True
+    return False
+
+
+def median_fits(log_peaks: list[float], censored: int, limit: int, sd_run: float) -> float:
+    """P(a config's median peak is under `limit`) from its runs: measured peaks (log bytes) and
+    `censored` runs that ran out of memory with no peak (over the limit, by about a spread)."""
+    n = len(log_peaks) + censored
+    over = math.log(limit) + sd_run
+    mean = statistics.fmean(log_peaks + [over] * censored)
+    return normal_cdf((math.log(limit) - mean) / (sd_run / math.sqrt(n)))
+
+
+@dataclass
+class RunsFit:
+    """Whether a measured config can be recommended: when its typical (median) peak is under
+    the limit (P_FITS), as for any measured config. A run over the limit among runs under it
+    is the spread of its peaks, not a flip of the verdict; the report says how likely one
+    more run (the long run) is to stay under (`p_run`) whenever a run went over."""
+
+    p_median: float
+    p_run: float
+    oom_runs: int
+    runs: int
+    limit_bytes: int
+
+    @property
+    def recommendable(self) -> bool:
+        return self.p_median >= P_FITS
+
+
+def runs_fit(trials) -> dict[int, RunsFit]:
+    """{first trial of a config: its RunsFit}, for configs measured under a memory limit (the
+    limit each trial's prescreen recorded); every hardware's configs on their own spread."""
+    groups: dict[tuple[str, str], list] = {}
+    for t in trials:
+        rec = TrialRecord.of(t)
+        if (rec.config_key is None or rec.reused_from is not None or rec.memory_prescreen is None
+                or rec.memory_prescreen.limit_bytes is None or rec.status not in ("ok", "oom")):
+            continue
+        groups.setdefault((rec.hardware or "", rec.config_key), []).append((t.number, rec))
+    spreads: dict[str, list[Measured]] = {}
+    for (hw, _), runs in groups.items():
+        m = Measured(runs[0][1].trial_config())
+        for _, rec in runs:
+            peak = rec.memory_point.measured_bytes if rec.memory_point else rec.peak_mem_bytes
+            if peak:
+                m.log_peaks.append(math.log(peak))
+            else:
+                m.censored += 1
+        spreads.setdefault(hw, []).append(m)
+    out = {}
+    for (hw, _), runs in groups.items():
+        first = min(runs, key=lambda r: r[0])
+        m = next(x for x in spreads[hw] if x.cfg == runs[0][1].trial_config())
+        sd = pooled_sd(spreads[hw], PRIOR_SD_RUN[m.cfg.device])
+        limit = first[1].memory_prescreen.limit_bytes
+        n = len(m.log_peaks) + m.censored
+        over = math.log(limit) + sd
+        mean = statistics.fmean(m.log_peaks + [over] * m.censored)
+        p_run = normal_cdf((math.log(limit) - mean) / (sd * math.sqrt(1 + 1 / n)))
+        oom = sum(r.status == "oom" for _, r in runs)
+        out[first[0]] = RunsFit(median_fits(m.log_peaks, m.censored, limit, sd), p_run, oom,
+                                len(runs), limit)
+    return out

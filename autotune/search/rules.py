@@ -198,11 +198,12 @@ class SweepLoop:
 
 
 class FitRule:
-    """Never give up while a config may fit. After a trial that ran out of memory, the same
-    memory savers are scanned down the micro-batch (the largest that fits is found by
-    measuring it, as DeepSpeed's autotuner scans); after a proposal held back while nothing
-    tried so far fits, the untried config most likely to fit is probed. Probes run whatever
-    the prescreen predicts (autotune.search.fit says why)."""
+    """Never give up while a config may fit. After a trial that ran out of memory or a
+    proposal held back (once the queue has run), a saver setting whose largest fitting
+    micro-batch is not known yet is scanned down from its smallest failure (the largest that
+    fits is found by measuring it, as DeepSpeed's autotuner scans); when nothing tried so far
+    fits, the untried config most likely to fit is probed. Probes run whatever the prescreen
+    predicts (autotune.search.fit says why)."""
 
     def __init__(self, ctx, moves: LocalMoves):
         from autotune.search.calibration import MemoryGuard
@@ -213,25 +214,24 @@ class FitRule:
         self._listed: list | None = None
 
     def decide(self, study, frozen, state: SweepState) -> bool | None:
-        from autotune.search.fit import FitModel, choose_probe, saver_setting
+        from autotune.search.fit import FitModel, choose_probe, open_boundaries, savers_used
 
         rec = TrialRecord.of(frozen)
-        oom = state.launched and rec.status == "oom"
-        if not (oom or rec.status == "prescreened"):
+        if not ((state.launched and rec.status == "oom") or rec.status == "prescreened"):
             return None
+        if waiting(study):
+            return None  # queued trials run first: the probe is chosen with what they measure
         trials = study.get_trials(deepcopy=False)
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
-        known_fit = any(fits.fits_measured(k) for k in fits.measured)
         candidates = self.candidates(study, trials, fits)
-        pool = []
-        if oom and rec.config is not None:
-            failed = rec.trial_config()
-            pool = [c for c in candidates if saver_setting(c.cfg) == saver_setting(failed)
-                    and c.cfg.checkpointing == failed.checkpointing
-                    and c.cfg.micro_batch_size < failed.micro_batch_size]
-        if not pool and not known_fit:
-            pool = candidates
+        pool = open_boundaries(fits, candidates)
+        fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
+        if fitting:  # a scan is worth a trial only where it may beat what already fits
+            fewest = min(savers_used(m.cfg) for m in fitting)
+            pool = [c for c in pool if savers_used(c.cfg) <= fewest]
+        else:
+            pool = pool or candidates
         probe = choose_probe(pool)
         if probe is None:
             return None

@@ -1,0 +1,57 @@
+"""Where memory binds, with real trials: a sweep on 2 CPU ranks whose per-rank limit lets
+2 ranks run at micro-batch 4 but not at 16 (the first baseline). Before issue 28 the sweep
+held back every 2-rank proposal after that first out-of-memory and re-measured 1-rank
+configs; now it scans down the micro-batch and names a 2-rank config as fastest.
+
+The model's logits dominate its activations (a large vocabulary), so a rank's peak grows by
+tens of MiB per sample and the limit between micro-batch 4 and 16 is clear of the runs'
+spread. The limit is derived from a real trial on this machine, never hard-coded."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.contract import GPTShape, GPTWorkload, TrialConfig
+from autotune.record import TrialRecord
+from autotune.spec import SweepSpec
+
+SHAPE = GPTShape(n_layers=1, d_model=64, n_heads=2, vocab_size=16384, max_seq_len=64)
+
+
+@pytest.mark.e2e
+def test_a_sweep_where_memory_binds_names_a_two_rank_config_fastest(tmp_path):
+    from autotune.report.build import build_report
+    from autotune.run.launch import run_trial
+    from autotune.search.calibration import measured_peak_bytes
+    from autotune.search.study import open_study
+    from autotune.search.sweep import run_sweep
+
+    workload = GPTWorkload(preset=None, shape=SHAPE)
+    probe = run_trial(TrialConfig(workload=workload, seq_len=64, num_gpus=2, micro_batch_size=4,
+                                  warmup_steps=1, measure_steps=1, max_measure_steps=1,
+                                  min_measure_s=0.0, timeout_s=240), tmp_path / "probe")
+    assert probe.ok, probe.error
+    peak4, _ = measured_peak_bytes(probe)
+    # Micro-batch 4 fits with room; 16 (the first baseline: 12 more samples' logits, tens of
+    # MiB each) does not.
+    limit = int(peak4 * 1.10)
+
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4, 16]\nprecision: [fp32]\n"
+                     "checkpointing: [none]\n")
+    spec = SweepSpec.model_validate(dict(
+        workload=workload, seq_len=64, space=str(space),
+        trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, min_measure_s=0.0, timeout_s=240),
+        memory=dict(limit_bytes_per_rank=limit),
+        storage=f"sqlite:///{tmp_path / 'db.sqlite'}", study="binds"))
+    study = open_study(spec.storage, spec.study)
+    summary = run_sweep(spec, study, n_trials=6, runs_dir=tmp_path / "runs")
+    records = [TrialRecord.of(t) for t in study.trials]
+    launched = [r for r in records if r.launched]
+    assert summary.trials_run == 6 and not [r for r in launched if r.status == "crash"]
+    two_rank_oom = [r for r in launched if r.status == "oom" and r.config["num_gpus"] == 2]
+    assert two_rank_oom, "the premise: a 2-rank config measured over the limit"
+    doc = build_report(study)
+    fastest = next(r for t, r in zip(study.trials, records) if t.number == doc.fastest.trial)
+    assert fastest.config["num_gpus"] == 2, doc.fastest
+    assert fastest.peak_mem_bytes <= limit
