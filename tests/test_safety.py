@@ -149,10 +149,12 @@ MALFORMED_PASSWORD = "p@ss#Secret"  # unencoded '@' and '#': SQLAlchemy reads pa
 
 
 def _pieces(secret: str, shortest: int = 4) -> set[str]:
-    """Every stretch of `secret` at least `shortest` characters long, percent-encoded too."""
+    """Every stretch of `secret` at least `shortest` characters long, percent-encoded too,
+    except plain lowercase words ("ecret" is in any study named "secret-check")."""
     from urllib.parse import quote
 
     parts = {secret[i:j] for i in range(len(secret)) for j in range(i + shortest, len(secret) + 1)}
+    parts = {p for p in parts if not (p.isalpha() and p.islower())}
     return parts | {quote(p, safe="") for p in parts} | {"Secret", "ss#"}
 
 
