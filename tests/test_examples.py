@@ -38,3 +38,12 @@ def test_the_7b_config_is_llama_2_7b_and_plan_bills_it_on_8_gpus(cli):
     doc = json.loads(out)
     assert doc["bills"] and all(b["gpus"] == 8 and b["nodes"] == 1 for b in doc["bills"]), doc["bills"][:1]
     assert any("6,738,415,616 parameters" in a for a in doc["assumptions"])
+
+
+def test_the_readmes_quick_start_spec_is_the_example_file():
+    import yaml
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("# examples/llama7b-8gpu/spec.yaml\n", 1)[1].split("```", 1)[0]
+    shown = yaml.safe_load(block)
+    assert shown == yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
