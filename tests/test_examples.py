@@ -25,9 +25,8 @@ def test_the_7b_spec_and_its_space_validate():
 
 
 def test_the_7b_config_is_llama_2_7b_and_plan_bills_it_on_8_gpus(cli):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig.from_json_file(str(EXAMPLE / "llama-7b.json"))
     with torch.device("meta"):

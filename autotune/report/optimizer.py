@@ -36,26 +36,29 @@ def _trial_optimizer(cfg: TrialConfig) -> str:
     params = export_deepspeed_config(cfg).get("optimizer", {})
     p = params.get("params", {})
     shown = ", ".join(f"{k} {p[k]}" for k in ("lr", "weight_decay", "momentum") if k in p)
-    return f"{params.get('type', cfg.optimizer)} ({shown})"
+    return f"{params.get('type', cfg.optimizer)}: {shown}"
 
 
 def optimizer_notes(cfg: TrialConfig) -> list[str]:
     """bill.md's lines on the optimizer of an accelerate launch with ZeRO."""
     if cfg.zero_stage == 0:
         return []
-    lines = [f"Optimizer under `accelerate launch`: your script creates its own (the trial stepped "
-             f"{_trial_optimizer(cfg)}), e.g. `torch.optim.AdamW(model.parameters(), lr=...)`, and "
-             "passes it to `accelerator.prepare`; the DeepSpeed config inside accelerate_config.yaml "
-             "names no optimizer, as accelerate requires for a script's own one."]
+    lines = ["Optimizer under `accelerate launch`: your script creates its own, e.g. "
+             "`torch.optim.AdamW(model.parameters(), lr=...)`, and passes it to `accelerator.prepare`; "
+             "the DeepSpeed config inside accelerate_config.yaml names no optimizer, as accelerate "
+             f"requires for a script's own one. The trial stepped {_trial_optimizer(cfg)}.", ""]
     if cfg.offload is not Offload.none and cfg.optimizer != "sgd":
         lines.append("Optimizer offload: accelerate replaces a `torch.optim.AdamW` (or Adam) with "
                      "DeepSpeed's `DeepSpeedCPUAdam` at the same lr and weight decay, the host-side "
                      "Adam the trial stepped (Adagrad becomes DeepSpeedCPUAdagrad, any other "
                      "optimizer DeepSpeedCPUAdam too). To let "
                      "DeepSpeed build the trial's optimizer instead, copy ds_config.json's "
-                     "\"optimizer\" entry into the config and use accelerate's pattern: "
-                     f"`{DUMMY_OPTIM_PATTERN}` (from accelerate.utils import DummyOptim).")
+                     "\"optimizer\" entry into the `deepspeed_config_file` JSON of "
+                     "accelerate_config.yaml and use accelerate's pattern: "
+                     f"`{DUMMY_OPTIM_PATTERN}` (from accelerate.utils import DummyOptim); a script "
+                     "that also passes an LR scheduler to `prepare` then passes accelerate's "
+                     "`DummyScheduler(optimizer, lr_scheduler_callable=...)` instead.")
     elif cfg.offload is not Offload.none:
         lines.append("Optimizer offload with SGD: the config sets zero_force_ds_cpu_optimizer false, "
                      "so accelerate keeps your optimizer as it is (DeepSpeed's CPU Adam is Adam only).")
-    return lines + [""]
+    return lines + [""] if len(lines) > 2 else lines
