@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -164,14 +165,16 @@ def summarize(runs: list[dict]) -> dict:
 
 def render(data, args) -> str:
     s = data["summary"]
-    n = len(data["runs"]) // 2
+    # Counted from the runs themselves: a figure in the prose is the raw file's.
+    per_mode = Counter(r["mode"] for r in data["runs"])
+    counts = ", ".join(f"{per_mode[m]} {m}" for m in ("unpooled", "pooled", "shipped") if per_mode[m])
     lines = ["## Pooled trials (`scripts/bench_pool.py`)", "", *context_lines(data["context"]), "",
              (f"{len(CONFIGS)} configs of the DeepSpeed-style space (2 CPU ranks, fp32, DeepSpeed "
              f"launcher, built-in GPT `{args.preset}`, seq_len {args.seq_len}, {args.warmup_steps} "
              f"warm-up + {args.measure_steps} measured steps, window not extended), {args.rounds} "
              f"round(s); each config run unpooled (`run_trial`: a fresh launcher per trial) and "
              f"pooled (`PoolRunner`, what `autotune sweep` uses by default), alternating, in one "
-             f"run. {n} trials each; {data['pools_started']} pool(s) started, whose start is "
+             f"run ({counts} trials; `shipped` below); {data['pools_started']} pool(s) started, whose start is "
              f"charged to the trial that started it. Target (issue #15): a trial's wall time at "
              f"most {TARGET_RATIO}x today's."), ""]
     ratio_mean, ratio_med = s["wall_ratio_mean"], s["wall_ratio_median"]

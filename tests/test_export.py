@@ -152,8 +152,11 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
     assert ds["zero_optimization"]["reduce_bucket_size"] == 128 * 128
     acc_cfg = yaml.safe_load((out / "accelerate_config.yaml").read_text())
     assert acc_cfg["distributed_type"] == "DEEPSPEED"
-    # the DeepSpeed config itself, not a path that breaks when the folder moves
-    assert json.loads(acc_cfg["deepspeed_config"]["deepspeed_config_file"]) == ds
+    # the DeepSpeed config itself, not a path that breaks when the folder moves; without the
+    # optimizer, which the user's accelerate script brings (autotune.report.optimizer)
+    assert json.loads(acc_cfg["deepspeed_config"]["deepspeed_config_file"]) == {
+        k: v for k, v in ds.items() if k != "optimizer"}
+    assert "optimizer" in ds  # deepspeed.initialize without an optimizer takes the trial's
     assert "deepspeed.launcher.runner" in (out / "launch.sh").read_text()  # the trial's launcher
 
     cfg = trial["config"]
@@ -267,20 +270,20 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     assert sorted(f.name for f in tmp_path.iterdir()) == ["full"]  # no temporary folder left
 
 
-# A user's accelerate script for a ZeRO config: DeepSpeed's optimizer comes from the config, so
-# the script hands accelerate a DummyOptim (accelerate's rule for a config naming one).
+# An ordinary accelerate script: it brings its own torch.optim.AdamW and nothing DeepSpeed-
+# specific; the exported DeepSpeed config names no optimizer, so accelerate takes this one.
 ACCELERATE_DS_SCRIPT = """
 import json, os, sys
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
-from accelerate.utils import DummyOptim
 
 acc = Accelerator()
-plugin = acc.state.deepspeed_plugin
 model = torch.nn.Linear(8, 8)
-opt = DummyOptim(model.parameters())
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+before = [p.detach().clone() for p in model.parameters()]
 model, opt = acc.prepare(model, opt)
+plugin = acc.state.deepspeed_plugin
 ds = plugin.deepspeed_config
 micro = ds["train_micro_batch_size_per_gpu"]
 for _ in range(ds["gradient_accumulation_steps"]):  # one real optimizer step
@@ -289,20 +292,38 @@ for _ in range(ds["gradient_accumulation_steps"]):  # one real optimizer step
         acc.backward(model(x).float().pow(2).mean())
         opt.step()
         opt.zero_grad()
+after = list(model.module.parameters())
 json.dump({"distributed_type": str(acc.distributed_type), "zero_stage": plugin.zero_stage,
            "micro": micro, "accum": ds["gradient_accumulation_steps"],
            "train_batch_size": ds["train_batch_size"], "bf16": ds["bf16"]["enabled"],
-           "world_size": dist.get_world_size()},
+           "world_size": dist.get_world_size(), "global_steps": model.global_steps,
+           "optimizer_class": type(model.optimizer.optimizer).__name__,
+           "weights_moved": any(not torch.equal(b, a.detach().to(b.dtype)) for b, a in zip(before, after))},
           open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w"))
 dist.barrier()
 dist.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
 """
 
 
-def test_accelerate_zero_export_is_accepted_by_accelerate_launch_after_the_folder_moves(tmp_path_factory, tmp_path):
+def _accelerate_launch(config: Path, tmp_path: Path) -> list[dict]:
+    """ACCELERATE_DS_SCRIPT under `accelerate launch --config_file config` on its ranks."""
+    script = tmp_path / "tiny_acc_ds.py"
+    script.write_text(ACCELERATE_DS_SCRIPT)
+    results = tmp_path / "res"
+    results.mkdir()
+    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                          str(config), "--main_process_port", str(free_port()),
+                          str(script), str(results)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return _ranks(results)
+
+
+def test_accelerate_zero_export_runs_a_plain_adamw_script_after_the_folder_moves(tmp_path_factory, tmp_path):
     """On main, accelerate refused this config ("When using `deepspeed_config_file`, the
     following accelerate config variables will be ignored") and pointed at the JSON by an
-    absolute path."""
+    absolute path; then it refused any script with its own optimizer ("You cannot specify an
+    optimizer in the config file and in the code at the same time")."""
     study = zero_study(tmp_path_factory)
     out = tmp_path / "exp"
     p = study.cli("export", "--pick", "cheapest", "--out", str(out), "--launcher", "accelerate")
@@ -310,17 +331,9 @@ def test_accelerate_zero_export_is_accepted_by_accelerate_launch_after_the_folde
     moved = tmp_path / "elsewhere" / "launch"
     moved.parent.mkdir()
     out.rename(moved)
-    script = tmp_path / "tiny_acc_ds.py"
-    script.write_text(ACCELERATE_DS_SCRIPT)
-    results = tmp_path / "res"
-    results.mkdir()
-    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                          str(moved / "accelerate_config.yaml"), "--main_process_port", str(free_port()),
-                          str(script), str(results)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "torch.optim.AdamW" in (moved / "bill.md").read_text()  # what the script does, said
     cfg = TrialConfig.model_validate_json((moved / "trial_config.json").read_text())
-    ranks = _ranks(results)
+    ranks = _accelerate_launch(moved / "accelerate_config.yaml", tmp_path)
     assert len(ranks) == cfg.num_gpus == 2
     for r in ranks:
         # accelerate's own rank count reads 1 on CPU (no GPU backend); DeepSpeed's group has both
@@ -328,6 +341,26 @@ def test_accelerate_zero_export_is_accepted_by_accelerate_launch_after_the_folde
         assert r["zero_stage"] == cfg.zero_stage == 2 and r["bf16"] == (cfg.precision.value == "bf16")
         assert (r["micro"], r["accum"], r["train_batch_size"]) == (
             cfg.micro_batch_size, cfg.grad_accum_steps, cfg.global_batch_samples)
+        # the script's own AdamW stepped the weights once
+        assert r["optimizer_class"] == "AdamW" and r["global_steps"] == 1 and r["weights_moved"]
+
+
+def test_accelerate_zero_offload_export_runs_a_plain_adamw_script_on_deepspeeds_cpu_adam(tmp_path):
+    """ZeRO-2 with optimizer offload (written from the config, no study): the same script
+    runs unchanged; accelerate puts DeepSpeedCPUAdam in its AdamW's place, as bill.md says."""
+    from autotune.contract import Launcher, Offload
+    from autotune.report.export import ExportPlan, write_export
+    from tests.fixtures.trials import tiny
+
+    cfg = tiny(num_gpus=2, zero_stage=2, offload=Offload.optimizer, launcher=Launcher.accelerate)
+    plan = ExportPlan(study="s", trial=0, pick="0", cfg=cfg, option=None, trial_row={},
+                      catalog_note=None, launcher=Launcher.accelerate)
+    write_export(plan, tmp_path / "exp")
+    bill = (tmp_path / "exp" / "bill.md").read_text()
+    assert "DeepSpeedCPUAdam" in bill and "DummyOptim" in bill
+    for r in _accelerate_launch(tmp_path / "exp" / "accelerate_config.yaml", tmp_path):
+        assert r["zero_stage"] == 2 and r["world_size"] == 2
+        assert r["optimizer_class"] == "DeepSpeedCPUAdam" and r["global_steps"] == 1 and r["weights_moved"]
 
 
 # A user's Hugging Face Trainer script: TrainingArguments from the command line (the exported

@@ -25,7 +25,9 @@ def test_the_wheel_holds_every_module_and_data_file_and_runs_outside_the_checkou
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300,
                    cwd=tmp_path)
-    (wheel,) = (tmp_path / "dist").glob("autotune-*.whl")
+    # The distribution is autotune-llm ("autotune" on PyPI is another project); the import
+    # package and the command stay autotune.
+    (wheel,) = (tmp_path / "dist").glob("autotune_llm-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     source = {str(p.relative_to(REPO)) for pkg in ("autotune", "trials") for p in (REPO / pkg).rglob("*")
               if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts}

@@ -145,6 +145,73 @@ def test_no_form_of_the_password_reaches_any_output(postgres, tmp_path, run_cli)
             assert form not in text
 
 
+MALFORMED_PASSWORD = "p@ss#Secret"  # unencoded '@' and '#': SQLAlchemy reads password 'p'
+
+
+def _pieces(secret: str, shortest: int = 4) -> set[str]:
+    """Every stretch of `secret` at least `shortest` characters long, percent-encoded too,
+    except plain lowercase words ("ecret" is in any study named "secret-check")."""
+    from urllib.parse import quote
+
+    parts = {secret[i:j] for i in range(len(secret)) for j in range(i + shortest, len(secret) + 1)}
+    parts = {p for p in parts if not (p.isalpha() and p.islower())}
+    return parts | {quote(p, safe="") for p in parts} | {"Secret", "ss#"}
+
+
+@pytest.mark.postgres
+def test_a_malformed_url_shows_no_part_of_its_password(postgres, tmp_path, run_cli):
+    """`postgresql://u:p@ss#Secret@HOST:PORT/db`, as a user pastes it: through the real CLI
+    (flag, environment, storage file) it is refused with exit 2 and the fix, hiding all between
+    '://' and the last '@'. The same password percent-encoded opens the real server. What the
+    driver says of the host SQLAlchemy parses out of it ("ss#Secret@127.0.0.1") is scrubbed."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    from autotune.run.storage import redact_text
+    from tests.pg import PASSWORD, USER
+
+    conn = psycopg2.connect(host="127.0.0.1", port=postgres.port, user=USER, password=PASSWORD,
+                            dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_roles WHERE rolname = 'u'")
+        if not cur.fetchone():
+            cur.execute("CREATE ROLE u LOGIN SUPERUSER PASSWORD %s", (MALFORMED_PASSWORD,))
+    conn.close()
+    url = f"postgresql://u:{MALFORMED_PASSWORD}@127.0.0.1:{postgres.port}/autotune"
+    (tmp_path / "space.yaml").write_text(ONE_CONFIG_SPACE)
+    (tmp_path / "spec.yaml").write_text(TINY_SPEC + "study: malformed\n")
+    given = tmp_path / "given"  # the user's own files, which hold the URL
+    given.mkdir()
+    (given / "db-url").write_text(url + "\n")
+    runs = [run_cli("sweep", "spec.yaml", "--trials", "1", "--storage", url),
+            run_cli("sweep", "spec.yaml", "--trials", "1", env={"AUTOTUNE_STORAGE": url}),
+            run_cli("report", "--study", "malformed", "--storage-file", str(given / "db-url"))]
+    for p in runs:
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"postgresql://***@127.0.0.1:{postgres.port}/autotune" in p.stderr, p.stderr
+        assert "percent-encode" in p.stderr and "Traceback" not in p.stderr
+    # Percent-encoded, the same password opens the real server: past it, the study is missing.
+    from urllib.parse import quote
+
+    encoded = url.replace(MALFORMED_PASSWORD, quote(MALFORMED_PASSWORD, safe=""))
+    runs.append(run_cli("report", "--study", "nope", "--storage", encoded))
+    assert runs[-1].returncode == 2 and "no study 'nope'" in runs[-1].stderr, runs[-1].stderr
+
+    # The driver's own message for the host SQLAlchemy reads out of the malformed URL.
+    with pytest.raises(psycopg2.OperationalError) as err:
+        psycopg2.connect(host=make_url(url).host, port=postgres.port, user="u",
+                         password=make_url(url).password, dbname="autotune", connect_timeout=5)
+    assert "ss#Secret" in str(err.value)  # the leak redact_text has to catch
+    texts = [p.stdout + p.stderr for p in runs] + [redact_text(str(err.value), url)]
+    texts += [f.read_text(errors="replace") for f in tmp_path.rglob("*")
+              if f.is_file() and given not in f.parents]
+    texts.append((postgres.root / "server.log").read_text(errors="replace"))
+    for text in texts:
+        leaked = sorted(piece for piece in _pieces(MALFORMED_PASSWORD) if piece in text)
+        assert not leaked, (leaked, text[-2000:])
+
+
 # 5. numbers ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec_text, argv", [

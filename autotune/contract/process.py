@@ -1,6 +1,6 @@
 """Is a process still the one we started? Shared by the controller (a dead controller's trials,
 `autotune.run.processes`) and the worker (a pool whose controller died, `trials/pool.py`).
-Standard library only; Linux /proc.
+Through psutil, a dependency of both.
 
     ticks = start_ticks(pid)              # remember it with the pid
     process_alive(pid, ticks)             # False once it ended, or once its pid was reused
@@ -10,24 +10,39 @@ from __future__ import annotations
 
 import os
 
+import psutil
+
+# Clock ticks per second: start times are kept in ticks since boot, the unit of
+# /proc/PID/stat's start time (proc(5)), so records written by earlier versions compare equal.
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
 
 def start_ticks(pid: int) -> int | None:
-    """Start time of a process (clock ticks since boot, field 22 of /proc/PID/stat, proc(5)):
-    tells a live pid from a reused one. None where /proc cannot say."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    """Start time of a process in clock ticks since boot: tells a live pid from a reused one.
+    None where it cannot be read (no such process, no permission)."""
+    for _ in range(3):
+        try:
+            boot_s = psutil.boot_time()
+            created_s = psutil.Process(pid).create_time()
+            # psutil adds the boot time (wall clock) to the kernel's start time since boot;
+            # read around it so a clock step between the two reads cannot shift the result.
+            if psutil.boot_time() != boot_s:
+                continue
+        except (psutil.Error, OSError):
+            return None
+        return round((created_s - boot_s) * _TICKS_PER_S)
+    return None
 
 
 def process_alive(pid: int, ticks: int | None) -> bool:
-    """Whether `pid` runs and is still the process that started at `ticks` (unknown: yes)."""
+    """Whether `pid` runs and is still the process that started at `ticks` (unknown: yes).
+    A zombie (ended, not yet reaped by its parent) counts as ended."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except (psutil.AccessDenied, OSError):
         pass  # alive, owned by someone else
     now = start_ticks(pid)
     return ticks is None or now is None or now == ticks

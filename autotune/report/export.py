@@ -28,6 +28,7 @@ from autotune.contract.rank_env import cpu_rank_env
 from autotune.errors import UserError
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.record import TrialRecord
+from autotune.report.optimizer import accelerate_deepspeed_config, optimizer_notes
 from autotune.report.sharding import (export_deepspeed_config, fsdp_accelerate_fields, sharding_bill_lines,
                                       sharding_label)
 
@@ -37,7 +38,6 @@ LAUNCH_SCRIPT = "launch.sh"
 TRIAL_CONFIG = "trial_config.json"
 BILL_MD = "bill.md"
 BILL_JSON = "bill.json"
-
 
 
 @dataclass
@@ -162,9 +162,9 @@ def accelerate_config(cfg: TrialConfig) -> dict[str, Any]:
         # the trial's. Its JSON text rather than a path: accelerate (>= 1.4) reads either, and a
         # path would break when the folder moves (it is read from the launch's working folder).
         # No `mixed_precision` beside it: accelerate refuses any key the DeepSpeed config
-        # decides ("When using `deepspeed_config_file`, the following ... will be ignored").
+        # decides. No optimizer in it: the script's own runs (autotune.report.optimizer).
         out["deepspeed_config"] = {
-            "deepspeed_config_file": json.dumps(export_deepspeed_config(cfg), sort_keys=True),
+            "deepspeed_config_file": json.dumps(accelerate_deepspeed_config(cfg), sort_keys=True),
             "zero3_init_flag": cfg.zero_stage == 3}
     else:
         out["mixed_precision"] = ACCELERATE_MIXED_PRECISION[cfg.precision]
@@ -356,7 +356,7 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     else:
         out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
                 "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
-        out += sharding_bill_lines(cfg)
+        out += sharding_bill_lines(cfg) + optimizer_notes(cfg)
     return "\n".join(out)
 
 
@@ -376,7 +376,7 @@ def render(plan: ExportPlan) -> dict[str, str]:
         header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
                   f"{_config_line(cfg)}\n"
                   f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"
-                  + ("deepspeed_config_file holds the DeepSpeed config itself (the JSON of ds_config.json)."
+                  + ("deepspeed_config_file: ds_config.json less its optimizer (the script brings its own; bill.md)."
                      if cfg.zero_stage > 0 else
                      "Accumulation has no key here: set ACCELERATE_GRADIENT_ACCUMULATION_STEPS="
                      f"{cfg.grad_accum_steps} (launch.sh does)."))

@@ -13,7 +13,6 @@ failed by the storage's heartbeat (autotune/run/storage.py).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 from typing import Any, Callable
@@ -26,40 +25,46 @@ from autotune.run.launch import group_alive
 def trial_processes(pgid: int, trial_dir: str) -> list[int]:
     """Live processes of group `pgid` that belong to the trial (working directory inside its
     folder): a recycled group id of an unrelated program is never touched."""
+    import psutil
+
     root = os.path.realpath(trial_dir)
     found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
+    for proc in psutil.process_iter():
         try:
-            if os.getpgid(pid) != pgid:
+            if os.getpgid(proc.pid) != pgid:
                 continue
-            cwd = os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
-        except (OSError, ProcessLookupError):
+            cwd = os.path.realpath(proc.cwd())  # a zombie has none: it is gone already
+        except (psutil.Error, OSError):
             continue
         if cwd == root or cwd.startswith(root + os.sep):
-            found.append(pid)
+            found.append(proc.pid)
     return found
 
 
 def kill_trial_processes(pgid: int, trial_dir: str, grace_s: float = 3.0) -> int:
     """SIGTERM, then SIGKILL, the trial's processes left in group `pgid`; how many there were."""
-    pids = trial_processes(pgid, trial_dir)
-    if not pids:
+    import psutil
+
+    procs = []
+    for pid in trial_processes(pgid, trial_dir):
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    if not procs:
         return 0
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
+    for signal_of in (psutil.Process.terminate, psutil.Process.kill):
+        for proc in procs:
             try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
+                signal_of(proc)  # psutil checks the pid is still this process first
+            except psutil.NoSuchProcess:
                 pass
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and trial_processes(pgid, trial_dir):
             time.sleep(0.1)
         if not trial_processes(pgid, trial_dir):
             break
-    return len(pids)
+    return len(procs)
 
 
 def controller_record() -> ControllerRef:

@@ -18,6 +18,12 @@ _MASK = "***"
 _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.\-]*://[^\s'"<>]+""")
 
 
+# What a host name (or an IP address, IPv6 without its brackets) can hold. A parsed host with
+# anything else, or an '@' after the host, means the user info held an unencoded '@' and the
+# parse split it in the wrong place: the "host" then carries part of the password.
+_HOST = re.compile(r"[A-Za-z0-9._~%:,\-]*")
+
+
 def _parse(url: str):
     """SQLAlchemy's reading of a URL (the one that opens the database), or None."""
     try:
@@ -26,6 +32,19 @@ def _parse(url: str):
         return make_url(url)
     except Exception:  # noqa: BLE001 - not an RDB URL: the fallback below handles it
         return None
+
+
+def parse_clean(url: str):
+    """SQLAlchemy's reading of `url` when it is unambiguous, else None: a URL it cannot read,
+    or one whose host (or what follows it) shows an '@' of the user info taken for the end of
+    the user info (`postgresql://u:p@ss#x@host/db` reads as password 'p', host 'ss#x@host')."""
+    parsed = _parse(url)
+    if parsed is None:
+        return None
+    host = parsed.host or ""
+    if not _HOST.fullmatch(host) or (host and "@" in (parsed.database or "")):
+        return None
+    return parsed
 
 
 def _secret_query_keys(parsed) -> list[str]:
@@ -39,7 +58,7 @@ def redact_url(url: str) -> str:
     name holding `@` (`postgresql://admin@corp:PW@host/db`), a password holding `#`, `/`, `:`
     or `@`, percent-encoded or not, `?password=` in the query. A URL without a secret comes
     back as given."""
-    parsed = _parse(url)
+    parsed = parse_clean(url)
     if parsed is None:
         return _redact_unparsed(url)
     keys = _secret_query_keys(parsed)
@@ -53,20 +72,38 @@ def redact_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True).replace(placeholder, _MASK)
 
 
+def _hidden_part(url: str) -> str:
+    """What an unclear URL hides: everything between '://' and its last '@' ('' if none)."""
+    _, sep, rest = url.partition("://")
+    return rest.rpartition("@")[0] if sep else ""
+
+
 def _redact_unparsed(url: str) -> str:
-    """A URL SQLAlchemy cannot read: hide everything between the first ':' after the scheme
-    and the last '@' (user info), and the value of every secret-looking query parameter."""
+    """A URL that does not parse cleanly: everything between '://' and the last '@' hidden
+    (where an unencoded '@' ends the user info is anyone's guess), and the value of every
+    secret-looking query parameter."""
     head, sep, rest = url.partition("://")
     if not sep:
         return url
-    authority, slash, tail = rest.partition("/")
-    if "@" in authority:
-        userinfo, _, host = authority.rpartition("@")
-        user, colon, _pw = userinfo.partition(":")
-        authority = f"{user}{':' + _MASK if colon else ''}@{host}"
-    tail = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",
-                  lambda m: m.group(1) + _MASK, tail)
-    return f"{head}{sep}{authority}{slash}{tail}"
+    if "@" in rest:
+        rest = _MASK + "@" + rest.rpartition("@")[2]
+    rest = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",
+                  lambda m: m.group(1) + _MASK, rest)
+    return f"{head}{sep}{rest}"
+
+
+def _unclear_secrets(url: str) -> list[str]:
+    """The hidden part of an unclear URL and the pieces of it a driver may echo: the password
+    as written, what follows each '@' in it, and the parse's host (`ss#x@host`) and password."""
+    hidden = _hidden_part(url)
+    found = [hidden, hidden.partition(":")[2]]
+    found += [hidden[i + 1:] for i, c in enumerate(hidden) if c == "@"]
+    parsed = _parse(url)
+    if parsed is not None:
+        found.append(str(parsed.password or ""))
+        # The parse's host or database when it swallowed part of the user info ("ss#x@host").
+        found += [p for p in (parsed.host, parsed.database) if p and ("@" in p or not _HOST.fullmatch(p))]
+    return [s for s in found if s]
 
 
 def url_secrets(url: str) -> list[str]:
@@ -75,16 +112,13 @@ def url_secrets(url: str) -> list[str]:
     from urllib.parse import quote
 
     found: list[str] = []
-    parsed = _parse(url)
+    parsed = parse_clean(url)
     if parsed is not None:
         if parsed.password:
             found.append(str(parsed.password))
         found += [str(parsed.query[k]) for k in _secret_query_keys(parsed)]
     else:
-        _, _, rest = url.partition("://")
-        userinfo = rest.partition("/")[0].rpartition("@")[0]
-        if ":" in userinfo:
-            found.append(userinfo.partition(":")[2])
+        found += _unclear_secrets(url)
     out: list[str] = []
     for s in found:
         for v in (s, unquote(s), quote(s, safe="")):

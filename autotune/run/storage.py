@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import UserError
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
-from autotune.run.redact import redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
+from autotune.run.redact import parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
 from autotune.record import TrialRecord
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
@@ -100,20 +100,43 @@ def resolve_storage(flag: str | None = None, storage_file: str | Path | None = N
 
 
 def storage_kind(url: str) -> str:
-    """'sqlite', 'postgresql', 'mysql', ... or 'journal'; UserError for anything else."""
+    """'sqlite', 'postgresql', 'mysql', ... or 'journal'; UserError for anything else, and for
+    an RDB URL SQLAlchemy would read otherwise than written (an unencoded '@' in the password)."""
     if url.startswith("journal:") or (url.endswith(".log") and "://" not in url):
         return "journal"
-    if "://" not in url:
-        raise UserError(f"storage '{redact_url(url)}' is not a URL",
-                        fix="use e.g. sqlite:///autotune.db, postgresql://user:pass@host/db "
-                            "or journal:///path/study.log")
-    scheme = url.split("://", 1)[0].lower()
-    dialect = scheme.split("+", 1)[0]
+    parsed = _sqlalchemy_url(url)
+    dialect = parsed.get_backend_name().lower()
     if dialect not in _RDB_KINDS:
-        raise UserError(f"storage {redact_url(url)}: unknown kind '{scheme}'",
+        raise UserError(f"storage {redact_url(url)}: unknown kind '{parsed.drivername}'",
                         fix="use sqlite:///FILE, postgresql://..., mysql+pymysql://... or "
                             "journal:///FILE.log")
+    if parse_clean(url) is None:
+        raise UserError(f"storage {redact_url(url)} does not parse cleanly: the user name or "
+                        "password holds an unencoded '@', so where the host starts is unclear",
+                        fix="percent-encode the user name and password, e.g. "
+                            "python3 -c 'import urllib.parse, getpass; "
+                            "print(urllib.parse.quote(getpass.getpass(), safe=\"\"))'")
     return "postgresql" if dialect == "postgres" else dialect
+
+
+def _sqlalchemy_url(url: str):
+    """SQLAlchemy's own reading of an RDB URL (`make_url`, as `create_engine` reads it)."""
+    from sqlalchemy.engine import make_url
+
+    bad = UserError(f"storage '{redact_url(url)}' is not a URL",
+                    fix="use e.g. sqlite:///autotune.db, postgresql://user:pass@host/db "
+                        "or journal:///path/study.log")
+    if "://" not in url:
+        raise bad
+    try:
+        return make_url(url)
+    except Exception:  # noqa: BLE001 - SQLAlchemy's ArgumentError / ValueError on a bad URL
+        raise bad from None
+
+
+def _sqlite_file(url: str) -> str:
+    """The database file of a sqlite URL as SQLAlchemy reads it ('' or ':memory:' for none)."""
+    return _sqlalchemy_url(url).database or ""
 
 
 def journal_path(url: str) -> Path:
@@ -149,7 +172,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
             raise UserError(f"cannot open journal {path}: {type(exc).__name__}: {exc}",
                             fix="check the file is an Optuna journal and writable") from None
     if kind == "sqlite":
-        db = url.split(":///", 1)[1] if ":///" in url else ""
+        db = _sqlite_file(url)
         if db and db != ":memory:" and not Path(db).parent.is_dir():
             raise UserError(f"storage {url}: folder '{Path(db).parent}' does not exist",
                             fix="create the folder or point --storage elsewhere")
@@ -179,7 +202,7 @@ def _check_exists(url: str, kind: str) -> None:
     if kind == "journal":
         path = journal_path(url)
     elif kind == "sqlite":
-        db = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+        db = _sqlite_file(url)
         path = Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
     if path is not None and not path.is_file():
         raise UserError(f"no study storage at '{path}' ({redact_url(url)})",
@@ -220,13 +243,15 @@ _DIALECT_DRIVER = {"MySQLdb": "mysqldb"}
 def _with_installed_driver(url: str) -> str:
     import importlib.util
 
-    scheme, rest = url.split("://", 1)
-    if "+" in scheme or scheme.lower() not in _DRIVERS:
+    parsed = _sqlalchemy_url(url)
+    dialect = parsed.drivername.lower()
+    if "+" in dialect or dialect not in _DRIVERS:
         return url
-    for mod in _DRIVERS[scheme.lower()]:
+    for mod in _DRIVERS[dialect]:
         if importlib.util.find_spec(mod) is not None:
-            dialect = "postgresql" if scheme.lower() == "postgres" else scheme.lower()
-            return f"{dialect}+{_DIALECT_DRIVER.get(mod, mod)}://{rest}"
+            dialect = "postgresql" if dialect == "postgres" else dialect
+            drivername = f"{dialect}+{_DIALECT_DRIVER.get(mod, mod)}"
+            return parsed.set(drivername=drivername).render_as_string(hide_password=False)
     return url
 
 

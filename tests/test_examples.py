@@ -1,0 +1,48 @@
+"""The README's GPU quick start is a real spec: examples/llama7b-8gpu loads and validates as
+autotune reads it, builds the 7B Llama's exact parameter count from its config, and `autotune
+plan` (the analytic search, no trial) bills it on 8-GPU offers. A sweep needs the 8 GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "llama7b-8gpu"
+
+
+def test_the_7b_spec_and_its_space_validate():
+    from autotune.contract import HFWorkload
+    from autotune.search.space import load_space
+    from autotune.spec import load_spec
+
+    spec = load_spec(EXAMPLE / "spec.yaml")
+    assert isinstance(spec.workload, HFWorkload) and Path(spec.workload.config_path).is_file()
+    assert spec.seq_len == 4096 and spec.batch.global_batch_samples == 256
+    space = load_space(spec.space)
+    assert space.num_gpus == [8] and [p.value for p in space.precision] == ["bf16"]
+
+
+def test_the_7b_config_is_llama_2_7b_and_plan_bills_it_on_8_gpus(cli):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig.from_json_file(str(EXAMPLE / "llama-7b.json"))
+    with torch.device("meta"):
+        params = sum(p.numel() for p in LlamaForCausalLM(config).parameters())
+    assert params == 6_738_415_616  # Llama-2-7B's published count (6.74B)
+    code, out, err = cli("plan", str(EXAMPLE / "spec.yaml"), "--mfu", "0.4", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["bills"] and all(b["gpus"] == 8 and b["nodes"] == 1 for b in doc["bills"]), doc["bills"][:1]
+    assert any("6,738,415,616 parameters" in a for a in doc["assumptions"])
+
+
+def test_the_readmes_quick_start_spec_is_the_example_file():
+    import yaml
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("# examples/llama7b-8gpu/spec.yaml\n", 1)[1].split("```", 1)[0]
+    shown = yaml.safe_load(block)
+    assert shown == yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
