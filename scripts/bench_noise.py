@@ -162,7 +162,7 @@ def reading(pairs: list[dict], truth: dict) -> str:
             f"the ratio of runs 3 rounds apart (median over {len(gains)} pairs; per pair "
             f"{', '.join(f'{g:.2g}x' for g in gains)}). The re-measuring race "
             "(autotune.search.racing) measures rivals back to back anyway (it costs nothing), and "
-            "its model (autotune.search.runs) learns from the study's own blocks how much two runs "
+            "its model (autotune.search.estimates) learns from the study's own blocks how much two runs "
             "of a block share, starting from the prior that they share nothing: what this "
             "machine showed under other people's load, where spells are shorter than a trial.")
 

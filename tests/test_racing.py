@@ -1,4 +1,4 @@
-"""Re-measuring before recommending (autotune.search.runs, autotune.search.racing): the model
+"""Re-measuring before recommending (autotune.search.estimates, autotune.search.racing): the model
 of a config's runs, the sentence under a pick, and the racing through the real sweep loop with
 a TrialRunner answering from a schedule (the seam the benchmarks replay through). Racing with
 real trials is in tests/test_racing_e2e.py."""
@@ -12,7 +12,7 @@ import pytest
 
 from autotune.contract import GPTWorkload, TrialResult, TrialStatus
 from autotune.record import TrialRecord
-from autotune.search.runs import ConfigEstimate, RunModel, Run, how_sure
+from autotune.search.estimates import ConfigEstimate, RunModel, Run, how_sure
 
 
 def _config(key: str, runs: list[tuple[float, str]]) -> ConfigEstimate:

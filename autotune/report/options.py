@@ -44,7 +44,7 @@ def bills_for_trial(trial, catalog: Catalog | None, tokens_per_s: float | None =
 
 def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]:
     """The priced options of one trial (none unless it completed). `estimate`: the config's
-    runs on this hardware (autotune.search.runs.ConfigEstimate, this trial being the first):
+    runs on this hardware (autotune.search.estimates.ConfigEstimate, this trial being the first):
     the options are priced at its estimate over all of them."""
     if row.state != "COMPLETE":
         return []

@@ -5,7 +5,7 @@ and the recommended configs say how sure they are.
     options = config_options(frozen, rows, catalog, models)  # one option set per config
     rows = pick_rows(doc_cheapest, doc_fastest, feasible, models)
 
-The estimate and its interval come from autotune.search.runs (the same model the sweep's
+The estimate and its interval come from autotune.search.estimates (the same model the sweep's
 re-measuring races with, autotune.search.racing), so the report names the config the sweep
 raced for, with the runs behind it.
 """
@@ -18,7 +18,7 @@ from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
 from autotune.report.options import options_for
 from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
-from autotune.search.runs import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
+from autotune.search.estimates import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
 from autotune.search.racing import TOLERANCE
 
 

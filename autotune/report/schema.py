@@ -131,7 +131,7 @@ class PickRow(_M):
     trial: int = Field(description="the config's first trial (its option row)")
     offer: str
     runs: list[RunRow]
-    tokens_per_s: float = Field(description="estimate over the runs (autotune.search.runs)")
+    tokens_per_s: float = Field(description="estimate over the runs (autotune.search.estimates)")
     tokens_per_s_low: float = Field(description="90% interval of the estimate")
     tokens_per_s_high: float
     value: float = Field(description="usd (by cost) or hours (by time) at the estimate")

@@ -216,8 +216,8 @@ def model_shape_for(workload: Any) -> ModelShape | None:
 
 def calibration_group(mcfg: MemoryConfig) -> str:
     """Which runtime constant a config shares: DDP, DeepSpeed ZeRO 0-2, ZeRO-3, whose
-    gather / reduce-scatter machinery keeps buffers of its own (measured on CPU: ~25% more
-    than ZeRO-2 at the same config, see docs/benchmarks.md), or FSDP2."""
+    gather / reduce-scatter machinery keeps buffers of its own (docs/benchmarks.md, the
+    memory section, compares it with ZeRO-2 at the same config), or FSDP2."""
     engine = mcfg.resolved_engine
     return f"{engine}-zero3" if engine == "deepspeed" and mcfg.zero_stage == 3 else engine
 

@@ -9,23 +9,22 @@ are measured again, back to back, until the difference is outside the noise or t
 
 Why: a single run on a shared machine is noisy (runs of one config differ by ~10%, in spells
 that slow a whole run; docs/benchmarks.md), so the config with the best single run is often
-only the luckiest. A config's score is its estimate over all its runs (autotune.search.runs);
+only the luckiest. A config's score is its estimate over all its runs (autotune.search.estimates);
 the pick is the best estimate; and before recommending, the sweep spends the last `reserve`
 trials of its budget re-measuring the leader with the rivals that could still beat it by more
 than TOLERANCE: each *block* measures the leader and up to BLOCK_SIZE - 1 rivals one after
 another, so that a slow spell of the machine that outlasts a trial hits all of them and
 cancels in their ratio (how much two runs of a block share is learnt from the study's own
-blocks: autotune.search.runs; docs/benchmarks.md measures it on a shared CPU). A rival drops out
+blocks: autotune.search.estimates; docs/benchmarks.md measures it on a shared CPU). A rival drops out
 once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; racing stops when
 none is left (the unused trials go back to exploring) or the budget ends. While a block waits,
 the sweep queues nothing else: a local move in the middle of the race would spend the reserve on
-a new rival measured once (on the DeepSpeed-style space that lost the optimum: 39/60 picks at
---trials 16 with moves in between, 46/60 without; docs/benchmarks.md). A last trial too few
-for a block measures the raced rival with the fewest runs on its own (the least certain
-estimate) rather than a new config, which would be recommended on one run if it led (44 -> 47
-of 60 at --trials 8 there; both on the truth measured before trials had huge pages and a 2 s
-window, where the leading runs were noisier). A leader measured only once is measured again
-with its runner-up whatever its lead: a single run is never crowned. Once every config of the space has been tried, the rest of the budget may race.
+a new rival measured once, which the race would then have to chase. A last trial too few for a
+block measures the raced rival with the fewest runs on its own (the least certain estimate)
+rather than a new config, which would be recommended on one run if it led. A leader measured
+only once is measured again with its runner-up whatever its lead: a single run is never
+crowned. Once every config of the space has been tried, the rest of the budget may race. What
+each of these rules changed in pick accuracy is in docs/benchmarks.md (the search section).
 
 Repeats count against `--trials` like any launched trial; each is recorded as a repeat of the
 config's first trial (`TrialRecord.repeat_of`) in its block (`race_block`).
@@ -40,7 +39,7 @@ from typing import Any
 
 from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
-from autotune.search.runs import ConfigEstimate, RunModel
+from autotune.search.estimates import ConfigEstimate, RunModel
 from autotune.search.score import objective_bill, reprice
 
 # A pick within this much of the best is as good (the benchmark counts it right:

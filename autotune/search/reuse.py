@@ -30,8 +30,8 @@ WAIT_POLL_S = 1.0
 
 # Fields TrialConfig gained after studies were recorded, with the value older records read
 # as: at that value a config keeps the key it had before, so a resumed study reuses them.
-# min_measure_s (2026-12-01): a 2 s floor never lengthens the window of a model whose steps
-# take seconds.
+# min_measure_s: its default floor never lengthens the window of a model whose steps take
+# seconds, so configs measured before it existed keep their keys.
 ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default}
 
 

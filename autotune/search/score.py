@@ -174,7 +174,7 @@ def reprice(score, catalog: Catalog | None, tokens_per_s: float | None = None) -
     """Every matching offer's bill (report dicts) of a stored score (`ScoreRecord`), priced
     again on `catalog` from the inputs stored with it, at `tokens_per_s` (default: the trial's
     own measurement; a config measured several times is priced at its estimate,
-    autotune.search.runs). Without a catalog, or for a score stored without inputs: the bills
+    autotune.search.estimates). Without a catalog, or for a score stored without inputs: the bills
     stored at sweep time (then only at the trial's own throughput). None: nothing to price."""
     if score is None:
         return None

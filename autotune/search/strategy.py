@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 # space it cannot list (autotune.search.space.enumerate_configs caps the listing).
 MAX_IDLE_PROPOSALS = 50
 # After the baselines, every second launched trial is a local move and the others are TPE's:
-# TPE models the whole space, the moves try what is next to the best configs measured (the
-# alternation measured best of every 1, 2, 3 or only-on-repeat in scripts/bench_search.py).
+# TPE models the whole space, the moves try what is next to the best configs measured
+# (scripts/bench_search.py compares a move every 1, 2 or 3 trials, or only on a repeat).
 LOCAL_MOVE_EVERY = 2
 ENUMERATE_LIMIT = 5000
 
@@ -55,8 +55,9 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     checkpointing at the largest micro-batch). Where accumulation is free (no fixed global
     batch) the largest is taken: more samples per optimizer step, for the same tokens.
     bf16 on GPUs, and on CPUs that compute it natively (`HardwareFingerprint.cpu_bf16`:
-    AVX512-BF16, AMX, Arm BF16; measured 1.21x fp32 there); fp32 on other CPUs, where bf16 is
-    converted in software (measured 0.12x fp32: autotune.contract.hardware.cpu_bf16)."""
+    AVX512-BF16, AMX, Arm BF16, where it runs faster than fp32); fp32 on other CPUs, where bf16
+    is converted in software and runs several times slower (autotune.contract.hardware.cpu_bf16;
+    docs/benchmarks.md has the figures)."""
     from autotune.search.space import params_for
 
     rs = ms.restricted
@@ -125,7 +126,7 @@ class LocalMoves:
     untried neighbour (one dimension moved to the adjacent choice:
     `autotune.search.space.neighbours`, in a seeded random order) of the best config that has
     one left: the Pareto front first, then the next front. A single measurement is noisy
-    (docs/benchmarks.md: runs of one config differ by 10-30% on a shared CPU), so the
+    (docs/benchmarks.md: runs of one config differ by tens of percent on a shared CPU), so the
     runner-up's neighbours matter as much as the incumbent's. TPE keeps re-proposing its
     incumbent on a small space; without this, those proposals are spent measuring nothing
     (docs/benchmarks.md). The sweep also queues a move after every `LOCAL_MOVE_EVERY`-th

@@ -32,10 +32,10 @@ from typing import Any
 from autotune.contract import DeviceKind, HardwareFingerprint
 from autotune.record import TrialRecord
 
-# Prior sd of log tokens/s between runs of one config. CPU: measured on this project's 2-core
-# machines, 2026-11 (docs/benchmarks.md: run-to-run spread (max-min)/median of 3 runs, median
-# 17%, i.e. sd ~ 0.17 / 1.69 = 0.10). CUDA: an assumption (no GPU measurements yet), small
-# because a GPU is not shared; a study's own repeats replace it after a few runs.
+# Prior sd of log tokens/s between runs of one config. CPU: the run-to-run spread this project
+# measures on its shared 2-core machines (docs/benchmarks.md, the noise section: a median
+# (max - min) / median of 3 runs near 17%, i.e. an sd near 0.17 / 1.69). CUDA: an assumption,
+# small because a GPU is not shared; a study's own repeats replace either after a few runs.
 PRIOR_SD = {DeviceKind.cpu: 0.10, DeviceKind.cuda: 0.03}
 # Share of that variance that two runs measured back to back do NOT share (sigma2 / total):
 # 1.0 assumes nothing is shared until the study's own blocks say otherwise.
