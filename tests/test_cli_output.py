@@ -53,7 +53,7 @@ def test_report_without_the_report_extra_names_the_install(tmp_path):
         p = subprocess.run([sys.executable, "-m", "autotune.cli", "report", flag, target], cwd=tmp_path,
                            capture_output=True, text=True, env=env, timeout=120)
         assert p.returncode == 2, p.stderr
-        assert "pip install 'autotune[report]'" in p.stderr and "Traceback" not in p.stderr
+        assert "pip install 'autotune-llm[report]'" in p.stderr and "Traceback" not in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert not (tmp_path / target).exists()
 

@@ -59,7 +59,7 @@ def main() -> None:
             raise
         from rich.markup import escape
 
-        # Escaped: a message may hold brackets ("pip install 'autotune[report]'").
+        # Escaped: a message may hold brackets ("pip install 'autotune-llm[report]'").
         console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)

@@ -233,8 +233,10 @@ def median_fits(log_peaks: list[float], censored: int, limit: int, sd_run: float
     `censored` runs that ran out of memory with no peak (over the limit, by about a spread)."""
     n = len(log_peaks) + censored
     over = math.log(limit) + sd_run
-    mean = statistics.fmean(log_peaks + [over] * censored)
-    return normal_cdf((math.log(limit) - mean) / (sd_run / math.sqrt(n)))
+    # The median, not the mean: one far-off run (a CPU peak can jump between runs) must not
+    # carry the verdict; its sampling sd is about 1.25 sd / sqrt(n) for normal runs.
+    middle = statistics.median(log_peaks + [over] * censored)
+    return normal_cdf((math.log(limit) - middle) / (1.25 * sd_run / math.sqrt(n)))
 
 
 @dataclass
