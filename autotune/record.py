@@ -77,7 +77,7 @@ class MemoryPointRecord(_Part):
 
 
 class ScoreRecord(_Part):
-    """The objective values of a completed trial (autotune.search.score.Score): the cheapest
+    """The objective values of a completed trial (autotune.search.score.score_trial): the cheapest
     matching offer's bill, every offer's bill, and the inputs to price it again."""
 
     hours: float

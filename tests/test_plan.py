@@ -124,7 +124,7 @@ def test_score_trial_is_the_cheapest_offer_and_reports_can_reprice():
     # The report's view: the stored inputs re-priced over a catalog, or the stored bills.
     import optuna
 
-    t = optuna.trial.create_trial(values=[score.hours, score.usd], user_attrs={"score": score.as_dict()},
+    t = optuna.trial.create_trial(values=[score.hours, score.usd], user_attrs={"score": score.model_dump()},
                                   distributions={}, params={})
     again = bills_for_trial(t, catalog)
     assert again and again[0]["usd"] == pytest.approx(score.usd)

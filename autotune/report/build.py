@@ -272,6 +272,36 @@ def memory_verdicts(options: list[OptionRow], frozen) -> list[str]:
     return notes
 
 
+def _limits(spec: SweepRecord, max_usd: float | None, deadline_hours: float | None) -> Limits:
+    """Limits given as flags win over the study's (the sweep's spec)."""
+    budget = spec.budget
+    if max_usd is not None or deadline_hours is not None:
+        return Limits(max_usd=max_usd, deadline_hours=deadline_hours, source="flags")
+    if budget.get("max_usd") is not None or budget.get("deadline_hours") is not None:
+        return Limits(max_usd=budget.get("max_usd"), deadline_hours=budget.get("deadline_hours"),
+                      source="study (the sweep's spec)")
+    return Limits(max_usd=None, deadline_hours=None, source="none")
+
+
+def _empty_notes(options: list[OptionRow], feasible: list[OptionRow], rows: list[TrialRow],
+                 limits: Limits) -> list[str]:
+    """What the report says when nothing can be recommended, or a figure is missing."""
+    from autotune.report.nothing_fits import nothing_fits_note
+
+    notes = []
+    fits_note = nothing_fits_note(rows) if not feasible else None
+    if fits_note:
+        notes.append(fits_note)
+    if options and not feasible:
+        notes.append("no option meets the limits "
+                     f"(budget {limits.max_usd}, deadline {limits.deadline_hours} h): "
+                     "cheapest and fastest are empty; best_by_cost / best_by_time ignore the limits")
+    if any(o.sensitivity is None for o in options):
+        notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
+                     "some options: shown as '-'")
+    return notes
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
@@ -279,15 +309,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     from autotune.run.storage import redact_url
 
     spec = SweepRecord.of(study)
-    budget = spec.budget
-    if max_usd is not None or deadline_hours is not None:
-        limits = Limits(max_usd=max_usd, deadline_hours=deadline_hours, source="flags")
-    elif budget.get("max_usd") is not None or budget.get("deadline_hours") is not None:
-        limits = Limits(max_usd=budget.get("max_usd"), deadline_hours=budget.get("deadline_hours"),
-                        source="study (the sweep's spec)")
-    else:
-        limits = Limits(max_usd=None, deadline_hours=None, source="none")
-
+    limits = _limits(spec, max_usd, deadline_hours)
     notes: list[str] = []
     catalog = _load_catalog_quietly(spec.catalog, notes)
     frozen = study.get_trials(deepcopy=False)
@@ -308,20 +330,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     per_platform: dict[str, OptionRow] = {}
     for o in sorted(feasible, key=lambda o: (o.usd, o.hours)):
         per_platform.setdefault(o.platform, o)
-
-    if not feasible:
-        from autotune.report.nothing_fits import nothing_fits_note
-
-        fits_note = nothing_fits_note(rows)
-        if fits_note:
-            notes.append(fits_note)
-    if options and not feasible:
-        notes.append("no option meets the limits "
-                     f"(budget {limits.max_usd}, deadline {limits.deadline_hours} h): "
-                     "cheapest and fastest are empty; best_by_cost / best_by_time ignore the limits")
-    if any(o.sensitivity is None for o in options):
-        notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
-                     "some options: shown as '-'")
+    notes += _empty_notes(options, feasible, rows, limits)
     cheapest = min(feasible, key=lambda o: (o.usd, o.hours), default=None)
     fastest = min(feasible, key=lambda o: (o.hours, o.usd), default=None)
     return ReportDoc(

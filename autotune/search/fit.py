@@ -234,9 +234,10 @@ def median_fits(log_peaks: list[float], censored: int, limit: int, sd_run: float
     n = len(log_peaks) + censored
     over = math.log(limit) + sd_run
     # The median, not the mean: one far-off run (a CPU peak can jump between runs) must not
-    # carry the verdict; its sampling sd is about 1.25 sd / sqrt(n) for normal runs.
+    # carry the verdict. Its sampling sd is about 1.25 sd / sqrt(n) for three or more normal
+    # runs; of one or two it is their mean.
     middle = statistics.median(log_peaks + [over] * censored)
-    return normal_cdf((math.log(limit) - middle) / (1.25 * sd_run / math.sqrt(n)))
+    return normal_cdf((math.log(limit) - middle) / ((1.25 if n > 2 else 1.0) * sd_run / math.sqrt(n)))
 
 
 @dataclass

@@ -258,7 +258,7 @@ class Objective:
         score = (score_trial(result, cfg, self.spec, self.ctx.catalog, device_type_key(cfg))
                  if result.ok else None)
         if score is not None:
-            TrialRecord.write(trial, score=score.as_dict())
+            TrialRecord.write(trial, score=score)
         self.on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
                                    score and score.usd, score and score.offer))
         if result.status is TrialStatus.crash:

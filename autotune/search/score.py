@@ -13,12 +13,13 @@ cheapest matching offer's bill, among those within the deadline when one is set.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from autotune.contract import TrialConfig, TrialResult
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, JobSpec, Skipped, Throughput, bills_for
 from autotune.pricing.target import tokens_to_target
+from autotune.record import ScoreRecord
 from autotune.spec import SweepSpec
 
 # Bytes per parameter of a full training checkpoint with AdamW: fp32 master weights (4) +
@@ -29,24 +30,8 @@ _CKPT_BYTES_PER_PARAM = {("adamw", True): 14, ("adamw", False): 12, ("sgd", True
 DATASET_BYTES_PER_TOKEN = 2
 
 
-@dataclass(frozen=True)
-class Score:
-    hours: float
-    usd: float
-    offer: str
-    tokens_to_target: float
-    gpu_hours: float
-    basis: str  # "measured" | "projected from ..." | "estimated"
-    usd_worst_case: float | None = None
-    hours_worst_case: float | None = None
-    pricing: str | None = None
-    target_basis: str = ""
-    price_note: str = ""
-    bills: list[dict] = field(default_factory=list)  # every matching offer, cheapest first
-    pricing_inputs: dict = field(default_factory=dict)  # to price again (`reprice`)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+# What a completed trial scores: the record it stores (one declaration of its fields).
+Score = ScoreRecord
 
 
 def device_type_key(cfg: TrialConfig) -> str:
@@ -151,7 +136,7 @@ def score_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog:
     if not bills:
         return None
     best = objective_bill(bills, spec.budget.deadline_hours)
-    return Score(hours=best.hours, usd=best.usd, offer=best.offer, tokens_to_target=best.tokens,
+    return ScoreRecord(hours=best.hours, usd=best.usd, offer=best.offer, tokens_to_target=best.tokens,
                  gpu_hours=best.gpu_hours, basis=best.throughput_basis,
                  usd_worst_case=best.usd_worst_case, hours_worst_case=best.hours_worst_case,
                  pricing=best.pricing, target_basis=tp.target_basis, price_note=catalog.price_note(),
