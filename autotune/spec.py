@@ -96,7 +96,7 @@ class BudgetSpec(_Spec):
 class LauncherSpec(_Spec):
     """How a trial's processes start when a cluster scheduler starts them or a trial spans
     nodes. `argv` is a template: a list of strings, each filled field by field (`{num_nodes}`,
-    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/launch.py TEMPLATE_FIELDS), never
+    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/templates.py TEMPLATE_FIELDS), never
     a shell string; the element "{launcher_argv}" becomes the node launcher's whole argv
     (torchrun with a c10d rendezvous). E.g. Slurm, inside an allocation:
     `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`; per node
@@ -116,7 +116,7 @@ class LauncherSpec(_Spec):
 
     @model_validator(mode="after")
     def _check(self) -> "LauncherSpec":
-        from autotune.run.launch import TEMPLATE_FIELDS, check_remote_shell_template, template_fields
+        from autotune.run.templates import TEMPLATE_FIELDS, check_remote_shell_template, template_fields
 
         if any(n <= 0 for n in self.num_nodes):
             raise ValueError("`num_nodes` choices must be positive")

@@ -292,9 +292,9 @@ class TrialConfig(TrainingKnobs):
     measure_steps: int = Field(default=5, gt=0)
     max_measure_steps: int = Field(default=15, gt=0, description="cap when CV is high")
     max_step_time_cv: float = Field(default=0.15, gt=0, description="extend steps above this")
-    # A window under a second or two says little on a shared CPU: with steps of 0.15 s, the sd
-    # of log tokens/s between runs was 0.044 over 5 steps and 0.019 over a 2 s window
-    # (docs/benchmarks.md, noise levers, huge pages on). Steps of a second or more never extend.
+    # A window of a few short steps says little on a shared CPU: runs of one config spread
+    # less over a window of a few seconds than over 5 steps (docs/benchmarks.md, noise levers).
+    # Steps of a second or more never extend.
     min_measure_s: float = Field(default=2.0, ge=0, description="extend steps (up to "
                                  "max_measure_steps) until the measured window lasts this long")
     threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank")

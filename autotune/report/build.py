@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from autotune.contract.trial_files import TrialFiles
 from autotune.record import SweepRecord, TrialRecord
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, run_models
@@ -87,7 +88,7 @@ def _result_hardware(rec: TrialRecord) -> dict[str, Any]:
     if not folder:
         return {}
     try:
-        return json.loads((Path(folder) / "result.json").read_text()).get("hardware") or {}
+        return json.loads(TrialFiles(Path(folder)).result.read_text()).get("hardware") or {}
     except (OSError, ValueError, AttributeError):
         return {}
 

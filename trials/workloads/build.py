@@ -60,7 +60,7 @@ def import_workload_modules(cfg: TrialConfig) -> None:
     elif isinstance(cfg.workload, HFWorkload):
         from trials.workloads import hf
 
-        hf._transformers().AutoModelForCausalLM  # noqa: B018 - resolves the lazy module
+        hf.transformers_module().AutoModelForCausalLM  # noqa: B018 - resolves the lazy module
 
 
 def build_workload(cfg: TrialConfig, device: torch.device, deferred: bool = False) -> BuiltWorkload:

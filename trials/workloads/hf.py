@@ -27,7 +27,7 @@ from autotune.contract import HFWorkload
 from trials.errors import UnsupportedConfig
 
 
-def _transformers():
+def transformers_module():
     # No hub lookups from a trial, ever: the tool must work offline.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -58,7 +58,7 @@ def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
 
 
 def build_hf_config(wl: HFWorkload) -> Any:
-    transformers = _transformers()
+    transformers = transformers_module()
     data = load_config_dict(wl)
     model_type = data.pop("model_type")
     try:
@@ -72,7 +72,7 @@ def build_hf_config(wl: HFWorkload) -> Any:
 
 def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module, Any]:
     """(model, config); `meta`: shapes only, no memory and no init."""
-    transformers = _transformers()
+    transformers = transformers_module()
     config = build_hf_config(wl)
     try:
         with torch.device("meta") if meta else contextlib.nullcontext():
