@@ -32,32 +32,8 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
     obs["model_built_as"] = gathered[0]["built_as"]  # meta (materialised per rank) or device
 
     recompute, recompute_source = _recompute_fraction(cfg, built, probe, obs)
-    if probe is not None:
-        meter = probe[0]
-        obs["activation_saved_bytes"] = meter.saved_bytes
-        obs["activation_saved_bytes_by_dtype"] = meter.bytes_by_dtype
-        obs["activation_saved_tensors"] = meter.saved_tensors
-        obs["activation_dtype"] = meter.activation_dtype()
-        obs["activation_source"] = ("saved_tensors_hooks: bytes autograd kept for backward in "
-                                    "one micro-step on rank 0 (activations and autocast's "
-                                    "16-bit weight copies; parameters excluded)")
-    else:
-        notes.append("activation bytes not measured: warmup_steps is 0, so no untimed step "
-                     "was available to probe")
-
-    flops, flops_note = _model_flops(cfg, built)
-    if flops_note:
-        notes.append(flops_note)
-    hw_flops = None
-    if flops is not None:
-        shape = built.shape or {}
-        hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
-                    else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
-                                                  shape.get("d_model"), cfg.seq_len, recompute))
-        obs["matmul_params"] = built.matmul_params
-        obs["hardware_flops_per_token"] = hw_flops
-        obs["recompute_fraction"] = recompute
-        obs["recompute_source"] = recompute_source
+    _observe_activations(probe, obs, notes)
+    flops, hw_flops = _flops(cfg, built, recompute, recompute_source, obs, notes)
     mfu = utilization(tokens_per_s, flops, world, cfg.device_peak_flops)
     hfu = utilization(tokens_per_s, hw_flops, world, cfg.device_peak_flops)
     if cfg.device_peak_flops is None:
@@ -104,6 +80,41 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
         result.notes.append(f"step-time CV {stats['cv']:.2f} is above {cfg.max_step_time_cv:g} "
                             f"even at the cap of {cfg.max_measure_steps} steps: a noisy figure")
     return result
+
+
+def _observe_activations(probe, obs: dict[str, Any], notes: list[str]) -> None:
+    """What the untimed probe step saw autograd keep for backward, into `obs`."""
+    if probe is not None:
+        meter = probe[0]
+        obs["activation_saved_bytes"] = meter.saved_bytes
+        obs["activation_saved_bytes_by_dtype"] = meter.bytes_by_dtype
+        obs["activation_saved_tensors"] = meter.saved_tensors
+        obs["activation_dtype"] = meter.activation_dtype()
+        obs["activation_source"] = ("saved_tensors_hooks: bytes autograd kept for backward in "
+                                    "one micro-step on rank 0 (activations and autocast's "
+                                    "16-bit weight copies; parameters excluded)")
+    else:
+        notes.append("activation bytes not measured: warmup_steps is 0, so no untimed step "
+                     "was available to probe")
+
+
+def _flops(cfg, built, recompute: float, recompute_source: str, obs: dict[str, Any],
+           notes: list[str]) -> tuple[float | None, float | None]:
+    """FLOPs per token: the model's, and the hardware's (with recompute); None when unknown."""
+    flops, flops_note = _model_flops(cfg, built)
+    if flops_note:
+        notes.append(flops_note)
+    hw_flops = None
+    if flops is not None:
+        shape = built.shape or {}
+        hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
+                    else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
+                                                  shape.get("d_model"), cfg.seq_len, recompute))
+        obs["matmul_params"] = built.matmul_params
+        obs["hardware_flops_per_token"] = hw_flops
+        obs["recompute_fraction"] = recompute
+        obs["recompute_source"] = recompute_source
+    return flops, hw_flops
 
 
 def _model_flops(cfg, built) -> tuple[float | None, str | None]:

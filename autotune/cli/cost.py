@@ -100,6 +100,12 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
 
 
 def register(app: typer.Typer) -> None:
+    _register_cost(app)
+    _register_catalog(app)
+    _register_plan(app)
+
+
+def _register_cost(app: typer.Typer) -> None:
     @app.command(epilog=COST_EPILOG)
     def cost(
         gpu: str = typer.Option(..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
@@ -156,6 +162,8 @@ def register(app: typer.Typer) -> None:
             return
         print_bills(bills, skipped, catalog, job, console())
 
+
+def _register_catalog(app: typer.Typer) -> None:
     catalog_app = typer.Typer(help="List and validate the catalog; `catalog import` reads SkyPilot's catalogs.")
     app.add_typer(catalog_app, name="catalog")
     from autotune.cli.catalog import register as register_import
@@ -185,48 +193,55 @@ def register(app: typer.Typer) -> None:
             doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from autotune.report.terminal import LINE, NAME, TEXT, fit_table
+        print_catalog(cat, console())
 
-        c = console()
-        rows = []
-        for k, t in cat.gpus.items():
-            def tf(p: str) -> str:
-                return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
-            rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("bf16"), tf("fp8"),
-                         tf("fp32"), tf("tf32"),
-                         f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
-                         f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
-                         t.source])
-        # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
-        c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
-            ("type", NAME, "left"), ("memory", NAME, "right"), ("bf16", NAME, "right"), ("fp8", NAME, "right"),
-            ("fp32", TEXT, "right"), ("tf32", TEXT, "right"), ("mem GB/s", TEXT, "right"), ("link", TEXT, "left"),
-            ("source", LINE, "left")], rows, c.width))
-        rows = []
-        for x in cat.offers:
-            if x.pricing == "monthly":
-                price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
-            elif x.pricing == "own":
-                price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
-            else:
-                rates = sorted({round(r, 4) for _, _, r in x.sizes()})
-                price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
-                         else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
-            sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
-            nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
-                     and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
-                                                     if x.max_nodes > 1 else "1"))
-            rows.append([x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
-                         ", ".join(x.regions) or "-", x.price_date, x.price_source])
-        # Offer and GPU names are what --offer / --gpu take: never cut.
-        c.print(fit_table("Offers (prices in USD)", [
-            ("offer", NAME, "left"), ("gpu", NAME, "left"), ("pricing", TEXT, "left"), ("price", TEXT, "left"),
-            ("billing", TEXT, "left"), ("instance sizes (GPUs)", TEXT, "left"), ("nodes", TEXT, "left"),
-            ("region", TEXT, "left"), ("price date", TEXT, "left"), ("source", LINE, "left")], rows, c.width))
-        for be in breakevens(cat):
-            c.print(f"break-even: {be.text}")
-        c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
 
+def print_catalog(cat, c) -> None:
+    """The catalog's GPU types and offers as two tables, then its break-evens."""
+    from autotune.pricing.cost import breakevens
+    from autotune.report.terminal import LINE, NAME, TEXT, fit_table
+
+    rows = []
+    for k, t in cat.gpus.items():
+        def tf(p: str) -> str:
+            return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
+        rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("bf16"), tf("fp8"),
+                     tf("fp32"), tf("tf32"),
+                     f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
+                     f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
+                     t.source])
+    # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
+    c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
+        ("type", NAME, "left"), ("memory", NAME, "right"), ("bf16", NAME, "right"), ("fp8", NAME, "right"),
+        ("fp32", TEXT, "right"), ("tf32", TEXT, "right"), ("mem GB/s", TEXT, "right"), ("link", TEXT, "left"),
+        ("source", LINE, "left")], rows, c.width))
+    rows = []
+    for x in cat.offers:
+        if x.pricing == "monthly":
+            price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
+        elif x.pricing == "own":
+            price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
+        else:
+            rates = sorted({round(r, 4) for _, _, r in x.sizes()})
+            price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
+                     else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
+        sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
+        nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
+                 and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
+                                                 if x.max_nodes > 1 else "1"))
+        rows.append([x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
+                     ", ".join(x.regions) or "-", x.price_date, x.price_source])
+    # Offer and GPU names are what --offer / --gpu take: never cut.
+    c.print(fit_table("Offers (prices in USD)", [
+        ("offer", NAME, "left"), ("gpu", NAME, "left"), ("pricing", TEXT, "left"), ("price", TEXT, "left"),
+        ("billing", TEXT, "left"), ("instance sizes (GPUs)", TEXT, "left"), ("nodes", TEXT, "left"),
+        ("region", TEXT, "left"), ("price date", TEXT, "left"), ("source", LINE, "left")], rows, c.width))
+    for be in breakevens(cat):
+        c.print(f"break-even: {be.text}")
+    c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
+
+
+def _register_plan(app: typer.Typer) -> None:
     @app.command(name="plan")
     def plan_cmd(
         spec_file: Path = typer.Argument(..., help="sweep spec YAML (workload, target, space, platforms)"),
@@ -243,7 +258,6 @@ def register(app: typer.Typer) -> None:
         runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
         communication, and the full bill on every matching offer)."""
         from autotune.pricing.load import load_catalog
-        from autotune.pricing.quote import explain
         from autotune.search.plan import plan
         from autotune.spec import load_spec
 
@@ -262,23 +276,29 @@ def register(app: typer.Typer) -> None:
                    "fastest": [b.as_dict() for b in fastest]}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        c = console()
-        c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
-                f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
-        for a in result.assumptions:
-            c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
-        c.print("[bold]cheapest[/]")
-        for b in result.bills[:top]:
-            c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
-                    f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
-                    f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
-        c.print("[bold]fastest[/]")
-        for b in fastest[: min(top, 5)]:
-            c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
-        for line in explain(result.bills):
-            c.print(line, soft_wrap=True)
-        if result.bills:
-            c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
-        else:
-            c.print(result.why_none, soft_wrap=True)
-        c.print(catalog.price_note())
+        print_plan(spec_file, result, catalog, fastest, top, console())
+
+
+def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
+    """`autotune plan`'s answer on the terminal: the cheapest bills, the fastest, and how."""
+    from autotune.pricing.quote import explain
+
+    c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
+            f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
+    for a in result.assumptions:
+        c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
+    c.print("[bold]cheapest[/]")
+    for b in result.bills[:top]:
+        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
+                f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
+                f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
+    c.print("[bold]fastest[/]")
+    for b in fastest[: min(top, 5)]:
+        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
+    for line in explain(result.bills):
+        c.print(line, soft_wrap=True)
+    if result.bills:
+        c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
+    else:
+        c.print(result.why_none, soft_wrap=True)
+    c.print(catalog.price_note())

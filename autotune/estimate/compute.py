@@ -113,6 +113,23 @@ def _first(cfg: dict[str, Any], *names: str) -> Any:
     return None
 
 
+def _read_hf_config(path_or_dict: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config's fields and where they came from; a file that is not one, a UserError."""
+    if isinstance(path_or_dict, dict):
+        return path_or_dict, "config"
+    p = Path(path_or_dict)
+    if not p.is_file():
+        raise UserError(f"model config '{p}' does not exist",
+                        fix="give a preset name or the path to a Hugging Face config.json")
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+    return cfg, str(p)
+
+
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShape:
     """Parameter count and shape from a Hugging Face `config.json` (no download, no torch).
 
@@ -120,20 +137,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShap
     (plain MLP, LayerNorm with bias); other families are counted with the llama layout and
     labelled as approximate in `source`.
     """
-    if isinstance(path_or_dict, dict):
-        cfg, where = path_or_dict, "config"
-    else:
-        p = Path(path_or_dict)
-        where = str(p)
-        if not p.is_file():
-            raise UserError(f"model config '{p}' does not exist",
-                            fix="give a preset name or the path to a Hugging Face config.json")
-        try:
-            cfg = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
-        if not isinstance(cfg, dict):
-            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+    cfg, where = _read_hf_config(path_or_dict)
     mt = str(cfg.get("model_type", "")).lower()
     h = _first(cfg, "hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
     L = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")

@@ -250,6 +250,16 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
         return None
 
 
+def _limits(budget: dict[str, Any], max_usd: float | None, deadline_hours: float | None) -> Limits:
+    """The budget and deadline the report applies: the flags', else the study's spec's."""
+    if max_usd is not None or deadline_hours is not None:
+        return Limits(max_usd=max_usd, deadline_hours=deadline_hours, source="flags")
+    if budget.get("max_usd") is not None or budget.get("deadline_hours") is not None:
+        return Limits(max_usd=budget.get("max_usd"), deadline_hours=budget.get("deadline_hours"),
+                      source="study (the sweep's spec)")
+    return Limits(max_usd=None, deadline_hours=None, source="none")
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
@@ -257,15 +267,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     from autotune.run.storage import redact_url
 
     spec = SweepRecord.of(study)
-    budget = spec.budget
-    if max_usd is not None or deadline_hours is not None:
-        limits = Limits(max_usd=max_usd, deadline_hours=deadline_hours, source="flags")
-    elif budget.get("max_usd") is not None or budget.get("deadline_hours") is not None:
-        limits = Limits(max_usd=budget.get("max_usd"), deadline_hours=budget.get("deadline_hours"),
-                        source="study (the sweep's spec)")
-    else:
-        limits = Limits(max_usd=None, deadline_hours=None, source="none")
-
+    limits = _limits(spec.budget, max_usd, deadline_hours)
     notes: list[str] = []
     catalog = _load_catalog_quietly(spec.catalog, notes)
     frozen = study.get_trials(deepcopy=False)

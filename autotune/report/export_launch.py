@@ -110,6 +110,12 @@ def launch_script(plan: ExportPlan) -> str:
         "fi",
         "",
     ]
+    return "\n".join(lines + _launcher_lines(plan)) + "\n"
+
+
+def _launcher_lines(plan: ExportPlan) -> list[str]:
+    """The script's last line: the trial's launcher, with the node settings from the environment."""
+    lines: list[str] = []
     if plan.launcher is Launcher.torchrun:
         lines.append('exec "$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node-rank "$NODE_RANK" '
                      '--nproc-per-node "$NPROC_PER_NODE" --master-addr "$MASTER_ADDR" '
@@ -126,7 +132,7 @@ def launch_script(plan: ExportPlan) -> str:
         lines.append(f'exec "$PYTHON" -m accelerate.commands.launch --config_file "$HERE/{ACCELERATE_CONFIG}"'
                      ' --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
                      '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _one_line(text: str) -> str:
