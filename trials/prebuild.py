@@ -8,7 +8,8 @@ DeepSpeed compiles some ops on first use and caches them in ~/.cache/torch_exten
 TORCH_EXTENSIONS_DIR). On CPU every DeepSpeed trial loads its shared-memory all-reduce
 (ShareMemCommBuilder) and every offload trial DeepSpeedCPUAdam (CPUAdamBuilder). Built inside
 a trial, the compile (minutes on a small CPU machine: docs/benchmarks.md) counts against the
-trial's timeout; with a warm cache, loading them is quick. `autotune sweep` runs this once before a space that offers ZeRO; CI before the tests.
+trial's timeout; with a warm cache, loading them is quick. `autotune sweep` runs this once
+before a space that offers ZeRO; CI before the tests.
 """
 
 from __future__ import annotations

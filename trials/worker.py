@@ -138,10 +138,10 @@ def install_fault_handlers(result_path: Path, rank: int):
 
 
 def classify(exc: BaseException):
+    import torch
+
     from autotune.contract import TrialStatus
     from trials.errors import NonFiniteLoss, UnsupportedConfig
-
-    import torch
 
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return TrialStatus.oom, type(exc).__name__

@@ -108,27 +108,40 @@ def register(app: typer.Typer) -> None:
 def _register_cost(app: typer.Typer) -> None:
     @app.command(epilog=COST_EPILOG)
     def cost(
-        gpu: str = typer.Option(..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
+        gpu: str = typer.Option(
+            ..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
         gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
         tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
-        mfu: Optional[float] = typer.Option(None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
-        params: Optional[str] = typer.Option(None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
+        mfu: Optional[float] = typer.Option(
+            None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
+        params: Optional[str] = typer.Option(
+            None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
         precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
         zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
         target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
-        target_steps: Optional[str] = typer.Option(None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
-        global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
-        run_gpus: Optional[list[int]] = typer.Option(None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
-        all_gpus: bool = typer.Option(False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
+        target_steps: Optional[str] = typer.Option(
+            None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
+        global_batch_tokens: Optional[str] = typer.Option(
+            None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
+        run_gpus: Optional[list[int]] = typer.Option(
+            None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
+        all_gpus: bool = typer.Option(
+            False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
         catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
         offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
-        checkpoint_gb: Optional[str] = typer.Option(None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
-        dataset_gb: Optional[str] = typer.Option(None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
-        final_model_gb: Optional[str] = typer.Option(None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
+        checkpoint_gb: Optional[str] = typer.Option(
+            None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
+        dataset_gb: Optional[str] = typer.Option(
+            None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
+        final_model_gb: Optional[str] = typer.Option(
+            None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
         egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
         checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
-        checkpoint_interval_hours: float = typer.Option(1.0, "--checkpoint-interval-hours", min=0.001, help="checkpoint policy where no interruption rate is known"),
-        month_rest_used: bool = typer.Option(False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
+        checkpoint_interval_hours: float = typer.Option(
+            1.0, "--checkpoint-interval-hours", min=0.001,
+            help="checkpoint policy where no interruption rate is known"),
+        month_rest_used: bool = typer.Option(
+            False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
         as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
         provider: Optional[list[str]] = provider_option(),
         region: Optional[list[str]] = region_option(),
@@ -173,7 +186,8 @@ def _register_catalog(app: typer.Typer) -> None:
     @catalog_app.callback(invoke_without_command=True)
     def catalog_cmd(
         ctx: typer.Context,
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML, or a SkyPilot catalog folder (default: the shipped one)"),
+        catalog_file: Optional[Path] = typer.Option(
+            None, "--catalog", help="catalog YAML, or a SkyPilot catalog folder (default: the shipped one)"),
         as_json: bool = typer.Option(False, "--json", help="print the validated catalog as JSON"),
         provider: Optional[list[str]] = provider_option(),
         region: Optional[list[str]] = region_option(),
@@ -182,8 +196,8 @@ def _register_catalog(app: typer.Typer) -> None:
         sizes, regions, prices with dates). `autotune catalog import --help`: SkyPilot's catalogs."""
         if ctx.invoked_subcommand is not None:
             return
-        from autotune.pricing.load import load_catalog
         from autotune.pricing.cost import breakevens
+        from autotune.pricing.load import load_catalog
 
         cat = load_catalog(catalog_file).select(providers=provider, regions=region)
         _warn_stale(cat)
@@ -203,12 +217,11 @@ def print_catalog(cat, c) -> None:
 
     rows = []
     for k, t in cat.gpus.items():
-        def tf(p: str) -> str:
-            return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
-        rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("bf16"), tf("fp8"),
-                     tf("fp32"), tf("tf32"),
+        tflops = [f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-" for p in ("bf16", "fp8", "fp32", "tf32")]
+        rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", *tflops,
                      f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
-                     f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
+                     f"{t.interconnect or '-'}"
+                     + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
                      t.source])
     # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
     c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
@@ -247,8 +260,11 @@ def _register_plan(app: typer.Typer) -> None:
         spec_file: Path = typer.Argument(..., help="sweep spec YAML (workload, target, space, platforms)"),
         mfu: float = typer.Option(0.35, "--mfu", help="stated fraction of the dense peak reached "
                                   "(default 0.35: torchtitan's 33-39% on H100, Dec 2024)"),
-        gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
+        gpu: Optional[list[str]] = typer.Option(
+            None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
+        catalog_file: Optional[Path] = typer.Option(
+            None, "--catalog",
+            help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
         top: int = typer.Option(10, "--top", min=1, help="how many bills to show, cheapest first"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
         provider: Optional[list[str]] = provider_option(),
@@ -289,12 +305,14 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
     c.print("[bold]cheapest[/]")
     for b in result.bills[:top]:
-        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
+        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
+                f"{b.tokens_per_s:,.0f} tok/s "
                 f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
                 f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
     c.print("[bold]fastest[/]")
     for b in fastest[: min(top, 5)]:
-        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
+        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}",
+                soft_wrap=True)
     for line in explain(result.bills):
         c.print(line, soft_wrap=True)
     if result.bills:

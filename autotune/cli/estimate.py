@@ -17,8 +17,8 @@ from typing import Optional
 
 import typer
 
-from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 from autotune.cli.common import console
+from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 
 
 class _Optimizer(str, Enum):

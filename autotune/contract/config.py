@@ -306,7 +306,8 @@ class TrialConfig(TrainingKnobs):
     num_nodes: int = Field(default=1, gt=0, description="Nodes; above 1, every node runs a torchrun agent.")
     launcher: Launcher = Field(default=Launcher.torchrun, description=(
         "What starts the ranks: torchrun, DeepSpeed's launcher or accelerate launch."))
-    device: DeviceKind = Field(default=DeviceKind.cpu, description="cuda, or cpu (each rank a process with threads_per_rank threads).")
+    device: DeviceKind = Field(default=DeviceKind.cpu, description=(
+        "cuda, or cpu (each rank a process with threads_per_rank threads)."))
     lr: float = Field(default=3e-4, gt=0, description="Learning rate of the optimizer.")
     # The trial's length and patience. The sweep spec's `trial:` section takes its defaults
     # from these (autotune.spec.TrialSettings), so a trial run alone (`autotune trial`) and one
@@ -326,7 +327,8 @@ class TrialConfig(TrainingKnobs):
     min_measure_s: float = Field(default=2.0, ge=0, description="Extend steps (up to "
                                  "max_measure_steps) until the measured window lasts this long.")
     threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank (OMP_NUM_THREADS).")
-    seed: int = Field(default=0, description="Seed of the weights (the same on every rank) and of the data (offset by rank).")
+    seed: int = Field(default=0, description=(
+        "Seed of the weights (the same on every rank) and of the data (offset by rank)."))
     timeout_s: float = Field(default=300.0, gt=0, description=(
         "Wall-clock limit of the whole trial; past it the process group is killed. Also the "
         "process group's collective timeout (at least 60 s)."))

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from autotune.contract import (Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig,
-                               engine_for)
+from autotune.contract import Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig, engine_for
 from autotune.estimate.compute import ModelShape
 from autotune.estimate.sharded import deepspeed_transients, fsdp2_transients, gathered_params_bytes
 

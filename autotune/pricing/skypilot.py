@@ -129,7 +129,7 @@ class _Names:
     """Accelerator name -> catalog GPU type: the user's --map first, then SkyPilot's names."""
 
     def __init__(self, catalog: Catalog, given: dict[str, str]):
-        for name, gpu in given.items():
+        for gpu in given.values():
             catalog.gpu_type(gpu)  # "did you mean" on a typo in --map
         self.catalog = catalog
         self.given = {k.lower(): v for k, v in given.items()}
@@ -197,7 +197,8 @@ def _read(cloud: str, path: Path, names: _Names, seen: dict, left_out: Counter,
                 _fold_row(cloud, {c: values[i].strip() for c, i in col.items()}, where, names, seen,
                           left_out, unknown)
         except csv.Error as exc:
-            raise UserError(f"{path}: not a valid CSV file ({exc})", fix=f"give SkyPilot's vms.csv ({HEADER_HELP})") from None
+            raise UserError(f"{path}: not a valid CSV file ({exc})",
+                            fix=f"give SkyPilot's vms.csv ({HEADER_HELP})") from None
         except UnicodeDecodeError as exc:
             raise UserError(f"{path}: not UTF-8 text ({exc.reason})", fix="give SkyPilot's vms.csv") from None
     return rows

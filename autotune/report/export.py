@@ -21,8 +21,17 @@ from pathlib import Path
 from autotune.report.export_accelerate import accelerate_config, accelerate_yaml
 from autotune.report.export_bill import bill_markdown, config_line
 from autotune.report.export_launch import launch_script
-from autotune.report.export_plan import (ACCELERATE_CONFIG, BILL_JSON, BILL_MD, DEEPSPEED_CONFIG, EXPORT_TARGETS,
-                                         LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan, plan_export)
+from autotune.report.export_plan import (
+    ACCELERATE_CONFIG,
+    BILL_JSON,
+    BILL_MD,
+    DEEPSPEED_CONFIG,
+    EXPORT_TARGETS,
+    LAUNCH_SCRIPT,
+    TRIAL_CONFIG,
+    ExportPlan,
+    plan_export,
+)
 from autotune.report.sharding import export_deepspeed_config
 
 # What the commands import from here (the export's public face), defined in the modules above.

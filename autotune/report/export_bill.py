@@ -50,11 +50,13 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
                 "| case | hours | dollars |", "|---|---:|---:|",
                 f"| to target | {fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
         if s:
-            out += [f"| +30% time | {fmt_hours(s.get('plus_30pct_time_hours'))} | {fmt_usd(s.get('plus_30pct_time_usd'))} |",
+            out += [f"| +30% time | {fmt_hours(s.get('plus_30pct_time_hours'))} | "
+                    f"{fmt_usd(s.get('plus_30pct_time_usd'))} |",
                     f"| one interruption | {fmt_hours(s.get('one_interruption_hours'))} | "
                     f"{fmt_usd(s.get('one_interruption_usd'))} |"]
         if o.get("usd_worst_case") is not None:
-            out.append(f"| worst case (both) | {fmt_hours(o.get('hours_worst_case'))} | {fmt_usd(o['usd_worst_case'])} |")
+            out.append(f"| worst case (both) | {fmt_hours(o.get('hours_worst_case'))} | "
+                       f"{fmt_usd(o['usd_worst_case'])} |")
         out.append("")
         if o.get("breakdown"):
             out += ["Breakdown: " + ", ".join(f"{k} {fmt_usd(v)}" for k, v in o["breakdown"].items()), ""]

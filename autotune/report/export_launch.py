@@ -106,7 +106,8 @@ def launch_script(plan: ExportPlan) -> str:
         'if [ "$#" -eq 0 ]; then',
         "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
         '  WORKER="$("$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
-        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" --result "${AUTOTUNE_RESULT:-$PWD/autotune_check_result.json}"',
+        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" '
+        '--result "${AUTOTUNE_RESULT:-$PWD/autotune_check_result.json}"',
         "fi",
         "",
     ]

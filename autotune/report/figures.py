@@ -14,9 +14,22 @@ from typing import Any
 
 from autotune.format import fmt_hours, fmt_usd
 from autotune.report.labels import config_summary
-from autotune.report.plots import (FRONT_COLOUR, INFEASIBLE_COLOUR, NO_SCALING_TITLE, SCALING_TITLE,
-                                   best_labels, gpus_of, mem_label, mem_text, mem_used, memory_rows,
-                                   not_plotted, pareto_axes, platform_colours, point_labels)
+from autotune.report.plots import (
+    FRONT_COLOUR,
+    INFEASIBLE_COLOUR,
+    NO_SCALING_TITLE,
+    SCALING_TITLE,
+    best_labels,
+    gpus_of,
+    mem_label,
+    mem_text,
+    mem_used,
+    memory_rows,
+    not_plotted,
+    pareto_axes,
+    platform_colours,
+    point_labels,
+)
 
 
 def _add_limits(fig, limits: dict[str, Any], ax: dict[str, Any]) -> None:
@@ -75,7 +88,8 @@ def pareto_figure(doc: dict[str, Any]):
         if o:  # annotations on a log axis take log10 of the value (plotly's convention)
             fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
                                y=math.log10(o["usd"]) if log_y else o["usd"],
-                               text=f"<b>{label}</b>: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
+                               text=f"<b>{label}</b>: #{o['trial']} "
+                                    f"{fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
                                showarrow=True, arrowhead=2, ax=70, ay=ay, bgcolor="white",
                                bordercolor="#999")
     sub = not_plotted(doc)

@@ -18,8 +18,8 @@ from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
 from autotune.report.options import options_for
 from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
-from autotune.search.runs import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
 from autotune.search.racing import TOLERANCE
+from autotune.search.runs import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
 
 
 def run_models(frozen) -> list[tuple[HardwareFingerprint, RunModel]]:

@@ -44,7 +44,8 @@ class TrialRow(_M):
     mem_capacity_source: str | None
     headroom_bytes: int | None = Field(description="capacity minus the measured peak per rank")
     mfu: float | None = Field(description="model FLOPs utilisation; None when no device peak")
-    hfu: float | None = Field(None, description="hardware FLOPs utilisation (recomputation counted); None when no device peak")
+    hfu: float | None = Field(
+        None, description="hardware FLOPs utilisation (recomputation counted); None when no device peak")
     step_time_median_s: float | None
     hours: float | None = Field(description="projected hours to the target on the stored offer")
     usd: float | None = Field(description="projected dollars to the target on the stored offer")

@@ -85,7 +85,8 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
                         fmt_usd(s.get("plus_30pct_time_usd")), fmt_usd(s.get("one_interruption_usd")), figures])
         else:
             cfg = (f"{config_summary(c)}, {tps} tok/s, MFU {mfu}, {mem}, +30% "
-                   f"{fmt_usd(s.get('plus_30pct_time_usd'))}, 1 interrupt {fmt_usd(s.get('one_interruption_usd'))}, {figures}")
+                   f"{fmt_usd(s.get('plus_30pct_time_usd'))}, 1 interrupt "
+                   f"{fmt_usd(s.get('one_interruption_usd'))}, {figures}")
             out.append([str(o["trial"]), o["offer"], o.get("gpu_type") or "?", *money, cfg])
     if wide:
         cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("GPU x n", NAME, "left"), ("mb", TEXT, "right"),
@@ -136,7 +137,8 @@ def scaling_line(doc: dict[str, Any]) -> str | None:
     sc = doc["scaling"]
     if len(sc) < 2:
         return None
-    return (f"scaling, same per-rank config ({config_summary(doc_trial(doc, sc[0]['trial'])['config']).split(' ', 1)[-1]}): "
+    per_rank = config_summary(doc_trial(doc, sc[0]['trial'])['config']).split(' ', 1)[-1]
+    return (f"scaling, same per-rank config ({per_rank}): "
             + ", ".join(f"{s['num_gpus']}x {s['tokens_per_s']:,.0f} tok/s ({100 * s['scaling_efficiency']:.0f}%, "
                         f"#{s['trial']})" for s in sc))
 

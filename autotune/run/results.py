@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from autotune.contract import TrialConfig, TrialResult, TrialStatus
-from autotune.contract.trial_files import (fatal_log_paths, fatal_log_rank, rank_result_paths)
+from autotune.contract.trial_files import fatal_log_paths, fatal_log_rank, rank_result_paths
 
 LOG_TAIL_CHARS = 4000
 TRACEBACK_LOOKBACK_CHARS = 4 * LOG_TAIL_CHARS
