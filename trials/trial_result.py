@@ -153,21 +153,23 @@ def _recompute_fraction(cfg, built, probe, obs) -> tuple[float, str]:
 
 
 def _memory(gathered, device, notes) -> tuple[MemoryReport, list[int], MemorySource]:
-    mem = MemoryReport(host_rss_peak_bytes=[g["rss_peak"] for g in gathered],
+    rss_peaks = [g["rss_peak"] for g in gathered]
+    mem = MemoryReport(host_rss_peak_bytes=rss_peaks,
                        host_rss_baseline_bytes=[g["rss_base"] for g in gathered],
                        build_host_rss_peak_bytes=[g["build"]["rss_peak"] for g in gathered])
     if device.type == "cuda":
-        mem.allocator_allocated_peak_bytes = [g["cuda"][0] for g in gathered]
+        allocated_peaks = [g["cuda"][0] for g in gathered]
+        mem.allocator_allocated_peak_bytes = allocated_peaks
         mem.allocator_reserved_peak_bytes = [g["cuda"][1] for g in gathered]
         mem.build_allocator_peak_bytes = [g["build"]["cuda"] for g in gathered]
         if all(g["nvml"] is not None for g in gathered):
             mem.nvml_device_peak_bytes = [g["nvml"] for g in gathered]
         else:
             notes.append(f"NVML device peak not measured: {gathered[0]['nvml_why_not']}")
-        return mem, mem.allocator_allocated_peak_bytes, MemorySource.cuda_allocator
+        return mem, allocated_peaks, MemorySource.cuda_allocator
     notes.append("CPU trial: memory is the host RSS peak of each rank's process "
                  "(NVML and allocator peaks are GPU only)")
-    return mem, mem.host_rss_peak_bytes, MemorySource.host_rss
+    return mem, rss_peaks, MemorySource.host_rss
 
 
 def _noise_scale(gathered, obs, notes) -> float | None:

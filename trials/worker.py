@@ -246,7 +246,7 @@ def run(cfg, t_start: float, keep_group: bool = False):
              "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine), "build": weights,
              "built_as": built.built_as}
     local.update(_memory_now(device))
-    gathered = [local]
+    gathered: list = [local]
     if world > 1:
         gathered = [None] * world
         dist.all_gather_object(gathered, local)
@@ -361,7 +361,7 @@ def _grad_norms(engine) -> dict | None:
 def _memory_now(device) -> dict:
     from trials.measure import cuda_peaks, host_rss_peak_bytes
 
-    out = {"rss_peak": host_rss_peak_bytes(), "cuda": None}
+    out: dict = {"rss_peak": host_rss_peak_bytes(), "cuda": None}
     if device.type == "cuda":
         out["cuda"] = cuda_peaks(device)
     return out

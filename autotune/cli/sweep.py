@@ -54,16 +54,17 @@ def sweep(
     from autotune.run.storage import redact_url, resolve_storage
 
     spec = load(spec_file)
+    storage_url = resolve_storage(storage, storage_file, spec.storage)
     # Flags go through the spec's own validation: the same rules as the file's fields.
     spec = spec.with_overrides(**{
-        "storage": resolve_storage(storage, storage_file, spec.storage), "study": study,
+        "storage": storage_url, "study": study,
         "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
-    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(spec.storage)} "
+    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
               f"({session.measured_before} trials measured so far), {n_trials} more on "
               f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
     if rs.dropped:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,15 @@ from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError
 
 Recompute = Literal["none", "selective", "full"]
+
+
+class Dims(NamedTuple):
+    """A model's known shape: layers, hidden size, attention heads, vocabulary."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
 
 
 class ModelShape(BaseModel):
@@ -60,7 +69,13 @@ class ModelShape(BaseModel):
 
     @property
     def has_shape(self) -> bool:
-        return None not in (self.n_layers, self.d_model, self.n_heads, self.vocab_size)
+        return self.dims() is not None
+
+    def dims(self) -> Dims | None:
+        """The shape every activation figure needs, or None when a part of it is unknown."""
+        if self.n_layers is None or self.d_model is None or self.n_heads is None or self.vocab_size is None:
+            return None
+        return Dims(self.n_layers, self.d_model, self.n_heads, self.vocab_size)
 
     @property
     def matmul_params(self) -> int:

@@ -10,7 +10,7 @@ progress panel, HTML, plots, export).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from autotune.format import fmt_bytes, fmt_pct
 
@@ -48,7 +48,7 @@ def mem_summary(peak: int | None, source: str | None, headroom: int | None) -> s
     return s + (f" ({fmt_bytes(headroom)} free)" if headroom is not None else "")
 
 
-def basis_kind(basis: str | None) -> str:
+def basis_kind(basis: str | None) -> Literal["measured", "projected", "estimated"]:
     """measured, projected or estimated: how a figure was obtained (every figure says which)."""
     b = (basis or "").lower()
     if b.startswith("measured"):

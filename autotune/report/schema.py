@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 BasisKind = Literal["measured", "projected", "estimated"]
 

@@ -10,10 +10,13 @@ is shortened with an ellipsis instead (`fit_table`, `clip`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 WIDE_COLUMNS = 160
 NAME, TEXT, LINE = "name", "text", "line"  # LINE: text kept to one line, ellipsised
@@ -58,9 +61,10 @@ def fit_table(title: str | None, columns: list[tuple[str, str, str]], rows: list
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for i, (head, kind, justify) in enumerate(columns):
         if kind == NAME:
-            table.add_column(head, justify=justify, no_wrap=True, width=natural(i))
+            table.add_column(head, justify=cast("JustifyMethod", justify), no_wrap=True, width=natural(i))
         else:
-            table.add_column(head, justify=justify, overflow="ellipsis", width=want[i], no_wrap=kind == LINE)
+            table.add_column(head, justify=cast("JustifyMethod", justify), overflow="ellipsis", width=want[i],
+                             no_wrap=kind == LINE)
     for i, r in enumerate(rows):
         table.add_row(*r, style=(row_styles or [None] * len(rows))[i])
     return table

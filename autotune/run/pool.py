@@ -193,6 +193,8 @@ class PoolRunner:
                 # The reused pool died before any rank took the trial (it was going to end,
                 # or a rank died after the last result): run it once more on a fresh pool.
                 result, _ = self._run(cfg, Path(trial_dir).resolve(), on_start)
+            if result is None:  # not reached: a trial on a fresh pool always has a result
+                raise RuntimeError("a fresh pool returned no result")
             return result
 
     def _pool_for(self, cfg: TrialConfig) -> tuple[_Pool, bool]:

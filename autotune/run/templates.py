@@ -11,6 +11,7 @@ import re
 import shlex
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from autotune.contract import TrialConfig, write_json_atomic
@@ -32,7 +33,7 @@ def template_fields(argv: list[str]) -> set[str]:
     return {m.group(1) for el in argv for m in _FIELD.finditer(el)}
 
 
-def fill_template(template: list[str], fields: dict[str, str], launcher_argv: list[str]) -> list[str]:
+def fill_template(template: list[str], fields: Mapping[str, object], launcher_argv: list[str]) -> list[str]:
     """Fill an argv template field by field: no shell ever sees it, so a value with spaces or
     quotes stays one argument and cannot inject another."""
     fields = {**fields, "launcher_argv_shell": shlex.join(str(a) for a in launcher_argv)}

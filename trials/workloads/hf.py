@@ -86,9 +86,11 @@ def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module,
 def init_module(model: torch.nn.Module):
     """The model's own init of one module, as `PreTrainedModel.initialize_weights` applies it
     (with transformers' guard that skips weights already initialised)."""
-    guard = contextlib.nullcontext
+    guard: Any = contextlib.nullcontext
     try:
-        from transformers.initialization import guard_torch_init_functions as guard
+        from transformers.initialization import guard_torch_init_functions
+
+        guard = guard_torch_init_functions
     except ImportError:  # transformers < 5: no guard, plain `_init_weights`
         pass
     fn = getattr(model, "_initialize_weights", None) or model._init_weights

@@ -100,7 +100,10 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 1]
     if not lists:
         return []
-    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+    def size(module_list: nn.ModuleList) -> int:
+        return sum(p.numel() for p in module_list.parameters())
+
+    return list(max(lists, key=size))
 
 
 def init_order(model: nn.Module) -> list[nn.Module]:
