@@ -170,8 +170,8 @@ def test_cli_path_imports_no_torch():
 # violation, so the rule itself can fail.
 
 MAX_FUNCTION_LINES = 60
-# Not checked yet: the sweep's search package is being rewritten (issue 29); its lead removes
-# these exclusions when it lands. Paths relative to the repository, a folder ending in "/".
+# Not checked yet by the function-length and comment rules: the sweep's search package is being
+# rewritten (issue 29); the exclusion goes when it lands. Paths relative to the repository.
 NOT_YET = ("autotune/search/",)
 # Functions over the limit still to split, by "path:function"; another change edits them now.
 LONG_FOR_NOW = {
@@ -180,12 +180,12 @@ LONG_FOR_NOW = {
 }
 
 
-def _checked_sources() -> dict[str, str]:
-    """Source text of every module of autotune/ and trials/ by repository path, less NOT_YET."""
+def _checked_sources(not_yet: tuple[str, ...] = ()) -> dict[str, str]:
+    """Source text of every module of autotune/ and trials/ by repository path, less `not_yet`."""
     out = {}
     for path in _modules().values():
         rel = path.relative_to(REPO).as_posix()
-        if not rel.startswith(NOT_YET):
+        if not rel.startswith(not_yet):
             out[rel] = path.read_text()
     return out
 
@@ -208,7 +208,7 @@ def _long_functions(sources: dict[str, str]) -> dict[str, int]:
 
 
 def test_no_function_over_the_limit():
-    long = _long_functions(_checked_sources())
+    long = _long_functions(_checked_sources(NOT_YET))
     assert {k: v for k, v in long.items() if k not in LONG_FOR_NOW} == {}
     # An entry that no longer applies is removed, so the list only shrinks.
     assert all(k in long for k in LONG_FOR_NOW), sorted(set(LONG_FOR_NOW) - set(long))
@@ -358,7 +358,7 @@ def _dated_measurements(sources: dict[str, str]) -> list[str]:
 
 
 def test_no_comment_cites_a_dated_measurement():
-    assert _dated_measurements(_checked_sources()) == []
+    assert _dated_measurements(_checked_sources(NOT_YET)) == []
 
 
 def test_the_comment_rule_tells_a_measurement_from_a_source():
