@@ -106,74 +106,76 @@ def register(app: typer.Typer) -> None:
 
 
 def _register_cost(app: typer.Typer) -> None:
-    @app.command(epilog=COST_EPILOG)
-    def cost(
-        gpu: str = typer.Option(
-            ..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
-        gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
-        tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
-        mfu: Optional[float] = typer.Option(
-            None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
-        params: Optional[str] = typer.Option(
-            None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
-        precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
-        zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
-        target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
-        target_steps: Optional[str] = typer.Option(
-            None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
-        global_batch_tokens: Optional[str] = typer.Option(
-            None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
-        run_gpus: Optional[list[int]] = typer.Option(
-            None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
-        all_gpus: bool = typer.Option(
-            False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
-        offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
-        checkpoint_gb: Optional[str] = typer.Option(
-            None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
-        dataset_gb: Optional[str] = typer.Option(
-            None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
-        final_model_gb: Optional[str] = typer.Option(
-            None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
-        egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
-        checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
-        checkpoint_interval_hours: float = typer.Option(
-            1.0, "--checkpoint-interval-hours", min=0.001,
-            help="checkpoint policy where no interruption rate is known"),
-        month_rest_used: bool = typer.Option(
-            False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
-        as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
-        provider: Optional[list[str]] = provider_option(),
-        region: Optional[list[str]] = region_option(),
-    ) -> None:
-        """Price a training run on every matching offer, cheapest first, without any trial.
+    app.command(epilog=COST_EPILOG)(cost)
 
-        From a measured --tokens-per-s at --gpus on --gpu, or (planning) from --mfu with
-        --params. Other GPU counts (--run-gpus) and types (--all-gpus) are projected with a
-        ring-collective model and labelled so. Each bill: wall-clock hours, GPU-hours, dollars
-        by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
-        egress, ingress, power), and the worst case (+30% time, one more interruption).
-        """
-        from autotune.api.plan import cost as price
 
-        sizes = {field: _number(text, flag, allow_zero=True) for flag, text, field in (
-            ("--checkpoint-gb", checkpoint_gb, "checkpoint_gb"), ("--dataset-gb", dataset_gb, "dataset_gb"),
-            ("--final-model-gb", final_model_gb, "final_model_gb"))}
-        result = price(gpu, gpus, tokens_per_s=_number(tokens_per_s, "--tokens-per-s"), mfu=mfu,
-                       params=_number(params, "--params", integer=True), precision=precision,
-                       zero_stage=zero_stage, target_tokens=_number(target_tokens, "--target-tokens"),
-                       target_steps=_number(target_steps, "--target-steps", integer=True),
-                       global_batch_tokens=_number(global_batch_tokens, "--global-batch-tokens"),
-                       run_gpus=run_gpus, all_gpus=all_gpus, catalog=catalog_file, offers=offer,
-                       providers=provider, regions=region, **sizes, egress_checkpoints=egress_checkpoints,
-                       checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
-                       month_rest_used=month_rest_used)
-        bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
-        _warn_stale(catalog)
-        if as_json:
-            sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
-            return
-        print_bills(bills, skipped, catalog, job, console())
+def cost(
+    gpu: str = typer.Option(
+        ..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
+    tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
+    params: Optional[str] = typer.Option(
+        None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
+    precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
+    zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
+    target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
+    target_steps: Optional[str] = typer.Option(
+        None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
+    global_batch_tokens: Optional[str] = typer.Option(
+        None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
+    run_gpus: Optional[list[int]] = typer.Option(
+        None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
+    all_gpus: bool = typer.Option(
+        False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
+    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
+    offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
+    checkpoint_gb: Optional[str] = typer.Option(
+        None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
+    dataset_gb: Optional[str] = typer.Option(
+        None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
+    final_model_gb: Optional[str] = typer.Option(
+        None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
+    egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
+    checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
+    checkpoint_interval_hours: float = typer.Option(
+        1.0, "--checkpoint-interval-hours", min=0.001,
+        help="checkpoint policy where no interruption rate is known"),
+    month_rest_used: bool = typer.Option(
+        False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
+    provider: Optional[list[str]] = provider_option(),
+    region: Optional[list[str]] = region_option(),
+) -> None:
+    """Price a training run on every matching offer, cheapest first, without any trial.
+
+    From a measured --tokens-per-s at --gpus on --gpu, or (planning) from --mfu with
+    --params. Other GPU counts (--run-gpus) and types (--all-gpus) are projected with a
+    ring-collective model and labelled so. Each bill: wall-clock hours, GPU-hours, dollars
+    by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
+    egress, ingress, power), and the worst case (+30% time, one more interruption).
+    """
+    from autotune.api.plan import cost as price
+
+    sizes = {field: _number(text, flag, allow_zero=True) for flag, text, field in (
+        ("--checkpoint-gb", checkpoint_gb, "checkpoint_gb"), ("--dataset-gb", dataset_gb, "dataset_gb"),
+        ("--final-model-gb", final_model_gb, "final_model_gb"))}
+    result = price(gpu, gpus, tokens_per_s=_number(tokens_per_s, "--tokens-per-s"), mfu=mfu,
+                   params=_number(params, "--params", integer=True), precision=precision,
+                   zero_stage=zero_stage, target_tokens=_number(target_tokens, "--target-tokens"),
+                   target_steps=_number(target_steps, "--target-steps", integer=True),
+                   global_batch_tokens=_number(global_batch_tokens, "--global-batch-tokens"),
+                   run_gpus=run_gpus, all_gpus=all_gpus, catalog=catalog_file, offers=offer,
+                   providers=provider, regions=region, **sizes, egress_checkpoints=egress_checkpoints,
+                   checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
+                   month_rest_used=month_rest_used)
+    bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
+    _warn_stale(catalog)
+    if as_json:
+        sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
+        return
+    print_bills(bills, skipped, catalog, job, console())
 
 
 def _register_catalog(app: typer.Typer) -> None:

@@ -188,15 +188,9 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
     return 4.0 * 2.0 * math.sqrt(model.params) / model.params
 
 
-class ModelStates(TypedDict):
-    """Bytes per rank of the model's states, and the bytes per parameter of its weights."""
-
-    weights: int
-    gathered: int
-    gradients: int
-    optimizer: int
-    host: int
-    w_pp: float
+# Bytes per rank of the model's states, and the bytes per parameter of its weights (w_pp).
+ModelStates = TypedDict("ModelStates", {"weights": int, "gathered": int, "gradients": int, "optimizer": int,
+                                        "host": int, "w_pp": float})
 
 
 def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> ModelStates:
