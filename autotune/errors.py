@@ -68,4 +68,5 @@ def require_extra(modules: tuple[str, ...], extra: str, for_what: str) -> None:
             importlib.import_module(module)
         except ImportError:
             raise UserError(f"{for_what} needs the Python package '{module}', which is not installed",
-                            fix=f"pip install 'autotune-llm[{extra}]' (from a checkout: pip install '.[{extra}]')") from None
+                            fix=f"pip install 'autotune-llm[{extra}]' "
+                                f"(from a checkout: pip install '.[{extra}]')") from None

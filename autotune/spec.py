@@ -28,7 +28,9 @@ class BatchPolicy(_Spec):
     With `global_batch_samples` set, accumulation is derived: global = micro x accum x dp,
     and configs that cannot meet it exactly are not suggested."""
 
-    global_batch_samples: int | None = Field(default=None, gt=0)
+    global_batch_samples: int | None = Field(default=None, gt=0, description=(
+        "Samples per optimizer step across all data-parallel ranks; unset: the search chooses "
+        "micro-batch and accumulation freely."))
 
 
 def _trial_default(name: str):
@@ -36,28 +38,42 @@ def _trial_default(name: str):
     return TrialConfig.model_fields[name].default
 
 
+def _trial_description(name: str) -> str | None:
+    """TrialConfig's description of a field the spec's `trial:` section sets for every trial."""
+    return TrialConfig.model_fields[name].description
+
+
 class TrialSettings(_Spec):
     """How each trial of the sweep runs; defaults are TrialConfig's (autotune.contract)."""
 
-    warmup_steps: int = Field(default=_trial_default("warmup_steps"), ge=0)
-    measure_steps: int = Field(default=_trial_default("measure_steps"), gt=0)
-    max_measure_steps: int = Field(default=_trial_default("max_measure_steps"), gt=0)
-    min_measure_s: float = Field(default=_trial_default("min_measure_s"), ge=0)
-    timeout_s: float = Field(default=_trial_default("timeout_s"), gt=0)
-    threads_per_rank: int = Field(default=_trial_default("threads_per_rank"), gt=0)
+    warmup_steps: int = Field(default=_trial_default("warmup_steps"), ge=0,
+                              description=_trial_description("warmup_steps"))
+    measure_steps: int = Field(default=_trial_default("measure_steps"), gt=0,
+                               description=_trial_description("measure_steps"))
+    max_measure_steps: int = Field(default=_trial_default("max_measure_steps"), gt=0,
+                                   description=_trial_description("max_measure_steps"))
+    min_measure_s: float = Field(default=_trial_default("min_measure_s"), ge=0,
+                                 description=_trial_description("min_measure_s"))
+    timeout_s: float = Field(default=_trial_default("timeout_s"), gt=0,
+                             description=_trial_description("timeout_s"))
+    threads_per_rank: int = Field(default=_trial_default("threads_per_rank"), gt=0,
+                                  description=_trial_description("threads_per_rank"))
     launcher: Launcher | None = Field(
-        default=None, description="force a launcher; default: deepspeed for ZeRO, else torchrun"
+        default=None, description="Force a launcher; default: deepspeed for ZeRO, else torchrun."
     )
     reuse_workers: bool = Field(
-        default=True, description="run consecutive local trials in a pool of long-lived workers "
+        default=True, description="Run consecutive local trials in a pool of long-lived workers "
         "(autotune/run/pool.py): the launcher, imports and rendezvous paid once per pool; a "
-        "failed trial ends its pool. false: a fresh launcher per trial"
+        "failed trial ends its pool. false: a fresh launcher per trial."
     )
 
 
 class PlatformSpec(_Spec):
-    catalog: str | None = Field(default=None, description="catalog YAML; default: the shipped one")
-    offers: list[str] | None = Field(default=None, description="only these offers (names)")
+    """Where the long run may rent its GPUs: the catalog and, optionally, some of its offers."""
+
+    catalog: str | None = Field(default=None, description=(
+        "Catalog YAML, or a SkyPilot catalog folder; default: the shipped one."))
+    offers: list[str] | None = Field(default=None, description="Only these offers (names); default: all.")
 
 
 class BudgetSpec(_Spec):
@@ -74,8 +90,11 @@ class BudgetSpec(_Spec):
         "(autotune/search/racing.py); unused ones go back to exploring, and once every config of "
         "the space has been tried the rest of `trials` may re-measure; default: half of "
         "`trials`; 0: never re-measure")
-    max_usd: float | None = Field(default=None, gt=0)
-    deadline_hours: float | None = Field(default=None, gt=0)
+    max_usd: float | None = Field(default=None, gt=0, description=(
+        "A config's projected long run may cost at most this (dollars to the target); dearer "
+        "options are infeasible."))
+    deadline_hours: float | None = Field(default=None, gt=0, description=(
+        "A config's projected long run may take at most this long (hours to the target)."))
     total_trials: int | None = Field(
         default=None, gt=0, description="stop once the study holds this many finished trials "
         "(all machines together)")
@@ -96,7 +115,7 @@ class BudgetSpec(_Spec):
 class LauncherSpec(_Spec):
     """How a trial's processes start when a cluster scheduler starts them or a trial spans
     nodes. `argv` is a template: a list of strings, each filled field by field (`{num_nodes}`,
-    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/launch.py TEMPLATE_FIELDS), never
+    `{gpus_per_node}`, `{rdzv_endpoint}`, ... see autotune/run/templates.py TEMPLATE_FIELDS), never
     a shell string; the element "{launcher_argv}" becomes the node launcher's whole argv
     (torchrun with a c10d rendezvous). E.g. Slurm, inside an allocation:
     `argv: [srun, "--nodes={num_nodes}", --ntasks-per-node=1, "{launcher_argv}"]`; per node
@@ -116,7 +135,7 @@ class LauncherSpec(_Spec):
 
     @model_validator(mode="after")
     def _check(self) -> "LauncherSpec":
-        from autotune.run.launch import TEMPLATE_FIELDS, check_remote_shell_template, template_fields
+        from autotune.run.templates import TEMPLATE_FIELDS, check_remote_shell_template, template_fields
 
         if any(n <= 0 for n in self.num_nodes):
             raise ValueError("`num_nodes` choices must be positive")
@@ -139,7 +158,9 @@ class MemorySpec(_Spec):
     `limit_bytes_per_rank` sets a smaller one (e.g. to emulate a small device on CPU, where a
     trial measured above it then counts as out of memory)."""
 
-    limit_bytes_per_rank: int | None = Field(default=None, gt=0)
+    limit_bytes_per_rank: int | None = Field(default=None, gt=0, description=(
+        "Memory limit per rank, in bytes, below the device's (or the host's share); a trial "
+        "measured above it counts as out of memory."))
     safety_margin: float | None = Field(
         default=None, ge=0, lt=1,
         description="fixed headroom: a config counts as fitting only under limit / (1 + margin). "
@@ -149,20 +170,30 @@ class MemorySpec(_Spec):
 
 
 class SweepSpec(_Spec):
-    workload: Workload = Field(default_factory=GPTWorkload)
-    seq_len: int = Field(default=128, gt=0)
-    target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=1e9))
-    batch: BatchPolicy = Field(default_factory=BatchPolicy)
-    space: str = Field(default="default", description="search space name or YAML path")
-    trial: TrialSettings = Field(default_factory=TrialSettings)
-    platforms: PlatformSpec = Field(default_factory=PlatformSpec)
-    budget: BudgetSpec = Field(default_factory=BudgetSpec)
-    memory: MemorySpec = Field(default_factory=MemorySpec)
-    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
-    storage: str | None = Field(default=None, description="Optuna storage URL")
-    study: str = Field(default="default", description="study name; also its runs folder's name")
-    seed: int = 0
-    source: str | None = Field(default=None, exclude=True, description="the file it came from")
+    """A sweep: the workload and its target, the space searched on this machine, how each trial
+    runs, the platforms priced, the budget, the memory prescreen, the launcher and the study."""
+
+    workload: Workload = Field(default_factory=GPTWorkload, description=(
+        "What is trained: the built-in GPT (kind gpt), a Hugging Face model (kind hf) or your "
+        "own entry point (kind entry_point)."))
+    seq_len: int = Field(default=128, gt=0, description="Tokens per sequence, in every trial and the long run.")
+    target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=1e9), description=(
+        "How much training the long run does: tokens, steps, epochs or a loss; the bill is to it."))
+    batch: BatchPolicy = Field(default_factory=BatchPolicy, description="A fixed global batch, or none.")
+    space: str = Field(default="default", description="Search space: a shipped name or a YAML path.")
+    trial: TrialSettings = Field(default_factory=TrialSettings, description="How each trial runs.")
+    platforms: PlatformSpec = Field(default_factory=PlatformSpec, description="The catalog and offers priced.")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description=(
+        "When the search stops, and what a config's long run may cost."))
+    memory: MemorySpec = Field(default_factory=MemorySpec, description="The memory prescreen.")
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec, description=(
+        "How trials start under a cluster scheduler or across nodes."))
+    storage: str | None = Field(default=None, description=(
+        "Optuna storage URL (sqlite, postgresql, mysql, a journal file); --storage, "
+        "--storage-file and $AUTOTUNE_STORAGE win over it; default: sqlite:///autotune.db."))
+    study: str = Field(default="default", description="Study name; also its runs folder's name.")
+    seed: int = Field(default=0, description="Trial N runs with seed + N (weights and data).")
+    source: str | None = Field(default=None, exclude=True, description="The file it came from.")
 
     @model_validator(mode="before")
     @classmethod

@@ -62,7 +62,7 @@ def run_one_trial(cfg: TrialConfig, folder: Path) -> dict:
 
 
 def run_one_bare(cfg: TrialConfig, folder: Path) -> dict:
-    from autotune.run.launch import free_port, launch_env
+    from autotune.run.argv import free_port, launch_env
 
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
             str(cfg.num_gpus), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),

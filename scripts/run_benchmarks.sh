@@ -106,7 +106,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise noise_levers overhead fidelity memory scale pool; do
+  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from autotune.contract import TrialConfig
-from autotune.run.launch import free_port
+from autotune.run.argv import free_port
 from tests.report_study import ddp_study, fsdp_study, zero_study
 
 pytestmark = pytest.mark.e2e

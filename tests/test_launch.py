@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune.contract import DeviceKind, Launcher, TrialConfig, TrialResult, TrialStatus
-from autotune.run.launch import build_argv, free_port, launch_env, read_result
+from autotune.run.argv import build_argv, free_port, launch_env
+from autotune.run.results import read_result
 
 
 @pytest.mark.parametrize("launcher", list(Launcher))

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from autotune.contract import DeviceKind, Launcher, Precision, TrialConfig, TrialStatus
-from autotune.run.launch import WORKER_MODULE, build_argv, launch_env
+from autotune.run.argv import WORKER_MODULE, build_argv, launch_env
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
 LAUNCHERS = [launcher.value for launcher in Launcher]
@@ -143,16 +143,16 @@ def test_env_selects_the_device_for_deepspeed_and_accelerate():
 def test_a_log_tail_keeps_the_start_of_a_long_last_traceback(tmp_path):
     """A deep stack under a long venv path runs past the 4,000 characters of a result's log
     tail; the tail then starts at the traceback's header, so it still says what it is."""
-    from autotune.run.launch import LOG_TAIL_CHARS, _tail
+    from autotune.run.results import LOG_TAIL_CHARS, log_tail
 
     frames = "".join(f'  File "/tmp/tmp.abcdefgh/p/.venv/lib/python3.11/site-packages/torch/m{i}.py", '
                      f"line {i}, in f{i}\n    x = f{i + 1}()\n" for i in range(80))
     log = tmp_path / "stderr.log"
     log.write_text("warming up\n" * 3000 + "Traceback (most recent call last):\n" + frames
                    + "RuntimeError: DefaultCPUAllocator: can't allocate memory\n")
-    tail = _tail(log)
+    tail = log_tail(log)
     assert len(frames) > LOG_TAIL_CHARS
     assert tail.startswith("Traceback (most recent call last)") and tail.endswith("allocate memory\n")
     short = tmp_path / "short.log"
     short.write_text("warming up\n" * 3000 + "done\n")
-    assert _tail(short) == short.read_text()[-LOG_TAIL_CHARS:]  # no traceback: the plain tail
+    assert log_tail(short) == short.read_text()[-LOG_TAIL_CHARS:]  # no traceback: the plain tail

@@ -8,7 +8,8 @@ import pytest
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialStatus
 from autotune.errors import UserError
-from autotune.run.launch import fill_template, run_trial, template_argv_builder
+from autotune.run.launch import run_trial
+from autotune.run.templates import fill_template, template_argv_builder
 from autotune.spec import SweepSpec, load_spec
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, TrialStatus
-from autotune.run.launch import group_alive, run_trial
+from autotune.run.launch import run_trial
+from autotune.run.process_group import group_alive
 from autotune.run.pool import PoolRunner, launch_key, pool_argv
 
 pytestmark = pytest.mark.e2e

@@ -102,8 +102,9 @@ def test_memory_config_shares_trialconfigs_knobs_and_rules():
 # --- accelerate's precision names ----------------------------------------------------------
 
 def test_accelerate_precision_names_in_launch_and_export(tmp_path):
-    from autotune.report.export import accelerate_config, settings_env
-    from autotune.run.launch import build_argv
+    from autotune.report.export_accelerate import accelerate_config
+    from autotune.report.export_launch import settings_env
+    from autotune.run.argv import build_argv
 
     assert ACCELERATE_MIXED_PRECISION == {Precision.fp32: "no", Precision.bf16: "bf16",
                                           Precision.fp16: "fp16", Precision.fp8: "fp8"}

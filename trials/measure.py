@@ -228,7 +228,7 @@ class SavedTensorMeter:
         """The floating dtype holding most saved bytes (what the activations are stored in)."""
         floats = {k: v for k, v in self.bytes_by_dtype.items()
                   if k.startswith(("float", "bfloat"))}
-        return max(floats, key=floats.get) if floats else None
+        return max(floats, key=floats.__getitem__) if floats else None
 
     def __enter__(self) -> "SavedTensorMeter":
         self._hooks.__enter__()

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from autotune.contract.process import process_alive, start_ticks
+from autotune.contract.trial_files import is_pool_queue, queue_trial_file, rank_pid_file, stop_file
 
 # How often an idle rank looks for the next trial: small against a trial (seconds), large
 # enough that two idle ranks cost no measurable CPU. A pool idle for longer than DORMANT_AFTER_S
@@ -36,17 +37,11 @@ from autotune.contract.process import process_alive, start_ticks
 POLL_S = 0.02
 DORMANT_AFTER_S = 2.0
 DORMANT_POLL_S = 0.1
-STOP_FILE = "stop"
-
-
-def trial_file(queue: Path, seq: int) -> Path:
-    """The n-th trial's file in a pool's queue (the controller writes it, ranks read it)."""
-    return queue / f"{seq:06d}.trial.json"
 
 
 def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeout_s: float) -> Path | None:
     """The next trial's file, or None when the pool should end (stop file, idle, controller gone)."""
-    path = trial_file(queue, seq)
+    path = queue_trial_file(queue, seq)
     ticks = start_ticks(controller_pid) if controller_pid else None
     since = time.monotonic()
     deadline = since + idle_timeout_s
@@ -59,7 +54,7 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
             return None
         if path.exists():
             return path
-        if (queue / STOP_FILE).exists() or time.monotonic() > deadline:
+        if stop_file(queue).exists() or time.monotonic() > deadline:
             return None
         if controller_pid and time.monotonic() - last_check > 1.0:
             last_check = time.monotonic()
@@ -76,7 +71,7 @@ def _remove_queue(queue: Path) -> None:
     a mkdtemp folder named autotune-pool-*) and this pool; nothing else is touched."""
     import shutil
 
-    if queue.name.startswith("autotune-pool-"):
+    if is_pool_queue(queue):
         shutil.rmtree(queue, ignore_errors=True)
 
 
@@ -110,7 +105,7 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     rank = int(os.environ.get("RANK", "0"))
     # The controller kills a failed pool's ranks by these (they may not be in the launcher's
     # process group), after checking that the pid still runs this queue.
-    (queue / f"rank{rank}.pid").write_text(str(os.getpid()))
+    rank_pid_file(queue, rank).write_text(str(os.getpid()))
     fatal = None
     seq = 1
     mallopt_done = False
@@ -129,11 +124,11 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         os.chdir(result_path.parent)
         # The new trial's fatal log first, then the old one closed: faulthandler never holds
         # a closed file descriptor (one reused by another file would get the stack).
-        previous, fatal = fatal, worker._install_fault_handlers(result_path, rank)
+        previous, fatal = fatal, worker.install_fault_handlers(result_path, rank)
         if previous is not None:
             previous.close()
         if cfg.device.value == "cpu" and not mallopt_done:
-            worker._host_memory_like_a_device()
+            worker.host_memory_like_a_device()
             mallopt_done = True
         if seq > 1:
             # The launch time is the pool's: only its first trial waited for the launcher.
@@ -168,9 +163,9 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
 
 def _note_pool(result, seq: int, rss_bytes: int) -> None:
     """Where the trial stood in its pool, and what the process held as it started: a pooled
-    host RSS peak includes what earlier trials' libraries built and kept (measured on CPU:
-    the first DeepSpeed ZeRO 1-3 trial imports torch._inductor and networkx, +45 MiB per rank
-    for good), which a fresh process running this config alone would not hold."""
+    host RSS peak includes what earlier trials' libraries built and kept (the first DeepSpeed
+    ZeRO 1-3 trial imports torch._inductor and networkx for good: docs/benchmarks.md, pooled
+    trials), which a fresh process running this config alone would not hold."""
     result.observations["pool"] = {"trial": seq, "host_rss_at_start_bytes": rss_bytes}
 
 

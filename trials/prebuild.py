@@ -7,9 +7,9 @@
 DeepSpeed compiles some ops on first use and caches them in ~/.cache/torch_extensions (or
 TORCH_EXTENSIONS_DIR). On CPU every DeepSpeed trial loads its shared-memory all-reduce
 (ShareMemCommBuilder) and every offload trial DeepSpeedCPUAdam (CPUAdamBuilder). Built inside
-a trial, the compile counts against the trial's timeout: measured on the 2-core dev machine
-(2026-11-30, machine busy with other jobs) 214 s and 1102 s; with a warm cache, loading
-takes about a second. `autotune sweep` runs this once before a space that offers ZeRO; CI before the tests.
+a trial, the compile (minutes on a small CPU machine: docs/benchmarks.md) counts against the
+trial's timeout; with a warm cache, loading them is quick. `autotune sweep` runs this once
+before a space that offers ZeRO; CI before the tests.
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ def check(cfg) -> None:
 
     wl = cfg.workload
     if isinstance(wl, HFWorkload):
-        from trials.workloads.hf import _transformers, load_config_dict
+        from trials.workloads.hf import load_config_dict, transformers_module
 
         data = load_config_dict(wl)
         model_type = data.pop("model_type")
         try:
-            _transformers().AutoConfig.for_model(model_type, **data)
+            transformers_module().AutoConfig.for_model(model_type, **data)
         except (ValueError, KeyError) as exc:
             raise ValueError(f"transformers does not know model_type '{model_type}': {exc}. "
                              "To fix: use a model_type transformers knows (e.g. llama)") from None

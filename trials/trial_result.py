@@ -32,32 +32,8 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
     obs["model_built_as"] = gathered[0]["built_as"]  # meta (materialised per rank) or device
 
     recompute, recompute_source = _recompute_fraction(cfg, built, probe, obs)
-    if probe is not None:
-        meter = probe[0]
-        obs["activation_saved_bytes"] = meter.saved_bytes
-        obs["activation_saved_bytes_by_dtype"] = meter.bytes_by_dtype
-        obs["activation_saved_tensors"] = meter.saved_tensors
-        obs["activation_dtype"] = meter.activation_dtype()
-        obs["activation_source"] = ("saved_tensors_hooks: bytes autograd kept for backward in "
-                                    "one micro-step on rank 0 (activations and autocast's "
-                                    "16-bit weight copies; parameters excluded)")
-    else:
-        notes.append("activation bytes not measured: warmup_steps is 0, so no untimed step "
-                     "was available to probe")
-
-    flops, flops_note = _model_flops(cfg, built)
-    if flops_note:
-        notes.append(flops_note)
-    hw_flops = None
-    if flops is not None:
-        shape = built.shape or {}
-        hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
-                    else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
-                                                  shape.get("d_model"), cfg.seq_len, recompute))
-        obs["matmul_params"] = built.matmul_params
-        obs["hardware_flops_per_token"] = hw_flops
-        obs["recompute_fraction"] = recompute
-        obs["recompute_source"] = recompute_source
+    _observe_activations(probe, obs, notes)
+    flops, hw_flops = _flops(cfg, built, recompute, recompute_source, obs, notes)
     mfu = utilization(tokens_per_s, flops, world, cfg.device_peak_flops)
     hfu = utilization(tokens_per_s, hw_flops, world, cfg.device_peak_flops)
     if cfg.device_peak_flops is None:
@@ -106,6 +82,41 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
     return result
 
 
+def _observe_activations(probe, obs: dict[str, Any], notes: list[str]) -> None:
+    """What the untimed probe step saw autograd keep for backward, into `obs`."""
+    if probe is not None:
+        meter = probe[0]
+        obs["activation_saved_bytes"] = meter.saved_bytes
+        obs["activation_saved_bytes_by_dtype"] = meter.bytes_by_dtype
+        obs["activation_saved_tensors"] = meter.saved_tensors
+        obs["activation_dtype"] = meter.activation_dtype()
+        obs["activation_source"] = ("saved_tensors_hooks: bytes autograd kept for backward in "
+                                    "one micro-step on rank 0 (activations and autocast's "
+                                    "16-bit weight copies; parameters excluded)")
+    else:
+        notes.append("activation bytes not measured: warmup_steps is 0, so no untimed step "
+                     "was available to probe")
+
+
+def _flops(cfg, built, recompute: float, recompute_source: str, obs: dict[str, Any],
+           notes: list[str]) -> tuple[float | None, float | None]:
+    """FLOPs per token: the model's, and the hardware's (with recompute); None when unknown."""
+    flops, flops_note = _model_flops(cfg, built)
+    if flops_note:
+        notes.append(flops_note)
+    hw_flops = None
+    if flops is not None:
+        shape = built.shape or {}
+        hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
+                    else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
+                                                  shape.get("d_model"), cfg.seq_len, recompute))
+        obs["matmul_params"] = built.matmul_params
+        obs["hardware_flops_per_token"] = hw_flops
+        obs["recompute_fraction"] = recompute
+        obs["recompute_source"] = recompute_source
+    return flops, hw_flops
+
+
 def _model_flops(cfg, built) -> tuple[float | None, str | None]:
     if built.flops_per_token:
         return float(built.flops_per_token), None
@@ -142,21 +153,23 @@ def _recompute_fraction(cfg, built, probe, obs) -> tuple[float, str]:
 
 
 def _memory(gathered, device, notes) -> tuple[MemoryReport, list[int], MemorySource]:
-    mem = MemoryReport(host_rss_peak_bytes=[g["rss_peak"] for g in gathered],
+    rss_peaks = [g["rss_peak"] for g in gathered]
+    mem = MemoryReport(host_rss_peak_bytes=rss_peaks,
                        host_rss_baseline_bytes=[g["rss_base"] for g in gathered],
                        build_host_rss_peak_bytes=[g["build"]["rss_peak"] for g in gathered])
     if device.type == "cuda":
-        mem.allocator_allocated_peak_bytes = [g["cuda"][0] for g in gathered]
+        allocated_peaks = [g["cuda"][0] for g in gathered]
+        mem.allocator_allocated_peak_bytes = allocated_peaks
         mem.allocator_reserved_peak_bytes = [g["cuda"][1] for g in gathered]
         mem.build_allocator_peak_bytes = [g["build"]["cuda"] for g in gathered]
         if all(g["nvml"] is not None for g in gathered):
             mem.nvml_device_peak_bytes = [g["nvml"] for g in gathered]
         else:
             notes.append(f"NVML device peak not measured: {gathered[0]['nvml_why_not']}")
-        return mem, mem.allocator_allocated_peak_bytes, MemorySource.cuda_allocator
+        return mem, allocated_peaks, MemorySource.cuda_allocator
     notes.append("CPU trial: memory is the host RSS peak of each rank's process "
                  "(NVML and allocator peaks are GPU only)")
-    return mem, mem.host_rss_peak_bytes, MemorySource.host_rss
+    return mem, rss_peaks, MemorySource.host_rss
 
 
 def _noise_scale(gathered, obs, notes) -> float | None:

@@ -46,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     _wall_at_start = time.time()
     rank = _env_int("RANK", 0)
     result_path = Path(args.result)
-    _install_fault_handlers(result_path, rank)
+    install_fault_handlers(result_path, rank)
 
     from autotune.contract import TrialConfig, TrialStatus
 
     cfg = TrialConfig.read(args.config)
     if cfg.device.value == "cpu":
-        _host_memory_like_a_device()
+        host_memory_like_a_device()
     result = run_one(cfg, result_path, t_start)
     if rank == 0:
         result.wall_s = time.perf_counter() - t_start
@@ -67,6 +67,7 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
     never leaves a half-torn-down process to run the next one. `keep_group` leaves the
     process group up for the pool's next trial."""
     from autotune.contract import TrialResult
+    from autotune.contract.trial_files import rank_result_path
 
     rank = _env_int("RANK", 0)
     try:
@@ -83,8 +84,7 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
                              # When several ranks fail, the earliest failure is the cause.
                              observations={"rank": rank, "failed_at_unix_s": time.time()})
         _attach_peak_memory(result, cfg)
-        path = result_path if rank == 0 else result_path.with_name(
-            f"{result_path.stem}.rank{rank}.json")
+        path = result_path if rank == 0 else rank_result_path(result_path, rank)
         result.write(path)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -97,13 +97,13 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
 HOST_MMAP_THRESHOLD_BYTES = 1 << 20
 
 
-def _host_memory_like_a_device() -> None:
+def host_memory_like_a_device() -> None:
     """On a CPU trial host memory stands for device memory, measured as the RSS peak. glibc
     serves allocations below its dynamic mmap threshold (it rises to 32 MiB after the first
     large free) from heaps that keep freed chunks, so the RSS peak grows with what a rank
-    freed, not with what it holds: the 389.5M GPT's ZeRO-3 rank peaks at 5.25 GiB with glibc's
-    default and 4.14 GiB with this (docs/benchmarks.md, scale section). A fixed 1 MiB threshold (mallopt M_MMAP_THRESHOLD, glibc malloc(3))
-    returns freed tensors at once, as a GPU allocator's allocated peak counts them. Without
+    freed, not with what it holds (docs/benchmarks.md, trials at scale, shows both peaks). A
+    fixed 1 MiB threshold (mallopt M_MMAP_THRESHOLD, glibc malloc(3)) returns freed tensors at
+    once, as a GPU allocator's allocated peak counts them. Without
     glibc (musl, macOS) nothing changes; AUTOTUNE_HOST_MMAP_THRESHOLD_BYTES=0 keeps glibc's
     default (scripts/bench_scale.py measures both)."""
     import ctypes
@@ -121,25 +121,27 @@ def _host_memory_like_a_device() -> None:
     mallopt(m_mmap_threshold, threshold)
 
 
-def _install_fault_handlers(result_path: Path, rank: int):
+def install_fault_handlers(result_path: Path, rank: int):
     """Returns the open fatal log (the pool closes it when it moves to the next trial)."""
     import faulthandler
     import signal
+
+    from autotune.contract.trial_files import fatal_log_path
 
     # A trial killed at its timeout leaves each rank's stack in stderr.log: where it hung.
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     # A fatal signal (SIGSEGV, SIGABRT, ...) leaves no Python exception to catch: faulthandler
     # writes the stack to this rank's file, whose presence tells the controller which rank died.
-    fatal = open(result_path.with_name(f"fatal.rank{rank}.log"), "w")  # noqa: SIM115 - lives until exit
+    fatal = open(fatal_log_path(result_path, rank), "w")  # noqa: SIM115 - lives until exit
     faulthandler.enable(file=fatal, all_threads=True)
     return fatal
 
 
 def classify(exc: BaseException):
+    import torch
+
     from autotune.contract import TrialStatus
     from trials.errors import NonFiniteLoss, UnsupportedConfig
-
-    import torch
 
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return TrialStatus.oom, type(exc).__name__
@@ -244,7 +246,7 @@ def run(cfg, t_start: float, keep_group: bool = False):
              "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine), "build": weights,
              "built_as": built.built_as}
     local.update(_memory_now(device))
-    gathered = [local]
+    gathered: list = [local]
     if world > 1:
         gathered = [None] * world
         dist.all_gather_object(gathered, local)
@@ -359,7 +361,7 @@ def _grad_norms(engine) -> dict | None:
 def _memory_now(device) -> dict:
     from trials.measure import cuda_peaks, host_rss_peak_bytes
 
-    out = {"rss_peak": host_rss_peak_bytes(), "cuda": None}
+    out: dict = {"rss_peak": host_rss_peak_bytes(), "cuda": None}
     if device.type == "cuda":
         out["cuda"] = cuda_peaks(device)
     return out
@@ -371,6 +373,6 @@ if __name__ == "__main__":
     sys.stderr.flush()
     # Leave without the interpreter's teardown: the result is written, and with FSDP2 on gloo
     # (torch 2.13) the teardown's garbage collection sometimes aborts a rank ("terminate called
-    # without an active exception", SIGABRT; seen in 2 of ~40 FSDP2 runs here), which a
-    # launcher reports as the run's failure after it succeeded.
+    # without an active exception", SIGABRT), which a launcher reports as the run's failure
+    # after it succeeded.
     os._exit(code)

@@ -19,7 +19,7 @@ from autotune.errors import UserError
 DEFAULT_SAFETY_MARGIN = 0.10
 
 
-def estimate(model: str | None = None, params: float | None = None, layers: int | None = None,
+def estimate(model: str | None = None, params: float | str | None = None, layers: int | None = None,
              hidden: int | None = None, heads: int | None = None, vocab: int | None = None,
              seq_len: int = 2048, micro_batch: int = 1, precision: str = "bf16",
              checkpointing: str = "none", zero_stage: int = 0, offload: str = "none", dp: int = 1,
@@ -41,10 +41,10 @@ def estimate(model: str | None = None, params: float | None = None, layers: int 
         raise UserError(f"--tp {tp} does not divide the model's {shape.n_heads} attention heads",
                         fix="pick a TP degree that divides the head count")
     try:
-        mcfg = MemoryConfig(seq_len=seq_len, micro_batch_size=micro_batch, precision=Precision(precision),
-                            checkpointing=Checkpointing(checkpointing), zero_stage=zero_stage,
-                            offload=Offload(offload), dp_degree=dp, tp_degree=tp, optimizer=optimizer,
-                            fsdp=FSDPMode(fsdp))
+        mcfg = MemoryConfig.model_validate(dict(
+            seq_len=seq_len, micro_batch_size=micro_batch, precision=Precision(precision),
+            checkpointing=Checkpointing(checkpointing), zero_stage=zero_stage, offload=Offload(offload),
+            dp_degree=dp, tp_degree=tp, optimizer=optimizer, fsdp=FSDPMode(fsdp)))
     except ValidationError as exc:
         msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
         text, _, fix = msg.partition(". To fix: ")
@@ -183,7 +183,11 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
 
     def tokens_for(n: int) -> float:
         # A steps target at a global batch that grows with the GPU count (same per-GPU work).
-        return float(target_steps * per_gpu_step * n) if target_steps is not None else float(target_tokens)
+        if target_steps is not None and per_gpu_step is not None:
+            return float(target_steps * per_gpu_step * n)
+        if target_tokens is None:  # not reached: exactly one target was required above
+            raise ValueError("no training target")
+        return float(target_tokens)
 
     fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
     base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tokens_per_s, mfu=mfu,

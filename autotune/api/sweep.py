@@ -157,11 +157,11 @@ class SweepResult:
 
     def summary(self, width: int = 80) -> str:
         """The lines `autotune sweep` ends with, as text."""
+        import io
+
         from rich.console import Console
 
         from autotune.report.terminal import print_summary
-
-        import io
 
         con = Console(width=width, record=True, file=io.StringIO(), highlight=False)
         print_summary(self.report, con, [])

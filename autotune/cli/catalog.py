@@ -40,14 +40,23 @@ def _names(pairs: list[str] | None) -> dict[str, str]:
 def register(catalog_app: typer.Typer) -> None:
     @catalog_app.command(name="import")
     def import_cmd(
-        skypilot: Path = typer.Option(..., "--skypilot", help="SkyPilot's catalog folder (holds <cloud>/vms.csv), e.g. ~/.sky/catalogs/v7"),
+        skypilot: Path = typer.Option(
+            ..., "--skypilot", help="SkyPilot's catalog folder (holds <cloud>/vms.csv), e.g. ~/.sky/catalogs/v7"),
         out: Path = typer.Option(..., "--out", help="catalog YAML to write (then: --catalog FILE)"),
-        base: Optional[Path] = typer.Option(None, "--catalog", help="catalog whose GPU types the offers use (default: the shipped one)"),
-        mapping: Optional[list[str]] = typer.Option(None, "--map", help="accelerator name to GPU type, NAME=TYPE (repeat)"),
-        skip_unknown: bool = typer.Option(False, "--skip-unknown", help="leave out rows of accelerators with no GPU type (else: an error)"),
-        spot_rate: Optional[float] = typer.Option(None, "--spot-interruptions-per-node-month", help="import spot prices with this interruption rate (per node per 730 h)"),
-        price_date: Optional[str] = typer.Option(None, "--price-date", help="date the prices were fetched, YYYY-MM-DD (default: each vms.csv's modification date)"),
-        keep_offers: bool = typer.Option(False, "--keep-offers", help="keep the base catalog's offers next to the imported ones"),
+        base: Optional[Path] = typer.Option(
+            None, "--catalog", help="catalog whose GPU types the offers use (default: the shipped one)"),
+        mapping: Optional[list[str]] = typer.Option(
+            None, "--map", help="accelerator name to GPU type, NAME=TYPE (repeat)"),
+        skip_unknown: bool = typer.Option(
+            False, "--skip-unknown", help="leave out rows of accelerators with no GPU type (else: an error)"),
+        spot_rate: Optional[float] = typer.Option(
+            None, "--spot-interruptions-per-node-month",
+            help="import spot prices with this interruption rate (per node per 730 h)"),
+        price_date: Optional[str] = typer.Option(
+            None, "--price-date",
+            help="date the prices were fetched, YYYY-MM-DD (default: each vms.csv's modification date)"),
+        keep_offers: bool = typer.Option(
+            False, "--keep-offers", help="keep the base catalog's offers next to the imported ones"),
         force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
         as_json: bool = typer.Option(False, "--json", help="print what was imported as one JSON document"),
     ) -> None:

@@ -100,62 +100,85 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(epilog=COST_EPILOG)
-    def cost(
-        gpu: str = typer.Option(..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
-        gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
-        tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
-        mfu: Optional[float] = typer.Option(None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
-        params: Optional[str] = typer.Option(None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
-        precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
-        zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
-        target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
-        target_steps: Optional[str] = typer.Option(None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
-        global_batch_tokens: Optional[str] = typer.Option(None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
-        run_gpus: Optional[list[int]] = typer.Option(None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
-        all_gpus: bool = typer.Option(False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
-        offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
-        checkpoint_gb: Optional[str] = typer.Option(None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
-        dataset_gb: Optional[str] = typer.Option(None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
-        final_model_gb: Optional[str] = typer.Option(None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
-        egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
-        checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
-        checkpoint_interval_hours: float = typer.Option(1.0, "--checkpoint-interval-hours", min=0.001, help="checkpoint policy where no interruption rate is known"),
-        month_rest_used: bool = typer.Option(False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
-        as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
-        provider: Optional[list[str]] = provider_option(),
-        region: Optional[list[str]] = region_option(),
-    ) -> None:
-        """Price a training run on every matching offer, cheapest first, without any trial.
+    _register_cost(app)
+    _register_catalog(app)
+    _register_plan(app)
 
-        From a measured --tokens-per-s at --gpus on --gpu, or (planning) from --mfu with
-        --params. Other GPU counts (--run-gpus) and types (--all-gpus) are projected with a
-        ring-collective model and labelled so. Each bill: wall-clock hours, GPU-hours, dollars
-        by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
-        egress, ingress, power), and the worst case (+30% time, one more interruption).
-        """
-        from autotune.api.plan import cost as price
 
-        sizes = {field: _number(text, flag, allow_zero=True) for flag, text, field in (
-            ("--checkpoint-gb", checkpoint_gb, "checkpoint_gb"), ("--dataset-gb", dataset_gb, "dataset_gb"),
-            ("--final-model-gb", final_model_gb, "final_model_gb"))}
-        result = price(gpu, gpus, tokens_per_s=_number(tokens_per_s, "--tokens-per-s"), mfu=mfu,
-                       params=_number(params, "--params", integer=True), precision=precision,
-                       zero_stage=zero_stage, target_tokens=_number(target_tokens, "--target-tokens"),
-                       target_steps=_number(target_steps, "--target-steps", integer=True),
-                       global_batch_tokens=_number(global_batch_tokens, "--global-batch-tokens"),
-                       run_gpus=run_gpus, all_gpus=all_gpus, catalog=catalog_file, offers=offer,
-                       providers=provider, regions=region, **sizes, egress_checkpoints=egress_checkpoints,
-                       checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
-                       month_rest_used=month_rest_used)
-        bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
-        _warn_stale(catalog)
-        if as_json:
-            sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
-            return
-        print_bills(bills, skipped, catalog, job, console())
+def _register_cost(app: typer.Typer) -> None:
+    app.command(epilog=COST_EPILOG)(cost)
 
+
+def cost(
+    gpu: str = typer.Option(
+        ..., "--gpu", help="catalog GPU type measured on (or planned for): see `autotune catalog`"),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
+    tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
+    params: Optional[str] = typer.Option(
+        None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
+    precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
+    zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
+    target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
+    target_steps: Optional[str] = typer.Option(
+        None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
+    global_batch_tokens: Optional[str] = typer.Option(
+        None, "--global-batch-tokens", help="tokens per optimizer step at --gpus"),
+    run_gpus: Optional[list[int]] = typer.Option(
+        None, "--run-gpus", min=1, help="GPU counts of the long run to price (repeat); default --gpus"),
+    all_gpus: bool = typer.Option(
+        False, "--all-gpus", help="also project onto every other GPU type (needs --params)"),
+    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
+    offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
+    checkpoint_gb: Optional[str] = typer.Option(
+        None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
+    dataset_gb: Optional[str] = typer.Option(
+        None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
+    final_model_gb: Optional[str] = typer.Option(
+        None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
+    egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
+    checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
+    checkpoint_interval_hours: float = typer.Option(
+        1.0, "--checkpoint-interval-hours", min=0.001,
+        help="checkpoint policy where no interruption rate is known"),
+    month_rest_used: bool = typer.Option(
+        False, "--month-rest-used", help="monthly rentals: the rest of the month is used by other work"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of bills"),
+    provider: Optional[list[str]] = provider_option(),
+    region: Optional[list[str]] = region_option(),
+) -> None:
+    """Price a training run on every matching offer, cheapest first, without any trial.
+
+    From a measured --tokens-per-s at --gpus on --gpu, or (planning) from --mfu with
+    --params. Other GPU counts (--run-gpus) and types (--all-gpus) are projected with a
+    ring-collective model and labelled so. Each bill: wall-clock hours, GPU-hours, dollars
+    by term (compute, setup, checkpoint writes, interruptions, billing rounding, storage,
+    egress, ingress, power), and the worst case (+30% time, one more interruption).
+    """
+    from autotune.api.plan import cost as price
+
+    sizes = {field: _number(text, flag, allow_zero=True) for flag, text, field in (
+        ("--checkpoint-gb", checkpoint_gb, "checkpoint_gb"), ("--dataset-gb", dataset_gb, "dataset_gb"),
+        ("--final-model-gb", final_model_gb, "final_model_gb"))}
+    result = price(gpu, gpus, tokens_per_s=_number(tokens_per_s, "--tokens-per-s"), mfu=mfu,
+                   params=_number(params, "--params", integer=True), precision=precision,
+                   zero_stage=zero_stage, target_tokens=_number(target_tokens, "--target-tokens"),
+                   target_steps=_number(target_steps, "--target-steps", integer=True),
+                   global_batch_tokens=_number(global_batch_tokens, "--global-batch-tokens"),
+                   run_gpus=run_gpus, all_gpus=all_gpus, catalog=catalog_file, offers=offer,
+                   providers=provider, regions=region, **sizes, egress_checkpoints=egress_checkpoints,
+                   checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
+                   month_rest_used=month_rest_used)
+    bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
+    _warn_stale(catalog)
+    if as_json:
+        sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
+        return
+    print_bills(bills, skipped, catalog, job, console())
+
+
+def _register_catalog(app: typer.Typer) -> None:
     catalog_app = typer.Typer(help="List and validate the catalog; `catalog import` reads SkyPilot's catalogs.")
     app.add_typer(catalog_app, name="catalog")
     from autotune.cli.catalog import register as register_import
@@ -165,7 +188,8 @@ def register(app: typer.Typer) -> None:
     @catalog_app.callback(invoke_without_command=True)
     def catalog_cmd(
         ctx: typer.Context,
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML, or a SkyPilot catalog folder (default: the shipped one)"),
+        catalog_file: Optional[Path] = typer.Option(
+            None, "--catalog", help="catalog YAML, or a SkyPilot catalog folder (default: the shipped one)"),
         as_json: bool = typer.Option(False, "--json", help="print the validated catalog as JSON"),
         provider: Optional[list[str]] = provider_option(),
         region: Optional[list[str]] = region_option(),
@@ -174,8 +198,8 @@ def register(app: typer.Typer) -> None:
         sizes, regions, prices with dates). `autotune catalog import --help`: SkyPilot's catalogs."""
         if ctx.invoked_subcommand is not None:
             return
-        from autotune.pricing.load import load_catalog
         from autotune.pricing.cost import breakevens
+        from autotune.pricing.load import load_catalog
 
         cat = load_catalog(catalog_file).select(providers=provider, regions=region)
         _warn_stale(cat)
@@ -185,55 +209,64 @@ def register(app: typer.Typer) -> None:
             doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from autotune.report.terminal import LINE, NAME, TEXT, fit_table
+        print_catalog(cat, console())
 
-        c = console()
-        rows = []
-        for k, t in cat.gpus.items():
-            def tf(p: str) -> str:
-                return f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-"
-            rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", tf("bf16"), tf("fp8"),
-                         tf("fp32"), tf("tf32"),
-                         f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
-                         f"{t.interconnect or '-'}" + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
-                         t.source])
-        # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
-        c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
-            ("type", NAME, "left"), ("memory", NAME, "right"), ("bf16", NAME, "right"), ("fp8", NAME, "right"),
-            ("fp32", TEXT, "right"), ("tf32", TEXT, "right"), ("mem GB/s", TEXT, "right"), ("link", TEXT, "left"),
-            ("source", LINE, "left")], rows, c.width))
-        rows = []
-        for x in cat.offers:
-            if x.pricing == "monthly":
-                price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
-            elif x.pricing == "own":
-                price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
-            else:
-                rates = sorted({round(r, 4) for _, _, r in x.sizes()})
-                price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
-                         else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
-            sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
-            nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
-                     and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
-                                                     if x.max_nodes > 1 else "1"))
-            rows.append([x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
-                         ", ".join(x.regions) or "-", x.price_date, x.price_source])
-        # Offer and GPU names are what --offer / --gpu take: never cut.
-        c.print(fit_table("Offers (prices in USD)", [
-            ("offer", NAME, "left"), ("gpu", NAME, "left"), ("pricing", TEXT, "left"), ("price", TEXT, "left"),
-            ("billing", TEXT, "left"), ("instance sizes (GPUs)", TEXT, "left"), ("nodes", TEXT, "left"),
-            ("region", TEXT, "left"), ("price date", TEXT, "left"), ("source", LINE, "left")], rows, c.width))
-        for be in breakevens(cat):
-            c.print(f"break-even: {be.text}")
-        c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
 
+def print_catalog(cat, c) -> None:
+    """The catalog's GPU types and offers as two tables, then its break-evens."""
+    from autotune.pricing.cost import breakevens
+    from autotune.report.terminal import LINE, NAME, TEXT, fit_table
+
+    rows = []
+    for k, t in cat.gpus.items():
+        tflops = [f"{t.peak_tflops[p]:g}" if p in t.peak_tflops else "-" for p in ("bf16", "fp8", "fp32", "tf32")]
+        rows.append([k, f"{t.memory_bytes / 1e9:g} GB" if t.memory_bytes else "-", *tflops,
+                     f"{t.memory_bandwidth_gb_per_s:g}" if t.memory_bandwidth_gb_per_s else "-",
+                     f"{t.interconnect or '-'}"
+                     + (f" {t.interconnect_gb_per_s:g} GB/s" if t.interconnect_gb_per_s else ""),
+                     t.source])
+    # GPU types are what --gpu takes: never cut; the source is prose (in full: --json).
+    c.print(fit_table(f"GPU types ({cat.source_file}); dense TFLOPS", [
+        ("type", NAME, "left"), ("memory", NAME, "right"), ("bf16", NAME, "right"), ("fp8", NAME, "right"),
+        ("fp32", TEXT, "right"), ("tf32", TEXT, "right"), ("mem GB/s", TEXT, "right"), ("link", TEXT, "left"),
+        ("source", LINE, "left")], rows, c.width))
+    rows = []
+    for x in cat.offers:
+        if x.pricing == "monthly":
+            price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
+        elif x.pricing == "own":
+            price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
+        else:
+            rates = sorted({round(r, 4) for _, _, r in x.sizes()})
+            price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
+                     else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
+        sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
+        nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
+                 and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
+                                                 if x.max_nodes > 1 else "1"))
+        rows.append([x.name, x.gpu, x.pricing, price, x.billing, sizes, nodes,
+                     ", ".join(x.regions) or "-", x.price_date, x.price_source])
+    # Offer and GPU names are what --offer / --gpu take: never cut.
+    c.print(fit_table("Offers (prices in USD)", [
+        ("offer", NAME, "left"), ("gpu", NAME, "left"), ("pricing", TEXT, "left"), ("price", TEXT, "left"),
+        ("billing", TEXT, "left"), ("instance sizes (GPUs)", TEXT, "left"), ("nodes", TEXT, "left"),
+        ("region", TEXT, "left"), ("price date", TEXT, "left"), ("source", LINE, "left")], rows, c.width))
+    for be in breakevens(cat):
+        c.print(f"break-even: {be.text}")
+    c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
+
+
+def _register_plan(app: typer.Typer) -> None:
     @app.command(name="plan")
     def plan_cmd(
         spec_file: Path = typer.Argument(..., help="sweep spec YAML (workload, target, space, platforms)"),
         mfu: float = typer.Option(0.35, "--mfu", help="stated fraction of the dense peak reached "
                                   "(default 0.35: torchtitan's 33-39% on H100, Dec 2024)"),
-        gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
-        catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
+        gpu: Optional[list[str]] = typer.Option(
+            None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
+        catalog_file: Optional[Path] = typer.Option(
+            None, "--catalog",
+            help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
         top: int = typer.Option(10, "--top", min=1, help="how many bills to show, cheapest first"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
         provider: Optional[list[str]] = provider_option(),
@@ -243,7 +276,6 @@ def register(app: typer.Typer) -> None:
         runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
         communication, and the full bill on every matching offer)."""
         from autotune.pricing.load import load_catalog
-        from autotune.pricing.quote import explain
         from autotune.search.plan import plan
         from autotune.spec import load_spec
 
@@ -262,23 +294,31 @@ def register(app: typer.Typer) -> None:
                    "fastest": [b.as_dict() for b in fastest]}
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        c = console()
-        c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
-                f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
-        for a in result.assumptions:
-            c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
-        c.print("[bold]cheapest[/]")
-        for b in result.bills[:top]:
-            c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): {b.tokens_per_s:,.0f} tok/s "
-                    f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
-                    f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
-        c.print("[bold]fastest[/]")
-        for b in fastest[: min(top, 5)]:
-            c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}", soft_wrap=True)
-        for line in explain(result.bills):
-            c.print(line, soft_wrap=True)
-        if result.bills:
-            c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
-        else:
-            c.print(result.why_none, soft_wrap=True)
-        c.print(catalog.price_note())
+        print_plan(spec_file, result, catalog, fastest, top, console())
+
+
+def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
+    """`autotune plan`'s answer on the terminal: the cheapest bills, the fastest, and how."""
+    from autotune.pricing.quote import explain
+
+    c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
+            f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
+    for a in result.assumptions:
+        c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
+    c.print("[bold]cheapest[/]")
+    for b in result.bills[:top]:
+        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
+                f"{b.tokens_per_s:,.0f} tok/s "
+                f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
+                f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
+    c.print("[bold]fastest[/]")
+    for b in fastest[: min(top, 5)]:
+        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}",
+                soft_wrap=True)
+    for line in explain(result.bills):
+        c.print(line, soft_wrap=True)
+    if result.bills:
+        c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
+    else:
+        c.print(result.why_none, soft_wrap=True)
+    c.print(catalog.price_note())

@@ -17,8 +17,8 @@ from typing import Optional
 
 import typer
 
-from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 from autotune.cli.common import console
+from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 
 
 class _Optimizer(str, Enum):
@@ -57,42 +57,47 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
     ) -> None:
         """Estimate peak memory per rank (breakdown) and FLOPs per token for a config."""
-        from autotune.api.plan import DEFAULT_SAFETY_MARGIN
         from autotune.api.plan import estimate as estimate_
 
         doc = estimate_(model, params, layers, hidden, heads, vocab, seq_len, micro_batch, precision.value,
                         checkpointing.value, zero_stage, offload.value, dp, tp, optimizer.value, gpu,
                         fsdp=fsdp.value)
-        gpu_mem = doc.get("gpu_memory_bytes")
         if as_json:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             return
-        from rich.table import Table
+        print_estimate(doc, gpu, console(), f"seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
+                       f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "
+                       f"dp {dp}, tp {tp}, {optimizer.value} ({doc['engine']} layout"
+                       + (f", FSDP2 {fsdp.value})" if fsdp is not FSDPMode.none else ")"))
 
-        con = console()
-        con.print(f"[bold]{doc['model']}[/]: {doc['model_params']:,} parameters ({doc['model_source']})")
-        con.print(f"config: seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
-                  f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "
-                  f"dp {dp}, tp {tp}, {optimizer.value} ({doc['engine']} layout"
-                  + (f", FSDP2 {fsdp.value})" if fsdp is not FSDPMode.none else ")"))
-        table = Table(title="peak memory per rank (estimated)", title_justify="left")
-        table.add_column("part")
-        table.add_column("bytes", justify="right")
-        for label, key in (("weights (own shard)", "weights_bytes"), ("gradients", "gradients_bytes"),
-                           ("optimizer state", "optimizer_bytes"), ("activations", "activations_bytes"),
-                           ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
-                           ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
-            table.add_row(label, _gib(doc[key]))
-        if doc["detail"]["gathered_params_bytes"]:
-            table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
-        con.print(table)
-        con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, 6N + 12Lds); "
-                  f"{doc['hardware_flops_per_token']:.4g} with recomputation")
-        for note in doc["notes"]:
-            con.print(f"note: {note}")
-        con.print("framework overhead (CUDA context, allocator) is not in these figures: a sweep "
-                  "calibrates it on real hardware")
-        if gpu_mem is not None:
-            verdict = "[green]fits[/]" if doc["fits"] else "[red]does not fit[/]"
-            con.print(f"{gpu} ({_gib(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
-                      "of its memory, the rest kept for the uncalibrated overhead)")
+
+def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
+    """The estimate on the terminal: the config, memory per rank by part, FLOPs, the verdict."""
+    from rich.table import Table
+
+    from autotune.api.plan import DEFAULT_SAFETY_MARGIN
+
+    gpu_mem = doc.get("gpu_memory_bytes")
+    con.print(f"[bold]{doc['model']}[/]: {doc['model_params']:,} parameters ({doc['model_source']})")
+    con.print(f"config: {config_text}")
+    table = Table(title="peak memory per rank (estimated)", title_justify="left")
+    table.add_column("part")
+    table.add_column("bytes", justify="right")
+    for label, key in (("weights (own shard)", "weights_bytes"), ("gradients", "gradients_bytes"),
+                       ("optimizer state", "optimizer_bytes"), ("activations", "activations_bytes"),
+                       ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
+                       ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
+        table.add_row(label, _gib(doc[key]))
+    if doc["detail"]["gathered_params_bytes"]:
+        table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
+    con.print(table)
+    con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, 6N + 12Lds); "
+              f"{doc['hardware_flops_per_token']:.4g} with recomputation")
+    for note in doc["notes"]:
+        con.print(f"note: {note}")
+    con.print("framework overhead (CUDA context, allocator) is not in these figures: a sweep "
+              "calibrates it on real hardware")
+    if gpu_mem is not None:
+        verdict = "[green]fits[/]" if doc["fits"] else "[red]does not fit[/]"
+        con.print(f"{gpu} ({_gib(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
+                  "of its memory, the rest kept for the uncalibrated overhead)")

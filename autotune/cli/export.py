@@ -28,20 +28,26 @@ def export(
     study: str = typer.Option("default", "--study", help="study name"),
     storage: Optional[str] = storage_option(),
     storage_file: Optional[Path] = storage_file_option(),
-    launcher: Optional[Launcher] = typer.Option(None, "--launcher", help="launcher of launch.sh (default: the trial's)"),
+    launcher: Optional[Launcher] = typer.Option(
+        None, "--launcher", help="launcher of launch.sh (default: the trial's)"),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
-    deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
-    force: bool = typer.Option(False, "--force", help="write into an --out folder that holds other files (they are kept)"),
+    deadline_hours: Optional[float] = typer.Option(
+        None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
+    force: bool = typer.Option(
+        False, "--force", help="write into an --out folder that holds other files (they are kept)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
-    target: str = typer.Option("script", "--for", help="script: accelerate config, DeepSpeed JSON and launch.sh for your training script; hf-trainer: Trainer flags and a DeepSpeed JSON with \"auto\""),
+    target: str = typer.Option(
+        "script", "--for",
+        help="script: accelerate config, DeepSpeed JSON and launch.sh for your training script; hf-trainer: Trainer "
+             "flags and a DeepSpeed JSON with \"auto\""),
     as_json: bool = typer.Option(False, "--json", help="print what was written as one JSON document"),
 ) -> None:
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
-    from autotune.report.export import BILL_MD, EXPORT_TARGETS, plan_export, write_export
     from autotune.format import fmt_hours, fmt_usd
-    from autotune.report.build import collect
     from autotune.names import check_study_name
+    from autotune.report.build import collect
+    from autotune.report.export import BILL_MD, EXPORT_TARGETS, plan_export, write_export
     from autotune.report.files import prepare_out_dir
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
@@ -69,7 +75,8 @@ def export(
                     "option": o})
         return
     con = console()
-    where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} ({o['basis_kind']})" if o else " (not priced)")
+    where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} ({o['basis_kind']})" if o
+             else " (not priced)")
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:
         con.print(f"  {p}")

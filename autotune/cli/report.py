@@ -28,21 +28,25 @@ def report(
     storage_file: Optional[Path] = storage_file_option(),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document (docs/report_schema.md)"),
     html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write report.html, report.json and PNG plots into this folder"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="write report.html, report.json and PNG plots into this folder"),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
-    deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
+    deadline_hours: Optional[float] = typer.Option(
+        None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
-    force: bool = typer.Option(False, "--force", help="write into an --out folder holding other files (they are kept), or over an --html file autotune did not write"),
+    force: bool = typer.Option(
+        False, "--force",
+        help="write into an --out folder holding other files (they are kept), or over an --html file autotune did not "
+             "write"),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
+    from autotune.errors import require_extra
     from autotune.names import check_study_name
     from autotune.report.build import collect
     from autotune.report.terminal import print_report
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
-
-    from autotune.errors import require_extra
 
     # The optional report packages, checked before any work (nothing half-written).
     if html is not None:

@@ -40,8 +40,10 @@ def copy(
     to_runs_dir: Optional[Path] = typer.Option(None, help="where to copy the trial folders "
                                                "(default: RUNS_DIR; nothing to copy then "
                                                "unless the study name changes)"),
-    src_file: Optional[Path] = typer.Option(None, "--src-file", help="read SRC_URL from this file's first line (give '-' as SRC_URL)"),
-    dst_file: Optional[Path] = typer.Option(None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
+    src_file: Optional[Path] = typer.Option(
+        None, "--src-file", help="read SRC_URL from this file's first line (give '-' as SRC_URL)"),
+    dst_file: Optional[Path] = typer.Option(
+        None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
     as_json: bool = typer.Option(False, "--json", help="print what was copied as one JSON document"),
 ) -> None:
     """Copy STUDY from SRC_URL to DST_URL (Optuna copy_study) plus its trial folders."""
@@ -129,8 +131,8 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
 
 def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path, copied: set[str]) -> int:
     """optuna.copy_study, marked incomplete until the end, with each trial's `trial_dir`
-    pointed at its copied folder (`copied`: the folder names copied into `dst_runs`) (a finished trial's attributes cannot change once stored,
-    so they are rewritten on the way)."""
+    pointed at its copied folder (`copied`: the folder names copied into `dst_runs`) (a
+    finished trial's attributes cannot change once stored, so they are rewritten on the way)."""
     import optuna
 
     from_study = optuna.load_study(study_name=study, storage=src)

@@ -22,17 +22,23 @@ def register(app: typer.Typer) -> None:
 
 def sweep(
     spec_file: Optional[Path] = typer.Argument(None, help="sweep spec YAML; none: the built-in example"),
-    trials: Optional[int] = typer.Option(None, "--trials", "-n", min=1, help="trials to launch in this invocation (a config already measured is reused, not counted)"),
+    trials: Optional[int] = typer.Option(
+        None, "--trials", "-n", min=1,
+        help="trials to launch in this invocation (a config already measured is reused, not counted)"),
     storage: Optional[str] = storage_option(),
     storage_file: Optional[Path] = storage_file_option(),
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
     runs_dir: Path = typer.Option(Path("autotune_runs"), help="folder for trial folders"),
-    total_trials: Optional[int] = typer.Option(None, min=1, help="stop once the study holds this many finished trials (all machines)"),
-    max_gpu_hours: Optional[float] = typer.Option(None, help="stop once trials have used this many GPU-hours (wall time x ranks; > 0)"),
+    total_trials: Optional[int] = typer.Option(
+        None, min=1, help="stop once the study holds this many finished trials (all machines)"),
+    max_gpu_hours: Optional[float] = typer.Option(
+        None, help="stop once trials have used this many GPU-hours (wall time x ranks; > 0)"),
     max_search_usd: Optional[float] = typer.Option(None, help="stop once trials have cost this many dollars (> 0)"),
-    patience: Optional[int] = typer.Option(None, min=1, help="stop when the Pareto front has not improved for this many trials"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
+    patience: Optional[int] = typer.Option(
+        None, min=1, help="stop when the Pareto front has not improved for this many trials"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -48,16 +54,17 @@ def sweep(
     from autotune.run.storage import redact_url, resolve_storage
 
     spec = load(spec_file)
+    storage_url = resolve_storage(storage, storage_file, spec.storage)
     # Flags go through the spec's own validation: the same rules as the file's fields.
     spec = spec.with_overrides(**{
-        "storage": resolve_storage(storage, storage_file, spec.storage), "study": study,
+        "storage": storage_url, "study": study,
         "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
-    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(spec.storage)} "
+    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
               f"({session.measured_before} trials measured so far), {n_trials} more on "
               f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
     if rs.dropped:

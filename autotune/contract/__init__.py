@@ -13,16 +13,28 @@ pid still the process we started), jsonio.
 Modules inside this package import each other directly, never through this file.
 """
 
-from autotune.contract.config import (GPT_PRESETS, SCHEMA_VERSION, Checkpointing, DeviceKind,
-                                      EntryPointWorkload, FSDPMode, GPTShape, GPTWorkload, HFWorkload,
-                                      Launcher, Offload, Precision, TrainingKnobs, TrialConfig, Workload,
-                                      preset_names)
+from autotune.contract.config import (
+    GPT_PRESETS,
+    SCHEMA_VERSION,
+    Checkpointing,
+    DeviceKind,
+    EntryPointWorkload,
+    FSDPMode,
+    GPTShape,
+    GPTWorkload,
+    HFWorkload,
+    Launcher,
+    Offload,
+    Precision,
+    TrainingKnobs,
+    TrialConfig,
+    Workload,
+    preset_names,
+)
 from autotune.contract.deepspeed import deepspeed_buffer_sizes, deepspeed_config
-from autotune.contract.engines import (ACCELERATE_MIXED_PRECISION, EngineKind, default_launcher,
-                                       engine_for)
+from autotune.contract.engines import ACCELERATE_MIXED_PRECISION, EngineKind, default_launcher, engine_for
 from autotune.contract.jsonio import write_json_atomic
-from autotune.contract.result import (HardwareFingerprint, MemoryReport, MemorySource, TrialResult,
-                                      TrialStatus)
+from autotune.contract.result import HardwareFingerprint, MemoryReport, MemorySource, TrialResult, TrialStatus
 
 __all__ = [
     "ACCELERATE_MIXED_PRECISION", "GPT_PRESETS", "SCHEMA_VERSION", "Checkpointing", "DeviceKind",

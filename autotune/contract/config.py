@@ -79,12 +79,14 @@ class ContractModel(BaseModel):
 class GPTShape(ContractModel):
     """Shape of the built-in GPT decoder (pre-LN, learned positions, GELU MLP, tied head)."""
 
-    n_layers: int = Field(gt=0)
-    d_model: int = Field(gt=0)
-    n_heads: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_seq_len: int = Field(default=2048, gt=0)
-    ffn_mult: int = Field(default=4, gt=0, description="MLP hidden = ffn_mult * d_model")
+    n_layers: int = Field(gt=0, description="Transformer blocks.")
+    d_model: int = Field(gt=0, description="Hidden size: the width of every block's input and output.")
+    n_heads: int = Field(gt=0, description="Attention heads per block; must divide d_model.")
+    vocab_size: int = Field(gt=0, description="Token vocabulary: rows of the embedding, tied with the output head.")
+    max_seq_len: int = Field(default=2048, gt=0, description=(
+        "Rows of the learned position embedding: the longest sequence the model takes; a trial's "
+        "seq_len above it is refused."))
+    ffn_mult: int = Field(default=4, gt=0, description="MLP hidden size as a multiple of d_model.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "GPTShape":
@@ -135,9 +137,11 @@ def preset_names() -> list[str]:
 class GPTWorkload(ContractModel):
     """The built-in GPT: a preset by name, or explicit shapes."""
 
-    kind: Literal["gpt"] = "gpt"
-    preset: str | None = "tiny"
-    shape: GPTShape | None = None
+    kind: Literal["gpt"] = Field(default="gpt", description="Selects the built-in GPT workload.")
+    preset: str | None = Field(default="tiny", description=(
+        "A named shape (tiny, mini, small, medium, large, 1b, 7b; `autotune estimate --help`); "
+        "ignored when `shape` is given."))
+    shape: GPTShape | None = Field(default=None, description="Explicit shape; wins over `preset`.")
 
     @model_validator(mode="after")
     def _known_preset(self) -> "GPTWorkload":
@@ -164,10 +168,15 @@ class HFWorkload(ContractModel):
     (e.g. model_type="llama", overrides {"hidden_size": 256, ...}).
     """
 
-    kind: Literal["hf"] = "hf"
-    config_path: str | None = None
-    model_type: str | None = None
-    config_overrides: dict[str, Any] = Field(default_factory=dict)
+    kind: Literal["hf"] = Field(default="hf", description="Selects a Hugging Face causal LM.")
+    config_path: str | None = Field(default=None, description=(
+        "A local config.json, or the folder holding one (never downloaded); exclusive with "
+        "model_type."))
+    model_type: str | None = Field(default=None, description=(
+        "A transformers model type (e.g. llama) built from its default config plus "
+        "config_overrides; exclusive with config_path."))
+    config_overrides: dict[str, Any] = Field(default_factory=dict, description=(
+        "Config fields set over the file's or the model type's (e.g. hidden_size, num_hidden_layers)."))
 
     @model_validator(mode="after")
     def _one_source(self) -> "HFWorkload":
@@ -207,11 +216,12 @@ class EntryPointWorkload(ContractModel):
     on a real device is moved to the trial's device whole, as before.
     """
 
-    kind: Literal["entry_point"] = "entry_point"
-    entry_point: str
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    kind: Literal["entry_point"] = Field(default="entry_point", description="Selects the user's own model and data.")
+    entry_point: str = Field(description="'module:function' returning (model, batches) or (model, batches, info).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments passed to the function after seq_len, micro_batch_size and device."))
     python_path: list[str] = Field(
-        default_factory=list, description="folders put on sys.path before the import"
+        default_factory=list, description="Folders put on sys.path before the import."
     )
 
     @model_validator(mode="after")
@@ -238,16 +248,27 @@ class TrainingKnobs(ContractModel):
     their defaults and consistency rules: `TrialConfig` (what a trial runs) and the memory
     estimate's `MemoryConfig` both extend it."""
 
-    seq_len: int = Field(default=128, gt=0)
-    micro_batch_size: int = Field(default=1, gt=0)
-    precision: Precision = Precision.fp32
-    checkpointing: Checkpointing = Checkpointing.none
-    checkpoint_every: int = Field(default=2, gt=0, description="selective: every k-th block")
-    zero_stage: int = Field(default=0, ge=0, le=3)
-    offload: Offload = Offload.none
-    tp_degree: int = Field(default=1, gt=0)
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    fsdp: FSDPMode = Field(default=FSDPMode.none, description="FSDP2 sharding (zero_stage 0 only)")
+    seq_len: int = Field(default=128, gt=0, description="Tokens per sequence.")
+    micro_batch_size: int = Field(default=1, gt=0, description="Sequences per rank in one forward and backward.")
+    precision: Precision = Field(default=Precision.fp32, description=(
+        "Compute precision: fp32, bf16 or fp16 autocast over fp32 weights, or fp8 matmuls (torchao "
+        "float8, GPUs of compute capability 8.9 and later) with the rest under bf16 autocast."))
+    checkpointing: Checkpointing = Field(default=Checkpointing.none, description=(
+        "Activation checkpointing: none, selective (every checkpoint_every-th block) or full "
+        "(every block); recomputed in backward."))
+    checkpoint_every: int = Field(default=2, gt=0, description="Selective checkpointing: every k-th block.")
+    zero_stage: int = Field(default=0, ge=0, le=3, description=(
+        "DeepSpeed ZeRO stage: 0 none (plain data parallel), 1 optimizer state sharded, 2 and "
+        "gradients, 3 and parameters."))
+    offload: Offload = Field(default=Offload.none, description=(
+        "What lives in host memory: the optimizer state (ZeRO), or the parameters too (ZeRO-3 or "
+        "FSDP2)."))
+    tp_degree: int = Field(default=1, gt=0, description=(
+        "Tensor-parallel ranks each layer is split over; divides num_gpus, the rest is data "
+        "parallel."))
+    optimizer: Literal["adamw", "sgd"] = Field(default="adamw", description=(
+        "AdamW (two fp32 states per parameter) or SGD with momentum (one)."))
+    fsdp: FSDPMode = Field(default=FSDPMode.none, description="FSDP2 sharding instead of ZeRO (zero_stage 0 only).")
 
     @model_validator(mode="after")
     def _offload_needs_zero(self) -> "TrainingKnobs":
@@ -276,34 +297,47 @@ class TrialConfig(TrainingKnobs):
     `threads_per_rank` CPU threads) on CPU.
     """
 
-    schema_version: int = SCHEMA_VERSION
-    workload: Workload = Field(default_factory=GPTWorkload)
-    grad_accum_steps: int = Field(default=1, gt=0)
-    num_gpus: int = Field(default=1, gt=0, description="ranks (GPUs, or CPU processes)")
-    num_nodes: int = Field(default=1, gt=0)
-    launcher: Launcher = Launcher.torchrun
-    device: DeviceKind = DeviceKind.cpu
-    lr: float = Field(default=3e-4, gt=0)
+    schema_version: int = Field(default=SCHEMA_VERSION, description=(
+        "Version of this file's layout (SCHEMA_VERSION), raised when older configs no longer read."))
+    workload: Workload = Field(default_factory=GPTWorkload, description=(
+        "What is trained: the built-in GPT, a Hugging Face model, or the user's entry point."))
+    grad_accum_steps: int = Field(default=1, gt=0, description="Micro-batches per optimizer step.")
+    num_gpus: int = Field(default=1, gt=0, description="Ranks per node (GPUs, or CPU processes).")
+    num_nodes: int = Field(default=1, gt=0, description="Nodes; above 1, every node runs a torchrun agent.")
+    launcher: Launcher = Field(default=Launcher.torchrun, description=(
+        "What starts the ranks: torchrun, DeepSpeed's launcher or accelerate launch."))
+    device: DeviceKind = Field(default=DeviceKind.cpu, description=(
+        "cuda, or cpu (each rank a process with threads_per_rank threads)."))
+    lr: float = Field(default=3e-4, gt=0, description="Learning rate of the optimizer.")
     # The trial's length and patience. The sweep spec's `trial:` section takes its defaults
     # from these (autotune.spec.TrialSettings), so a trial run alone (`autotune trial`) and one
     # run by a sweep are the same trial. The values are the sweep's, which the README
     # documents: a trial is a short run, and 300 s bounds what a hung one costs a sweep.
-    warmup_steps: int = Field(default=2, ge=0)
-    measure_steps: int = Field(default=5, gt=0)
-    max_measure_steps: int = Field(default=15, gt=0, description="cap when CV is high")
-    max_step_time_cv: float = Field(default=0.15, gt=0, description="extend steps above this")
-    # A window under a second or two says little on a shared CPU: with steps of 0.15 s, the sd
-    # of log tokens/s between runs was 0.044 over 5 steps and 0.019 over a 2 s window
-    # (docs/benchmarks.md, noise levers, huge pages on). Steps of a second or more never extend.
-    min_measure_s: float = Field(default=2.0, ge=0, description="extend steps (up to "
-                                 "max_measure_steps) until the measured window lasts this long")
-    threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank")
-    seed: int = 0
-    timeout_s: float = Field(default=300.0, gt=0)
+    warmup_steps: int = Field(default=2, ge=0, description=(
+        "Untimed optimizer steps before measuring; the last one probes activation bytes and "
+        "recompute."))
+    measure_steps: int = Field(default=5, gt=0, description="Timed optimizer steps, at least.")
+    max_measure_steps: int = Field(default=15, gt=0, description=(
+        "Cap on timed steps when the window is extended (high CV or shorter than min_measure_s)."))
+    max_step_time_cv: float = Field(default=0.15, gt=0, description=(
+        "Extend the window while the step-time coefficient of variation is above this."))
+    # A window of a few short steps says little on a shared CPU: runs of one config spread
+    # less over a window of a few seconds than over 5 steps (docs/benchmarks.md, noise levers).
+    # Steps of a second or more never extend.
+    min_measure_s: float = Field(default=2.0, ge=0, description="Extend steps (up to "
+                                 "max_measure_steps) until the measured window lasts this long.")
+    threads_per_rank: int = Field(default=1, gt=0, description="CPU threads per rank (OMP_NUM_THREADS).")
+    seed: int = Field(default=0, description=(
+        "Seed of the weights (the same on every rank) and of the data (offset by rank)."))
+    timeout_s: float = Field(default=300.0, gt=0, description=(
+        "Wall-clock limit of the whole trial; past it the process group is killed. Also the "
+        "process group's collective timeout (at least 60 s)."))
     device_peak_flops: float | None = Field(
-        default=None, description="dense peak FLOP/s of one device at this precision (catalog)"
+        default=None, description="Dense peak FLOP/s of one device at this precision (from the catalog), for MFU."
     )
-    measure_noise_scale: bool = True
+    measure_noise_scale: bool = Field(default=True, description=(
+        "Record squared gradient norms at two batch sizes for the gradient noise scale "
+        "(McCandlish et al. 2018); a loss target uses it."))
 
     @model_validator(mode="after")
     def _parallel_shape(self) -> "TrialConfig":

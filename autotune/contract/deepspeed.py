@@ -17,8 +17,8 @@ def deepspeed_buffer_sizes(hidden_size: int, zero_stage: int) -> dict[str, int]:
     """ZeRO's communication and gather buffers sized to the model, in elements.
 
     As the Hugging Face integration fills its "auto" values (transformers
-    `integrations/deepspeed.py`, `HfTrainerDeepSpeedConfig.trainer_config_finalize`, checked
-    in transformers 5.24, 2026-11-30): reduce bucket hidden², ZeRO-3 prefetch bucket
+    `integrations/deepspeed.py`, `HfTrainerDeepSpeedConfig.trainer_config_finalize`,
+    transformers 5.24, read 2026-11-30): reduce bucket hidden², ZeRO-3 prefetch bucket
     0.9·hidden², ZeRO-3 parameter persistence threshold 10·hidden. DeepSpeed's own defaults
     (5e8, 5e7, 1e5; deepspeed/runtime/zero/config.py, v0.19) are sized for 10B+ models: a
     5e8-element reduce bucket alone is 2 GB in fp32 on every rank.
@@ -27,9 +27,8 @@ def deepspeed_buffer_sizes(hidden_size: int, zero_stage: int) -> dict[str, int]:
     parameters (12·hidden²; Llama's 4h² attention + 3·h·8h/3 MLP is the same): DeepSpeed's
     defaults (1e9 elements each) keep every gathered parameter of a model under 1e9 parameters
     until its reuse in backward, so such a model sits gathered whole on every rank and ZeRO-3
-    saves no weight memory (measured on the 389.5M GPT on 2 CPU ranks: 7.96 GiB per rank
-    with DeepSpeed's default buffers and reuse distance against 4.14 GiB, docs/benchmarks.md). With it, ZeRO-3 is the
-    ZeRO paper's stage 3: each rank holds its partition and about one layer gathered, and
+    saves no weight memory (docs/benchmarks.md, trials at scale, compares the two). With it,
+    ZeRO-3 is the ZeRO paper's stage 3: each rank holds its partition and about one layer gathered, and
     parameters are gathered again for backward (1.5x data parallel's communication).
     DeepSpeed config docs, "ZeRO optimizations": smaller values of both use less memory and
     communicate more."""

@@ -46,10 +46,9 @@ def bf16_in_cpuinfo(cpuinfo: str) -> str | None:
 
 def cpu_bf16() -> str | None:
     """Whether this CPU computes bf16 in hardware ("native") or PyTorch converts to fp32 for it
-    ("emulated"); None where /proc/cpuinfo is not there. Measured on this project's machines
-    (both "AMD EPYC", torch 2.13 CPU): bf16 ran 1.21x fp32's tokens/s where native (median of
-    126 config pairs, benchmarks/results/truth_big_pool.json) and 0.12x where emulated (20
-    pairs, benchmarks/search_ground_truth.json)."""
+    ("emulated"); None where /proc/cpuinfo is not there. Emulated bf16 runs far slower than
+    fp32, native bf16 faster (docs/benchmarks.md, observations recorded once), so the baselines start from
+    the faster of the two."""
     try:
         with open("/proc/cpuinfo") as f:
             return bf16_in_cpuinfo(f.read())

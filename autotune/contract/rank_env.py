@@ -11,13 +11,9 @@ from typing import Mapping
 
 # PyTorch's CPU allocator backs large tensors with transparent huge pages when this is set
 # (c10 alloc_cpu: 2 MiB-aligned allocations, madvise(MADV_HUGEPAGE); it matters where the
-# kernel's THP mode is `madvise`, the common default). Measured on this project's 2-core AMD
-# EPYC machine, 2026-12-01 (docs/benchmarks.md, noise levers section; 16 runs each, 30-step
-# windows): tokens/s 1.21x and 1.12x on the DeepSpeed-style space's two leading configs, and
-# the spread between runs of the faster-stepping one fell from 0.044 to 0.011 (sd of log
-# tokens/s over the whole window; over the first 5 steps 0.048 and 0.044): without it a run
-# settles at a speed of its own, which no window length averages out. Trials and exported
-# runs set it alike.
+# kernel's THP mode is `madvise`, the common default). Without it a run on CPU settles at a
+# speed of its own, which no window length averages out; with it runs are faster and agree
+# more closely (docs/benchmarks.md, noise levers). Trials and exported runs set it alike.
 CPU_HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
 
 

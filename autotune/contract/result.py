@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
-from autotune.contract.config import SCHEMA_VERSION, DeviceKind, ContractModel
+from autotune.contract.config import SCHEMA_VERSION, ContractModel, DeviceKind
 from autotune.contract.jsonio import write_json_atomic
 
 
@@ -76,8 +76,8 @@ class HardwareFingerprint(ContractModel):
     def key(self) -> str:
         """Results count as measured on the same hardware only when this whole key matches:
         device model, count and memory, driver and CUDA, torch and DeepSpeed versions, CPU
-        model and whether it computes bf16 natively, usable cores and host memory (whole GiB: identical machines report a few MiB
-        apart). Readable, so that it can be shown as it is."""
+        model and whether it computes bf16 natively, usable cores and host memory (whole GiB:
+        identical machines report a few MiB apart). Readable, so that it can be shown as it is."""
         if self.device_kind is DeviceKind.cuda:
             device = (f"{self.kind_key()} x{self.device_count}, {_gib(self.device_memory_bytes)}, "
                       f"driver {self.driver_version or '?'}, CUDA {self.cuda_version or '?'}")

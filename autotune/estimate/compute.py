@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,15 @@ from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError
 
 Recompute = Literal["none", "selective", "full"]
+
+
+class Dims(NamedTuple):
+    """A model's known shape: layers, hidden size, attention heads, vocabulary."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
 
 
 class ModelShape(BaseModel):
@@ -60,7 +69,13 @@ class ModelShape(BaseModel):
 
     @property
     def has_shape(self) -> bool:
-        return None not in (self.n_layers, self.d_model, self.n_heads, self.vocab_size)
+        return self.dims() is not None
+
+    def dims(self) -> Dims | None:
+        """The shape every activation figure needs, or None when a part of it is unknown."""
+        if self.n_layers is None or self.d_model is None or self.n_heads is None or self.vocab_size is None:
+            return None
+        return Dims(self.n_layers, self.d_model, self.n_heads, self.vocab_size)
 
     @property
     def matmul_params(self) -> int:
@@ -113,6 +128,23 @@ def _first(cfg: dict[str, Any], *names: str) -> Any:
     return None
 
 
+def _read_hf_config(path_or_dict: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config's fields and where they came from; a file that is not one, a UserError."""
+    if isinstance(path_or_dict, dict):
+        return path_or_dict, "config"
+    p = Path(path_or_dict)
+    if not p.is_file():
+        raise UserError(f"model config '{p}' does not exist",
+                        fix="give a preset name or the path to a Hugging Face config.json")
+    try:
+        cfg = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+    return cfg, str(p)
+
+
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShape:
     """Parameter count and shape from a Hugging Face `config.json` (no download, no torch).
 
@@ -120,20 +152,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShap
     (plain MLP, LayerNorm with bias); other families are counted with the llama layout and
     labelled as approximate in `source`.
     """
-    if isinstance(path_or_dict, dict):
-        cfg, where = path_or_dict, "config"
-    else:
-        p = Path(path_or_dict)
-        where = str(p)
-        if not p.is_file():
-            raise UserError(f"model config '{p}' does not exist",
-                            fix="give a preset name or the path to a Hugging Face config.json")
-        try:
-            cfg = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
-        if not isinstance(cfg, dict):
-            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+    cfg, where = _read_hf_config(path_or_dict)
     mt = str(cfg.get("model_type", "")).lower()
     h = _first(cfg, "hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
     L = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")

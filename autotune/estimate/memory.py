@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import ConfigDict, Field
 
-from autotune.contract import (Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig,
-                               engine_for)
+from autotune.contract import Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig, engine_for
 from autotune.estimate.compute import ModelShape
 from autotune.estimate.sharded import deepspeed_transients, fsdp2_transients, gathered_params_bytes
 
@@ -49,7 +48,8 @@ class MemoryConfig(TrainingKnobs):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    optimizer: OptimizerName = "adamw"  # adafactor too: planning for optimizers trials lack
+    # adafactor too: planning for optimizers trials lack (a wider choice than TrialConfig's).
+    optimizer: OptimizerName = "adamw"  # type: ignore[assignment]
     dp_degree: int = Field(default=1, gt=0)
     engine: Engine | None = None
     attention: Attention = "fused"
@@ -72,7 +72,8 @@ class MemoryConfig(TrainingKnobs):
 def memory_layout(engine: EngineKind) -> Engine:
     """DeepSpeed keeps ZeRO's 16-bit + fp32-master layout; FSDP2 fp32 shards with gathered
     16-bit copies; every other engine is torch autocast."""
-    return {EngineKind.deepspeed: "deepspeed", EngineKind.fsdp2: "fsdp2"}.get(engine, "ddp")
+    layouts: dict[EngineKind, Engine] = {EngineKind.deepspeed: "deepspeed", EngineKind.fsdp2: "fsdp2"}
+    return layouts.get(engine, "ddp")
 
 
 @dataclass
@@ -174,9 +175,11 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
         return 8.0
     if optimizer == "sgd":
         return 4.0
-    if model.has_shape:
-        h, f, V, L = model.d_model, model.ffn_hidden or 4 * model.d_model, model.vocab_size, model.n_layers
-        kv = (model.n_kv_heads or model.n_heads) * (h // model.n_heads)
+    dims = model.dims()
+    if dims is not None:
+        h, V, L = dims.d_model, dims.vocab_size, dims.n_layers
+        f = model.ffn_hidden or 4 * h
+        kv = (model.n_kv_heads or dims.n_heads) * (h // dims.n_heads)
         per_layer = (h + h + 2 * (h + kv)) + (h + h)  # q, k, v, o
         per_layer += (3 if model.gated_mlp else 2) * (h + f)
         factored = L * per_layer + (V + h) * (1 if model.tied_embeddings else 2)
@@ -185,7 +188,12 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
     return 4.0 * 2.0 * math.sqrt(model.params) / model.params
 
 
-def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
+# Bytes per rank of the model's states, and the bytes per parameter of its weights (w_pp).
+ModelStates = TypedDict("ModelStates", {"weights": int, "gathered": int, "gradients": int, "optimizer": int,
+                                        "host": int, "w_pp": float})
+
+
+def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> ModelStates:
     """Weights (own shard), the gathered working set, gradients, optimizer state per rank on
     the device, and host bytes.
 
@@ -202,7 +210,7 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> dict[str, int]:
     opt_state = optimizer_state_bytes_per_param(cfg.optimizer, model)
     engine = cfg.resolved_engine
     if engine == "deepspeed" and mixed:
-        w_pp, g_pp, o_pp = c, c, opt_state + 4.0  # fp32 master copy lives with the optimizer
+        w_pp, g_pp, o_pp = float(c), float(c), opt_state + 4.0  # fp32 master copy lives with the optimizer
     elif engine == "deepspeed" and cfg.zero_stage >= 1:
         # DeepSpeed's ZeRO optimizers keep an fp32 copy of their partition even for an fp32
         # model (stage_1_and_2.py `single_partition_of_fp32_groups`, stage3.py
@@ -319,22 +327,23 @@ def activation_parts(model: ModelShape, cfg: MemoryConfig) -> dict[str, int] | N
     A recomputed block keeps only its input, and during backward one block at a time holds
     its full set again. Under torch autocast the residual stream stays fp32.
     """
-    if not model.has_shape:
+    dims = model.dims()
+    if dims is None:
         return None
-    s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, model.d_model, model.n_heads, cfg.tp_degree
+    s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads, cfg.tp_degree
     c = dtype_bytes(cfg.precision)
     r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
     full = layer_activation_bytes(
         s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, gated_mlp=model.gated_mlp,
         residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
         sequence_parallel=cfg.sequence_parallel)
-    n_rec = recomputed_layers(model.n_layers, cfg.checkpointing, cfg.checkpoint_every)
+    n_rec = recomputed_layers(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every)
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
-    kept = (model.n_layers - n_rec) * full + n_rec * kept_input
+    kept = (dims.n_layers - n_rec) * full + n_rec * kept_input
     kept += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
     # Logits (vocab split by TP): the fp32 log-softmax output is kept for backward, and the
     # backward of the loss holds its gradient and the logits' gradient at once: 3 fp32 copies.
-    logits = 12 * s * b * model.vocab_size / t
+    logits = 12 * s * b * dims.vocab_size / t
     return {"kept": int(kept), "recompute_transient": int(full if n_rec else 0),
             "kept_logits": int(logits / 3), "logits": int(logits)}
 

@@ -68,9 +68,9 @@ def deepspeed_transients(model: ModelShape, cfg: Any, w_pp: float) -> tuple[floa
         # before stepping it (stage3.py `_prepare_fp32_grad_for_sub_group`, v0.19).
         opt_temp += min(psi / cfg.dp_degree, DS_SUB_GROUP_ELEMS) * 4.0
     if cfg.dp_degree > 1:
-        sized = model.d_model and cfg.zero_stage > 0  # as autotune.contract.deepspeed_config
+        # Sized to the model when its hidden size is known, as autotune.contract.deepspeed_config.
         reduce_elems = (deepspeed_buffer_sizes(model.d_model, cfg.zero_stage)["reduce_bucket_size"]
-                        if sized else DS_REDUCE_BUCKET_ELEMS)
+                        if model.d_model and cfg.zero_stage > 0 else DS_REDUCE_BUCKET_ELEMS)
         buckets = min(psi, reduce_elems) * w_pp
         if cfg.zero_stage in (1, 2):
             buckets += min(psi, DS_ALLGATHER_BUCKET_ELEMS) * w_pp

@@ -32,7 +32,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 
 from autotune.errors import UserError, format_validation_error, load_yaml_file
-from autotune.pricing.offers import Offer, check_date, CatalogModel
+from autotune.pricing.offers import CatalogModel, Offer, check_date
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "data" / "catalog.yaml"
 # 3 added instance sizes (`instances`) and `regions` to offers; a version-2 file is a valid

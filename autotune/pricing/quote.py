@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from autotune.errors import UserError
-from autotune.estimate.scaling import (CommModel, Measured, comm_s, fit_step_model, link_for,
-                                       project, project_gpu_type)
+from autotune.estimate.scaling import CommModel, Measured, comm_s, fit_step_model, link_for, project, project_gpu_type
 from autotune.pricing.catalog import Catalog
-from autotune.pricing.offers import Offer
 from autotune.pricing.cost import Bill, Infeasible, JobSpec, Skipped, Throughput, compute_bill, rank
+from autotune.pricing.offers import Offer
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ class _Names:
     """Accelerator name -> catalog GPU type: the user's --map first, then SkyPilot's names."""
 
     def __init__(self, catalog: Catalog, given: dict[str, str]):
-        for name, gpu in given.items():
+        for gpu in given.values():
             catalog.gpu_type(gpu)  # "did you mean" on a typo in --map
         self.catalog = catalog
         self.given = {k.lower(): v for k, v in given.items()}
@@ -194,48 +194,55 @@ def _read(cloud: str, path: Path, names: _Names, seen: dict, left_out: Counter,
                     raise UserError(f"{where}: {len(values)} fields, the header has {len(header)}",
                                     fix="correct or remove that row (quote fields that hold commas)")
                 rows += 1
-                row = {c: values[i].strip() for c, i in col.items()}
-                price = _number(row["Price"], where, "Price")
-                spot = _number(row.get("SpotPrice"), where, "SpotPrice")
-                count = _number(row["AcceleratorCount"], where, "AcceleratorCount")
-                accelerator, instance, region = row["AcceleratorName"], row["InstanceType"], row["Region"]
-                if not accelerator:
-                    left_out["rows with no accelerator (CPU instances)"] += 1
-                    continue
-                if not instance:
-                    left_out["rows of an accelerator priced apart from its host VM (no InstanceType, "
-                             "as in GCP's catalog): add such offers by hand"] += 1
-                    continue
-                if count is None or count == 0:
-                    raise UserError(f"{where}: {accelerator} has no AcceleratorCount",
-                                    fix="give the number of accelerators of that instance type")
-                if not region:
-                    raise UserError(f"{where}: Region is empty", fix="give the region of that row")
-                gpu = names.resolve(cloud, accelerator, instance)
-                if gpu is None:
-                    unknown.setdefault(accelerator, []).append(f"{cloud}, {where}")
-                    continue
-                if count != int(count):
-                    left_out["rows of a fraction of one GPU (shared GPUs)"] += 1
-                    continue
-                if price is None and spot is None:
-                    left_out["rows with no price"] += 1
-                    continue
-                s = seen.setdefault((cloud, gpu, region), {}).setdefault(instance, _Seen(int(count)))
-                if s.gpus != int(count):
-                    raise UserError(f"{where}: {instance} has {int(count)} accelerators here and "
-                                    f"{s.gpus} on another row", fix="correct the AcceleratorCount of that row")
-                if price is not None:
-                    s.on_demand.append(price)
-                if spot is not None:
-                    s.spot.append(spot)
-                s.vcpus = _number(row.get("vCPUs"), where, "vCPUs") or s.vcpus
-                s.memory_gib = _number(row.get("MemoryGiB"), where, "MemoryGiB") or s.memory_gib
+                _fold_row(cloud, {c: values[i].strip() for c, i in col.items()}, where, names, seen,
+                          left_out, unknown)
         except csv.Error as exc:
-            raise UserError(f"{path}: not a valid CSV file ({exc})", fix=f"give SkyPilot's vms.csv ({HEADER_HELP})") from None
+            raise UserError(f"{path}: not a valid CSV file ({exc})",
+                            fix=f"give SkyPilot's vms.csv ({HEADER_HELP})") from None
         except UnicodeDecodeError as exc:
             raise UserError(f"{path}: not UTF-8 text ({exc.reason})", fix="give SkyPilot's vms.csv") from None
     return rows
+
+
+def _fold_row(cloud: str, row: dict[str, str], where: str, names: _Names, seen: dict, left_out: Counter,
+              unknown: dict[str, list[str]]) -> None:
+    """Fold one row of a vms.csv into `seen`, or count why it is left out."""
+    price = _number(row["Price"], where, "Price")
+    spot = _number(row.get("SpotPrice"), where, "SpotPrice")
+    count = _number(row["AcceleratorCount"], where, "AcceleratorCount")
+    accelerator, instance, region = row["AcceleratorName"], row["InstanceType"], row["Region"]
+    if not accelerator:
+        left_out["rows with no accelerator (CPU instances)"] += 1
+        return
+    if not instance:
+        left_out["rows of an accelerator priced apart from its host VM (no InstanceType, "
+                 "as in GCP's catalog): add such offers by hand"] += 1
+        return
+    if count is None or count == 0:
+        raise UserError(f"{where}: {accelerator} has no AcceleratorCount",
+                        fix="give the number of accelerators of that instance type")
+    if not region:
+        raise UserError(f"{where}: Region is empty", fix="give the region of that row")
+    gpu = names.resolve(cloud, accelerator, instance)
+    if gpu is None:
+        unknown.setdefault(accelerator, []).append(f"{cloud}, {where}")
+        return
+    if count != int(count):
+        left_out["rows of a fraction of one GPU (shared GPUs)"] += 1
+        return
+    if price is None and spot is None:
+        left_out["rows with no price"] += 1
+        return
+    s = seen.setdefault((cloud, gpu, region), {}).setdefault(instance, _Seen(int(count)))
+    if s.gpus != int(count):
+        raise UserError(f"{where}: {instance} has {int(count)} accelerators here and "
+                        f"{s.gpus} on another row", fix="correct the AcceleratorCount of that row")
+    if price is not None:
+        s.on_demand.append(price)
+    if spot is not None:
+        s.spot.append(spot)
+    s.vcpus = _number(row.get("vCPUs"), where, "vCPUs") or s.vcpus
+    s.memory_gib = _number(row.get("MemoryGiB"), where, "MemoryGiB") or s.memory_gib
 
 
 def _slug(text: str) -> str:

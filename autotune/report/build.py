@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from autotune.contract.trial_files import TrialFiles
 from autotune.format import fmt_bytes
 from autotune.record import SweepRecord, TrialRecord
 from autotune.report.options import apply_limits, pareto_set, select
@@ -88,7 +89,7 @@ def _result_hardware(rec: TrialRecord) -> dict[str, Any]:
     if not folder:
         return {}
     try:
-        return json.loads((Path(folder) / "result.json").read_text()).get("hardware") or {}
+        return json.loads(TrialFiles(Path(folder)).result.read_text()).get("hardware") or {}
     except (OSError, ValueError, AttributeError):
         return {}
 
@@ -204,25 +205,26 @@ PER_RANK_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("num_gpus", "num
 def _scaling(rows: list[TrialRow]) -> list[ScalingPoint]:
     """The fastest per-rank config measured at two or more GPU counts, at each count; [] when
     no two measurements differ in GPU count alone."""
-    groups: dict[tuple, dict[int, TrialRow]] = {}
+    groups: dict[tuple, dict[int, tuple[float, TrialRow]]] = {}  # by GPU count: (tokens/s, row)
     for r in rows:
-        if r.state != "COMPLETE" or not r.tokens_per_s or not r.config.get("num_gpus") or r.reused_from is not None:
+        tps = r.tokens_per_s
+        if r.state != "COMPLETE" or not tps or not r.config.get("num_gpus") or r.reused_from is not None:
             continue
         n = r.config["num_gpus"] * (r.config.get("num_nodes") or 1)
         best = groups.setdefault(tuple(str(r.config.get(k)) for k in PER_RANK_COLUMNS), {})
-        if n not in best or r.tokens_per_s > best[n].tokens_per_s:
-            best[n] = r
+        if n not in best or tps > best[n][0]:
+            best[n] = (tps, r)
     comparable = [g for g in groups.values() if len(g) > 1]
     if not comparable:
         return []
-    best = max(comparable, key=lambda g: max(r.tokens_per_s for r in g.values()))
+    best = max(comparable, key=lambda g: max(tps for tps, _ in g.values()))
     n0 = min(best)
-    per_gpu0 = best[n0].tokens_per_s / n0
-    return [ScalingPoint(num_gpus=n, trial=r.number, tokens_per_s=r.tokens_per_s,
-                         tokens_per_s_per_gpu=r.tokens_per_s / n,
-                         scaling_efficiency=(r.tokens_per_s / n) / per_gpu0,
+    per_gpu0 = best[n0][0] / n0
+    return [ScalingPoint(num_gpus=n, trial=r.number, tokens_per_s=tps,
+                         tokens_per_s_per_gpu=tps / n,
+                         scaling_efficiency=(tps / n) / per_gpu0,
                          basis_kind="measured")
-            for n, r in sorted(best.items())]
+            for n, (tps, r) in sorted(best.items())]
 
 
 def _search_cost(rows: list[TrialRow]) -> SearchCost:

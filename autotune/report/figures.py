@@ -14,9 +14,38 @@ from typing import Any
 
 from autotune.format import fmt_hours, fmt_usd
 from autotune.report.labels import config_summary
-from autotune.report.plots import (FRONT_COLOUR, INFEASIBLE_COLOUR, NO_SCALING_TITLE, SCALING_TITLE,
-                                   best_labels, gpus_of, mem_label, mem_text, mem_used, memory_rows,
-                                   not_plotted, pareto_axes, platform_colours, point_labels)
+from autotune.report.plots import (
+    FRONT_COLOUR,
+    INFEASIBLE_COLOUR,
+    NO_SCALING_TITLE,
+    SCALING_TITLE,
+    best_labels,
+    gpus_of,
+    mem_label,
+    mem_text,
+    mem_used,
+    memory_rows,
+    not_plotted,
+    pareto_axes,
+    platform_colours,
+    point_labels,
+)
+
+
+def _add_limits(fig, limits: dict[str, Any], ax: dict[str, Any]) -> None:
+    """The deadline and the budget as line traces, not shapes: shapes on a log axis take log10
+    coordinates, and a trace also gets a legend entry that names the limit."""
+    import plotly.graph_objects as go
+
+    (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
+    if limits["deadline_hours"] is not None:
+        fig.add_trace(go.Scatter(x=[limits["deadline_hours"]] * 2, y=[y_lo, y_hi], mode="lines",
+                                 name=f"deadline {fmt_hours(limits['deadline_hours'], days_beside=True)}",
+                                 line=dict(color="#D55E00", dash="dash"), hoverinfo="name"))
+    if limits["max_usd"] is not None:
+        fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[limits["max_usd"]] * 2, mode="lines",
+                                 name=f"budget {fmt_usd(limits['max_usd'])}",
+                                 line=dict(color="#D55E00", dash="dashdot"), hoverinfo="name"))
 
 
 def pareto_figure(doc: dict[str, Any]):
@@ -45,19 +74,9 @@ def pareto_figure(doc: dict[str, Any]):
             name="Pareto set", line=dict(color=FRONT_COLOUR, width=2, dash="dot", shape="hv"),
             marker=dict(symbol="circle-open", size=20, color=FRONT_COLOUR, line=dict(width=2)),
             text=[_hover(o) for o in front], hoverinfo="text"))
-    # Limits as line traces, not shapes: shapes on a log axis take log10 coordinates, and
-    # a trace also gets a legend entry that names the limit.
-    limits = doc["limits"]
     ax = pareto_axes(doc)
     (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
-    if limits["deadline_hours"] is not None:
-        fig.add_trace(go.Scatter(x=[limits["deadline_hours"]] * 2, y=[y_lo, y_hi], mode="lines",
-                                 name=f"deadline {fmt_hours(limits['deadline_hours'], days_beside=True)}",
-                                 line=dict(color="#D55E00", dash="dash"), hoverinfo="name"))
-    if limits["max_usd"] is not None:
-        fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[limits["max_usd"]] * 2, mode="lines",
-                                 name=f"budget {fmt_usd(limits['max_usd'])}",
-                                 line=dict(color="#D55E00", dash="dashdot"), hoverinfo="name"))
+    _add_limits(fig, doc["limits"], ax)
     log_x, log_y = ax["log_x"], ax["log_y"]
     labels = point_labels(doc)
     if labels:  # every point named by its trial number
@@ -69,7 +88,8 @@ def pareto_figure(doc: dict[str, Any]):
         if o:  # annotations on a log axis take log10 of the value (plotly's convention)
             fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
                                y=math.log10(o["usd"]) if log_y else o["usd"],
-                               text=f"<b>{label}</b>: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
+                               text=f"<b>{label}</b>: #{o['trial']} "
+                                    f"{fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
                                showarrow=True, arrowhead=2, ax=70, ay=ay, bgcolor="white",
                                bordercolor="#999")
     sub = not_plotted(doc)

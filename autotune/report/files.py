@@ -129,11 +129,11 @@ def _write_all(folder: Path, files: Mapping[str, str | bytes], executable: set[s
             f.write(manifest + "\n")
         chmod_like_umask(Path(tmp))
     except BaseException:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+        for staged_tmp, _ in staged:
+            staged_tmp.unlink(missing_ok=True)
         raise
-    for tmp, final in staged:
-        os.replace(tmp, final)
+    for staged_tmp, final in staged:
+        os.replace(staged_tmp, final)
     # Files of autotune's previous run into this folder that this run does not write again,
     # still exactly as autotune wrote them (a stale plot, say): those are ours to remove.
     for name in previous.keys() - files.keys():

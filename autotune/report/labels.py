@@ -10,7 +10,7 @@ progress panel, HTML, plots, export).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from autotune.format import fmt_bytes, fmt_pct
 
@@ -20,10 +20,11 @@ def config_summary(cfg: dict[str, Any]) -> str:
         return "-"
     parts = [f"{cfg['num_gpus']}x", f"mb{cfg['micro_batch_size']}", f"ga{cfg['grad_accum_steps']}",
              str(cfg["precision"]), f"ckpt:{cfg['checkpointing']}"]
+    offload = f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""
     if cfg.get("zero_stage"):
-        parts.append(f"zero{cfg['zero_stage']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
+        parts.append(f"zero{cfg['zero_stage']}" + offload)
     if cfg.get("fsdp") not in (None, "none"):
-        parts.append(f"fsdp:{cfg['fsdp']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
+        parts.append(f"fsdp:{cfg['fsdp']}" + offload)
     if (cfg.get("tp_degree") or 1) > 1:
         parts.append(f"tp{cfg['tp_degree']}")
     return " ".join(parts)
@@ -47,7 +48,7 @@ def mem_summary(peak: int | None, source: str | None, headroom: int | None) -> s
     return s + (f" ({fmt_bytes(headroom)} free)" if headroom is not None else "")
 
 
-def basis_kind(basis: str | None) -> str:
+def basis_kind(basis: str | None) -> Literal["measured", "projected", "estimated"]:
     """measured, projected or estimated: how a figure was obtained (every figure says which)."""
     b = (basis or "").lower()
     if b.startswith("measured"):

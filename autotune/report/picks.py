@@ -13,6 +13,7 @@ raced for, with the runs behind it.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
@@ -75,7 +76,8 @@ def _sd_between(models, a: int, b: int) -> float:
     return math.hypot(ea.log_sd, eb.log_sd)  # different hardware: independent estimates
 
 
-def pick_row(by: str, chosen: OptionRow | None, feasible: list[OptionRow], models) -> PickRow | None:
+def pick_row(by: Literal["cost", "time"], chosen: OptionRow | None, feasible: list[OptionRow],
+             models) -> PickRow | None:
     """The runs, interval and certainty of a recommended option (`by`: "cost" or "time")."""
     ests = _estimates(models)
     if chosen is None or chosen.trial not in ests:

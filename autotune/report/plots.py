@@ -135,6 +135,21 @@ def write_pngs(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
     return {"pareto_px": placed}
 
 
+def _set_pareto_axes(ax, axes: dict[str, Any]) -> None:
+    """Log axes where the figures span decades, with plain tick labels; the plot's ranges."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for log, axis, text in ((axes["log_x"], ax.xaxis, lambda v, _: f"{v:g} h"),
+                            (axes["log_y"], ax.yaxis, lambda v, _: f"${v:,.4g}")):
+        if log:  # plain figures at 1, 2, 5 x 10^k, not 10^k notation
+            (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(text))
+            axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(*axes["x"])
+    ax.set_ylim(*axes["y"])
+
+
 def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     colours = platform_colours(doc)
     opts = doc["options"]
@@ -160,17 +175,7 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     if lim["max_usd"] is not None:
         ax.axhline(lim["max_usd"], color="#D55E00", linestyle="-.", label="budget")
     axes = pareto_axes(doc)
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    for log, axis, text in ((axes["log_x"], ax.xaxis, lambda v, _: f"{v:g} h"),
-                            (axes["log_y"], ax.yaxis, lambda v, _: f"${v:,.4g}")):
-        if log:  # plain figures at 1, 2, 5 x 10^k, not 10^k notation
-            (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
-            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            axis.set_major_formatter(FuncFormatter(text))
-            axis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(*axes["x"])
-    ax.set_ylim(*axes["y"])
+    _set_pareto_axes(ax, axes)
     for hours, usd, text in point_labels(doc):
         ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8,
                     color="#333", zorder=5)

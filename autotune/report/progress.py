@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.format import fmt_hours, fmt_usd
 from autotune.record import TrialRecord
 from autotune.report.labels import config_summary
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 
 @dataclass
@@ -87,7 +90,7 @@ class SweepProgress:
         self.no_run: set[int] = set()
         self.snap = Snapshot()
         self.current_since = time.monotonic()
-        self._live = None
+        self._live: Live | None = None
 
     # rich calls this on every refresh (from its own thread): no storage access here.
     def __rich__(self):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 BasisKind = Literal["measured", "projected", "estimated"]
 
@@ -44,7 +44,8 @@ class TrialRow(_M):
     mem_capacity_source: str | None
     headroom_bytes: int | None = Field(description="capacity minus the measured peak per rank")
     mfu: float | None = Field(description="model FLOPs utilisation; None when no device peak")
-    hfu: float | None = Field(None, description="hardware FLOPs utilisation (recomputation counted); None when no device peak")
+    hfu: float | None = Field(
+        None, description="hardware FLOPs utilisation (recomputation counted); None when no device peak")
     step_time_median_s: float | None
     hours: float | None = Field(description="projected hours to the target on the stored offer")
     usd: float | None = Field(description="projected dollars to the target on the stored offer")
@@ -107,7 +108,8 @@ class OptionRow(_M):
     breakdown: dict[str, float] | None = Field(description="dollars by item: gpu, storage, egress, ...")
     within_budget: bool | None = Field(description="usd <= max_usd; None when no budget is set")
     within_deadline: bool | None = Field(description="hours <= deadline; None when none is set")
-    feasible: bool = Field(description="within budget and deadline (unset limits pass), and its runs' peaks leave a safe chance that the long run fits the memory limit")
+    feasible: bool = Field(description="within budget and deadline (unset limits pass), and its runs' "
+                                        "typical peak under the memory limit")
     pareto: bool = Field(description="no other option is both cheaper and faster")
     runs: list[int] = Field(default_factory=list, description="the trials that measured this "
                             "config on this hardware (the first, then repeats); hours, usd and "

@@ -10,10 +10,13 @@ is shortened with an ellipsis instead (`fit_table`, `clip`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 WIDE_COLUMNS = 160
 NAME, TEXT, LINE = "name", "text", "line"  # LINE: text kept to one line, ellipsised
@@ -58,9 +61,10 @@ def fit_table(title: str | None, columns: list[tuple[str, str, str]], rows: list
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for i, (head, kind, justify) in enumerate(columns):
         if kind == NAME:
-            table.add_column(head, justify=justify, no_wrap=True, width=natural(i))
+            table.add_column(head, justify=cast("JustifyMethod", justify), no_wrap=True, width=natural(i))
         else:
-            table.add_column(head, justify=justify, overflow="ellipsis", width=want[i], no_wrap=kind == LINE)
+            table.add_column(head, justify=cast("JustifyMethod", justify), overflow="ellipsis", width=want[i],
+                             no_wrap=kind == LINE)
     for i, r in enumerate(rows):
         table.add_row(*r, style=(row_styles or [None] * len(rows))[i])
     return table
@@ -85,7 +89,8 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
                         fmt_usd(s.get("plus_30pct_time_usd")), fmt_usd(s.get("one_interruption_usd")), figures])
         else:
             cfg = (f"{config_summary(c)}, {tps} tok/s, MFU {mfu}, {mem}, +30% "
-                   f"{fmt_usd(s.get('plus_30pct_time_usd'))}, 1 interrupt {fmt_usd(s.get('one_interruption_usd'))}, {figures}")
+                   f"{fmt_usd(s.get('plus_30pct_time_usd'))}, 1 interrupt "
+                   f"{fmt_usd(s.get('one_interruption_usd'))}, {figures}")
             out.append([str(o["trial"]), o["offer"], o.get("gpu_type") or "?", *money, cfg])
     if wide:
         cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("GPU x n", NAME, "left"), ("mb", TEXT, "right"),
@@ -136,7 +141,8 @@ def scaling_line(doc: dict[str, Any]) -> str | None:
     sc = doc["scaling"]
     if len(sc) < 2:
         return None
-    return (f"scaling, same per-rank config ({config_summary(doc_trial(doc, sc[0]['trial'])['config']).split(' ', 1)[-1]}): "
+    per_rank = config_summary(doc_trial(doc, sc[0]['trial'])['config']).split(' ', 1)[-1]
+    return (f"scaling, same per-rank config ({per_rank}): "
             + ", ".join(f"{s['num_gpus']}x {s['tokens_per_s']:,.0f} tok/s ({100 * s['scaling_efficiency']:.0f}%, "
                         f"#{s['trial']})" for s in sc))
 

@@ -38,19 +38,19 @@ from autotune.contract import (
     TrialStatus,
     write_json_atomic,
 )
-from autotune.run.launch import (
-    _OWN_OUTPUT,
-    KILL_GRACE_S,
-    WORKER_MODULE,
-    TrialRunner,
-    _kill_group,
-    build_argv,
-    free_port,
-    group_alive,
-    launch_env,
-    launcher_runner,
-    read_result,
+from autotune.contract.trial_files import (
+    QUEUE_PREFIX,
+    TrialFiles,
+    fatal_log_paths,
+    queue_trial_file,
+    rank_pid_files,
+    remove_own_outputs,
+    stop_file,
 )
+from autotune.run.argv import WORKER_MODULE, build_argv, free_port, launch_env
+from autotune.run.launch import TrialRunner, launcher_runner
+from autotune.run.process_group import KILL_GRACE_S, group_alive, kill_group
+from autotune.run.results import read_result
 from autotune.run.shm import remove_deepspeed_shm
 
 POOL_MODULE = "trials.pool"
@@ -63,7 +63,7 @@ IDLE_TIMEOUT_S = 600.0
 MAX_TRIALS_PER_POOL = 50
 # Pools kept alive at once, one per launch key, by device. A sweep's trials alternate between
 # launch keys (ZeRO 0 runs under torchrun, ZeRO 1-3 under DeepSpeed's launcher), and a pool's
-# start costs ~5 s against a ~1-3 s pooled trial (docs/benchmarks.md, pool section), so on CPU
+# start costs more than a pooled trial (docs/benchmarks.md, pooled trials), so on CPU
 # the other key's pool waits, dormant (trials/pool.py polls every 0.1 s): its ranks hold host
 # memory, which is per process and not in the running trial's peak. On CUDA a waiting pool
 # would hold a CUDA context on every device, which NVML's device-wide used memory (the trial's
@@ -86,9 +86,10 @@ def pool_argv(cfg: TrialConfig, queue: Path, port: int, idle_timeout_s: float,
               python: str = sys.executable) -> list[str]:
     """The launcher argv of a trial with the worker swapped for the pool: the same launcher
     flags, ranks and rendezvous, so a pooled trial runs under what an unpooled one would."""
-    argv = build_argv(cfg, queue / "config.json", queue / "result.json", port, python=python)
+    placeholder = TrialFiles(queue)  # the worker's paths, replaced by the queue's
+    argv = build_argv(cfg, placeholder.config, placeholder.result, port, python=python)
     i = argv.index(WORKER_MODULE)
-    if argv[i + 1:] != ["--config", str(queue / "config.json"), "--result", str(queue / "result.json")]:
+    if argv[i + 1:] != ["--config", str(placeholder.config), "--result", str(placeholder.result)]:
         raise ValueError(f"unexpected worker arguments in {argv}")
     return [*argv[:i], POOL_MODULE, "--queue", str(queue), "--controller-pid", str(os.getpid()),
             "--idle-timeout-s", f"{idle_timeout_s:g}"]
@@ -99,10 +100,10 @@ class _Pool:
 
     def __init__(self, cfg: TrialConfig, key: tuple, python: str, idle_timeout_s: float):
         self.key = key
-        self.queue = Path(tempfile.mkdtemp(prefix="autotune-pool-"))
+        self.queue = Path(tempfile.mkdtemp(prefix=QUEUE_PREFIX))
         self.port = free_port()
         self.argv = pool_argv(cfg, self.queue, self.port, idle_timeout_s, python)
-        self.out_path, self.err_path = self.queue / "stdout.log", self.queue / "stderr.log"
+        self.out_path, self.err_path = TrialFiles(self.queue).stdout, TrialFiles(self.queue).stderr
         self.seq = 0  # trials handed to it
         self.started_at = time.monotonic()
         self.idle_since = self.started_at
@@ -116,13 +117,13 @@ class _Pool:
     def end(self, graceful: bool = True) -> None:
         """Ask the ranks to leave (the stop file), then kill what is left of the group."""
         if graceful and self.alive():
-            (self.queue / "stop").touch()
+            stop_file(self.queue).touch()
             try:
                 self.proc.wait(timeout=KILL_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
         if self.alive() or group_alive(self.proc.pid):
-            _kill_group(self.proc)
+            kill_group(self.proc)
         self.proc.wait()
         _kill_ranks(self.queue)
         remove_deepspeed_shm(self.port)
@@ -138,7 +139,7 @@ def _kill_ranks(queue: Path) -> None:
     A pid is killed only while its command line still names this pool's queue (pid reuse)."""
     import signal
 
-    for pid_file in queue.glob("rank*.pid"):
+    for pid_file in rank_pid_files(queue):
         try:
             pid = int(pid_file.read_text())
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -192,6 +193,8 @@ class PoolRunner:
                 # The reused pool died before any rank took the trial (it was going to end,
                 # or a rank died after the last result): run it once more on a fresh pool.
                 result, _ = self._run(cfg, Path(trial_dir).resolve(), on_start)
+            if result is None:  # not reached: a trial on a fresh pool always has a result
+                raise RuntimeError("a fresh pool returned no result")
             return result
 
     def _pool_for(self, cfg: TrialConfig) -> tuple[_Pool, bool]:
@@ -216,19 +219,18 @@ class PoolRunner:
     def _run(self, cfg: TrialConfig, trial_dir: Path, on_start) -> tuple[TrialResult | None, bool]:
         """(result, whether a rank took the trial); (None, False) asks for a retry."""
         trial_dir.mkdir(parents=True, exist_ok=True)
-        config_path, result_path = trial_dir / "config.json", trial_dir / "result.json"
-        for stale in trial_dir.iterdir():  # exactly our own outputs, as run_trial
-            if _OWN_OUTPUT.fullmatch(stale.name) and stale.is_file():
-                stale.unlink()
+        files = TrialFiles(trial_dir)
+        config_path, result_path = files.config, files.result
+        remove_own_outputs(trial_dir)
         cfg.write(config_path)
         pool, fresh = self._pool_for(cfg)
         t0 = pool.started_at if fresh else time.monotonic()  # a fresh pool's start is this trial's
         out_at, err_at = (0, 0) if fresh else (_size(pool.out_path), _size(pool.err_path))
         pool.seq += 1
-        write_json_atomic(trial_dir / "command.json", {"argv": pool.argv, "pool_trial": pool.seq})
+        write_json_atomic(files.command, {"argv": pool.argv, "pool_trial": pool.seq})
         if on_start is not None:
             on_start(pool.proc.pid)
-        write_json_atomic(pool.queue / f"{pool.seq:06d}.trial.json",
+        write_json_atomic(queue_trial_file(pool.queue, pool.seq),
                           {"config": str(config_path), "result": str(result_path)})
         timed_out, rc = False, 0
         try:
@@ -240,7 +242,7 @@ class PoolRunner:
                     break
                 if time.monotonic() - t0 > cfg.timeout_s:
                     timed_out = True
-                    _kill_group(pool.proc)
+                    kill_group(pool.proc)
                     rc = pool.proc.wait()
                     break
                 time.sleep(POLL_S)
@@ -249,7 +251,7 @@ class PoolRunner:
             raise
         wall_s = time.monotonic() - t0
         pool.idle_since = time.monotonic()
-        out_path, err_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
+        out_path, err_path = files.stdout, files.stderr
         failed = timed_out or pool.proc.poll() is not None  # the pool ended with the trial
         if failed:
             pool.end()  # a failed trial's pool is not reused; its ranks finish their output
@@ -257,7 +259,7 @@ class PoolRunner:
         _copy_range(pool.err_path, err_path, err_at)
         if failed:
             self._drop(pool)
-        started = any(trial_dir.glob("fatal.rank*.log"))  # each rank opens it as it takes the trial
+        started = bool(fatal_log_paths(trial_dir))  # each rank opens it as it takes the trial
         if not started and not fresh and not timed_out:
             return None, False
         result = read_result(result_path, rc, timed_out, err_path, out_path, cfg)

@@ -23,6 +23,7 @@ PREFLIGHT_TIMEOUT_S = 300.0
 
 def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
     from autotune.contract import HFWorkload, TrialConfig
+    from autotune.contract.trial_files import TrialFiles
 
     wl = spec.workload
     if wl.kind == "gpt":
@@ -30,11 +31,11 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
         _check_hf_file(Path(wl.config_path), where)
-    from autotune.run.launch import launch_env
+    from autotune.run.argv import launch_env
 
     cfg = TrialConfig(workload=wl, seq_len=spec.seq_len)
     with tempfile.TemporaryDirectory(prefix="autotune-preflight-") as tmp:
-        path = Path(tmp) / "config.json"
+        path = TrialFiles(Path(tmp)).config
         cfg.write(path)
         try:
             p = subprocess.run([python, "-m", "trials.preflight", str(path)], env=launch_env(cfg),

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from autotune.contract.process import process_alive, start_ticks
 from autotune.record import ControllerRef, TrialRecord
-from autotune.run.launch import group_alive
+from autotune.run.process_group import group_alive
 
 
 def trial_processes(pgid: int, trial_dir: str) -> list[int]:

@@ -33,9 +33,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.errors import UserError
+from autotune.record import TrialRecord
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
 from autotune.run.redact import parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
-from autotune.record import TrialRecord
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Seconds a driver may take to open a connection: an unreachable server fails fast.

@@ -38,8 +38,8 @@ from autotune.contract import DeviceKind, HardwareFingerprint, TrialConfig, Tria
 from autotune.errors import UserError
 from autotune.estimate.compute import ModelShape, model_from_workload
 from autotune.estimate.memory import MemoryConfig, MemoryEstimate, estimate_memory
-from autotune.record import MemoryPointRecord, TrialRecord
 from autotune.format import fmt_bytes
+from autotune.record import MemoryPointRecord, TrialRecord
 
 # How sure the prescreen is that a config fits (autotune.search.fit weighs these).
 # Below this probability of fitting a proposal is held back (not launched, costs no trial).

@@ -18,9 +18,9 @@ mu is estimated robustly by a median polish over (config, block): within a block
 compared as paired ratios (the spell cancels), and medians keep one far-off run from
 outweighing the others (`_median_polish`). Its uncertainty is that of the generalised least
 squares estimate under the model: runs in different blocks (the single runs of exploration)
-compare with the whole variance tau2 + sigma2, runs in one block with sigma2. Both variances are estimated from the study's
-own repeats, shrunk toward a prior with PRIOR_DOF pseudo-runs: the spread of one config's runs
-gives tau2 + sigma2, the residual within blocks gives sigma2.
+compare with the whole variance tau2 + sigma2, runs in one block with sigma2. Both variances
+are estimated from the study's own repeats, shrunk toward a prior with PRIOR_DOF pseudo-runs:
+the spread of one config's runs gives tau2 + sigma2, the residual within blocks gives sigma2.
 """
 
 from __future__ import annotations

@@ -64,6 +64,12 @@ class Measured:
     cfg: TrialConfig
     log_peaks: list[float] = field(default_factory=list)
     censored: int = 0  # out of memory, peak unknown (over the limit)
+    first_trial: int = -1  # the trial that measured it first, and its Optuna params
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        return len(self.log_peaks) + self.censored
 
 
 class FitModel:
@@ -87,7 +93,8 @@ class FitModel:
             peak = rec.memory_point.measured_bytes if rec.memory_point else None
             if peak is None and rec.status == "ok":
                 peak = rec.peak_mem_bytes
-            m = measured.setdefault(key, Measured(rec.trial_config()))
+            m = measured.setdefault(key, Measured(rec.trial_config(), first_trial=t.number,
+                                                  params=dict(t.params)))
             if peak:
                 m.log_peaks.append(math.log(peak))
             elif rec.status == "oom":
@@ -292,3 +299,19 @@ def runs_fit(trials) -> dict[int, RunsFit]:
         out[first[0]] = RunsFit(median_fits(m.log_peaks, m.censored, limit, sd), p_run, oom,
                                 len(runs), limit)
     return out
+
+
+def worth_another_run(fits: FitModel, fewest_savers: int | None) -> list[tuple[str, Measured]]:
+    """Measured configs whose verdict is still open: they did not fit so far, yet the spread
+    of peaks between runs leaves them a real chance (P_HOLD or more) that their typical peak
+    is under the limit; only those that may beat what fits (no more savers), measured fewer
+    than three times. Most promising first."""
+    from autotune.search.calibration import P_HOLD
+
+    out = []
+    for key, m in fits.measured.items():
+        p = fits.p_measured(m)
+        if (p is not None and P_HOLD <= p < P_FITS and m.runs < 3
+                and (fewest_savers is None or savers_used(m.cfg) <= fewest_savers)):
+            out.append((key, m))
+    return sorted(out, key=lambda km: speed_prior(km[1].cfg.model_dump(mode="json")))

@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from autotune.contract import (Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher,
-                               write_json_atomic)
+from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher, write_json_atomic
 from autotune.record import LaunchRef, TrialRecord
-from autotune.run.runner import TrialRunner, as_runner
 from autotune.run.processes import controller_record, start_ticks
+from autotune.run.runner import TrialRunner, as_runner
 from autotune.search.calibration import MemoryGuard, Verdict
 from autotune.search.machine import MachineSpace
 from autotune.search.reuse import config_key, reuse_measurement, wait_for_measurement

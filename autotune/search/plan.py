@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 
 from autotune.contract import Offload, Precision
 from autotune.errors import UserError
-from autotune.estimate.compute import (ModelShape, flops_per_token, hardware_flops_per_token,
-                                       model_from_workload)
+from autotune.estimate.compute import ModelShape, flops_per_token, hardware_flops_per_token, model_from_workload
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
-from autotune.search.score import job_from_model
 from autotune.pricing.target import tokens_to_target
+from autotune.search.score import job_from_model
 from autotune.search.space import SearchSpace, load_space
 from autotune.spec import SweepSpec
 

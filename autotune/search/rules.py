@@ -202,7 +202,8 @@ class FitRule:
     proposal held back (once the queue has run), a saver setting whose largest fitting
     micro-batch is not known yet is scanned down from its smallest failure (the largest that
     fits is found by measuring it, as DeepSpeed's autotuner scans); when nothing tried so far
-    fits, the untried config most likely to fit is probed. Probes run whatever the prescreen
+    fits, the untried config most likely to fit is probed. A measured config whose verdict the
+    spread of peaks leaves open is measured once more first. Probes run whatever the prescreen
     predicts (autotune.search.fit says why)."""
 
     def __init__(self, ctx, moves: LocalMoves):
@@ -212,9 +213,10 @@ class FitRule:
         mem = ctx.spec.memory
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
         self._listed: list | None = None
+        self.again: set[str] = set()  # configs measured again for their memory verdict
 
     def decide(self, study, frozen, state: SweepState) -> bool | None:
-        from autotune.search.fit import FitModel, choose_probe, open_boundaries, savers_used
+        from autotune.search.fit import FitModel, choose_probe, open_boundaries, savers_used, worth_another_run
 
         rec = TrialRecord.of(frozen)
         if not ((state.launched and rec.status == "oom") or rec.status == "prescreened"):
@@ -225,10 +227,17 @@ class FitRule:
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
         candidates = self.candidates(study, trials, fits)
-        pool = open_boundaries(fits, candidates)
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
+        fewest = min((savers_used(m.cfg) for m in fitting), default=None)
+        again = [(k, m) for k, m in worth_another_run(fits, fewest) if k not in self.again]
+        if again:  # a peak that varies between runs: measure the open verdict again
+            key, m = again[0]
+            self.again.add(key)
+            study.enqueue_trial(m.params, user_attrs=TrialRecord.attrs(repeat_of=m.first_trial,
+                                                                       fit_probe=True))
+            return QUEUED
+        pool = open_boundaries(fits, candidates)
         if fitting:  # a scan is worth a trial only where it may beat what already fits
-            fewest = min(savers_used(m.cfg) for m in fitting)
             pool = [c for c in pool if savers_used(c.cfg) <= fewest]
         else:
             pool = pool or candidates

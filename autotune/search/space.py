@@ -29,8 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.contract import (Checkpointing, DeviceKind, FSDPMode, HardwareFingerprint, Offload,
-                               Precision)
+from autotune.contract import Checkpointing, DeviceKind, FSDPMode, HardwareFingerprint, Offload, Precision
 from autotune.errors import UserError, format_validation_error, load_yaml_file
 from autotune.run.hardware import max_ranks
 

@@ -190,7 +190,7 @@ class LocalMoves:
             self.rng.shuffle(moves)
             keys = {(dim, d): self.key_for(values, nodes) for dim, d, _, values in moves}
 
-            def continues(move) -> bool:
+            def continues(move, keys=keys, t=t) -> bool:
                 behind = keys.get((move[0], -move[1]))
                 if behind not in seen:
                     return False

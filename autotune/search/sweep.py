@@ -28,8 +28,17 @@ from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
 from autotune.search.objective import Objective, TrialCrashed, TrialOutcome, rank_hour_price_usd
 from autotune.search.racing import Racing
-from autotune.search.rules import (ExhaustedRule, FitRule, Interrupt, MoveRule, RaceRule, Stop,
-                                   StopRule, SweepLoop, SweepState)
+from autotune.search.rules import (
+    ExhaustedRule,
+    FitRule,
+    Interrupt,
+    MoveRule,
+    RaceRule,
+    Stop,
+    StopRule,
+    SweepLoop,
+    SweepState,
+)
 from autotune.search.strategy import LocalMoves, enqueue_baselines
 from autotune.spec import SweepSpec
 

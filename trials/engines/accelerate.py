@@ -22,6 +22,7 @@ from trials.engines.ddp import loss_of, make_optimizer
 from trials.engines.observe import ActivationDtype, observe_optimizer, observe_params
 from trials.errors import UnsupportedConfig
 
+
 class AccelerateEngine:
     def __init__(self, cfg: TrialConfig, model: torch.nn.Module, device: torch.device, world_size: int,
                  init_module=None):

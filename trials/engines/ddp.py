@@ -119,7 +119,8 @@ class DDPEngine:
     def train_step(self, batches) -> torch.Tensor:
         accum = self.cfg.grad_accum_steps
         total = torch.zeros((), device=self.device)
-        micro_norms = self.norms is not None and self.norms.source == "micro_batches"
+        norms = self.norms
+        micro_norms = norms is not None and norms.source == "micro_batches"
         for i in range(accum):
             batch = next(batches)
             # Gradients are all-reduced once per optimizer step, on the last micro-batch.
@@ -131,13 +132,13 @@ class DDPEngine:
                 if self.scaler is not None:
                     scaled = self.scaler.scale(scaled)
                 scaled.backward()
-            if micro_norms and i == 0:
+            if micro_norms and norms is not None and i == 0:
                 # The first micro-batch alone (its loss was divided by accum: undo it).
-                self.norms.add_bucket(local_sq=grad_sq_norm(self._params) * accum ** 2)
+                norms.add_bucket(local_sq=grad_sq_norm(self._params) * accum ** 2)
             total += loss.detach().float() / accum
             self.micro_steps += 1
-        if micro_norms:
-            self.norms.add_bucket(reduced_sq=grad_sq_norm(self._params))
+        if micro_norms and norms is not None:
+            norms.add_bucket(reduced_sq=grad_sq_norm(self._params))
         if self.norms is not None:
             self.norms.end_step(self._inv_scale_sq())
         if self.scaler is not None:

@@ -148,8 +148,8 @@ class DeepSpeedEngine:
         """Release what outlives this engine in the process, for a pool's next trial
         (trials/pool.py): DeepSpeed's own teardown, then the method caches that keep every
         module and ZeRO-3 coordinator they saw alive (DeepSpeed 0.19's
-        `PartitionedParameterCoordinator.__params_to_release` is an lru_cache on the class:
-        measured, each ZeRO-3 trial left its model behind, +11 MiB per tiny-GPT trial), and
+        `PartitionedParameterCoordinator.__params_to_release` is an lru_cache on the class,
+        so each ZeRO-3 trial would leave its model behind in a pool's ranks), and
         ZeRO-3's module stack, which keeps the model at its bottom for the process's life."""
         import sys
 

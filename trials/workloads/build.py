@@ -60,7 +60,7 @@ def import_workload_modules(cfg: TrialConfig) -> None:
     elif isinstance(cfg.workload, HFWorkload):
         from trials.workloads import hf
 
-        hf._transformers().AutoModelForCausalLM  # noqa: B018 - resolves the lazy module
+        hf.transformers_module().AutoModelForCausalLM  # noqa: B018 - resolves the lazy module
 
 
 def build_workload(cfg: TrialConfig, device: torch.device, deferred: bool = False) -> BuiltWorkload:
@@ -111,9 +111,9 @@ def _build(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         from trials.workloads.entry import build_entry_point
 
         model, batches, info = build_entry_point(wl, cfg.seq_len, cfg.micro_batch_size, device)
-        shape = ({"n_layers": int(info["n_layers"]), "d_model": int(info["d_model"])}
-                 if info.get("n_layers") and info.get("d_model") else None)
-        return BuiltWorkload(model, batches, params=count_params(model), shape=shape,
+        dims = ({"n_layers": int(info["n_layers"]), "d_model": int(info["d_model"])}
+                if info.get("n_layers") and info.get("d_model") else None)
+        return BuiltWorkload(model, batches, params=count_params(model), shape=dims,
                              flops_per_token=info.get("flops_per_token"), kind="entry_point",
                              lookup_params=lookup_params(model), init_module=info.get("init_module"),
                              built_as="meta" if has_meta_tensors(model) else "device")

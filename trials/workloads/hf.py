@@ -27,7 +27,7 @@ from autotune.contract import HFWorkload
 from trials.errors import UnsupportedConfig
 
 
-def _transformers():
+def transformers_module():
     # No hub lookups from a trial, ever: the tool must work offline.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -58,7 +58,7 @@ def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
 
 
 def build_hf_config(wl: HFWorkload) -> Any:
-    transformers = _transformers()
+    transformers = transformers_module()
     data = load_config_dict(wl)
     model_type = data.pop("model_type")
     try:
@@ -72,7 +72,7 @@ def build_hf_config(wl: HFWorkload) -> Any:
 
 def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module, Any]:
     """(model, config); `meta`: shapes only, no memory and no init."""
-    transformers = _transformers()
+    transformers = transformers_module()
     config = build_hf_config(wl)
     try:
         with torch.device("meta") if meta else contextlib.nullcontext():
@@ -86,9 +86,11 @@ def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module,
 def init_module(model: torch.nn.Module):
     """The model's own init of one module, as `PreTrainedModel.initialize_weights` applies it
     (with transformers' guard that skips weights already initialised)."""
-    guard = contextlib.nullcontext
+    guard: Any = contextlib.nullcontext
     try:
-        from transformers.initialization import guard_torch_init_functions as guard
+        from transformers.initialization import guard_torch_init_functions
+
+        guard = guard_torch_init_functions
     except ImportError:  # transformers < 5: no guard, plain `_init_weights`
         pass
     fn = getattr(model, "_initialize_weights", None) or model._init_weights

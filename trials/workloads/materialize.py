@@ -100,7 +100,10 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 1]
     if not lists:
         return []
-    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+    def size(module_list: nn.ModuleList) -> int:
+        return sum(p.numel() for p in module_list.parameters())
+
+    return list(max(lists, key=size))
 
 
 def init_order(model: nn.Module) -> list[nn.Module]:
@@ -137,7 +140,7 @@ def _allocate_own(module: nn.Module, param_device: torch.device, buffer_device: 
     local shard), one module at a time. A parameter keeps its identity (tied weights, and
     FSDP2's records of its parameters, still point at it; FSDP2 re-reads the new local
     shard at its lazy init, before the first forward)."""
-    for name, p in module._parameters.items():
+    for p in module._parameters.values():
         if p is None or not _local(p).is_meta:
             continue
         # Swap contents (as nn.Module._apply does for tensor subclasses): a meta tensor's

@@ -1,0 +1,130 @@
+"""The file protocol between the controller and the worker: a trial's folder and a pool's queue.
+Both sides name these files through this module only (tests/test_layout.py pins it).
+
+    files = TrialFiles(trial_dir)                 # files.config, files.result, files.stdout, ...
+    remove_own_outputs(trial_dir)                 # before a trial runs again in the same folder
+    write_json_atomic(queue_trial_file(queue, 1), {"config": ..., "result": ...})
+
+A trial's folder: config.json (the TrialConfig), command.json (the exact argv), stdout.log and
+stderr.log (the launcher's output), result.json (rank 0's result, written atomically),
+result.rankN.json (a failed rank's own result), fatal.rankN.log (rank N's stack when a fatal
+signal killed it; every rank opens its file as it takes the trial), nodes.json (the per-node
+argvs of a multi-node trial started once per node).
+
+A pool's queue (a folder named autotune-pool-*): 000001.trial.json, 000002.trial.json, ...
+(the trials in order, each {"config": path, "result": path}), rankN.pid (each rank's pid, so
+the controller can kill ranks outside the launcher's process group), stop (asks the ranks to
+leave), stdout.log and stderr.log (the pool's output).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG = "config.json"
+RESULT = "result.json"
+COMMAND = "command.json"
+STDOUT = "stdout.log"
+STDERR = "stderr.log"
+NODES = "nodes.json"
+# What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log
+# (exactly these names: a user's result_backup.json in the folder is not ours to delete).
+_OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
+_FATAL_PREFIX, _FATAL_SUFFIX = "fatal.rank", ".log"
+
+QUEUE_PREFIX = "autotune-pool-"
+STOP = "stop"
+_TRIAL_SUFFIX = ".trial.json"
+_PID_PREFIX, _PID_SUFFIX = "rank", ".pid"
+
+
+@dataclass(frozen=True)
+class TrialFiles:
+    """The files of one trial's folder (or of a pool's queue, for its logs)."""
+
+    folder: Path
+
+    @property
+    def config(self) -> Path:
+        return self.folder / CONFIG
+
+    @property
+    def result(self) -> Path:
+        return self.folder / RESULT
+
+    @property
+    def command(self) -> Path:
+        return self.folder / COMMAND
+
+    @property
+    def stdout(self) -> Path:
+        return self.folder / STDOUT
+
+    @property
+    def stderr(self) -> Path:
+        return self.folder / STDERR
+
+    @property
+    def nodes(self) -> Path:
+        return self.folder / NODES
+
+
+def remove_own_outputs(trial_dir: Path) -> None:
+    """Remove what an earlier run of a trial wrote in `trial_dir` (results and fatal logs, by
+    their exact names), so that a new run is never read with an old run's files."""
+    for stale in Path(trial_dir).iterdir():
+        if _OWN_OUTPUT.fullmatch(stale.name) and stale.is_file():
+            stale.unlink()
+
+
+def rank_result_path(result_path: Path, rank: int) -> Path:
+    """Where rank `rank` (not 0) writes its own failed result, beside the trial's result."""
+    return result_path.with_name(f"{result_path.stem}.rank{rank}.json")
+
+
+def rank_result_paths(result_path: Path) -> list[Path]:
+    """The rank results written beside `result_path`, in name order."""
+    return sorted(result_path.parent.glob(f"{result_path.stem}.rank*.json"))
+
+
+def fatal_log_path(result_path: Path, rank: int) -> Path:
+    """Where rank `rank`'s faulthandler writes its stack (beside the trial's result)."""
+    return result_path.with_name(f"{_FATAL_PREFIX}{rank}{_FATAL_SUFFIX}")
+
+
+def fatal_log_paths(trial_dir: Path) -> list[Path]:
+    """Every rank's fatal log in `trial_dir`, in name order (present once a rank took the trial)."""
+    return sorted(Path(trial_dir).glob(f"{_FATAL_PREFIX}*{_FATAL_SUFFIX}"))
+
+
+def fatal_log_rank(path: Path) -> int | str:
+    """The rank a fatal log belongs to (its name as written when it is not a number)."""
+    rank = path.name.removeprefix(_FATAL_PREFIX).removesuffix(_FATAL_SUFFIX)
+    return int(rank) if rank.isdigit() else rank
+
+
+def queue_trial_file(queue: Path, seq: int) -> Path:
+    """The `seq`-th trial's file in a pool's queue (the controller writes it, ranks read it)."""
+    return queue / f"{seq:06d}{_TRIAL_SUFFIX}"
+
+
+def rank_pid_file(queue: Path, rank: int) -> Path:
+    """Where a pool's rank writes its pid."""
+    return queue / f"{_PID_PREFIX}{rank}{_PID_SUFFIX}"
+
+
+def rank_pid_files(queue: Path) -> list[Path]:
+    """The pid files a pool's ranks wrote."""
+    return sorted(queue.glob(f"{_PID_PREFIX}*{_PID_SUFFIX}"))
+
+
+def stop_file(queue: Path) -> Path:
+    """Touched by the controller to ask a pool's ranks to leave."""
+    return queue / STOP
+
+
+def is_pool_queue(path: Path) -> bool:
+    """A folder made for a pool's queue (by its name), which the pool may remove whole."""
+    return path.name.startswith(QUEUE_PREFIX)

@@ -1,0 +1,75 @@
+"""bill.md, as `autotune export` writes it: the config in one line, what it measured, and the
+projected bill on the chosen offer.
+
+    text = bill_markdown(plan, files=["bill.md", "launch.sh"])
+"""
+
+from __future__ import annotations
+
+from autotune.contract import DeviceKind, TrialConfig
+from autotune.format import fmt_bytes, fmt_hours, fmt_usd
+from autotune.report.export_plan import BILL_MD, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, ExportPlan
+from autotune.report.optimizer import optimizer_notes
+from autotune.report.sharding import sharding_bill_lines, sharding_label
+
+
+def config_line(cfg: TrialConfig) -> str:
+    return (f"{cfg.num_gpus * cfg.num_nodes} {'CPU rank(s)' if cfg.device is DeviceKind.cpu else 'GPU(s)'}"
+            f" on {cfg.num_nodes} node(s), micro-batch {cfg.micro_batch_size} x accumulation "
+            f"{cfg.grad_accum_steps} x {cfg.dp_degree} data-parallel = global batch "
+            f"{cfg.global_batch_samples} samples ({cfg.global_batch_tokens} tokens), "
+            f"{cfg.precision.value}, checkpointing {cfg.checkpointing.value}, "
+            f"{sharding_label(cfg)}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
+
+
+def bill_line(plan: ExportPlan) -> str:
+    o = plan.option
+    if o is None:
+        return "Not priced: no catalog offer matched this trial's hardware."
+    return (f"Projected on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} "
+            f"({o['basis_kind']}; see {BILL_MD}).")
+
+
+def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
+    cfg, o, t = plan.cfg, plan.option, plan.trial_row
+    out = [f"# autotune export: study '{plan.study}', trial {plan.trial} ({plan.pick})", "",
+           f"Config: {config_line(cfg)}.", ""]
+    tps = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else "throughput not measured"
+    mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"
+           if t.get("peak_mem_bytes") else "peak memory not measured")
+    out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
+    if o is None:
+        out += ["Not priced: no catalog offer matched this trial's hardware.", ""]
+    else:
+        s = o.get("sensitivity") or {}
+        price = o.get("price_usd_per_gpu_hour")
+        out += [f"Projected bill on **{o['offer']}** ({o['platform']}"
+                + (f", instance {o['instance']}" if o.get("instance") else "")
+                + (f", region {', '.join(o['regions'])}" if o.get("regions") else "")
+                + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
+                + f"); figures {o['basis_kind']}: {o['basis']}.", "",
+                "| case | hours | dollars |", "|---|---:|---:|",
+                f"| to target | {fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
+        if s:
+            out += [f"| +30% time | {fmt_hours(s.get('plus_30pct_time_hours'))} | "
+                    f"{fmt_usd(s.get('plus_30pct_time_usd'))} |",
+                    f"| one interruption | {fmt_hours(s.get('one_interruption_hours'))} | "
+                    f"{fmt_usd(s.get('one_interruption_usd'))} |"]
+        if o.get("usd_worst_case") is not None:
+            out.append(f"| worst case (both) | {fmt_hours(o.get('hours_worst_case'))} | "
+                       f"{fmt_usd(o['usd_worst_case'])} |")
+        out.append("")
+        if o.get("breakdown"):
+            out += ["Breakdown: " + ", ".join(f"{k} {fmt_usd(v)}" for k, v in o["breakdown"].items()), ""]
+    if plan.catalog_note:
+        out += [plan.catalog_note[0].upper() + plan.catalog_note[1:] + ".", ""]
+    out += ["Files:", ""] + [f"- `{f}`" for f in files] + [""]
+    if plan.target == "hf-trainer":
+        from autotune.report.hf_trainer import bill_lines
+
+        out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG)
+    else:
+        out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
+                "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+        out += sharding_bill_lines(cfg) + optimizer_notes(cfg)
+    return "\n".join(out)

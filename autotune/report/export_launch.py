@@ -1,0 +1,142 @@
+"""launch.sh, as `autotune export` writes it: the trial's launcher with its exact settings, and
+the environment a training script reads them from.
+
+    script = launch_script(plan)
+    env = settings_env(cfg)          # [("AUTOTUNE_MICRO_BATCH_SIZE", "4"), ...]
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
+from autotune.contract.rank_env import cpu_rank_env
+from autotune.report.export_bill import bill_line, config_line
+from autotune.report.export_plan import ACCELERATE_CONFIG, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan
+
+
+def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str]]:
+    """What a training script needs to apply the config, as environment variables. `trainer`:
+    for Hugging Face Trainer, which takes accumulation and precision from its flags alone."""
+    env = [
+        ("AUTOTUNE_MICRO_BATCH_SIZE", str(cfg.micro_batch_size)),
+        ("AUTOTUNE_GRAD_ACCUM_STEPS", str(cfg.grad_accum_steps)),
+        ("AUTOTUNE_GLOBAL_BATCH_SAMPLES", str(cfg.global_batch_samples)),
+        ("AUTOTUNE_SEQ_LEN", str(cfg.seq_len)),
+        ("AUTOTUNE_PRECISION", cfg.precision.value),
+        ("AUTOTUNE_CHECKPOINTING", cfg.checkpointing.value),
+        ("AUTOTUNE_CHECKPOINT_EVERY", str(cfg.checkpoint_every)),
+        ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
+        ("AUTOTUNE_OFFLOAD", cfg.offload.value),
+        ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
+        ("AUTOTUNE_FSDP", cfg.fsdp.value),
+        ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
+        # Accelerator() reads these: accumulation has no key in accelerate's config file, and
+        # under torchrun / deepspeed no config file is read at all.
+        ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str(cfg.grad_accum_steps)),
+        ("ACCELERATE_MIXED_PRECISION", ACCELERATE_MIXED_PRECISION[cfg.precision]),
+        # DeepSpeed picks its accelerator by probing; say which, as autotune's trials do.
+        ("DS_ACCELERATOR", cfg.device.value),
+    ]
+    if cfg.device is DeviceKind.cpu:
+        # One CPU "GPU" = one rank with threads_per_rank threads; accelerate under torchrun
+        # runs every rank alone on CPU unless ACCELERATE_USE_CPU is set. Not with ZeRO: that
+        # flag turns accelerate's DeepSpeed off (DeepSpeed starts the process group itself).
+        # Huge pages too (autotune.contract.rank_env): the trial measured with them.
+        env += [*cpu_rank_env(cfg.threads_per_rank).items()] + [("ACCELERATE_USE_CPU", "true")] * (cfg.zero_stage == 0)
+    # Trainer builds its Accelerator from its own flags; these would contradict them.
+    return [(k, v) for k, v in env if not (trainer and k.startswith("ACCELERATE_")
+                                           and k != "ACCELERATE_USE_CPU")]
+
+
+def launch_script(plan: ExportPlan) -> str:
+    """A bash script that launches the long run the way the trial was launched.
+
+    Values are quoted with shlex; the user's script and its arguments pass through as "$@",
+    never re-parsed."""
+    cfg, q = plan.cfg, shlex.quote
+    per_node = cfg.num_gpus
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Written by `autotune export`: study {plan.study!r}, trial {plan.trial} ({plan.pick}).",
+        f"# {_one_line(config_line(cfg))}",
+        f"# {_one_line(bill_line(plan))}",
+        "#",
+        f"#   ./{LAUNCH_SCRIPT}                     # no script: re-run the measured trial (autotune's worker)",
+        f"#   ./{LAUNCH_SCRIPT} train.py --my-args  # your training script, launched the same way",
+        "#",
+        "# Your script applies the settings below: read AUTOTUNE_* (or the TrialConfig in",
+        "# $AUTOTUNE_TRIAL_CONFIG); accelerate's Accelerator() takes accumulation and precision",
+        "# itself; a DeepSpeed script passes $AUTOTUNE_DEEPSPEED_CONFIG to deepspeed.initialize.",
+        "# Multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node.",
+        "set -euo pipefail",
+        'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        "# The Python that exported this folder has torch, the launchers and autotune's worker;",
+        "# PYTHON=... picks another one.",
+        f"EXPORTED_WITH={q(plan.python)}",
+        'if [ -z "${PYTHON:-}" ]; then',
+        '  if [ -x "$EXPORTED_WITH" ]; then PYTHON="$EXPORTED_WITH"; else',
+        '    PYTHON=python3',
+        '    echo "launch.sh: $EXPORTED_WITH is not here; using python3 (set PYTHON=... to choose)" >&2',
+        "  fi",
+        "fi",
+        "",
+        f'export AUTOTUNE_TRIAL_CONFIG="$HERE/{TRIAL_CONFIG}"',
+    ]
+    if cfg.zero_stage > 0:
+        lines.append(f'export AUTOTUNE_DEEPSPEED_CONFIG="$HERE/{DEEPSPEED_CONFIG}"')
+    trainer = plan.target == "hf-trainer"
+    lines += [f"export {k}={q(v)}" for k, v in settings_env(cfg, trainer)]
+    lines += [
+        "",
+        f"NPROC_PER_NODE={per_node}",
+        f'NNODES="${{NNODES:-{cfg.num_nodes}}}"',
+        'NODE_RANK="${NODE_RANK:-0}"',
+        'MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
+        'MASTER_PORT="${MASTER_PORT:-29500}"',
+        "",
+    ]
+    if trainer:
+        from autotune.report.hf_trainer import TRAINER_FLAGS, launch_lines, trainer_notes
+
+        lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg)]
+        lines += launch_lines(cfg, f"$HERE/{TRAINER_FLAGS}",
+                              f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None)
+    lines += [
+        'if [ "$#" -eq 0 ]; then',
+        "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
+        '  WORKER="$("$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
+        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" '
+        '--result "${AUTOTUNE_RESULT:-$PWD/autotune_check_result.json}"',
+        "fi",
+        "",
+    ]
+    return "\n".join(lines + _launcher_lines(plan)) + "\n"
+
+
+def _launcher_lines(plan: ExportPlan) -> list[str]:
+    """The script's last line: the trial's launcher, with the node settings from the environment."""
+    lines: list[str] = []
+    if plan.launcher is Launcher.torchrun:
+        lines.append('exec "$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node-rank "$NODE_RANK" '
+                     '--nproc-per-node "$NPROC_PER_NODE" --master-addr "$MASTER_ADDR" '
+                     '--master-port "$MASTER_PORT" "$@"')
+    elif plan.launcher is Launcher.deepspeed:
+        lines += [
+            "# More than one node: DeepSpeed's launcher reads a hostfile (DEEPSPEED_HOSTFILE).",
+            'HOSTFILE_ARGS=()',
+            'if [ -n "${DEEPSPEED_HOSTFILE:-}" ]; then HOSTFILE_ARGS=(--hostfile "$DEEPSPEED_HOSTFILE"); fi',
+            'exec "$PYTHON" -m deepspeed.launcher.runner "${HOSTFILE_ARGS[@]}" --num_nodes "$NNODES" '
+            '--num_gpus "$NPROC_PER_NODE" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "$@"',
+        ]
+    else:  # the DeepSpeed config, when there is one, is inside the accelerate config
+        lines.append(f'exec "$PYTHON" -m accelerate.commands.launch --config_file "$HERE/{ACCELERATE_CONFIG}"'
+                     ' --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
+                     '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
+    return lines
+
+
+def _one_line(text: str) -> str:
+    """Text for a shell comment: a newline (or any control character) in a name would end the
+    comment and run the rest as a command."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)

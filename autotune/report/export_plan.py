@@ -1,0 +1,98 @@
+"""Which trial `autotune export` writes out, resolved against a report: the pick (cheapest,
+fastest or a trial number) and the offer, and the names of the files it writes.
+
+    plan = plan_export(doc, trials_by_number, pick="cheapest", offer=None)   # UserError if it cannot
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.contract import Launcher, TrialConfig
+from autotune.errors import UserError
+from autotune.record import TrialRecord
+
+ACCELERATE_CONFIG = "accelerate_config.yaml"
+DEEPSPEED_CONFIG = "ds_config.json"
+LAUNCH_SCRIPT = "launch.sh"
+TRIAL_CONFIG = "trial_config.json"
+BILL_MD = "bill.md"
+BILL_JSON = "bill.json"
+
+
+@dataclass
+class ExportPlan:
+    study: str
+    trial: int
+    pick: str
+    cfg: TrialConfig
+    option: dict[str, Any] | None  # the report's OptionRow; None when the trial was not priced
+    trial_row: dict[str, Any]
+    catalog_note: str | None
+    launcher: Launcher
+    target: str = "script"  # EXPORT_TARGETS: your own training script, or Hugging Face Trainer
+    python: str = sys.executable  # launch.sh's default interpreter: the one that exported it
+
+
+# What `export --for` writes: files for your own training script, or for Hugging Face Trainer.
+EXPORT_TARGETS = ("script", "hf-trainer")
+
+
+def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str,
+                offer: str | None = None, launcher: Launcher | None = None,
+                target: str = "script") -> ExportPlan:
+    """Resolve `pick` (cheapest | fastest | a trial number) and `offer` against a report."""
+    options = doc["options"]
+    if offer is not None:
+        known = sorted({o["offer"] for o in options})
+        if offer not in known:
+            close = difflib.get_close_matches(offer, known, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise UserError(f"--offer '{offer}': no completed trial is priced on it.{hint}",
+                            fix=f"use one of: {', '.join(known) or '(none: no priced trial yet)'}")
+        options = [o for o in options if o["offer"] == offer]
+    p = pick.strip().lower()
+    if p in ("cheapest", "fastest"):
+        feasible = [o for o in options if o["feasible"]]
+        if not feasible:
+            why = "no priced trial yet" if not options else "no option meets the budget/deadline"
+            raise UserError(f"--pick {p}: {why}",
+                            fix="run more trials, relax --max-usd / --deadline-hours, or pick a trial number")
+        key = (lambda o: (o["usd"], o["hours"])) if p == "cheapest" else (lambda o: (o["hours"], o["usd"]))
+        option = min(feasible, key=key)
+        number = option["trial"]
+    else:
+        try:
+            number = int(p)
+        except ValueError:
+            raise UserError(f"--pick '{pick}' is not cheapest, fastest or a trial number",
+                            fix="e.g. --pick cheapest, --pick fastest or --pick 12") from None
+        row = next((t for t in doc["trials"] if t["number"] == number), None)
+        if row is None:
+            raise UserError(f"--pick {number}: study '{doc['study']}' has no trial {number}",
+                            fix=f"use a trial number from 0 to {len(doc['trials']) - 1} (autotune report)")
+        if row["state"] != "COMPLETE":
+            raise UserError(f"--pick {number}: trial {number} did not complete ({row['state']}, "
+                            f"{row['status']}): there is no measured config to export",
+                            fix="pick a completed trial (autotune report lists them)")
+        mine = [o for o in options if o["trial"] == number]
+        if offer is not None and not mine:
+            raise UserError(f"--pick {number} --offer {offer}: trial {number} is not priced on that offer",
+                            fix="drop --offer to take the trial's cheapest offer")
+        option = min(mine, key=lambda o: (o["usd"], o["hours"]), default=None)
+    row = next(t for t in doc["trials"] if t["number"] == number)
+    try:
+        cfg = TrialRecord.of(trials_by_number[number]).trial_config()
+    except ValueError as exc:
+        raise UserError(f"trial {number}: its stored config is unreadable ({type(exc).__name__})",
+                        fix="re-run the trial with this version of autotune") from None
+    if target == "hf-trainer":
+        from autotune.report.hf_trainer import check_trainer_export
+
+        launcher = check_trainer_export(cfg, launcher)
+    return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
+                      catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
+                      target=target)
