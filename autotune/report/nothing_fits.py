@@ -19,7 +19,7 @@ def _closest(rows: list[TrialRow]) -> tuple[TrialRow, int, str] | None:
     pool = measured or predicted
     if not pool:
         return None
-    return min(pool, key=lambda p: p[1] / p[0].mem_capacity_bytes)
+    return min(pool, key=lambda p: p[1] / (p[0].mem_capacity_bytes or 1))
 
 
 def what_would_fit(config: dict) -> list[str]:
@@ -44,8 +44,9 @@ def nothing_fits_note(rows: list[TrialRow]) -> str | None:
     if found is None:
         return None
     row, peak, how = found
-    over = peak / row.mem_capacity_bytes - 1
+    capacity = row.mem_capacity_bytes or 1  # set on every row _closest keeps
+    over = peak / capacity - 1
     return (f"no config fits the memory limit: the closest was trial {row.number} "
             f"({', '.join(f'{k}={v}' for k, v in row.config.items() if v is not None)}), {how} "
-            f"peak {fmt_bytes(peak)} per rank against {fmt_bytes(row.mem_capacity_bytes)} "
+            f"peak {fmt_bytes(peak)} per rank against {fmt_bytes(capacity)} "
             f"({over:+.0%}). To make it fit: " + "; ".join(what_would_fit(row.config)))

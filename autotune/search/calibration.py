@@ -111,7 +111,7 @@ class CalibrationFit(BaseModel):
         if engine in self.constant_bytes:
             c, basis = self.constant_bytes[engine], f"calibrated on {self.n_points} trials ({self.basis})"
         else:  # no trial of this engine yet: the largest known constant (the cautious side)
-            known = max(self.constant_bytes, key=self.constant_bytes.get)
+            known = max(self.constant_bytes, key=lambda e: self.constant_bytes[e])
             c = self.constant_bytes[known]
             basis = f"calibrated on {self.n_points} {known} trials; no {engine} trial yet"
         if ranks > 1 and self.distributed_bytes is not None:

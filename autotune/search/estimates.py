@@ -33,9 +33,9 @@ from autotune.contract import DeviceKind, HardwareFingerprint
 from autotune.record import TrialRecord
 
 # Prior sd of log tokens/s between runs of one config. CPU: the run-to-run spread this project
-# measures on its shared 2-core machines (docs/benchmarks.md, the noise section: a median
-# (max - min) / median of 3 runs near 17%, i.e. an sd near 0.17 / 1.69). CUDA: an assumption,
-# small because a GPU is not shared; a study's own repeats replace either after a few runs.
+# measures on its shared 2-core machines (docs/benchmarks.md, the noise section; an sd is the
+# (max - min) / median spread of 3 runs divided by about 1.69). CUDA: an assumption, small
+# because a GPU is not shared; a study's own repeats replace either after a few runs.
 PRIOR_SD = {DeviceKind.cpu: 0.10, DeviceKind.cuda: 0.03}
 # Share of that variance that two runs measured back to back do NOT share (sigma2 / total):
 # 1.0 assumes nothing is shared until the study's own blocks say otherwise.

@@ -213,10 +213,11 @@ class Objective:
         if src is None:
             return None
         result, score = reuse_measurement(trial, src)
-        self.on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
-                                   score and score.usd, score and score.offer, reused_from=src.number))
+        self.on_trial(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
+                                   score.usd if score else None, score.offer if score else None,
+                                   reused_from=src.number))
         if src.state.name == "COMPLETE":
-            return tuple(src.values)  # type: ignore[return-value]
+            return src.values[0], src.values[1]
         raise optuna.TrialPruned(f"reused trial {src.number}: {TrialRecord.of(src).status}")
 
     def run(self, trial: "optuna.Trial", cfg: TrialConfig, verdict: Verdict) -> TrialResult:
@@ -258,8 +259,8 @@ class Objective:
                  if result.ok else None)
         if score is not None:
             TrialRecord.write(trial, score=score)
-        self.on_trial(TrialOutcome(trial.number, cfg, result, score and score.hours,
-                                   score and score.usd, score and score.offer))
+        self.on_trial(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
+                                   score.usd if score else None, score.offer if score else None))
         if result.status is TrialStatus.crash:
             set_constraints(trial, self.spec, feasible=False)
             raise TrialCrashed(f"trial {trial.number} crashed: {result.error_type}: {result.error}")

@@ -237,7 +237,7 @@ class FitRule:
                                                                        fit_probe=True))
             return QUEUED
         pool = open_boundaries(fits, candidates)
-        if fitting:  # a scan is worth a trial only where it may beat what already fits
+        if fewest is not None:  # a scan is worth a trial only where it may beat what already fits
             pool = [c for c in pool if savers_used(c.cfg) <= fewest]
         else:
             pool = pool or candidates
@@ -262,7 +262,7 @@ class FitRule:
             self._listed = enumerate_configs(ms.restricted, gb, ms.full, limit=ENUMERATE_LIMIT) or []
         pairs = self._listed
         if not pairs:
-            seen = [TrialRecord.of(t).config for t in trials if TrialRecord.of(t).config]
+            seen = [c for c in (TrialRecord.of(t).config for t in trials) if c]
             pairs = [p for c in seen for p in neighbours({k: c[k] for k in c if k in ms.restricted.__dict__},
                                                          ms.restricted, gb, ms.full)]
         skip = self.moves.tried(trials) | self.moves.queued | self.queued_keys(study)

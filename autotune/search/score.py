@@ -14,6 +14,7 @@ cheapest matching offer's bill, among those within the deadline when one is set.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from autotune.contract import TrialConfig, TrialResult
 from autotune.pricing.catalog import Catalog
@@ -168,7 +169,8 @@ def reprice(score, catalog: Catalog | None, tokens_per_s: float | None = None) -
         tp = Throughput(gpu=inputs["gpu"], num_gpus=int(inputs["num_gpus"]),
                         tokens_per_s=float(tokens_per_s or inputs["tokens_per_s"]),
                         basis=inputs["basis"], config=inputs.get("config", ""))
-        job = JobSpec(**{k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()})
+        fields: dict[str, Any] = {k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()}
+        job = JobSpec(**fields)
         offers = [o for o in (inputs.get("offers") or []) if any(x.name == o for x in catalog.offers)]
         bills, _ = bills_for(catalog, tp, float(inputs["tokens"]), job, offers=offers or None)
         return [b.report_dict() for b in bills]

@@ -286,7 +286,8 @@ class _PathTrial:
     """Answers each suggestion along a fixed path of allowed-choice indices (for enumeration)."""
 
     def __init__(self, path: list[int]):
-        self.path, self.depth, self.arity = path, 0, []
+        self.path, self.depth = path, 0
+        self.arity: list[int] = []
         self.params: dict[str, Any] = {}
 
     def suggest_within(self, name: str, choices: list[Any], _full: list[Any]) -> Any:
@@ -334,7 +335,7 @@ def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int
           full: RestrictedSpace | None = None) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
     """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
     plain = {"fsdp": "none", **{k: getattr(v, "value", v) for k, v in values.items()}}
-    lists = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
+    lists: dict[str, list[Any]] = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
              "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
              "precision": [p.value for p in rs.precision],
              "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,

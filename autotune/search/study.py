@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Literal
 
 from autotune.errors import UserError
 from autotune.run.storage import DEFAULT_STORAGE, open_storage, redact_url, user_study_names
 
-DIRECTIONS = ["minimize", "minimize"]  # hours to target, dollars
+DIRECTIONS: list[Literal["minimize", "maximize"]] = ["minimize", "minimize"]  # hours to target, dollars
 METRIC_NAMES = ["hours_to_target", "usd_to_target"]  # their names in optuna-dashboard
 
 
