@@ -40,6 +40,8 @@ class ControllerRef(_Part):
     host: str
     pid: int
     start_ticks: int | None = None  # tells a live pid from a reused one
+    slurm_job_id: str | None = None  # the Slurm job it ran in: Slurm says when that ended
+    slurm_restarts: int | None = None  # which run of a requeued job (SLURM_RESTART_COUNT)
 
 
 class LaunchRef(_Part):

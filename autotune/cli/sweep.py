@@ -4,6 +4,7 @@
     autotune sweep my_sweep.yaml --trials 20 --storage postgresql://... --study llama-8b
     autotune sweep spec.yaml --max-gpu-hours 4 --patience 8
     autotune sweep --trials 1 --json        # the result as one JSON document (progress on stderr)
+    autotune sweep spec.yaml --storage-file db-url --slurm-jobs 4 --sbatch-arg=--gres=gpu:4
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def sweep(
     max_search_usd: Optional[float] = typer.Option(None, help="stop once trials have cost this many dollars (> 0)"),
     patience: Optional[int] = typer.Option(None, min=1, help="stop when the Pareto front has not improved for this many trials"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
+    slurm_jobs: Optional[int] = typer.Option(None, "--slurm-jobs", min=1, help="submit this many sweep workers as Slurm jobs (sbatch) instead of running here; each runs --trials trials in its own allocation, detecting its hardware there, into the same study (PostgreSQL)"),
+    sbatch_args: Optional[list[str]] = typer.Option(None, "--sbatch-arg", help="an sbatch option for every job of --slurm-jobs, e.g. --sbatch-arg=--gres=gpu:4 (repeat for more)"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -54,6 +57,15 @@ def sweep(
         "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
+    if sbatch_args and slurm_jobs is None:
+        from autotune.errors import UserError
+
+        raise UserError("--sbatch-arg given without --slurm-jobs", fix="add --slurm-jobs N, or drop --sbatch-arg")
+    if slurm_jobs is not None:  # nothing detected or measured here: the jobs do it
+        _submit(spec, spec_file, storage_file, runs_dir, slurm_jobs, sbatch_args or [], as_json, [
+            ("--trials", trials), ("--space", space), ("--total-trials", total_trials),
+            ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)])
+        return
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
@@ -91,6 +103,20 @@ def sweep(
         con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
                   "sweep); `autotune report` lists the failures by error type")
         raise typer.Exit(1)
+
+
+def _submit(spec, spec_file, storage_file, runs_dir, jobs: int, sbatch_args: list[str], as_json: bool,
+            flags: list[tuple[str, object]]) -> None:
+    from autotune.cli import sweep_slurm
+
+    forwarded = [str(w) for flag, value in flags if value is not None for w in (flag, value)]
+    result = sweep_slurm.submit_workers(spec, spec_file, storage_file, runs_dir, jobs, sbatch_args, forwarded)
+    if as_json:
+        from autotune.cli.common import print_json
+
+        print_json({"slurm": result})
+    else:
+        console().print(sweep_slurm.describe(result), soft_wrap=True)
 
 
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:
