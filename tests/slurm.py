@@ -131,7 +131,21 @@ class SlurmCluster:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.root.glob("*.log"))
                          if p.is_file())
 
+    def cancel_all(self, timeout_s: float = 60) -> None:
+        """scancel every job of this cluster and wait until none is left running, so stopping
+        the daemons leaves no job step (slurmstepd) behind."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out = self.run("squeue", "-h", "-o", "%i", check=False)
+            jobs = out.stdout.split() if out.returncode == 0 else []
+            if not jobs:
+                return
+            self.run("scancel", *jobs, check=False)
+            time.sleep(1)
+
     def stop(self) -> None:
+        if all(p.poll() is None for p in self.procs):
+            self.cancel_all()
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()

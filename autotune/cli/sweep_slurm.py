@@ -75,14 +75,14 @@ def record_jobs(study, job_ids: list[str], script: str, log: str) -> None:
     if not job_ids:
         return
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    known = list(study.system_attrs.get(JOBS_ATTR, []))
+    known = submitted_jobs(study)
     known += [{"job_id": j, "submitted_at": now, "script": script, "log": log.replace("%j", j)}
               for j in job_ids]
     study._storage.set_study_system_attr(study._study_id, JOBS_ATTR, known)
 
 
 def submitted_jobs(study) -> list[dict]:
-    return list(study.system_attrs.get(JOBS_ATTR, []))
+    return list(study._storage.get_study_system_attrs(study._study_id).get(JOBS_ATTR, []))
 
 
 def _write_atomic(path: Path, text: str) -> None:
