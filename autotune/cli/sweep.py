@@ -5,6 +5,7 @@
     autotune sweep spec.yaml --max-gpu-hours 4 --patience 8
     autotune sweep --trials 1 --json        # the result as one JSON document (progress on stderr)
     autotune sweep spec.yaml --storage-file db-url --slurm-jobs 4 --sbatch-arg=--gres=gpu:4
+    autotune sweep spec.yaml --study llama --skypilot-task h100-sxm:8 --skypilot-task h200:8
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
     slurm_jobs: Optional[int] = typer.Option(None, "--slurm-jobs", min=1, help="submit this many sweep workers as Slurm jobs (sbatch) instead of running here; each runs --trials trials in its own allocation, detecting its hardware there, into the same study (PostgreSQL)"),
     sbatch_args: Optional[list[str]] = typer.Option(None, "--sbatch-arg", help="an sbatch option for every job of --slurm-jobs, e.g. --sbatch-arg=--gres=gpu:4 (repeat for more)"),
+    skypilot_tasks: Optional[list[str]] = typer.Option(None, "--skypilot-task", help="write a SkyPilot task that runs a sweep worker on GPU[:COUNT] of the catalog (e.g. h100-sxm:8) into this study, instead of running here (repeat for more types)"),
+    tasks_dir: Path = typer.Option(Path("skypilot"), help="folder for the --skypilot-task files"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -61,10 +64,25 @@ def sweep(
         from autotune.errors import UserError
 
         raise UserError("--sbatch-arg given without --slurm-jobs", fix="add --slurm-jobs N, or drop --sbatch-arg")
+    flags = [("--trials", trials), ("--space", space), ("--total-trials", total_trials),
+             ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)]
+    forwarded = [str(w) for flag, value in flags if value is not None for w in (flag, value)]
+    if slurm_jobs is not None and skypilot_tasks:
+        from autotune.errors import UserError
+
+        raise UserError("--slurm-jobs and --skypilot-task given together", fix="give one per command")
     if slurm_jobs is not None:  # nothing detected or measured here: the jobs do it
-        _submit(spec, spec_file, storage_file, runs_dir, slurm_jobs, sbatch_args or [], as_json, [
-            ("--trials", trials), ("--space", space), ("--total-trials", total_trials),
-            ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)])
+        _submit(spec, spec_file, storage_file, runs_dir, slurm_jobs, sbatch_args or [], as_json, forwarded)
+        return
+    if skypilot_tasks:
+        from autotune.cli import sweep_skypilot
+
+        paths = sweep_skypilot.write(spec, spec_file, skypilot_tasks, tasks_dir, forwarded)
+        console(stderr=as_json).print(sweep_skypilot.describe(paths), soft_wrap=True, markup=False)
+        if as_json:
+            from autotune.cli.common import print_json
+
+            print_json({"skypilot_tasks": [str(p) for p in paths]})
         return
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
@@ -106,10 +124,9 @@ def sweep(
 
 
 def _submit(spec, spec_file, storage_file, runs_dir, jobs: int, sbatch_args: list[str], as_json: bool,
-            flags: list[tuple[str, object]]) -> None:
+            forwarded: list[str]) -> None:
     from autotune.cli import sweep_slurm
 
-    forwarded = [str(w) for flag, value in flags if value is not None for w in (flag, value)]
     result = sweep_slurm.submit_workers(spec, spec_file, storage_file, runs_dir, jobs, sbatch_args, forwarded)
     if as_json:
         from autotune.cli.common import print_json
