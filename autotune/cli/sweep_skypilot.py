@@ -3,7 +3,7 @@ named GPU type, into the same study (nothing runs here).
 
     autotune sweep spec.yaml --study llama --trials 6 --skypilot-task h100-sxm:8 \\
         --skypilot-task a100-80gb:8 --skypilot-task h200:8          # -> skypilot/autotune-*.yaml
-    AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200.yaml
+    AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200x8.yaml
 
 The task's workdir is this folder (SkyPilot syncs it), so the spec file must lie inside it; the
 storage URL is a SkyPilot secret given at launch, never written into a task.
@@ -49,9 +49,10 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
     tasks = {}
     for value in gpus:  # every task checked before any file is written
         name, count = parse_gpu(value)
-        gpu = resolve_gpu(catalog, name)
-        tasks[gpu] = skypilot_task(catalog, gpu, count, argv, install=f"autotune[postgres]=={__version__}")
-    return write_tasks(tasks, folder)
+        task = skypilot_task(catalog, resolve_gpu(catalog, name), count, argv,
+                             install=f"autotune[postgres]=={__version__}")
+        tasks[task["name"]] = task
+    return write_tasks(list(tasks.values()), folder)
 
 
 def describe(paths: list[Path]) -> str:

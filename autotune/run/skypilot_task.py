@@ -2,12 +2,13 @@
 running a sweep worker on that type, all writing into the same study.
 
     task = skypilot_task(catalog, "h100-sxm", 8, worker_argv, install="autotune[postgres]==0.1.0")
-    write_tasks({"h100-sxm": task}, Path("skypilot"))      # skypilot/autotune-h100-sxm.yaml
-    # then: AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h100-sxm.yaml
+    write_tasks([task], Path("skypilot"))                  # skypilot/autotune-h100-sxmx8.yaml
+    # then: AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h100-sxmx8.yaml
 
 `resources.any_of` lists every on-demand offer of the type in the catalog that rents that many
 GPUs on one node, as SkyPilot infra (`cloud/region`) with the accelerator as that cloud spells it
-and the offer's instance type; SkyPilot launches the cheapest one available. The storage URL is a SkyPilot secret (`secrets:
+(and the offer's instance type where that name covers two GPU types); SkyPilot launches the
+cheapest one available. The storage URL is a SkyPilot secret (`secrets:
 {AUTOTUNE_STORAGE: null}`: required, its value given at launch with `--secret`, kept out of
 SkyPilot's logs and dashboard; docs.skypilot.co "Environment Variables and Secrets", read
 2026-12): it is never written into the file.
@@ -39,13 +40,14 @@ def accelerator_name(gpu: str, provider: str) -> str | None:
     for (cloud, name), key in CLOUD_ACCELERATOR_TYPES.items():
         if cloud == provider and key == gpu:
             return name
-    base = {v: k for k, v in PCIE_VARIANT.items()}.get(gpu, gpu)  # a PCIe part: the SXM's name
-    names = [n for n, key in ACCELERATOR_TYPES.items() if key == base]
-    names = [n for n in names if (provider, n) not in CLOUD_ACCELERATOR_TYPES]
-    if provider == "runpod":  # RunPod spells its SXM parts "...-SXM"
+    pcie = gpu in PCIE_VARIANT.values()  # named as its SXM part; the instance type tells them apart
+    base = {v: k for k, v in PCIE_VARIANT.items()}.get(gpu, gpu)
+    names = [n for n, key in ACCELERATOR_TYPES.items()
+             if key == base and (provider, n) not in CLOUD_ACCELERATOR_TYPES]
+    if provider == "runpod" and not pcie:  # RunPod spells its SXM parts "...-SXM"
         names = sorted(names, key=lambda n: not n.endswith("-SXM"))
     else:
-        names = [n for n in names if not n.endswith("-SXM")] or names
+        names = [n for n in names if not n.endswith("-SXM")]
     return names[0] if names else None
 
 
@@ -68,11 +70,15 @@ def candidates(catalog, gpu: str, num_gpus: int) -> list[dict]:
         sizes = [name for name, gpus, _ in offer.sizes() if gpus == num_gpus]
         if not sizes:
             continue
+        # The instance type pins the part where the cloud's name covers two of the catalog's
+        # types (Lambda's "H100" is an SXM and a PCIe instance); elsewhere it is left to
+        # SkyPilot, whose check of an instance type needs its catalog (online).
+        shared = any(o.provider == offer.provider and o.gpu != gpu
+                     and accelerator_name(o.gpu, o.provider) == acc
+                     and any(g == num_gpus for _, g, _ in o.sizes()) for o in catalog.offers)
         for region in offer.regions or [None]:
-            # The instance type pins the part where one name covers two (Lambda's "H100" is
-            # its SXM and its PCIe instance); only an offer that lists instances names one.
             entry = {"infra": f"{cloud}/{region}" if region else cloud, "accelerators": f"{acc}:{num_gpus}"}
-            if offer.instances:
+            if shared and offer.instances:
                 entry["instance_type"] = sizes[0]
             if entry not in out:
                 out.append(entry)
@@ -90,7 +96,7 @@ def skypilot_task(catalog, gpu: str, num_gpus: int, worker_argv: list[str], inst
                             f"--skypilot-task {gpu}:N), or add an offer to your --catalog")
     run = " ".join(shlex.quote(a) for a in worker_argv)
     return {
-        "name": f"autotune-{gpu}",
+        "name": task_name(gpu, num_gpus),
         "resources": {"any_of": entries},
         "workdir": ".",
         "envs": {"AUTOTUNE_INSTALL": install},
@@ -100,6 +106,10 @@ def skypilot_task(catalog, gpu: str, num_gpus: int, worker_argv: list[str], inst
     }
 
 
+def task_name(gpu: str, num_gpus: int) -> str:
+    return f"autotune-{gpu}x{num_gpus}"
+
+
 def task_yaml(task: dict) -> str:
     head = ("# Written by `autotune sweep --skypilot-task`: a sweep worker on this GPU type, writing\n"
             f"# into the shared study. Launch: sky launch --secret {STORAGE_SECRET} THIS_FILE\n"
@@ -107,12 +117,12 @@ def task_yaml(task: dict) -> str:
     return head + yaml.safe_dump(task, sort_keys=False)
 
 
-def write_tasks(tasks: dict[str, dict], folder: Path) -> list[Path]:
-    """Write each task as FOLDER/autotune-GPU.yaml (each file whole or not at all)."""
+def write_tasks(tasks: list[dict], folder: Path) -> list[Path]:
+    """Write each task as FOLDER/NAME.yaml (autotune-h100-sxmx8.yaml; each file whole or not at all)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for gpu, task in tasks.items():
-        path = folder / f"autotune-{gpu}.yaml"
+    for task in tasks:
+        path = folder / f"{task['name']}.yaml"
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         with os.fdopen(fd, "w") as f:
             f.write(task_yaml(task))
