@@ -149,3 +149,49 @@ def test_two_slurm_workers_share_a_study_and_a_cancelled_job_is_recovered(tmp_pa
     for f in folder.iterdir():
         assert PASSWORD not in f.read_text() and "S3cret" not in f.read_text(), f
     assert "AUTOTUNE_STORAGE" not in (folder / "worker.sbatch").read_text()
+
+
+# Multi-node trials through the cluster's launcher: srun starts one torchrun agent per "node"
+# (here two tasks on the one node stand in for two nodes, as in tests/test_multinode.py), the
+# agents meet at a c10d rendezvous; no agent poller of ours in between.
+SRUN_TEMPLATE = ["srun", "--nodes=1", "--ntasks={num_nodes}", "--kill-on-bad-exit=1", "{launcher_argv}"]
+
+
+def _trial_cfg(timeout_s: float):
+    from autotune.contract import GPTWorkload, TrialConfig
+
+    return TrialConfig(workload=GPTWorkload(preset="tiny"), seq_len=32, micro_batch_size=2,
+                       warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=timeout_s,
+                       measure_noise_scale=False, num_gpus=1, num_nodes=2)
+
+
+@pytest.mark.e2e
+def test_a_two_node_trial_runs_through_srun(tmp_path, slurm, monkeypatch):
+    from autotune.contract import TrialStatus
+    from autotune.run.launch import run_trial, template_argv_builder
+
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    build = template_argv_builder(SRUN_TEMPLATE, rdzv_host="127.0.0.1")
+    result = run_trial(_trial_cfg(300), tmp_path / "trial", argv_builder=build)
+    assert result.status is TrialStatus.ok, (result.error, result.log_tail)
+    assert result.world_size == 2 and result.tokens_per_s > 0
+    assert not (tmp_path / "trial" / "nodes.json").exists()  # srun fanned out, not autotune.run.nodes
+
+
+@pytest.mark.e2e
+def test_a_timed_out_srun_trial_leaves_no_agent_on_any_node(tmp_path, slurm, monkeypatch):
+    from autotune.contract import TrialStatus
+    from autotune.run.launch import run_trial, template_argv_builder
+    from tests.fixtures.study_tools import processes_under
+
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    build = template_argv_builder(SRUN_TEMPLATE, rdzv_host="127.0.0.1")
+    # 4 s: the agents are still importing torch or meeting when the timeout strikes.
+    result = run_trial(_trial_cfg(4), tmp_path / "trial", argv_builder=build)
+    assert result.status is TrialStatus.timeout, (result.error, result.log_tail)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (processes_under(tmp_path / "trial")
+                                           or slurm.run("squeue", "-h", "-s").stdout.strip()):
+        time.sleep(0.5)
+    assert processes_under(tmp_path / "trial") == []
+    assert slurm.run("squeue", "-h", "-s").stdout.strip() == ""  # no job step left running
