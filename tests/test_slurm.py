@@ -56,6 +56,18 @@ def test_a_job_slurm_never_heard_of_is_ended_and_no_slurm_is_unknown(monkeypatch
     assert job_ended(SlurmJobRef(job_id="1")) is None
 
 
+def test_slurm_flags_refuse_what_cannot_work(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("sweep", "--slurm-jobs", "2", "--storage", f"sqlite:///{tmp_path / 'a.db'}")
+    assert code == 2 and "cannot share the SQLite file" in err
+    code, _, err = cli("sweep", "--sbatch-arg=--gres=gpu:1")
+    assert code == 2 and "without --slurm-jobs" in err
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    code, _, err = cli("sweep", "--slurm-jobs", "1", "--storage", f"journal:///{tmp_path / 's.log'}")
+    assert code == 2 and "sbatch not found" in err
+    assert not (tmp_path / "a.db").exists()  # nothing created for a refused submission
+
+
 def _cli(args: list[str], cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -98,7 +110,9 @@ def _wait_running_trial(storage, study: str, job_id: str, timeout_s: float = 240
 
 
 @pytest.mark.e2e
-def test_two_slurm_workers_share_a_study_and_a_cancelled_job_is_recovered(tmp_path, postgres, slurm):
+def test_two_slurm_workers_share_a_study_and_a_cancelled_job_is_recovered(tmp_path, postgres, slurm,
+                                                                           monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])  # this process asks Slurm too
     study = f"slurm{os.getpid()}"
     spec = write_spec(tmp_path, study, [1, 2, 4], timeout_s=120)
     env = cli_env(**slurm.env, AUTOTUNE_STORAGE=postgres.url)  # the URL only in the environment
@@ -118,7 +132,9 @@ def test_two_slurm_workers_share_a_study_and_a_cancelled_job_is_recovered(tmp_pa
     assert not controller_gone(ControllerRef(**elsewhere, slurm_job_id=job_b), "this-node")
     assert controller_gone(ControllerRef(**elsewhere, slurm_job_id=job_b, slurm_restarts=1), "this-node")
 
-    (job_c,) = _submit(tmp_path, spec, env, jobs=1, trials=2)
+    # The resubmitted worker finds the cut trial re-queued behind the baselines: 3 trials
+    # reach it whatever B has done by then.
+    (job_c,) = _submit(tmp_path, spec, env, jobs=1, trials=3)
     for job in (job_b, job_c):
         assert slurm.wait_job(job, ("COMPLETED", "FAILED"), timeout_s=600) == "COMPLETED", \
             (tmp_path / "runs" / study / "slurm" / f"worker-{job}.out").read_text()
