@@ -66,6 +66,32 @@ def test_slurm_flags_refuse_what_cannot_work(cli, tmp_path, monkeypatch):
     code, _, err = cli("sweep", "--slurm-jobs", "1", "--storage", f"journal:///{tmp_path / 's.log'}")
     assert code == 2 and "sbatch not found" in err
     assert not (tmp_path / "a.db").exists()  # nothing created for a refused submission
+    code, _, err = cli("sweep", "--tasks-dir", "t")
+    assert code == 2 and "--tasks-dir given without --skypilot-task" in err
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_study_status_lists_workers_and_jobs(cli, tmp_path, monkeypatch):
+    """Workers from the controllers the trials record; jobs from the study's list, their state
+    "unknown" where Slurm cannot be asked (no scontrol here)."""
+    from autotune.cli.sweep_slurm import record_jobs
+    from autotune.record import TrialRecord
+    from autotune.search.study import open_study
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    st = open_study(url, "st")
+    for job, pid in (("41", 100), ("41", 100), ("42", 200)):
+        trial = st.ask()
+        TrialRecord.write(trial, controller={"host": "n1", "pid": pid, "slurm_job_id": job})
+        if pid == 100:
+            st.tell(trial, [1.0, 2.0])
+    record_jobs(st, ["41", "42"], "/runs/st/slurm/worker.sbatch", "/runs/st/slurm/worker-%j.out")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out, err = cli("study", "status", "--storage", url, "--study", "st")
+    assert code == 0, err
+    assert "n1 pid 100 slurm job 41: 2 trial(s) finished" in out
+    assert "n1 pid 200 slurm job 42: 0 trial(s) finished, running trial 2" in out
+    assert "slurm job 42: unknown" in out and "worker-42.out" in out
 
 
 def _cli(args: list[str], cwd: Path, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
