@@ -129,7 +129,8 @@ def _wait_running_trial(storage, study: str, job_id: str, timeout_s: float = 240
             trials = []
         for t in trials:
             ctl = t.user_attrs.get("controller") or {}
-            if t.state is TrialState.RUNNING and ctl.get("slurm_job_id") == job_id:
+            # Launched: its processes run (a trial still being proposed has no "launch").
+            if t.state is TrialState.RUNNING and ctl.get("slurm_job_id") == job_id and "launch" in t.user_attrs:
                 return t.number
         time.sleep(0.2)
     raise TimeoutError(f"job {job_id} ran no trial within {timeout_s} s")
