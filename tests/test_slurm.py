@@ -63,8 +63,15 @@ def test_slurm_flags_refuse_what_cannot_work(cli, tmp_path, monkeypatch):
     code, _, err = cli("sweep", "--sbatch-arg=--gres=gpu:1")
     assert code == 2 and "without --slurm-jobs" in err
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+
+    def on_the_login_node():
+        raise AssertionError("hardware detected on the login node")
+
+    from autotune.run import hardware
+
+    monkeypatch.setattr(hardware, "local_hardware", on_the_login_node)  # the jobs detect it, not this
     code, _, err = cli("sweep", "--slurm-jobs", "1", "--storage", f"journal:///{tmp_path / 's.log'}")
-    assert code == 2 and "sbatch not found" in err
+    assert code == 2 and "sbatch not found" in err, err
     assert not (tmp_path / "a.db").exists()  # nothing created for a refused submission
     code, _, err = cli("sweep", "--tasks-dir", "t")
     assert code == 2 and "--tasks-dir given without --skypilot-task" in err
