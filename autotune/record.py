@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
 
@@ -40,6 +40,10 @@ class ControllerRef(_Part):
     host: str
     pid: int
     start_ticks: int | None = None  # tells a live pid from a reused one
+    # Inside a Slurm job (stored only there): Slurm says when the job, or this run of a requeued
+    # one, ended, so a trial of a cancelled or preempted job is recovered from any host.
+    slurm_job_id: str | None = Field(None, exclude_if=lambda v: v is None, description="SLURM_JOB_ID")
+    slurm_restarts: int | None = Field(None, exclude_if=lambda v: v is None, description="SLURM_RESTART_COUNT")
 
 
 class LaunchRef(_Part):

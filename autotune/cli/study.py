@@ -1,4 +1,7 @@
 """`autotune study copy`: move a study between storages, with its trial folders.
+`autotune study status`: who works on a study: its sweep workers and their Slurm jobs.
+
+    autotune study status --study llama --storage-file ~/.autotune-db-url
 
     autotune study copy sqlite:///autotune.db - --dst-file ~/.autotune-db-url --study llama
     autotune study copy sqlite:///a.db journal:///shared/studies.log --runs-dir autotune_runs \\
@@ -20,10 +23,11 @@ from typing import Optional
 
 import typer
 
-from autotune.cli.common import console
+from autotune.cli.common import console, storage_file_option, storage_option
 from autotune.errors import UserError
 
-study_app = typer.Typer(no_args_is_help=True, help="Manage studies: copy one to another storage.")
+study_app = typer.Typer(no_args_is_help=True, help="Manage studies: copy one to another storage; "
+                        "show its workers and their Slurm jobs.")
 
 
 def register(app: typer.Typer) -> None:
@@ -67,6 +71,66 @@ def copy(
         f"copied study '{study}' ({result['trials']} trials) from {result['src']} to "
         f"{result['dst']} as '{result['to_study']}'; {result['folders']} trial folders -> "
         f"{result['runs']}")
+
+
+@study_app.command("status")
+def status(
+    storage: Optional[str] = storage_option(),
+    storage_file: Optional[Path] = storage_file_option(),
+    study: str = typer.Option("default", help="study name"),
+    as_json: bool = typer.Option(False, "--json", help="print the workers and jobs as one JSON document"),
+) -> None:
+    """The study's sweep workers (host, process, Slurm job; trials done and running) and the
+    Slurm jobs submitted for it (`autotune sweep --slurm-jobs`) with their state now."""
+    from autotune.run.storage import redact_url, resolve_storage
+    from autotune.search.study import open_study
+
+    url = resolve_storage(storage, storage_file)
+    st = open_study(url, study, create=False)
+    doc = {"study": study, "storage": redact_url(url), **workers_and_jobs(st)}
+    if as_json:
+        from autotune.cli.common import print_json
+
+        print_json(doc)
+        return
+    con = console()
+    con.print(f"study '{study}' in {doc['storage']}: {len(doc['workers'])} worker(s)", soft_wrap=True)
+    for w in doc["workers"]:
+        job = f" slurm job {w['slurm_job_id']}" if w["slurm_job_id"] else ""
+        running = f", running trial {', '.join(map(str, w['running']))}" if w["running"] else ""
+        con.print(f"  {w['host']} pid {w['pid']}{job}: {w['finished']} trial(s) finished{running}",
+                  soft_wrap=True, markup=False)
+    for j in doc["slurm_jobs"]:
+        con.print(f"  slurm job {j['job_id']}: {j['state']} (submitted {j['submitted_at']}; output "
+                  f"{j['log']})", soft_wrap=True, markup=False)
+
+
+def workers_and_jobs(study) -> dict:
+    """Workers, from the controller each trial records; jobs, from the study's list of
+    submitted jobs with Slurm's state now ("unknown" where Slurm cannot be asked)."""
+    from optuna.trial import TrialState
+
+    from autotune.cli.sweep_slurm import submitted_jobs
+    from autotune.record import TrialRecord
+    from autotune.run.slurm import job_info
+
+    workers: dict[tuple, dict] = {}
+    for t in study.get_trials(deepcopy=False):
+        ctl = TrialRecord.of(t).controller
+        if ctl is None:
+            continue
+        w = workers.setdefault((ctl.host, ctl.pid, ctl.slurm_job_id), {
+            "host": ctl.host, "pid": ctl.pid, "slurm_job_id": ctl.slurm_job_id, "finished": 0, "running": []})
+        if t.state is TrialState.RUNNING:
+            w["running"].append(t.number)
+        elif t.state.is_finished():
+            w["finished"] += 1
+    jobs = []
+    for j in submitted_jobs(study):
+        info = job_info(j["job_id"])
+        state = "unknown" if info is None else info.get("JobState", "ended (no longer listed)")
+        jobs.append({**j, "state": state})
+    return {"workers": list(workers.values()), "slurm_jobs": jobs}
 
 
 # Set on a destination study while its trials are being copied; a copy that died half-way

@@ -4,6 +4,8 @@
     autotune sweep my_sweep.yaml --trials 20 --storage postgresql://... --study llama-8b
     autotune sweep spec.yaml --max-gpu-hours 4 --patience 8
     autotune sweep --trials 1 --json        # the result as one JSON document (progress on stderr)
+    autotune sweep spec.yaml --storage-file db-url --slurm-jobs 4 --sbatch-arg=--gres=gpu:4
+    autotune sweep spec.yaml --study llama --skypilot-task h100-sxm:8 --skypilot-task h200:8
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ def sweep(
         None, min=1, help="stop when the Pareto front has not improved for this many trials"),
     as_json: bool = typer.Option(
         False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
+    slurm_jobs: Optional[int] = typer.Option(
+        None, "--slurm-jobs", min=1,
+        help="submit this many sweep workers as Slurm jobs (sbatch) instead of running here; each runs "
+             "--trials trials in its own allocation, detecting its hardware there, into the same study "
+             "(PostgreSQL)"),
+    sbatch_args: Optional[list[str]] = typer.Option(
+        None, "--sbatch-arg",
+        help="an sbatch option for every job of --slurm-jobs, e.g. --sbatch-arg=--gres=gpu:4 (repeat for more)"),
+    skypilot_tasks: Optional[list[str]] = typer.Option(
+        None, "--skypilot-task",
+        help="write a SkyPilot task that runs a sweep worker on GPU[:COUNT] of the catalog (e.g. h100-sxm:8) "
+             "into this study, instead of running here (repeat for more types)"),
+    tasks_dir: Optional[Path] = typer.Option(None, help="folder for the --skypilot-task files (default: skypilot)"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -61,6 +76,12 @@ def sweep(
         "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
+    flags = [("--trials", trials), ("--space", space), ("--total-trials", total_trials),
+             ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)]
+    forwarded = [str(w) for flag, value in flags if value is not None for w in (flag, value)]
+    if _elsewhere(spec, spec_file, storage_file, runs_dir, as_json, forwarded, slurm_jobs, sbatch_args or [],
+                  skypilot_tasks or [], tasks_dir):
+        return
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
@@ -98,6 +119,43 @@ def sweep(
         con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
                   "sweep); `autotune report` lists the failures by error type")
         raise typer.Exit(1)
+
+
+def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded: list[str],
+               slurm_jobs: Optional[int], sbatch_args: list[str], skypilot_tasks: list[str],
+               tasks_dir: Optional[Path]) -> bool:
+    """Sweep workers that run elsewhere (Slurm jobs, SkyPilot tasks) with the flags that shape
+    the search passed on; True when that is what was asked (nothing is detected or measured
+    here then)."""
+    from autotune.cli.common import print_json
+    from autotune.errors import UserError
+
+    for given, needs in ((sbatch_args, "--slurm-jobs" if slurm_jobs is None else None),
+                         (tasks_dir, "--skypilot-task" if not skypilot_tasks else None)):
+        if given and needs:
+            flag = "--sbatch-arg" if given is sbatch_args else "--tasks-dir"
+            raise UserError(f"{flag} given without {needs}", fix=f"add {needs}, or drop {flag}")
+    if slurm_jobs is not None and skypilot_tasks:
+        raise UserError("--slurm-jobs and --skypilot-task given together", fix="give one per command")
+    if slurm_jobs is not None:
+        from autotune.cli import sweep_slurm
+
+        result = sweep_slurm.submit_workers(spec, spec_file, storage_file, runs_dir, slurm_jobs,
+                                            sbatch_args, forwarded)
+        if as_json:
+            print_json({"slurm": result})
+        else:
+            console().print(sweep_slurm.describe(result), soft_wrap=True)
+        return True
+    if skypilot_tasks:
+        from autotune.cli import sweep_skypilot
+
+        paths = sweep_skypilot.write(spec, spec_file, skypilot_tasks, tasks_dir or Path("skypilot"), forwarded)
+        console(stderr=as_json).print(sweep_skypilot.describe(paths), soft_wrap=True, markup=False)
+        if as_json:
+            print_json({"skypilot_tasks": [str(p) for p in paths]})
+        return True
+    return False
 
 
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:

@@ -4,6 +4,7 @@ machine, `autotune.run.hardware`) and the worker (the machine a trial ran on,
 
     hw = host_fingerprint()            # hostname, cpu_model, cpu_bf16, cpu_count, host_memory_bytes
     hw.key()                           # "cpu:AMD EPYC | AMD EPYC, bf16 native, 2 cores, 24 GiB | torch ..."
+    visible_devices()                  # CUDA_VISIBLE_DEVICES as a list (None: unset, all devices)
 """
 
 from __future__ import annotations
@@ -62,6 +63,25 @@ def usable_cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def visible_devices(environ: dict[str, str] | None = None) -> list[str] | None:
+    """The devices `CUDA_VISIBLE_DEVICES` lets CUDA see, in its order: indices ("0", "3") or
+    UUIDs ("GPU-8f2c...", "MIG-..."); None when the variable is unset (every device). CUDA's
+    own reading, which NVML ignores (CUDA C Programming Guide, "CUDA Environment Variables",
+    read 2026-12): entries are comma-separated, an empty value hides every device, and the
+    list ends at the first entry that is not a device (so "-1" hides them all)."""
+    env = os.environ if environ is None else environ
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    out: list[str] = []
+    for entry in (e.strip() for e in raw.split(",")):
+        if entry.isdigit() or entry.upper().startswith(("GPU-", "MIG-")):
+            out.append(entry)
+        else:
+            break  # "" or "-1" or a typo: CUDA sees nothing from here on
+    return out
 
 
 def host_memory_bytes() -> int | None:

@@ -3,8 +3,9 @@
     hw = local_hardware()          # HardwareFingerprint
     hw.device_kind, hw.device_count
 
-GPUs are found through NVML (`pynvml`, from nvidia-ml-py); without a driver the machine is
-a CPU machine, whose "GPUs" are ranks of one CPU thread each.
+GPUs are found through NVML (`pynvml`, from nvidia-ml-py), limited to the ones
+`CUDA_VISIBLE_DEVICES` leaves visible (a Slurm allocation's, a pinned trial's); without a driver,
+or with none visible, the machine is a CPU machine, whose "GPUs" are ranks of one CPU thread each.
 """
 
 from __future__ import annotations
@@ -13,10 +14,40 @@ import os
 from functools import lru_cache
 
 from autotune.contract import DeviceKind, HardwareFingerprint
-from autotune.contract.hardware import host_fingerprint
+from autotune.contract.hardware import host_fingerprint, visible_devices
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _visible_handles(pynvml) -> list:
+    """NVML handles of the devices CUDA_VISIBLE_DEVICES leaves visible, in its order. NVML
+    counts every device of the node and ignores the variable, so a sweep inside an allocation
+    of 4 of 8 GPUs would otherwise offer 8. An index past the count or an unknown UUID ends the
+    list, as it does for CUDA."""
+    count = pynvml.nvmlDeviceGetCount()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    wanted = visible_devices()
+    if wanted is None:
+        return handles
+    uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    picked: list[int] = []
+    for entry in wanted:
+        if entry.isdigit():
+            index = int(entry) if int(entry) < count else None
+        else:  # a UUID, or a unique prefix of one (CUDA accepts both)
+            hits = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+            index = hits[0] if len(hits) == 1 else None
+        if index is None or index in picked:
+            break
+        picked.append(index)
+    return [handles[i] for i in picked]
 
 
 def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
+    """(name, count, memory bytes, driver, CUDA) of the visible GPUs; None without any. The
+    memory is the smallest visible device's: a config must fit on every rank."""
     try:
         import pynvml
     except ImportError:
@@ -26,17 +57,14 @@ def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
     except Exception:  # no driver / no GPU: NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
+        handles = _visible_handles(pynvml)
+        if not handles:
             return None
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(h)
-        name = name.decode() if isinstance(name, bytes) else name
-        mem = int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
+        name = _text(pynvml.nvmlDeviceGetName(handles[0]))
+        mem = min(int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles)
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        return name, count, mem, str(driver), f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        return name, len(handles), mem, driver, f"{cuda // 1000}.{(cuda % 1000) // 10}"
     finally:
         pynvml.nvmlShutdown()
 

@@ -8,6 +8,12 @@ shell as one string, so the launcher argv goes shell-quoted; or the agents of a 
 machine). The agents stay in this process's group, so the controller's timeout or Ctrl-C kills
 them all. The first agent that fails takes the others down, as torchrun does for ranks.
 Exit code: 0 if every agent succeeded, else the first failure's code (128 + signal).
+
+This poller is for machines no scheduler starts. On Slurm the cluster's own launcher starts the
+nodes instead: `argv: [srun, "--nodes={num_nodes}", "--ntasks={num_nodes}",
+--ntasks-per-node=1, --kill-on-bad-exit=1, "{launcher_argv}"]` without `per_node`: srun starts
+one torchrun agent per node, the agents meet at a c10d rendezvous, and the controller's timeout
+stops srun, which stops the agents on every node (tests/test_slurm.py runs both on a real Slurm).
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@ reuse, the trial's processes by group and folder, and recovery of trials whose c
     record = controller_record()                 # stored with each trial (TrialRecord.controller)
     failed = recover_dead_trials(study, note)    # at the start of every sweep on this host
 
-A trial records the controller that runs it (`controller`) and its launcher's process group
-(`launch`), so a sweep that finds a RUNNING trial whose controller on this host is dead kills
-its orphaned process group, fails it and re-queues it; trials of dead machines elsewhere are
-failed by the storage's heartbeat (autotune/run/storage.py).
+A trial records the controller that runs it (`controller`, with its Slurm job inside one) and
+its launcher's process group (`launch`), so a sweep that finds a RUNNING trial whose controller
+on this host is dead kills its orphaned process group, fails it and re-queues it; one whose
+controller's Slurm job has ended (cancelled, preempted, out of time) is failed and re-queued
+from any host (Slurm killed its processes); other trials of dead machines elsewhere are failed
+by the storage's heartbeat (autotune/run/storage.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Callable
 from autotune.contract.process import process_alive, start_ticks
 from autotune.record import ControllerRef, TrialRecord
 from autotune.run.process_group import group_alive
+from autotune.run.slurm import SlurmJobRef, job_ended
 
 
 def trial_processes(pgid: int, trial_dir: str) -> list[int]:
@@ -68,9 +71,23 @@ def kill_trial_processes(pgid: int, trial_dir: str, grace_s: float = 3.0) -> int
 
 
 def controller_record() -> ControllerRef:
-    """This process, as a trial's or a claim's owner."""
+    """This process, as a trial's or a claim's owner (with its Slurm job, inside one)."""
     pid = os.getpid()
-    return ControllerRef(host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid))
+    job = SlurmJobRef.from_env()
+    return ControllerRef(host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid),
+                         slurm_job_id=job.job_id if job else None,
+                         slurm_restarts=job.restarts if job else None)
+
+
+def controller_gone(ctl: ControllerRef, host: str) -> bool:
+    """Whether a trial's controller is known dead: by its pid on this host; elsewhere, when it
+    ran in a Slurm job that has ended (Slurm killed its processes). Unknown: alive (the
+    storage's heartbeat decides then)."""
+    if ctl.host == host:
+        return not process_alive(ctl.pid, ctl.start_ticks)
+    if ctl.slurm_job_id is None:
+        return False
+    return job_ended(SlurmJobRef(job_id=ctl.slurm_job_id, restarts=ctl.slurm_restarts or 0)) is True
 
 
 def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> list[int]:
@@ -90,21 +107,22 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.FAIL)):
         rec = TrialRecord.of(t)
         ctl = rec.controller
-        if ctl is None or ctl.host != host:
+        if ctl is None or (ctl.host != host and t.state is not TrialState.RUNNING):
             continue
-        if t.state is TrialState.RUNNING and process_alive(ctl.pid, ctl.start_ticks):
-            continue  # a live sweep on this machine runs it
+        if t.state is TrialState.RUNNING and not controller_gone(ctl, host):
+            continue  # a live sweep runs it (or, on another host outside Slurm, the heartbeat decides)
         pgid = rec.launch.pgid if rec.launch else None
         if t.state is TrialState.FAIL and not (pgid and group_alive(int(pgid))):
             continue
         killed = 0
-        if pgid and rec.trial_dir:
+        if pgid and rec.trial_dir and ctl.host == host:  # elsewhere Slurm killed them
             killed = kill_trial_processes(int(pgid), rec.trial_dir)
         if t.state is TrialState.FAIL:
             if killed and note:  # failed by a heartbeat elsewhere; its processes lived on here
                 note(f"trial {t.number}: killed {killed} leftover process(es)")
             continue
-        why = (f"controller pid {ctl.pid} on {host} died during the trial; a later sweep "
+        job = f" (Slurm job {ctl.slurm_job_id})" if ctl.slurm_job_id else ""
+        why = (f"controller pid {ctl.pid} on {ctl.host}{job} died during the trial; a later sweep "
                f"failed it and killed {killed} leftover process(es)")
         TrialRecord.write_stored(storage, t._trial_id, error=why, leftovers_killed=killed)
         try:

@@ -1,0 +1,62 @@
+"""`autotune sweep --skypilot-task GPU[:N]`: write SkyPilot tasks that run a sweep worker on each
+named GPU type, into the same study (nothing runs here).
+
+    autotune sweep spec.yaml --study llama --trials 6 --skypilot-task h100-sxm:8 \\
+        --skypilot-task a100-80gb:8 --skypilot-task h200:8          # -> skypilot/autotune-*.yaml
+    AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200x8.yaml
+
+The task's workdir is this folder (SkyPilot syncs it), so the spec file must lie inside it; the
+storage URL is a SkyPilot secret given at launch, never written into a task.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from autotune.errors import UserError
+
+
+def parse_gpu(value: str) -> tuple[str, int]:
+    """"h100-sxm:8" -> ("h100-sxm", 8); "h200" -> ("h200", 1), as SkyPilot reads "H200"."""
+    name, _, count = value.partition(":")
+    if not name or (count and not (count.isdigit() and int(count) > 0)):
+        raise UserError(f"--skypilot-task '{value}' is not GPU[:COUNT]",
+                        fix="write e.g. --skypilot-task h100-sxm:8 (types: autotune catalog)")
+    return name, int(count) if count else 1
+
+
+def worker_argv(spec_file: Optional[Path], study: str, forwarded: list[str]) -> list[str]:
+    argv = ["autotune", "sweep"]
+    if spec_file is not None:
+        here, spec = Path.cwd().resolve(), spec_file.resolve()
+        if here not in spec.parents:
+            raise UserError(f"spec file '{spec_file}' lies outside this folder, which the task "
+                            "syncs to the cloud node (its workdir)",
+                            fix="run from a folder that holds the spec (and what it names)")
+        argv.append(spec.relative_to(here).as_posix())
+    return argv + ["--study", study, *forwarded]
+
+
+def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwarded: list[str]) -> list[Path]:
+    from autotune import __version__
+    from autotune.pricing.load import load_catalog
+    from autotune.run.skypilot_task import resolve_gpu, skypilot_task, write_tasks
+
+    catalog = load_catalog(spec.platforms.catalog)
+    argv = worker_argv(spec_file, spec.study, forwarded)
+    tasks = {}
+    for value in gpus:  # every task checked before any file is written
+        name, count = parse_gpu(value)
+        task = skypilot_task(catalog, resolve_gpu(catalog, name), count, argv,
+                             install=f"autotune[postgres]=={__version__}")
+        tasks[task["name"]] = task
+    return write_tasks(list(tasks.values()), folder)
+
+
+def describe(paths: list[Path]) -> str:
+    lines = [f"wrote {len(paths)} SkyPilot task(s): " + ", ".join(str(p) for p in paths),
+             "Launch each with the study's storage URL in AUTOTUNE_STORAGE (never in the file):"]
+    lines += [f"  sky launch --secret AUTOTUNE_STORAGE {shlex.quote(str(p))}" for p in paths]
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""SkyPilot tasks for other GPU types: written by `autotune sweep --skypilot-task`, they hold the
+catalog's offers (cloud/region, accelerator, instance type) and no secret, and they are valid
+SkyPilot tasks.
+
+Valid by SkyPilot's own code where `skypilot` is importable (`sky.Task.from_yaml`); otherwise
+against SkyPilot's published schemas (tests/data/skypilot_task_schema.json: what
+`sky.utils.schemas.get_task_schema()` and `get_resources_schema()` return in skypilot 0.14.1,
+the schemas `Task.from_yaml` validates a file and its resources with). The tasks for H100,
+A100 and H200 were also parsed by `sky.Task.from_yaml` of skypilot 0.14.1 in a separate
+environment, offline. skypilot is not a dependency: installing it into this project's
+environment would downgrade click (8.5 -> 8.1.8).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+SECRET = "tuner:Sky S3cret@db.example.com"
+SCHEMA = Path(__file__).parent / "data" / "skypilot_task_schema.json"
+
+
+@pytest.fixture
+def tasks(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_STORAGE", f"postgresql://{SECRET}/autotune")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"workload": {"kind": "gpt", "preset": "tiny"},
+                                                        "study": "llama"}))
+    code, out, err = cli("sweep", "spec.yaml", "--trials", "6", "--skypilot-task", "h100-sxm:8",
+                         "--skypilot-task", "A100-80GB:8", "--skypilot-task", "H200:8")
+    assert code == 0, out + err
+    assert "sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200x8.yaml" in out
+    return {p.stem.removeprefix("autotune-"): p for p in (tmp_path / "skypilot").glob("*.yaml")}
+
+
+def test_one_task_per_type_from_the_catalogs_offers(tasks):
+    assert sorted(tasks) == ["a100-80gbx8", "h100-sxmx8", "h200x8"]
+    h100 = yaml.safe_load(tasks["h100-sxmx8"].read_text())
+    entries = h100["resources"]["any_of"]
+    # AWS p5.48xlarge, Lambda's 8x SXM5, RunPod's "H100-SXM": the catalog's on-demand 8-GPU offers.
+    assert {"infra": "aws/us-east-1", "accelerators": "H100:8"} in entries
+    assert {"infra": "lambda/us-east-1", "accelerators": "H100:8"} in entries
+    assert {"infra": "runpod/US", "accelerators": "H100-SXM:8"} in entries
+    assert not [e for e in entries if e["infra"].startswith("runpod/") and e["accelerators"] == "H100:8"]
+    assert h100["run"] == "autotune sweep spec.yaml --study llama --trials 6"
+    assert h100["secrets"] == {"AUTOTUNE_STORAGE": None}
+
+
+def test_no_task_holds_the_secret(tasks):
+    for path in tasks.values():
+        text = path.read_text()
+        assert "S3cret" not in text and "postgresql" not in text and "tuner" not in text, path
+
+
+def test_a_name_two_types_share_on_a_cloud_is_pinned_by_instance_type():
+    from autotune.pricing.load import load_catalog
+    from autotune.run.skypilot_task import candidates
+
+    catalog = load_catalog(None)
+    # Lambda calls both its 1-GPU H100s "H100": the instance type tells SXM from PCIe.
+    assert {"infra": "lambda/us-east-1", "accelerators": "H100:1", "instance_type": "gpu_1x_h100_pcie"} \
+        in candidates(catalog, "h100-pcie", 1)
+    assert {"infra": "lambda/us-east-1", "accelerators": "H100:1", "instance_type": "gpu_1x_h100_sxm5"} \
+        in candidates(catalog, "h100-sxm", 1)
+    # RunPod names them apart ("H100" is its PCIe, "H100-SXM" its SXM): no instance type there.
+    assert {"infra": "runpod/US", "accelerators": "H100:1"} in candidates(catalog, "h100-pcie", 1)
+    assert {"infra": "runpod/US", "accelerators": "H100-SXM:1"} in candidates(catalog, "h100-sxm", 1)
+
+
+def test_a_size_no_offer_rents_is_refused(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("sweep", "--skypilot-task", "h100-sxm:3")
+    assert code == 2 and "rents 3 x h100-sxm" in err and "1, 2, 4, 8" in err
+    code, _, err = cli("sweep", "--skypilot-task", "h100-sxn")
+    assert code == 2 and "did you mean" in err
+    assert not (tmp_path / "skypilot").exists()  # nothing half-written
+
+
+def test_the_tasks_are_valid_skypilot_tasks(tasks):
+    try:
+        import sky
+    except ImportError:
+        sky = None
+    for gpu, path in tasks.items():
+        if sky is not None:
+            task = sky.Task.from_yaml(str(path))
+            assert task.secrets == {} or "AUTOTUNE_STORAGE" in task.secrets
+            continue
+        validate(yaml.safe_load(path.read_text()))
+
+
+def validate(task: dict) -> None:
+    import jsonschema
+
+    schemas = json.loads(SCHEMA.read_text())
+    jsonschema.validate(task, schemas["task"])
+    jsonschema.validate(task["resources"], schemas["resources"])
+
+
+def test_the_schema_check_can_fail(tasks):
+    import jsonschema
+
+    for typo in ({"acelerators": "H200:8"}, {"infra": 7}):
+        task = yaml.safe_load(tasks["h200x8"].read_text())
+        task["resources"]["any_of"][0].update(typo)  # what SkyPilot refuses
+        with pytest.raises(jsonschema.ValidationError):
+            validate(task)
+    task = yaml.safe_load(tasks["h200x8"].read_text())
+    task["secret"] = {"AUTOTUNE_STORAGE": None}
+    with pytest.raises(jsonschema.ValidationError):
+        validate(task)
