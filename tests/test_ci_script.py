@@ -42,6 +42,8 @@ def step():
         return "check"
     if role == "python":
         return {"trials.prebuild": "prebuild", "pytest": "pytest"}[argv[1]]
+    if role in ("ruff", "mypy"):
+        return role
     if role == "pip":
         return "wheel" if argv[0] == "wheel" else ("install-wheel" if argv[-1].endswith(".whl") else "install")
     return {"--version": "version", "sweep": "sweep"}[argv[0]]
@@ -55,7 +57,7 @@ if name in fail:
     sys.exit(int(fail[name]))
 if name == "venv":
     (Path(argv[2]) / "bin").mkdir(parents=True)
-    for tool in ("pip", "python", "autotune"):
+    for tool in ("pip", "python", "autotune", "ruff", "mypy"):
         wrapper(Path(argv[2]) / "bin" / tool, tool)
 elif name == "wheel":  # the file name setuptools gives the project's distribution name
     name = re.search(r'^name = "([^"]+)"', open("pyproject.toml").read(), re.M).group(1)
@@ -71,8 +73,8 @@ elif name == "check":
     sys.exit(subprocess.run([sys.executable, *argv]).returncode)
 '''
 
-ALL_STEPS = ["venv", "install", "prebuild", "pytest", "wheel", "venv", "install-wheel", "version",
-             "sweep", "check"]
+ALL_STEPS = ["venv", "install", "ruff", "mypy", "prebuild", "pytest", "wheel", "venv", "install-wheel",
+             "version", "sweep", "check"]
 
 
 @pytest.fixture
@@ -82,13 +84,15 @@ def ci(tmp_path):
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy2(REPO / ".ci" / "run", repo / ".ci" / "run")
+    shutil.copy2(REPO / ".ci" / "install_slurm.sh", repo / ".ci" / "install_slurm.sh")
     shutil.copy2(REPO / "pyproject.toml", repo / "pyproject.toml")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = tmp_path / "fake.py"
     fake.write_text(FAKE)
     (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} {fake} python3 \"$@\"\n")
-    (bin_dir / "initdb").write_text("#!/bin/sh\nexit 0\n")  # skips the apt-get step
+    for installed in ("initdb", "sbatch", "slurmctld", "munged"):  # skip the apt-get steps
+        (bin_dir / installed).write_text("#!/bin/sh\nexit 0\n")
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     log = tmp_path / "steps.log"
@@ -109,7 +113,8 @@ def test_every_step_runs_in_order_when_none_fails(ci):
     assert (rc, steps) == (0, ALL_STEPS), err
 
 
-@pytest.mark.parametrize("step,code", [("install", 1), ("prebuild", 1), ("venv", 1), ("wheel", 1)])
+@pytest.mark.parametrize("step,code", [("install", 1), ("ruff", 1), ("mypy", 1), ("prebuild", 1),
+                                       ("venv", 1), ("wheel", 1)])
 def test_a_failed_step_stops_ci_with_its_status_and_names_it(ci, step, code):
     rc, steps, err = ci(f"{step}:{code}")
     assert rc == code
@@ -120,7 +125,7 @@ def test_a_failed_step_stops_ci_with_its_status_and_names_it(ci, step, code):
 def test_pytest_collecting_nothing_fails_ci_loudly(ci):
     """pytest exits 5 when it collects no test: CI fails with 5 and says so."""
     rc, steps, err = ci("pytest:5")
-    assert rc == 5 and steps == ALL_STEPS[:4]
+    assert rc == 5 and steps == ALL_STEPS[:ALL_STEPS.index("pytest") + 1]
     assert "ci: FAILED (exit 5)" in err and "pytest" in err
 
 

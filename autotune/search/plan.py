@@ -163,8 +163,8 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
         mem = mem_cache[key]
         gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
         if gbt not in tokens_cache:
-            t = tokens_to_target(spec.target, gbt, None)
-            tokens_cache[gbt] = (t.tokens, t.basis)
+            target = tokens_to_target(spec.target, gbt, None)
+            tokens_cache[gbt] = (target.tokens, target.basis)
         tokens, _ = tokens_cache[gbt]
         recompute = c["checkpointing"].value
         hw_fpt = hardware_flops_per_token(model, seq, recompute)
@@ -244,7 +244,7 @@ def _why_none(catalog: Catalog, types: list[str], configs: int, fits: dict[str, 
                                      f"clusters" if clusters else "")))
     if not fits:
         least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of "
-                          f"{catalog.gpus[gpu].memory_bytes * (1 - MEMORY_MARGIN) / 1e9:,.0f} GB usable"
+                          f"{(catalog.gpus[gpu].memory_bytes or 0) * (1 - MEMORY_MARGIN) / 1e9:,.0f} GB usable"
                           for gpu in sorted(smallest_mem))
         return str(UserError(f"no config fits in memory (the smallest needs: {least})",
                              fix="add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the "
