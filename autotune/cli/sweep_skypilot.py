@@ -50,7 +50,7 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
     for value in gpus:  # every task checked before any file is written
         name, count = parse_gpu(value)
         task = skypilot_task(catalog, resolve_gpu(catalog, name), count, argv,
-                             install=f"autotune[postgres]=={__version__}")
+                             install=f"autotune-llm[postgres]=={__version__}")
         tasks[task["name"]] = task
     return write_tasks(list(tasks.values()), folder)
 

@@ -1,7 +1,7 @@
 """SkyPilot tasks that measure other GPU types where they are: one task YAML per GPU type, each
 running a sweep worker on that type, all writing into the same study.
 
-    task = skypilot_task(catalog, "h100-sxm", 8, worker_argv, install="autotune[postgres]==0.1.0")
+    task = skypilot_task(catalog, "h100-sxm", 8, worker_argv, install="autotune-llm[postgres]==0.1.0")
     write_tasks([task], Path("skypilot"))                  # skypilot/autotune-h100-sxmx8.yaml
     # then: AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h100-sxmx8.yaml
 
