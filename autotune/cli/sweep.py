@@ -4,6 +4,7 @@
     autotune sweep my_sweep.yaml --trials 20 --storage postgresql://... --study llama-8b
     autotune sweep spec.yaml --max-gpu-hours 4 --patience 8
     autotune sweep --trials 1 --json        # the result as one JSON document (progress on stderr)
+    autotune sweep spec.yaml --trials 8 --side-by-side 2 --storage journal:///abs/study.log
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def sweep(
     max_search_usd: Optional[float] = typer.Option(None, help="stop once trials have cost this many dollars (> 0)"),
     patience: Optional[int] = typer.Option(None, min=1, help="stop when the Pareto front has not improved for this many trials"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON document on stdout (progress on stderr)"),
+    side_by_side: Optional[int] = typer.Option(None, "--side-by-side", min=1, help="run this many trials at once on disjoint GPUs (CPU: cores), then re-measure the picks alone; needs a journal or server storage"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -54,6 +56,10 @@ def sweep(
         "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
+    if side_by_side:
+        from autotune.api.side_by_side import check_storage
+
+        check_storage(spec.storage, side_by_side)  # before the study is touched
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
@@ -64,12 +70,15 @@ def sweep(
         con.print("  not offered on this machine: " + "; ".join(
             f"{k} {[getattr(v, 'value', v) for v in vs]}" for k, vs in rs.dropped.items()), soft_wrap=True)
     prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
-    progress = SweepProgress(con, session.study, n_trials)
-    with progress:  # live: done / running / pruned / failed, best by cost and time, search cost
-        summary = run(session, n_trials, runs_dir,
-                      on_trial=progress.wrap(lambda o: con.print(outcome_line(o, con.width), markup=False,
-                                                                 soft_wrap=True)),
-                      note=lambda msg: con.print(f"  {msg}", soft_wrap=True))
+    if side_by_side:  # each worker prints its own trial lines, prefixed with its slot
+        summary = _side_by_side(session, n_trials, runs_dir, side_by_side, con, as_json)
+    else:
+        progress = SweepProgress(con, session.study, n_trials)
+        with progress:  # live: done / running / pruned / failed, best by cost and time, search cost
+            summary = run(session, n_trials, runs_dir,
+                          on_trial=progress.wrap(lambda o: con.print(outcome_line(o, con.width), markup=False,
+                                                                     soft_wrap=True)),
+                          note=lambda msg: con.print(f"  {msg}", soft_wrap=True))
     if summary.stop_reason:
         con.print(f"stopped: {summary.stop_reason}", soft_wrap=True)
     doc = collect(session.study)
@@ -91,6 +100,18 @@ def sweep(
         con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
                   "sweep); `autotune report` lists the failures by error type")
         raise typer.Exit(1)
+
+
+def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_json: bool):
+    import sys
+
+    from autotune.api.side_by_side import run_side_by_side
+    from autotune.search.study import record_sweep
+
+    record_sweep(session.study, session.spec)
+    return run_side_by_side(session, n_trials, runs_dir, count,
+                            note=lambda m: con.print(f"  {m}", soft_wrap=True, markup=False),
+                            stdout=sys.stderr if as_json else None)
 
 
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:

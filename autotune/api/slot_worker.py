@@ -1,0 +1,93 @@
+"""One sweep worker of `autotune sweep --side-by-side K`, pinned to its slot: started by
+autotune.api.side_by_side, never by hand.
+
+    AUTOTUNE_STORAGE=journal:///abs/study.log python -m autotune.api.slot_worker \\
+        --spec-json RUNS/side_by_side/spec.json --trials 3 --slot-json '{"index": 0, ...}' \\
+        --runs-dir autotune_runs --summary-json RUNS/side_by_side/worker_0.json
+
+It pins itself to the slot's cores (before anything reads the hardware: the hardware key then
+names the slot's cores, so every slot of one size is the same hardware and their measurements
+compare), runs `run_sweep` on the shared study, and stores the slot with every trial it runs.
+The storage URL comes through the environment, never the command line or a file (it may hold
+a password). The summary file tells the parent what this worker did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from pathlib import Path
+
+from autotune.contract import DeviceKind, write_json_atomic
+from autotune.run.slots import Slot, pin_to
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m autotune.api.slot_worker")
+    p.add_argument("--spec-json", type=Path, required=True)
+    p.add_argument("--trials", type=int, required=True)
+    p.add_argument("--slot-json", required=True)
+    p.add_argument("--runs-dir", type=Path, required=True)
+    p.add_argument("--summary-json", type=Path, required=True)
+    p.add_argument("--no-baselines", action="store_true")
+    return p.parse_args(argv)
+
+
+def slot_from_json(text: str) -> tuple[Slot, int]:
+    """(the slot, how many run side by side) from the parent's --slot-json."""
+    d = json.loads(text)
+    return Slot(int(d["index"]), DeviceKind(d["kind"]), tuple(int(x) for x in d["devices"])), int(d["side_by_side"])
+
+
+def slot_json(slot: Slot, side_by_side: int) -> str:
+    return json.dumps({"index": slot.index, "kind": slot.kind.value, "devices": list(slot.devices),
+                       "side_by_side": side_by_side})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    slot, side_by_side = slot_from_json(args.slot_json)
+    pin_to(slot)  # first: the hardware fingerprint reads the affinity mask
+
+    from autotune.api.sweep import load, prepare
+    from autotune.errors import UserError
+    from autotune.record import SlotRecord, TrialRecord
+    from autotune.run.storage import resolve_storage
+    from autotune.search.sweep import run_sweep
+
+    host = socket.gethostname()
+    prefix = f"[{slot.label()}]"
+    try:
+        spec = load(json.loads(args.spec_json.read_text()))
+        spec = spec.with_overrides(storage=resolve_storage(None, None, spec.storage))
+        session = prepare(spec)
+    except UserError as exc:
+        print(f"{prefix} {exc}", file=sys.stderr, flush=True)
+        return 2
+    study = session.study
+    record = SlotRecord(host=host, kind=slot.kind.value, devices=list(slot.devices),
+                        index=slot.index, side_by_side=side_by_side)
+
+    def on_trial(outcome) -> None:
+        # Called while the trial is still RUNNING (before the objective returns): the slot is
+        # stored on it through the storage, as recovery stores on trials it does not run.
+        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, outcome.number)
+        TrialRecord.write_stored(study._storage, trial_id, slot=record)
+        from autotune.report.labels import outcome_line
+
+        print(f"{prefix} {outcome_line(outcome, 10_000)}", flush=True)
+
+    summary = run_sweep(spec, study, args.trials, args.runs_dir / spec.study, on_trial=on_trial,
+                        note=lambda m: print(f"{prefix}   {m}", flush=True), catalog=session.catalog,
+                        baselines=not args.no_baselines)
+    write_json_atomic(args.summary_json, {
+        "slot": slot.index, "devices": list(slot.devices), "trials_run": summary.trials_run,
+        "trials_ok": summary.trials_ok, "stop_reason": summary.stop_reason,
+        "interrupted": summary.interrupted})
+    return 130 if summary.interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
