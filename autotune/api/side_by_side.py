@@ -42,19 +42,19 @@ from autotune.run.storage import STORAGE_ENV, storage_kind
 class SideBySideSummary:
     slots: list[Slot]
     workers: list[dict] = field(default_factory=list)  # each worker's summary file
-    alone: dict | None = None  # the alone phase's worker summary
+    alone: list[dict] = field(default_factory=list)  # the alone phase's workers' summaries
     remeasured: list[int] = field(default_factory=list)  # configs (first trials) re-measured alone
     interrupted: bool = False
 
     @property
     def trials_run(self) -> int:
-        return sum(w.get("trials_run", 0) for w in self.workers + ([self.alone] if self.alone else []))
+        return sum(w.get("trials_run", 0) for w in self.workers + self.alone)
 
     @property
     def stop_reason(self) -> str | None:
         if self.interrupted:
             return "interrupted (Ctrl-C)"
-        reasons = [w.get("stop_reason") for w in self.workers + ([self.alone] if self.alone else [])]
+        reasons = [w.get("stop_reason") for w in self.workers + self.alone]
         return "; ".join(r for r in reasons if r) or None
 
 
@@ -103,17 +103,45 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
              for i in range(count) if side[i] > 0]
     summary.interrupted = _wait(procs, note)
     summary.workers = [_read(p) for p in procs]
-    if summary.interrupted or reserve == 0:
-        return summary
-    summary.remeasured = _enqueue_picks(session.study)
-    waiting = _waiting(session.study)
-    alone_spec = spec.with_overrides(**{"budget.remeasure_trials": max(reserve, waiting)})
-    note(f"alone in {slots[0].label()}: trial(s) {summary.remeasured} measured again"
-         + (f", after {waiting - len(summary.remeasured)} left queued" if waiting > len(summary.remeasured) else ""))
-    proc = _start(alone_spec, work, slots[0], 1, max(reserve, waiting), runs_dir, stdout, baselines=False)
-    summary.interrupted = _wait([proc], note)
-    summary.alone = _read(proc)
+    if not summary.interrupted and reserve > 0:
+        _alone_phase(spec, session.study, slots[0], reserve, work, runs_dir, stdout, note, summary)
     return summary
+
+
+def _alone_phase(spec, study, slot: Slot, reserve: int, work: Path, runs_dir: Path, stdout,
+                 note: Callable[[str], None], summary: SideBySideSummary) -> None:
+    """In `slot` with the others idle: measure again each pick that has no run alone, race
+    with what is left of the reserve (as one at a time), and again until every pick has a run
+    alone. A pick changed by the last trial of the reserve gets its alone run beyond it."""
+    left, raced, over = reserve, False, False
+    while not summary.interrupted:
+        picks = _picks_without_alone_run(study)
+        said = f"the pick(s) {', '.join(f'#{n}' for n in picks)} measured again"
+        if left > 0 and not raced:  # one worker: the picks' repeats first, then racing
+            if picks:
+                _enqueue_repeats(study, picks)
+            else:
+                _enqueue_race(spec, study, left)
+            n, remeasure, raced = max(left, _waiting(study)), left, True
+            note(f"alone in {slot.label()}: {n} trial(s) one at a time" + (f"; {said} first" if picks else ""))
+        elif picks and not over:  # the last trials changed the pick: its run alone, beyond the reserve
+            _enqueue_repeats(study, picks)
+            n, remeasure, over = _waiting(study), 0, True
+            note(f"alone in {slot.label()}: {said} (the pick changed at the end of the reserve)")
+        else:
+            if picks:
+                note(f"{said.replace('measured again', 'have no run alone')}: the reserve is spent; "
+                     "more --trials would measure them alone")
+            return
+        proc = _start(spec.with_overrides(**{"budget.remeasure_trials": remeasure}), work, slot, 1, n,
+                      runs_dir, stdout, baselines=False)
+        summary.interrupted = _wait([proc], note)
+        done = _read(proc)
+        summary.alone.append(done)
+        summary.remeasured += picks
+        left -= done.get("trials_run", 0)
+        if not done.get("trials_run"):
+            return  # the worker ran nothing (it failed): do not loop on it
 
 
 def _start(spec, work: Path, slot: Slot, side_by_side: int, trials: int, runs_dir: Path, stdout,
@@ -160,25 +188,57 @@ def _read(proc: subprocess.Popen) -> dict:
                 "exit_code": proc.returncode}
 
 
+def _enqueue_race(spec, study, left: int) -> None:
+    """Queue the block a sweep one at a time would race now (autotune.search.racing), on the
+    hardware the slots measured (their stored fingerprint: the slot's cores)."""
+    from autotune.contract import HardwareFingerprint
+    from autotune.pricing.load import load_catalog
+    from autotune.record import TrialRecord
+    from autotune.search.racing import Racing
+
+    slotted = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
+    machine = next((r.machine for r in reversed(slotted) if r.slot is not None and r.machine), None)
+    if machine is None:
+        return
+    racing = Racing(HardwareFingerprint.model_validate(machine), load_catalog(spec.platforms.catalog),
+                    left, True, spec.budget.max_usd, spec.budget.deadline_hours)
+    members = racing.block(study, left)
+    if members:
+        racing.enqueue(study, members)
+
+
 def _waiting(study) -> int:
     from optuna.trial import TrialState
 
     return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
-def _enqueue_picks(study) -> list[int]:
-    """Queue one repeat of the cheapest and of the fastest config (their first trials)."""
+def _picks_without_alone_run(study) -> list[int]:
+    """The cheapest and the fastest config (their first trials) that have no successful run
+    alone yet."""
     from autotune.record import TrialRecord
     from autotune.report.build import collect
+    from autotune.report.neighbours import neighbours
 
+    frozen = study.get_trials(deepcopy=False)
+    nbrs = neighbours(frozen)
+    by_number = {t.number: t for t in frozen}
+    alone = {TrialRecord.of(t).config_key for t in frozen
+             if t.number in nbrs and not nbrs[t.number] and TrialRecord.of(t).status == "ok"}
     doc = collect(study)
     firsts = []
     for key in ("cheapest", "fastest"):
-        if doc[key] is not None and doc[key]["trial"] not in firsts:
-            firsts.append(doc[key]["trial"])
+        n = doc[key]["trial"] if doc[key] is not None else None
+        if n is not None and n not in firsts and TrialRecord.of(by_number[n]).config_key not in alone:
+            firsts.append(n)
+    return firsts
+
+
+def _enqueue_repeats(study, firsts: list[int]) -> None:
+    from autotune.record import TrialRecord
+
     block = f"alone-{uuid.uuid4().hex[:8]}"
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for n in firsts:
         study.enqueue_trial(dict(by_number[n].params),
                             user_attrs=TrialRecord.attrs(repeat_of=n, race_block=block))
-    return firsts

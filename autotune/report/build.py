@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.record import SweepRecord, TrialRecord
+from autotune.report.neighbours import interference, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, run_models
 from autotune.report.schema import (
@@ -92,7 +93,15 @@ def _result_hardware(rec: TrialRecord) -> dict[str, Any]:
         return {}
 
 
-def _trial_row(t) -> TrialRow:
+def _slot_label(rec: TrialRecord) -> str | None:
+    s = rec.slot
+    if s is None:
+        return None
+    what = "cores" if s.kind == "cpu" else "gpus"
+    return f"{what} {','.join(map(str, s.devices))} (slot {s.index + 1} of {s.side_by_side})"
+
+
+def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
     rec = TrialRecord.of(t)
     cfg = rec.config or {}
     score = rec.score
@@ -132,6 +141,8 @@ def _trial_row(t) -> TrialRow:
         local_move_from=rec.local_move_from,
         repeat_of=rec.repeat_of,
         race_block=rec.race_block,
+        slot=_slot_label(rec),
+        neighbours=beside or [],
     )
 
 
@@ -268,7 +279,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     notes: list[str] = []
     catalog = _load_catalog_quietly(spec.catalog, notes)
     frozen = study.get_trials(deepcopy=False)
-    rows = [_trial_row(t) for t in frozen]
+    nbrs = neighbours(frozen)
+    rows = [_trial_row(t, nbrs.get(t.number)) for t in frozen]
     # One option set per config: its runs merged, a reused trial's options are its source's.
     models = run_models(frozen)
     options = config_options(frozen, rows, catalog, models)
@@ -314,6 +326,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         failures=_failures(rows),
         memory=_memory_checks(frozen, rows),
         scaling=_scaling(rows),
+        interference=interference(frozen, nbrs),
         notes=notes,
     )
 

@@ -110,16 +110,41 @@ def _ended(r: dict[str, Any]) -> str:
 
 def trials_table(rows: list[dict[str, Any]], title: str, width: int):
     out = []
+    # Side by side (autotune sweep --side-by-side): where each trial ran and what ran beside it.
+    side = any(r.get("slot") or r.get("neighbours") for r in rows)
     for r in rows:
         mem = fmt_bytes(r["peak_mem_bytes"]) if r["peak_mem_bytes"] else "-"
         if r["peak_mem_bytes"] and r.get("peak_mem_source") == "host_rss":
             mem += " rss"
         out.append([str(r["number"]), r["offer"] or "-", fmt_hours(r["hours"]), fmt_usd(r["usd"]),
                     _ended(r), config_summary(r["config"]),
-                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem])
-    return fit_table(title, [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
-                             ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),
-                             ("tokens/s", TEXT, "right"), ("peak mem", TEXT, "right")], out, width)
+                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem]
+                   + ([r.get("slot") or "-", beside_text(r)] if side else []))
+    cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
+            ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),
+            ("tokens/s", TEXT, "right"), ("peak mem", TEXT, "right")]
+    if side:
+        cols += [("slot", TEXT, "left"), ("beside", TEXT, "left")]
+    return fit_table(title, cols, out, width)
+
+
+def beside_text(r: dict[str, Any]) -> str:
+    """'#3, #5' for the trials that ran beside this one; 'alone' for a launched trial without."""
+    if r.get("neighbours"):
+        return ", ".join(f"#{n}" for n in r["neighbours"])
+    return "alone" if r.get("slot") else "-"
+
+
+def _numbers(ns: list[int]) -> str:
+    return ", ".join(f"#{n}" for n in ns)
+
+
+def interference_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per config measured beside other trials and alone."""
+    return [f"interference (config of #{i['trial']}): {100 * (i['beside_over_alone'] - 1):+.0f}% tokens/s "
+            f"beside other trials, {i['tokens_per_s_beside']:,.0f} ({_numbers(i['runs_beside'])}) vs "
+            f"{i['tokens_per_s_alone']:,.0f} alone ({_numbers(i['runs_alone'])})"
+            for i in doc.get("interference") or []]
 
 
 def _limits_line(limits: dict[str, Any]) -> str:
@@ -175,6 +200,8 @@ def print_report(doc: dict[str, Any], console) -> None:
             ("prediction", LINE, "left")], rows, width))
     line = scaling_line(doc)
     if line:
+        console.print(line, markup=False)
+    for line in interference_lines(doc):
         console.print(line, markup=False)
     for label, key in (("cheapest", "cheapest"), ("fastest", "fastest")):
         best = doc[key]
@@ -246,6 +273,8 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
         lines.append((clip("", "Scaling (same per-rank config, more GPUs): " + ", ".join(
             f"{s['num_gpus']}x {100 * s['scaling_efficiency']:.0f}% #{s['trial']}" for s in doc["scaling"]),
             width), None))
+    for text in interference_lines(doc):
+        lines.append((clip("", text, width), None))
     if doc["failures"]:
         n = sum(g["count"] for g in doc["failures"])
         lines.append((clip("", f"{n} trial(s) did not complete: " + ", ".join(
