@@ -66,16 +66,25 @@ def check_storage(url: str, count: int) -> None:
                             "postgresql://... on a cluster")
 
 
-def plan_slots(session, count: int) -> list[Slot]:
-    """`count` disjoint slots that each hold the space's largest trial on this machine."""
-    hw = session.hardware
-    ranks = max(session.restricted.num_gpus)
-    if hw.device_kind is DeviceKind.cpu:
-        size = ranks * session.spec.trial.threads_per_rank
-    else:
-        size = ranks
+def plan_slots(spec, count: int) -> list[Slot]:
+    """`count` disjoint slots that each hold the space's largest trial on this machine;
+    UserError (before any study is touched) when they do not fit."""
+    from autotune.run.hardware import local_hardware
+    from autotune.search.space import capabilities_for, load_space, restrict
+
+    hw = local_hardware()
+    n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
+    rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
+    ranks = max(rs.num_gpus)
+    size = ranks * spec.trial.threads_per_rank if hw.device_kind is DeviceKind.cpu else ranks
     devices = visible_devices(hw.device_kind, device_count=hw.device_count)
     return pack_slots(devices, size, count, hw.device_kind)
+
+
+def check(spec, count: int) -> list[Slot]:
+    """Everything `--side-by-side` can refuse, checked before the study is touched."""
+    check_storage(spec.storage, count)
+    return plan_slots(spec, count)
 
 
 def shares(n: int, k: int) -> list[int]:
@@ -89,8 +98,7 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
     from autotune.search.sweep import remeasure_reserve
 
     spec = session.spec
-    check_storage(spec.storage, count)
-    slots = plan_slots(session, count)
+    slots = check(spec, count)
     reserve = max(remeasure_reserve(spec, n_trials), 1) if count > 1 and n_trials > count else 0
     side = shares(n_trials - reserve, count)
     work = Path(runs_dir) / spec.study / f"side_by_side_{uuid.uuid4().hex[:6]}"

@@ -57,9 +57,9 @@ def sweep(
         "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
     n_trials = trials or spec.budget.trials
     if side_by_side:
-        from autotune.api.side_by_side import check_storage
+        from autotune.api.side_by_side import check
 
-        check_storage(spec.storage, side_by_side)  # before the study is touched
+        check(spec, side_by_side)  # storage and room for the slots, before the study is touched
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     hw, rs = session.hardware, session.restricted
