@@ -109,9 +109,14 @@ def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_js
     from autotune.search.study import record_sweep
 
     record_sweep(session.study, session.spec)
-    return run_side_by_side(session, n_trials, runs_dir, count,
-                            note=lambda m: con.print(f"  {m}", soft_wrap=True, markup=False),
-                            stdout=sys.stderr if as_json else None)
+    summary = run_side_by_side(session, n_trials, runs_dir, count,
+                               note=lambda m: con.print(f"  {m}", soft_wrap=True, markup=False),
+                               stdout=sys.stderr if as_json else None)
+    if summary.workers and all("exit_code" in w for w in summary.workers):
+        con.print(f"[red]every sweep worker failed[/]: {summary.stop_reason}; their lines above say why",
+                  soft_wrap=True)
+        raise typer.Exit(1)
+    return summary
 
 
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:
