@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         spec = load(json.loads(args.spec_json.read_text()))
         spec = spec.with_overrides(storage=resolve_storage(None, None, spec.storage))
         session = prepare(spec)
+        if session.hardware.device_count != len(slot.devices):
+            # The hardware is read after pinning: it must see the slot alone, or the space
+            # would offer trials larger than the slot (NVML counts every GPU of the node
+            # unless the hardware reader honours CUDA_VISIBLE_DEVICES).
+            raise UserError(f"this worker sees {session.hardware.device_count} devices in a slot of "
+                            f"{len(slot.devices)} ({slot.label()})",
+                            fix="use an autotune whose hardware detection honours CUDA_VISIBLE_DEVICES "
+                                "(issue 26), or run without --side-by-side")
     except UserError as exc:
         print(f"{prefix} {exc}", file=sys.stderr, flush=True)
         return 2
