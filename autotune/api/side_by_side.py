@@ -10,9 +10,10 @@ threads_per_rank cores; autotune.run.slots packs them). The budget splits in two
    one at a time keeps) is shared between K workers (autotune.api.slot_worker), each a
    `run_sweep` on the same study; claims and reuse keep two of them from measuring one config.
    They do not race (racing measures rivals back to back, which a neighbour would disturb).
-2. Alone: one worker, in slot 0 while the others are idle, measures again the cheapest and the
-   fastest config (recorded as repeats, `repeat_of`) and spends the rest of the reserve racing
-   as a sweep one at a time does. Trials the side-by-side phase left queued run first.
+2. Alone (autotune.api.alone): once the others have ended, worker 0, in slot 0 with its trial
+   pool warm, measures again the cheapest and the fastest config (recorded as repeats,
+   `repeat_of`) and spends the rest of the reserve racing as a sweep one at a time does.
+   Trials the side-by-side phase left queued run first.
 Every trial stores its slot; the report derives each trial's neighbours (same host, overlapping
 run) and the interference: a config's tokens/s beside another trial against alone.
 
@@ -106,54 +107,24 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
     note(f"{count} trials side by side ({', '.join(s.label() for s in slots)}): "
          f"{sum(side)} trials together, then {reserve} alone (the picks re-measured)")
     summary = SideBySideSummary(slots)
-    racing_off = spec.with_overrides(**{"budget.remeasure_trials": 0}) if count > 1 else spec
-    procs = [_start(racing_off, work, slots[i], count, side[i], runs_dir, stdout)
-             for i in range(count) if side[i] > 0]
-    summary.interrupted = _wait(procs, note)
-    summary.workers = [_read(p) for p in procs]
-    if not summary.interrupted and reserve > 0:
-        _alone_phase(spec, session.study, slots[0], reserve, work, runs_dir, stdout, note, summary)
+    if count > 1:
+        spec = spec.with_overrides(**{"budget.remeasure_trials": 0})  # racing waits for the alone phase
+    others_done = work / "others_done"
+    others = [_start(spec, work, slots[i], count, side[i], runs_dir, stdout)
+              for i in range(1, count) if side[i] > 0]
+    first = _start(spec, work, slots[0], count, side[0], runs_dir, stdout,
+                   alone=(reserve, others_done) if reserve else None)
+    summary.interrupted = _wait(others, note)
+    others_done.touch()  # worker 0 goes on alone
+    summary.interrupted = _wait([first], note) or summary.interrupted
+    summary.workers = [_read(p) for p in [first, *others]]
+    alone = summary.workers[0].pop("alone", None) or {}
+    summary.alone, summary.remeasured = alone.get("runs", []), alone.get("remeasured", [])
     return summary
 
 
-def _alone_phase(spec, study, slot: Slot, reserve: int, work: Path, runs_dir: Path, stdout,
-                 note: Callable[[str], None], summary: SideBySideSummary) -> None:
-    """In `slot` with the others idle: measure again each pick that has no run alone, race
-    with what is left of the reserve (as one at a time), and again until every pick has a run
-    alone. A pick changed by the last trial of the reserve gets its alone run beyond it."""
-    left, raced, over = reserve, False, False
-    while not summary.interrupted:
-        picks = _picks_without_alone_run(study)
-        said = f"the pick(s) {', '.join(f'#{n}' for n in picks)} measured again"
-        if left > 0 and not raced:  # one worker: the picks' repeats first, then racing
-            if picks:
-                _enqueue_repeats(study, picks)
-            else:
-                _enqueue_race(spec, study, left)
-            n, remeasure, raced = max(left, _waiting(study)), left, True
-            note(f"alone in {slot.label()}: {n} trial(s) one at a time" + (f"; {said} first" if picks else ""))
-        elif picks and not over:  # the last trials changed the pick: its run alone, beyond the reserve
-            _enqueue_repeats(study, picks)
-            n, remeasure, over = _waiting(study), 0, True
-            note(f"alone in {slot.label()}: {said} (the pick changed at the end of the reserve)")
-        else:
-            if picks:
-                note(f"{said.replace('measured again', 'have no run alone')}: the reserve is spent; "
-                     "more --trials would measure them alone")
-            return
-        proc = _start(spec.with_overrides(**{"budget.remeasure_trials": remeasure}), work, slot, 1, n,
-                      runs_dir, stdout, baselines=False)
-        summary.interrupted = _wait([proc], note)
-        done = _read(proc)
-        summary.alone.append(done)
-        summary.remeasured += picks
-        left -= done.get("trials_run", 0)
-        if not done.get("trials_run"):
-            return  # the worker ran nothing (it failed): do not loop on it
-
-
 def _start(spec, work: Path, slot: Slot, side_by_side: int, trials: int, runs_dir: Path, stdout,
-           baselines: bool = True) -> subprocess.Popen:
+           alone: tuple[int, Path] | None = None) -> subprocess.Popen:
     from autotune.api.slot_worker import slot_json
 
     tag = f"slot{slot.index}_x{side_by_side}"
@@ -165,8 +136,8 @@ def _start(spec, work: Path, slot: Slot, side_by_side: int, trials: int, runs_di
     argv = [sys.executable, "-m", "autotune.api.slot_worker", "--spec-json", str(spec_file),
             "--trials", str(trials), "--slot-json", slot_json(slot, side_by_side),
             "--runs-dir", str(Path(runs_dir).resolve()), "--summary-json", str(summary_file)]
-    if not baselines:
-        argv.append("--no-baselines")
+    if alone:
+        argv += ["--alone-reserve", str(alone[0]), "--others-done", str(alone[1])]
     env = slot_env(slot, os.environ) | {STORAGE_ENV: spec.storage}
     proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     proc.summary_file = summary_file  # type: ignore[attr-defined]
@@ -196,57 +167,3 @@ def _read(proc: subprocess.Popen) -> dict:
                 "exit_code": proc.returncode}
 
 
-def _enqueue_race(spec, study, left: int) -> None:
-    """Queue the block a sweep one at a time would race now (autotune.search.racing), on the
-    hardware the slots measured (their stored fingerprint: the slot's cores)."""
-    from autotune.contract import HardwareFingerprint
-    from autotune.pricing.load import load_catalog
-    from autotune.record import TrialRecord
-    from autotune.search.racing import Racing
-
-    slotted = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
-    machine = next((r.machine for r in reversed(slotted) if r.slot is not None and r.machine), None)
-    if machine is None:
-        return
-    racing = Racing(HardwareFingerprint.model_validate(machine), load_catalog(spec.platforms.catalog),
-                    left, True, spec.budget.max_usd, spec.budget.deadline_hours)
-    members = racing.block(study, left)
-    if members:
-        racing.enqueue(study, members)
-
-
-def _waiting(study) -> int:
-    from optuna.trial import TrialState
-
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-
-
-def _picks_without_alone_run(study) -> list[int]:
-    """The cheapest and the fastest config (their first trials) that have no successful run
-    alone yet."""
-    from autotune.record import TrialRecord
-    from autotune.report.build import collect
-    from autotune.report.neighbours import neighbours
-
-    frozen = study.get_trials(deepcopy=False)
-    nbrs = neighbours(frozen)
-    by_number = {t.number: t for t in frozen}
-    alone = {TrialRecord.of(t).config_key for t in frozen
-             if t.number in nbrs and not nbrs[t.number] and TrialRecord.of(t).status == "ok"}
-    doc = collect(study)
-    firsts = []
-    for key in ("cheapest", "fastest"):
-        n = doc[key]["trial"] if doc[key] is not None else None
-        if n is not None and n not in firsts and TrialRecord.of(by_number[n]).config_key not in alone:
-            firsts.append(n)
-    return firsts
-
-
-def _enqueue_repeats(study, firsts: list[int]) -> None:
-    from autotune.record import TrialRecord
-
-    block = f"alone-{uuid.uuid4().hex[:8]}"
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
-    for n in firsts:
-        study.enqueue_trial(dict(by_number[n].params),
-                            user_attrs=TrialRecord.attrs(repeat_of=n, race_block=block))

@@ -3,11 +3,14 @@ autotune.api.side_by_side, never by hand.
 
     AUTOTUNE_STORAGE=journal:///abs/study.log python -m autotune.api.slot_worker \\
         --spec-json RUNS/side_by_side/spec.json --trials 3 --slot-json '{"index": 0, ...}' \\
-        --runs-dir autotune_runs --summary-json RUNS/side_by_side/worker_0.json
+        --runs-dir autotune_runs --summary-json RUNS/side_by_side/worker_0.json \
+        --alone-reserve 4 --others-done RUNS/side_by_side/others_done     # worker 0 only
 
 It pins itself to the slot's cores (before anything reads the hardware: the hardware key then
 names the slot's cores, so every slot of one size is the same hardware and their measurements
 compare), runs `run_sweep` on the shared study, and stores the slot with every trial it runs.
+Worker 0 then waits until the parent says the others have ended and runs the alone phase
+(autotune.api.alone) in its slot, with its trial pool still warm.
 The storage URL comes through the environment, never the command line or a file (it may hold
 a password). The summary file tells the parent what this worker did.
 """
@@ -31,7 +34,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--slot-json", required=True)
     p.add_argument("--runs-dir", type=Path, required=True)
     p.add_argument("--summary-json", type=Path, required=True)
-    p.add_argument("--no-baselines", action="store_true")
+    p.add_argument("--alone-reserve", type=int, default=0,
+                   help="then, once --others-done exists, the alone phase with this reserve")
+    p.add_argument("--others-done", type=Path, default=None,
+                   help="a file the parent writes when every other worker has ended")
     return p.parse_args(argv)
 
 
@@ -82,19 +88,68 @@ def main(argv: list[str] | None = None) -> int:
         # Called while the trial is still RUNNING (before the objective returns): the slot is
         # stored on it through the storage, as recovery stores on trials it does not run.
         trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, outcome.number)
-        TrialRecord.write_stored(study._storage, trial_id, slot=record)
+        TrialRecord.write_stored(study._storage, trial_id, slot=state["record"])
         from autotune.report.labels import outcome_line
 
         print(f"{prefix} {outcome_line(outcome, 10_000)}", flush=True)
 
-    summary = run_sweep(spec, study, args.trials, args.runs_dir / spec.study, on_trial=on_trial,
-                        note=lambda m: print(f"{prefix}   {m}", flush=True), catalog=session.catalog,
-                        baselines=not args.no_baselines)
-    write_json_atomic(args.summary_json, {
-        "slot": slot.index, "devices": list(slot.devices), "trials_run": summary.trials_run,
-        "trials_ok": summary.trials_ok, "stop_reason": summary.stop_reason,
-        "interrupted": summary.interrupted})
-    return 130 if summary.interrupted else 0
+    runner, close_runner = kept_open_runner(spec)
+    state = {"record": record}
+
+    def sweep(sp, n: int, baselines: bool) -> dict:
+        summary = run_sweep(sp, study, n, args.runs_dir / spec.study, on_trial=on_trial,
+                            note=lambda m: print(f"{prefix}   {m}", flush=True), runner=runner,
+                            catalog=session.catalog, baselines=baselines)
+        return {"trials_run": summary.trials_run, "trials_ok": summary.trials_ok,
+                "stop_reason": summary.stop_reason, "interrupted": summary.interrupted}
+
+    try:
+        done = sweep(spec, args.trials, True) if args.trials else {"trials_run": 0}
+        if args.alone_reserve and not done.get("interrupted") and wait_for(args.others_done):
+            from autotune.api.alone import alone_phase
+
+            # The slot's pool stays warm: its trials start as fast as one at a time.
+            state["record"] = record.model_copy(update={"side_by_side": 1})
+            done["alone"] = alone_phase(
+                spec, study, args.alone_reserve, lambda sp, n: sweep(sp, n, False),
+                lambda m: print(f"{prefix} {m}", flush=True), session.hardware, session.catalog)
+    except KeyboardInterrupt:  # Ctrl-C while waiting for the others
+        done = {"trials_run": 0, "interrupted": True}
+    finally:
+        close_runner()
+    write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
+    return 130 if done.get("interrupted") or (done.get("alone") or {}).get("interrupted") else 0
+
+
+def kept_open_runner(spec):
+    """(runner, close): the runner a sweep would make (autotune.search.objective), kept open
+    across this worker's sweeps, so that the alone phase reuses the slot's warm trial pool.
+    (None, no-op) where the sweep would not pool: it then makes its own."""
+    ls = spec.launcher
+    if not (spec.trial.reuse_workers and not ls.argv):
+        return None, lambda: None
+    from autotune.run.launch import launcher_runner, template_argv_builder
+    from autotune.run.pool import pool_runner
+
+    pool = pool_runner(fallback=launcher_runner(template_argv_builder(
+        ls.argv, per_node=ls.per_node, hosts=ls.hosts, rdzv_host=ls.rdzv_host,
+        job_name=f"autotune-{spec.study}")))
+
+    def runner(cfg, trial_dir, on_start=None):  # no `close`: run_sweep leaves it open
+        return pool(cfg, trial_dir, on_start=on_start)
+
+    return runner, pool.close
+
+
+def wait_for(path: Path | None, poll_s: float = 0.5) -> bool:
+    """Wait until the parent says every other worker has ended (False: no such file given)."""
+    import time
+
+    if path is None:
+        return False
+    while not path.exists():
+        time.sleep(poll_s)
+    return True
 
 
 if __name__ == "__main__":
