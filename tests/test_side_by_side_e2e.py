@@ -100,5 +100,9 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     shown = run_cli("report", "--study", "sbs", "--storage", url)
     assert shown.returncode == 0, shown.stderr
     assert "beside" in shown.stdout and "slot 1 of 1" in shown.stdout
+    page = tmp_path / "report.html"
+    assert run_cli("report", "--study", "sbs", "--storage", url, "--html", str(page)).returncode == 0
+    html = page.read_text()
+    assert "<th class='l'>beside</th>" in html
     if both:
-        assert "interference (config of #" in shown.stdout
+        assert "interference (config of #" in shown.stdout and "interference (config of #" in html

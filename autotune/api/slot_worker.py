@@ -52,71 +52,94 @@ def slot_json(slot: Slot, side_by_side: int) -> str:
                        "side_by_side": side_by_side})
 
 
+class SlotWorker:
+    """A sweep pinned to one slot: its share side by side, then (worker 0) the alone phase."""
+
+    def __init__(self, args: argparse.Namespace, slot: Slot, side_by_side: int, session):
+        from autotune.record import SlotRecord
+
+        self.args, self.slot, self.session, self.study = args, slot, session, session.study
+        self.prefix = f"[{slot.label()}]"
+        self.record = SlotRecord(host=socket.gethostname(), kind=slot.kind.value,
+                                 devices=list(slot.devices), index=slot.index, side_by_side=side_by_side)
+        self.runner, self.close_runner = kept_open_runner(session.spec)
+
+    def say(self, message: str) -> None:
+        print(f"{self.prefix} {message}", flush=True)
+
+    def on_trial(self, outcome) -> None:
+        # Called while the trial is still RUNNING (before the objective returns): the slot is
+        # stored on it through the storage, as recovery stores on trials it does not run.
+        from autotune.record import TrialRecord
+        from autotune.report.labels import outcome_line
+
+        st = self.study
+        trial_id = st._storage.get_trial_id_from_study_id_trial_number(st._study_id, outcome.number)
+        TrialRecord.write_stored(st._storage, trial_id, slot=self.record)
+        self.say(outcome_line(outcome, 10_000))
+
+    def sweep(self, spec, n: int, baselines: bool) -> dict:
+        from autotune.search.sweep import run_sweep
+
+        summary = run_sweep(spec, self.study, n, self.args.runs_dir / spec.study, on_trial=self.on_trial,
+                            note=lambda m: self.say(f"  {m}"), runner=self.runner,
+                            catalog=self.session.catalog, baselines=baselines)
+        return {"trials_run": summary.trials_run, "trials_ok": summary.trials_ok,
+                "stop_reason": summary.stop_reason, "interrupted": summary.interrupted}
+
+    def run(self) -> dict:
+        """This worker's share; then, for worker 0 once the others have ended, the alone phase
+        (in this slot, its trial pool still warm: its trials start as fast as one at a time)."""
+        args, spec = self.args, self.session.spec
+        try:
+            done = self.sweep(spec, args.trials, True) if args.trials else {"trials_run": 0}
+            if args.alone_reserve and not done.get("interrupted") and wait_for(args.others_done):
+                from autotune.api.alone import alone_phase
+
+                self.record = self.record.model_copy(update={"side_by_side": 1})
+                done["alone"] = alone_phase(spec, self.study, args.alone_reserve,
+                                            lambda sp, n: self.sweep(sp, n, False), self.say,
+                                            self.session.hardware, self.session.catalog)
+        except KeyboardInterrupt:  # Ctrl-C while waiting for the others
+            done = {"trials_run": 0, "interrupted": True}
+        finally:
+            self.close_runner()
+        return done
+
+
+def open_session(args: argparse.Namespace, slot: Slot):
+    """The spec (storage from the environment) and the sweep's checked session, in the slot."""
+    from autotune.api.sweep import load, prepare
+    from autotune.errors import UserError
+    from autotune.run.storage import resolve_storage
+
+    spec = load(json.loads(args.spec_json.read_text()))
+    spec = spec.with_overrides(storage=resolve_storage(None, None, spec.storage))
+    session = prepare(spec)
+    if session.hardware.device_count != len(slot.devices):
+        # The hardware is read after pinning: it must see the slot alone, or the space would
+        # offer trials larger than the slot (NVML counts every GPU of the node unless the
+        # hardware reader honours CUDA_VISIBLE_DEVICES).
+        raise UserError(f"this worker sees {session.hardware.device_count} devices in a slot of "
+                        f"{len(slot.devices)} ({slot.label()})",
+                        fix="use an autotune whose hardware detection honours CUDA_VISIBLE_DEVICES "
+                            "(issue 26), or run without --side-by-side")
+    return session
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     slot, side_by_side = slot_from_json(args.slot_json)
     pin_to(slot)  # first: the hardware fingerprint reads the affinity mask
 
-    from autotune.api.sweep import load, prepare
     from autotune.errors import UserError
-    from autotune.record import SlotRecord, TrialRecord
-    from autotune.run.storage import resolve_storage
-    from autotune.search.sweep import run_sweep
 
-    host = socket.gethostname()
-    prefix = f"[{slot.label()}]"
     try:
-        spec = load(json.loads(args.spec_json.read_text()))
-        spec = spec.with_overrides(storage=resolve_storage(None, None, spec.storage))
-        session = prepare(spec)
-        if session.hardware.device_count != len(slot.devices):
-            # The hardware is read after pinning: it must see the slot alone, or the space
-            # would offer trials larger than the slot (NVML counts every GPU of the node
-            # unless the hardware reader honours CUDA_VISIBLE_DEVICES).
-            raise UserError(f"this worker sees {session.hardware.device_count} devices in a slot of "
-                            f"{len(slot.devices)} ({slot.label()})",
-                            fix="use an autotune whose hardware detection honours CUDA_VISIBLE_DEVICES "
-                                "(issue 26), or run without --side-by-side")
+        session = open_session(args, slot)
     except UserError as exc:
-        print(f"{prefix} {exc}", file=sys.stderr, flush=True)
+        print(f"[{slot.label()}] {exc}", file=sys.stderr, flush=True)
         return 2
-    study = session.study
-    record = SlotRecord(host=host, kind=slot.kind.value, devices=list(slot.devices),
-                        index=slot.index, side_by_side=side_by_side)
-
-    def on_trial(outcome) -> None:
-        # Called while the trial is still RUNNING (before the objective returns): the slot is
-        # stored on it through the storage, as recovery stores on trials it does not run.
-        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, outcome.number)
-        TrialRecord.write_stored(study._storage, trial_id, slot=state["record"])
-        from autotune.report.labels import outcome_line
-
-        print(f"{prefix} {outcome_line(outcome, 10_000)}", flush=True)
-
-    runner, close_runner = kept_open_runner(spec)
-    state = {"record": record}
-
-    def sweep(sp, n: int, baselines: bool) -> dict:
-        summary = run_sweep(sp, study, n, args.runs_dir / spec.study, on_trial=on_trial,
-                            note=lambda m: print(f"{prefix}   {m}", flush=True), runner=runner,
-                            catalog=session.catalog, baselines=baselines)
-        return {"trials_run": summary.trials_run, "trials_ok": summary.trials_ok,
-                "stop_reason": summary.stop_reason, "interrupted": summary.interrupted}
-
-    try:
-        done = sweep(spec, args.trials, True) if args.trials else {"trials_run": 0}
-        if args.alone_reserve and not done.get("interrupted") and wait_for(args.others_done):
-            from autotune.api.alone import alone_phase
-
-            # The slot's pool stays warm: its trials start as fast as one at a time.
-            state["record"] = record.model_copy(update={"side_by_side": 1})
-            done["alone"] = alone_phase(
-                spec, study, args.alone_reserve, lambda sp, n: sweep(sp, n, False),
-                lambda m: print(f"{prefix} {m}", flush=True), session.hardware, session.catalog)
-    except KeyboardInterrupt:  # Ctrl-C while waiting for the others
-        done = {"trials_run": 0, "interrupted": True}
-    finally:
-        close_runner()
+    done = SlotWorker(args, slot, side_by_side, session).run()
     write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
     return 130 if done.get("interrupted") or (done.get("alone") or {}).get("interrupted") else 0
 

@@ -2,6 +2,7 @@
 
     nbrs = neighbours(frozen)              # {trial number: [numbers of trials beside it]}
     rows = interference(frozen, nbrs)      # per config: tokens/s beside others vs alone
+    beside_text(doc_row), interference_lines(doc)   # as the terminal and HTML reports show them
 
 Two launched trials are neighbours when they ran on the same host (the slot's host, else the
 controller's) and their runs overlapped (Optuna's start and completion times of the trial).
@@ -79,3 +80,25 @@ def interference(frozen, nbrs: dict[int, list[int]]) -> list[InterferenceRow]:
             runs_alone=[n for n, _ in alone], tokens_per_s_beside=tps_beside,
             tokens_per_s_alone=tps_alone, beside_over_alone=tps_beside / tps_alone))
     return sorted(rows, key=lambda r: r.trial)
+
+
+# -- as the report shows them (terminal and HTML)
+
+
+def beside_text(r: dict[str, Any]) -> str:
+    """'#3, #5' for the trials that ran beside this one; 'alone' for a launched trial without."""
+    if r.get("neighbours"):
+        return _numbers(r["neighbours"])
+    return "alone" if r.get("slot") else "-"
+
+
+def _numbers(ns: list[int]) -> str:
+    return ", ".join(f"#{n}" for n in ns)
+
+
+def interference_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per config measured beside other trials and alone."""
+    return [f"interference (config of #{i['trial']}): {100 * (i['beside_over_alone'] - 1):+.0f}% tokens/s "
+            f"beside other trials, {i['tokens_per_s_beside']:,.0f} ({_numbers(i['runs_beside'])}) vs "
+            f"{i['tokens_per_s_alone']:,.0f} alone ({_numbers(i['runs_alone'])})"
+            for i in doc.get("interference") or []]

@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+from autotune.report.neighbours import beside_text, interference_lines
 
 WIDE_COLUMNS = 160
 NAME, TEXT, LINE = "name", "text", "line"  # LINE: text kept to one line, ellipsised
@@ -126,25 +127,6 @@ def trials_table(rows: list[dict[str, Any]], title: str, width: int):
     if side:
         cols += [("slot", TEXT, "left"), ("beside", TEXT, "left")]
     return fit_table(title, cols, out, width)
-
-
-def beside_text(r: dict[str, Any]) -> str:
-    """'#3, #5' for the trials that ran beside this one; 'alone' for a launched trial without."""
-    if r.get("neighbours"):
-        return ", ".join(f"#{n}" for n in r["neighbours"])
-    return "alone" if r.get("slot") else "-"
-
-
-def _numbers(ns: list[int]) -> str:
-    return ", ".join(f"#{n}" for n in ns)
-
-
-def interference_lines(doc: dict[str, Any]) -> list[str]:
-    """One line per config measured beside other trials and alone."""
-    return [f"interference (config of #{i['trial']}): {100 * (i['beside_over_alone'] - 1):+.0f}% tokens/s "
-            f"beside other trials, {i['tokens_per_s_beside']:,.0f} ({_numbers(i['runs_beside'])}) vs "
-            f"{i['tokens_per_s_alone']:,.0f} alone ({_numbers(i['runs_alone'])})"
-            for i in doc.get("interference") or []]
 
 
 def _limits_line(limits: dict[str, Any]) -> str:
