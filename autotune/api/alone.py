@@ -1,6 +1,6 @@
 """The alone phase of `autotune sweep --side-by-side K`: in one slot, with the other slots
-idle, the picks are measured again before they are recommended, and the rest of the reserve
-races the leaders one at a time. Run by the side-by-side sweep's worker 0 (its trial pool is
+idle, the leaders (and so the picks) are measured again before they are recommended, and the
+rest of the reserve races them one at a time. Run by the side-by-side sweep's worker 0 (its trial pool is
 warm) once every other worker has finished.
 
     done = alone_phase(spec, study, reserve=4, run=lambda spec, n: {...}, note=print, hw=hw, catalog=catalog)
@@ -18,34 +18,43 @@ Run = Callable[[Any, int], dict]
 
 
 def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None], hw, catalog) -> dict:
-    """Measure again each pick (cheapest, fastest) that has no run alone; race with what is
-    left of the reserve (as a sweep one at a time does); again once if the last trials changed
-    the pick (its run alone then comes beyond the reserve). Returns the runs' summaries and
-    the picks re-measured."""
+    """First the leaders of the side-by-side phase (the cheapest and the fastest configs, in
+    turn, up to the reserve) measured again alone, back to back in one block; then what is
+    left of the reserve races (as a sweep one at a time does); then, once, the pick if the
+    last trials made a config without a run alone the pick (beyond the reserve). Returns the
+    runs' summaries and the configs (first trials) re-measured.
+
+    Why the leaders and not only the pick: a run beside another trial is slower than alone by
+    the interference, so a config with a run alone would beat rivals measured only beside
+    others for that reason alone. Each leader gets one run alone, so they compare alike; the
+    configs left with runs beside others only were behind them in that same condition."""
     out: dict = {"runs": [], "remeasured": [], "interrupted": False}
     left, raced, over = reserve, False, False
     while not out["interrupted"]:
-        picks = picks_without_alone_run(study)
-        said = f"the pick(s) {', '.join(f'#{n}' for n in picks)} measured again"
-        if left > 0 and not raced:  # one run: the picks' repeats first, then racing
-            if picks:
-                enqueue_repeats(study, picks)
+        if left > 0 and not raced:
+            firsts = leaders_without_alone_run(study, left)
+            if firsts:
+                enqueue_repeats(study, firsts)
             else:
                 enqueue_race(spec, study, left, hw, catalog)
-            n, remeasure, raced = max(left, waiting(study)), left, True
-            note(f"alone: {n} trial(s) one at a time" + (f"; {said} first" if picks else ""))
-        elif picks and not over:
-            enqueue_repeats(study, picks)
-            n, remeasure, over = waiting(study), 0, True
-            note(f"alone: {said} (the pick changed at the end of the reserve)")
+            n, remeasure, raced = max(left, waiting(study)), max(left - len(firsts), 0), True
+            note(f"alone: {n} trial(s) one at a time" + (
+                f"; first the leaders {_numbers(firsts)} measured again" if firsts else ""))
         else:
-            if picks:
-                note(f"{said.replace('measured again', 'have no run alone')}: the reserve is spent; "
+            firsts = leaders_without_alone_run(study, 2, picks_only=True)
+            if not firsts:
+                return out
+            if over:
+                note(f"the pick(s) {_numbers(firsts)} have no run alone: the reserve is spent; "
                      "more --trials would measure them alone")
-            return out
+                return out
+            enqueue_repeats(study, firsts)
+            n, remeasure, over = waiting(study), 0, True
+            note(f"alone: the pick(s) {_numbers(firsts)} measured again (the pick changed at the "
+                 "end of the reserve)")
         done = run(spec.with_overrides(**{"budget.remeasure_trials": remeasure}), n)
         out["runs"].append(done)
-        out["remeasured"] += picks
+        out["remeasured"] += firsts
         out["interrupted"] = bool(done.get("interrupted"))
         left -= done.get("trials_run", 0)
         if not done.get("trials_run"):
@@ -53,9 +62,14 @@ def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None]
     return out
 
 
-def picks_without_alone_run(study) -> list[int]:
-    """The cheapest and the fastest config (their first trials) that have no successful run
-    alone yet (autotune.report.neighbours)."""
+def _numbers(ns: list[int]) -> str:
+    return ", ".join(f"#{n}" for n in ns)
+
+
+def leaders_without_alone_run(study, k: int, picks_only: bool = False) -> list[int]:
+    """Up to `k` configs (their first trials) with no successful run alone yet: the cheapest
+    and the fastest feasible options of the report in turn (`picks_only`: the cheapest and the
+    fastest alone)."""
     from autotune.record import TrialRecord
     from autotune.report.build import collect
     from autotune.report.neighbours import neighbours
@@ -66,10 +80,14 @@ def picks_without_alone_run(study) -> list[int]:
     alone = {TrialRecord.of(t).config_key for t in frozen
              if t.number in nbrs and not nbrs[t.number] and TrialRecord.of(t).status == "ok"}
     doc = collect(study)
+    feasible = [o for o in doc["options"] if o["feasible"]]
+    by_cost = [o["trial"] for o in sorted(feasible, key=lambda o: (o["usd"], o["hours"]))]
+    by_time = [o["trial"] for o in sorted(feasible, key=lambda o: (o["hours"], o["usd"]))]
+    if picks_only:
+        by_cost, by_time = by_cost[:1], by_time[:1]
     firsts: list[int] = []
-    for key in ("cheapest", "fastest"):
-        n = doc[key]["trial"] if doc[key] is not None else None
-        if n is not None and n not in firsts and TrialRecord.of(by_number[n]).config_key not in alone:
+    for n in (n for pair in zip(by_cost, by_time) for n in pair):
+        if len(firsts) < k and n not in firsts and TrialRecord.of(by_number[n]).config_key not in alone:
             firsts.append(n)
     return firsts
 

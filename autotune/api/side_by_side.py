@@ -11,9 +11,10 @@ threads_per_rank cores; autotune.run.slots packs them). The budget splits in two
    `run_sweep` on the same study; claims and reuse keep two of them from measuring one config.
    They do not race (racing measures rivals back to back, which a neighbour would disturb).
 2. Alone (autotune.api.alone): once the others have ended, worker 0, in slot 0 with its trial
-   pool warm, measures again the cheapest and the fastest config (recorded as repeats,
-   `repeat_of`) and spends the rest of the reserve racing as a sweep one at a time does.
-   Trials the side-by-side phase left queued run first.
+   pool warm, measures again the leaders of phase 1 (the cheapest and the fastest configs in
+   turn, up to the reserve, back to back; recorded as repeats, `repeat_of`), so that the pick
+   is measured alone and compared with rivals measured alike; what is left of the reserve
+   races as a sweep one at a time does. Trials phase 1 left queued run first.
 Every trial stores its slot; the report derives each trial's neighbours (same host, overlapping
 run) and the interference: a config's tokens/s beside another trial against alone.
 
@@ -105,7 +106,7 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
     work = Path(runs_dir) / spec.study / f"side_by_side_{uuid.uuid4().hex[:6]}"
     work.mkdir(parents=True, exist_ok=True)
     note(f"{count} trials side by side ({', '.join(s.label() for s in slots)}): "
-         f"{sum(side)} trials together, then {reserve} alone (the picks re-measured)")
+         f"{sum(side)} trials together, then {reserve} alone (the leaders re-measured)")
     summary = SideBySideSummary(slots)
     if count > 1:
         spec = spec.with_overrides(**{"budget.remeasure_trials": 0})  # racing waits for the alone phase
