@@ -65,3 +65,14 @@ def test_a_trial_still_running_is_no_ones_neighbour_yet():
     running = _trial(1, 5, 12)
     running.user_attrs = {k: v for k, v in running.user_attrs.items() if k != "status"}
     assert neighbours([_trial(0, 0, 10), running]) == {0: []}
+
+
+def test_the_report_notes_an_interference_beyond_the_tolerance_and_not_within():
+    from autotune.report.neighbours import interference_note
+
+    slow = [_trial(0, 0, 10, tps=80.0), _trial(1, 0, 10, key="b"), _trial(2, 20, 30, tps=100.0)]
+    note = interference_note(interference(slow, neighbours(slow)))
+    assert note is not None and "20% slower" in note
+    same = [_trial(0, 0, 10, tps=99.0), _trial(1, 0, 10, key="b"), _trial(2, 20, 30, tps=100.0)]
+    assert interference_note(interference(same, neighbours(same))) is None
+    assert interference_note([]) is None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.record import SweepRecord, TrialRecord
-from autotune.report.neighbours import interference, neighbours
+from autotune.report.neighbours import interference, interference_note, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, run_models
 from autotune.report.schema import (
@@ -304,6 +304,9 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     if any(o.sensitivity is None for o in options):
         notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
                      "some options: shown as '-'")
+    interfered = interference(frozen, nbrs)
+    if interference_note(interfered):
+        notes.append(interference_note(interfered))
     cheapest = min(feasible, key=lambda o: (o.usd, o.hours), default=None)
     fastest = min(feasible, key=lambda o: (o.hours, o.usd), default=None)
     return ReportDoc(
@@ -326,7 +329,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         failures=_failures(rows),
         memory=_memory_checks(frozen, rows),
         scaling=_scaling(rows),
-        interference=interference(frozen, nbrs),
+        interference=interfered,
         notes=notes,
     )
 

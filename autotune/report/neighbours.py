@@ -17,6 +17,7 @@ ways have one: `autotune sweep --side-by-side` re-measures its picks alone for t
 
 from __future__ import annotations
 
+import math
 import statistics
 from datetime import datetime
 from typing import Any
@@ -80,6 +81,22 @@ def interference(frozen, nbrs: dict[int, list[int]]) -> list[InterferenceRow]:
             runs_alone=[n for n, _ in alone], tokens_per_s_beside=tps_beside,
             tokens_per_s_alone=tps_alone, beside_over_alone=tps_beside / tps_alone))
     return sorted(rows, key=lambda r: r.trial)
+
+
+def interference_note(rows: list[InterferenceRow]) -> str | None:
+    """What a reader must know when trials ran side by side and it mattered: a config with a
+    run alone compares with one measured only beside others at that advantage."""
+    from autotune.search.racing import TOLERANCE
+
+    if not rows:
+        return None
+    ratio = statistics.median(r.beside_over_alone for r in rows)
+    if abs(math.log(ratio)) <= math.log1p(TOLERANCE):
+        return None
+    return (f"trials ran side by side: beside another trial a config measured {abs(1 - ratio):.0%} "
+            f"{'slower' if ratio < 1 else 'faster'} than alone (median of {len(rows)} configs); a "
+            "config measured only beside others is compared with the leaders, measured alone too, "
+            "at that disadvantage, so the pick can differ from a sweep one at a time")
 
 
 # -- as the report shows them (terminal and HTML)
