@@ -51,15 +51,15 @@ class LaunchRef(_Part):
 
 class SlotRecord(_Part):
     """Where a trial ran when a sweep ran trials side by side on one node (autotune.run.slots):
-    which trials ran beside it is derived from the host and the run intervals
-    (autotune.report.neighbours), so a trial of another sweep on the same host counts too."""
+    which trials of the study ran beside it is derived from the host and the run intervals
+    (autotune.report.neighbours), not stored."""
 
     host: str = Field(description="the node's hostname")
     kind: str = Field(description="cpu (devices are cores) or cuda (CUDA_VISIBLE_DEVICES indices)")
     devices: list[int] = Field(description="the slot's cores or GPUs, disjoint from the other slots'")
     index: int = Field(description="the slot's number, from 0")
     side_by_side: int = Field(description="how many slots this phase of the sweep ran at once "
-                                          "(1: the pick re-measured alone)")
+                                          "(1: the alone phase, the leaders re-measured)")
 
 
 class PrescreenRecord(_Part):
