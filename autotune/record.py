@@ -53,6 +53,19 @@ class LaunchRef(_Part):
     start_ticks: int | None = None
 
 
+class SlotRecord(_Part):
+    """Where a trial ran when a sweep ran trials side by side on one node (autotune.run.slots):
+    which trials of the study ran beside it is derived from the host and the run intervals
+    (autotune.report.neighbours), not stored."""
+
+    host: str = Field(description="the node's hostname")
+    kind: str = Field(description="cpu (devices are cores) or cuda (CUDA_VISIBLE_DEVICES indices)")
+    devices: list[int] = Field(description="the slot's cores or GPUs, disjoint from the other slots'")
+    index: int = Field(description="the slot's number, from 0")
+    side_by_side: int = Field(description="how many slots this phase of the sweep ran at once "
+                                          "(1: the alone phase, the leaders re-measured)")
+
+
 class PrescreenRecord(_Part):
     """The memory prescreen's verdict before launch (autotune.search.calibration.Verdict)."""
 
@@ -124,6 +137,8 @@ class TrialRecord(BaseModel):
     search_gpu_hours: float | None = None  # what this trial cost the search
     search_usd: float | None = None
     leftovers_killed: int | None = None  # processes a later sweep killed after its controller died
+    slot: SlotRecord | None = Field(default=None, description="the disjoint device set the trial "
+                                    "ran on, when trials ran side by side (autotune sweep --side-by-side)")
     # -- the measurement
     status: RecordStatus | None = None
     error: str | None = None
@@ -144,7 +159,7 @@ class TrialRecord(BaseModel):
     OWN: ClassVar[frozenset[str]] = frozenset({
         "config", "config_key", "hardware", "machine", "controller", "launch", "claim",
         "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "repeat_of", "race_block",
-        "search_gpu_hours", "search_usd", "leftovers_killed"})
+        "search_gpu_hours", "search_usd", "leftovers_killed", "slot"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
     KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block", "fit_probe"})
 

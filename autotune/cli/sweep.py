@@ -6,6 +6,7 @@
     autotune sweep --trials 1 --json        # the result as one JSON document (progress on stderr)
     autotune sweep spec.yaml --storage-file db-url --slurm-jobs 4 --sbatch-arg=--gres=gpu:4
     autotune sweep spec.yaml --study llama --skypilot-task h100-sxm:8 --skypilot-task h200:8
+    autotune sweep spec.yaml --trials 8 --side-by-side 2 --storage journal:///abs/study.log
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def sweep(
         help="write a SkyPilot task that runs a sweep worker on GPU[:COUNT] of the catalog (e.g. h100-sxm:8) "
              "into this study, instead of running here (repeat for more types)"),
     tasks_dir: Optional[Path] = typer.Option(None, help="folder for the --skypilot-task files (default: skypilot)"),
+    side_by_side: Optional[int] = typer.Option(
+        None, "--side-by-side", min=1,
+        help="run this many trials at once on disjoint GPUs (CPU: cores), then re-measure the picks alone; "
+             "needs a journal or server storage"),
 ) -> None:
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
@@ -61,12 +66,11 @@ def sweep(
     the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way).
     Ends with the pick, the Pareto set in short and the next command; `autotune report` has
     the rest."""
-    from autotune.api.sweep import load, prebuild, prepare, run
+    from autotune.api.sweep import load, prepare, run
     from autotune.report.build import collect
     from autotune.report.labels import outcome_line
     from autotune.report.progress import SweepProgress
-    from autotune.report.terminal import print_summary
-    from autotune.run.storage import redact_url, resolve_storage
+    from autotune.run.storage import resolve_storage
 
     spec = load(spec_file)
     storage_url = resolve_storage(storage, storage_file, spec.storage)
@@ -82,35 +86,27 @@ def sweep(
     if _elsewhere(spec, spec_file, storage_file, runs_dir, as_json, forwarded, slurm_jobs, sbatch_args or [],
                   skypilot_tasks or [], tasks_dir):
         return
+    if side_by_side:
+        from autotune.api.side_by_side import check
+
+        check(spec, side_by_side)  # storage and room for the slots, before the study is touched
     session = prepare(spec)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
-    hw, rs = session.hardware, session.restricted
-    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
-              f"({session.measured_before} trials measured so far), {n_trials} more on "
-              f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
-    if rs.dropped:
-        con.print("  not offered on this machine: " + "; ".join(
-            f"{k} {[getattr(v, 'value', v) for v in vs]}" for k, vs in rs.dropped.items()), soft_wrap=True)
-    prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
-    progress = SweepProgress(con, session.study, n_trials)
-    with progress:  # live: done / running / pruned / failed, best by cost and time, search cost
-        summary = run(session, n_trials, runs_dir,
-                      on_trial=progress.wrap(lambda o: con.print(outcome_line(o, con.width), markup=False,
-                                                                 soft_wrap=True)),
-                      note=lambda msg: con.print(f"  {msg}", soft_wrap=True))
+    _header(con, session, storage_url, n_trials)
+    if side_by_side:  # each worker prints its own trial lines, prefixed with its slot
+        summary = _side_by_side(session, n_trials, runs_dir, side_by_side, con, as_json)
+    else:
+        progress = SweepProgress(con, session.study, n_trials)
+        with progress:  # live: done / running / pruned / failed, best by cost and time, search cost
+            summary = run(session, n_trials, runs_dir,
+                          on_trial=progress.wrap(lambda o: con.print(outcome_line(o, con.width), markup=False,
+                                                                     soft_wrap=True)),
+                          note=lambda msg: con.print(f"  {msg}", soft_wrap=True))
     if summary.stop_reason:
         con.print(f"stopped: {summary.stop_reason}", soft_wrap=True)
     doc = collect(session.study)
     failed = summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"])
-    if as_json:
-        from autotune.cli.common import print_json
-
-        print_json({"sweep": {"trials_run": summary.trials_run, "stop_reason": summary.stop_reason,
-                              "interrupted": summary.interrupted, "next": next_commands(spec, storage_file)},
-                    "report": doc})
-    else:
-        con.print()
-        print_summary(doc, con, next_commands(spec, storage_file))
+    _result(con, doc, summary, next_commands(spec, storage_file), as_json)
     if summary.interrupted:
         raise typer.Exit(130)
     if failed:
@@ -119,6 +115,37 @@ def sweep(
         con.print(f"[red]no trial of this study succeeded[/] ({summary.trials_run} launched by this "
                   "sweep); `autotune report` lists the failures by error type")
         raise typer.Exit(1)
+
+
+def _header(con, session, storage_url: str, n_trials: int) -> None:
+    """What the sweep is about to do, where, and what this machine does not offer; then the
+    DeepSpeed ops built once."""
+    from autotune.api.sweep import prebuild
+    from autotune.run.storage import redact_url
+
+    hw, rs, spec = session.hardware, session.restricted, session.spec
+    con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
+              f"({session.measured_before} trials measured so far), {n_trials} more on "
+              f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
+    if rs.dropped:
+        con.print("  not offered on this machine: " + "; ".join(
+            f"{k} {[getattr(v, 'value', v) for v in vs]}" for k, vs in rs.dropped.items()), soft_wrap=True)
+    prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
+
+
+def _result(con, doc: dict, summary, next_lines: list[str], as_json: bool) -> None:
+    """The sweep's answer: one JSON document, or the short summary with the next commands."""
+    from autotune.report.terminal import print_summary
+
+    if as_json:
+        from autotune.cli.common import print_json
+
+        print_json({"sweep": {"trials_run": summary.trials_run, "stop_reason": summary.stop_reason,
+                              "interrupted": summary.interrupted, "next": next_lines},
+                    "report": doc})
+    else:
+        con.print()
+        print_summary(doc, con, next_lines)
 
 
 def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded: list[str],
@@ -156,6 +183,23 @@ def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded
             print_json({"skypilot_tasks": [str(p) for p in paths]})
         return True
     return False
+
+
+def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_json: bool):
+    import sys
+
+    from autotune.api.side_by_side import run_side_by_side
+    from autotune.search.study import record_sweep
+
+    record_sweep(session.study, session.spec)
+    summary = run_side_by_side(session, n_trials, runs_dir, count,
+                               note=lambda m: con.print(f"  {m}", soft_wrap=True, markup=False),
+                               stdout=sys.stderr if as_json else None)
+    if summary.workers and all("exit_code" in w for w in summary.workers):
+        con.print(f"[red]every sweep worker failed[/]: {summary.stop_reason}; their lines above say why",
+                  soft_wrap=True)
+        raise typer.Exit(1)
+    return summary
 
 
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:

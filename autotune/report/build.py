@@ -19,6 +19,7 @@ from typing import Any
 from autotune.contract.trial_files import TrialFiles
 from autotune.format import fmt_bytes
 from autotune.record import SweepRecord, TrialRecord
+from autotune.report.neighbours import interference, interference_note, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, run_models
 from autotune.report.schema import (
@@ -94,7 +95,15 @@ def _result_hardware(rec: TrialRecord) -> dict[str, Any]:
         return {}
 
 
-def _trial_row(t) -> TrialRow:
+def _slot_label(rec: TrialRecord) -> str | None:
+    s = rec.slot
+    if s is None:
+        return None
+    what = "cores" if s.kind == "cpu" else "gpus"
+    return f"{what} {','.join(map(str, s.devices))} (slot {s.index + 1} of {s.side_by_side})"
+
+
+def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
     rec = TrialRecord.of(t)
     cfg = rec.config or {}
     score = rec.score
@@ -134,6 +143,8 @@ def _trial_row(t) -> TrialRow:
         local_move_from=rec.local_move_from,
         repeat_of=rec.repeat_of,
         race_block=rec.race_block,
+        slot=_slot_label(rec),
+        neighbours=beside or [],
     )
 
 
@@ -315,7 +326,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     notes: list[str] = []
     catalog = _load_catalog_quietly(spec.catalog, notes)
     frozen = study.get_trials(deepcopy=False)
-    rows = [_trial_row(t) for t in frozen]
+    nbrs = neighbours(frozen)
+    rows = [_trial_row(t, nbrs.get(t.number)) for t in frozen]
     # One option set per config: its runs merged, a reused trial's options are its source's.
     models = run_models(frozen)
     options = config_options(frozen, rows, catalog, models)
@@ -333,6 +345,10 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     for o in sorted(feasible, key=lambda o: (o.usd, o.hours)):
         per_platform.setdefault(o.platform, o)
     notes += _empty_notes(options, feasible, rows, limits)
+    interfered = interference(frozen, nbrs)
+    beside_note = interference_note(interfered)
+    if beside_note:
+        notes.append(beside_note)
     cheapest = min(feasible, key=lambda o: (o.usd, o.hours), default=None)
     fastest = min(feasible, key=lambda o: (o.hours, o.usd), default=None)
     return ReportDoc(
@@ -355,6 +371,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         failures=_failures(rows),
         memory=_memory_checks(frozen, rows),
         scaling=_scaling(rows),
+        interference=interfered,
         notes=notes,
     )
 

@@ -19,6 +19,7 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
 from autotune.report.files import check_parent, write_files, write_text_atomic
 from autotune.report.labels import config_summary, mfu_text, zero_summary
+from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
 
 _CSS = """
@@ -78,16 +79,19 @@ def _sens(s: dict[str, Any], key: str) -> str:
 
 
 def _trials_table(rows: list[dict[str, Any]]) -> str:
+    side = any(t.get("slot") or t.get("neighbours") for t in rows)  # trials ran side by side
     head = ("#", "state", "status", "config", "tokens/s", "peak mem", "predicted", "hours", "dollars",
-            "offer", "reason")
+            "offer", "reason") + (("slot", "beside") if side else ())
     out = ["<table><tr>" + "".join(f"<th class='l'>{h}</th>" for h in head) + "</tr>"]
     for t in rows:
-        cells = (t["number"], t["state"], t["status"] or "-", config_summary(t["config"]),
+        cells: tuple[Any, ...] = (t["number"], t["state"], t["status"] or "-", config_summary(t["config"]),
                  f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "-",
                  fmt_bytes(t["peak_mem_bytes"]) if t["peak_mem_bytes"] else "not measured",
                  fmt_bytes(t["predicted_peak_mem_bytes"]) if t["predicted_peak_mem_bytes"] else "-",
                  fmt_hours(t["hours"]), fmt_usd(t["usd"]), t["offer"] or "-",
                  (t["error"] or "").splitlines()[0][:160] if t["error"] else "")
+        if side:
+            cells += (t.get("slot") or "-", beside_text(t))
         out.append("<tr>" + "".join(f"<td class='l'>{_e(v)}</td>" for v in cells) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -186,6 +190,7 @@ def render_html(doc: dict[str, Any]) -> str:
 {_option_table(doc['options'])}
 <h2>Every trial</h2>
 {_trials_table(doc['trials'])}
+{"".join(f"<p class='note'>{_e(line)}</p>" for line in interference_lines(doc))}
 <script type="application/json" id="autotune-report">{doc_json}</script>
 """
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>{GENERATOR_META}"

@@ -66,6 +66,10 @@ class TrialRow(_M):
                                   "recommending) of the config this trial first measured")
     race_block: str | None = Field(default=None, description="measured back to back with the "
                                    "other trials of this block")
+    slot: str | None = Field(default=None, description="the disjoint cores or GPUs it ran on when "
+                             "trials ran side by side, e.g. 'cores 1 (slot 2 of 2)'")
+    neighbours: list[int] = Field(default_factory=list, description="trials that ran on the same "
+                                  "host while it ran (overlapping runs); [] = it ran alone")
 
 
 class Sensitivity(_M):
@@ -207,6 +211,17 @@ class ScalingPoint(_M):
     basis_kind: BasisKind
 
 
+class InterferenceRow(_M):
+    """A config measured beside other trials and alone (autotune.report.neighbours)."""
+
+    trial: int = Field(description="the config's first trial")
+    runs_beside: list[int] = Field(description="its trials that had a neighbour")
+    runs_alone: list[int] = Field(description="its trials that ran alone")
+    tokens_per_s_beside: float = Field(description="median over runs_beside")
+    tokens_per_s_alone: float = Field(description="median over runs_alone")
+    beside_over_alone: float = Field(description="throughput beside others / alone (< 1: slowed down)")
+
+
 class SearchCost(_M):
     """What the search itself cost (trial wall time x ranks, priced at this machine's rate)."""
 
@@ -237,6 +252,8 @@ class ReportDoc(_M):
     failures: list[FailureGroup]
     memory: list[MemoryCheck]
     scaling: list[ScalingPoint]
+    interference: list[InterferenceRow] = Field(default_factory=list, description="configs "
+                                                "measured beside other trials and alone")
     notes: list[str]
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+from autotune.report.neighbours import beside_text, interference_lines
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -115,16 +116,22 @@ def _ended(r: dict[str, Any]) -> str:
 
 def trials_table(rows: list[dict[str, Any]], title: str, width: int):
     out = []
+    # Side by side (autotune sweep --side-by-side): where each trial ran and what ran beside it.
+    side = any(r.get("slot") or r.get("neighbours") for r in rows)
     for r in rows:
         mem = fmt_bytes(r["peak_mem_bytes"]) if r["peak_mem_bytes"] else "-"
         if r["peak_mem_bytes"] and r.get("peak_mem_source") == "host_rss":
             mem += " rss"
         out.append([str(r["number"]), r["offer"] or "-", fmt_hours(r["hours"]), fmt_usd(r["usd"]),
                     _ended(r), config_summary(r["config"]),
-                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem])
-    return fit_table(title, [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
-                             ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),
-                             ("tokens/s", TEXT, "right"), ("peak mem", TEXT, "right")], out, width)
+                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem]
+                   + ([r.get("slot") or "-", beside_text(r)] if side else []))
+    cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
+            ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),
+            ("tokens/s", TEXT, "right"), ("peak mem", TEXT, "right")]
+    if side:
+        cols += [("slot", TEXT, "left"), ("beside", TEXT, "left")]
+    return fit_table(title, cols, out, width)
 
 
 def _limits_line(limits: dict[str, Any]) -> str:
@@ -181,6 +188,8 @@ def print_report(doc: dict[str, Any], console) -> None:
             ("prediction", LINE, "left")], rows, width))
     line = scaling_line(doc)
     if line:
+        console.print(line, markup=False)
+    for line in interference_lines(doc):
         console.print(line, markup=False)
     for label, key in (("cheapest", "cheapest"), ("fastest", "fastest")):
         best = doc[key]
@@ -252,6 +261,8 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
         lines.append((clip("", "Scaling (same per-rank config, more GPUs): " + ", ".join(
             f"{s['num_gpus']}x {100 * s['scaling_efficiency']:.0f}% #{s['trial']}" for s in doc["scaling"]),
             width), None))
+    for text in interference_lines(doc):
+        lines.append((clip("", text, width), None))
     if doc["failures"]:
         n = sum(g["count"] for g in doc["failures"])
         lines.append((clip("", f"{n} trial(s) did not complete: " + ", ".join(

@@ -1,0 +1,108 @@
+"""Trials side by side on this machine, for real: `autotune sweep --side-by-side 2` runs
+one-rank CPU trials two at a time on disjoint cores, then re-measures the pick alone; the
+records say what ran beside what, and the report shows it with the interference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.record import TrialRecord
+from autotune.report.neighbours import neighbours
+from autotune.run.storage import open_storage
+
+SPEC = """\
+workload: {kind: gpt, preset: tiny}
+seq_len: 32
+target: {tokens: 1.0e7}
+space: space.yaml
+trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240, threads_per_rank: 1}
+budget: {remeasure_trials: 2}
+study: sbs
+"""
+SPACE = """\
+num_gpus: [1]
+micro_batch_size: [1, 2, 4]
+grad_accum_steps: [1, 2]
+precision: [fp32]
+checkpointing: [none]
+"""
+
+
+def _write(folder: Path) -> Path:
+    (folder / "space.yaml").write_text(SPACE)
+    (folder / "spec.yaml").write_text(SPEC)
+    return folder / "spec.yaml"
+
+
+def test_sqlite_and_more_slots_than_cores_are_refused_before_any_study_exists(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = _write(tmp_path)
+    code, _, err = cli("sweep", str(spec), "--side-by-side", "2", "--storage", f"sqlite:///{tmp_path}/a.db")
+    assert code == 2 and "SQLite" in err and "journal:///" in err
+    log = tmp_path / "study.log"
+    code, _, err = cli("sweep", str(spec), "--side-by-side", "64", "--storage", f"journal:///{log}")
+    assert code == 2 and "room for" in err
+    assert not (tmp_path / "a.db").exists() and not log.exists()
+
+
+@pytest.mark.e2e
+def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_neighbours(tmp_path, run_cli):
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    spec = _write(tmp_path)
+    url = f"journal:///{tmp_path}/study.log"
+    p = run_cli("sweep", str(spec), "--trials", "6", "--side-by-side", "2", "--storage", url, "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(p.stdout)["report"]
+
+    trials = optuna.load_study(study_name="sbs", storage=open_storage(url)).trials
+    recs = {t.number: TrialRecord.of(t) for t in trials}
+    launched = [t for t in trials if recs[t.number].launched]
+    # The budget: 4 trials two at a time (2 per worker), then 2 alone; one more alone at most
+    # when the last trial changed the pick.
+    assert 6 <= len(launched) <= 7, [(t.number, recs[t.number].status) for t in trials]
+    side = [t for t in launched if recs[t.number].slot.side_by_side == 2]
+    alone = [t for t in launched if recs[t.number].slot.side_by_side == 1]
+    assert len(side) == 4 and len(alone) >= 2
+    assert len({tuple(recs[t.number].slot.devices) for t in side}) == 2  # one core each, disjoint
+
+    nbrs = neighbours(trials)
+    # Both workers start together: their first trials ran at the same time.
+    assert any(nbrs[t.number] for t in side)
+    for t in launched:
+        for n in nbrs[t.number]:  # a neighbour ran in the other slot: cores never shared
+            assert recs[n].slot.devices != recs[t.number].slot.devices
+    assert all(nbrs[t.number] == [] for t in alone)
+
+    # The pick was measured alone before it was recommended.
+    pick = doc["cheapest"]["trial"]
+    key = recs[pick].config_key
+    assert any(recs[t.number].config_key == key for t in alone)
+    rows = {r["number"]: r for r in doc["trials"]}
+    assert all(rows[t.number]["neighbours"] == nbrs[t.number] for t in launched)
+    assert rows[side[0].number]["slot"].endswith("of 2)")
+    # Interference: every config measured both ways, with its runs; the pick is one of them
+    # whenever its first run had a neighbour.
+    both = {r["trial"]: r for r in doc["interference"]}
+    for r in both.values():
+        assert r["runs_beside"] and r["runs_alone"]
+        assert all(nbrs[n] for n in r["runs_beside"]) and not any(nbrs[n] for n in r["runs_alone"])
+        assert r["beside_over_alone"] == pytest.approx(r["tokens_per_s_beside"] / r["tokens_per_s_alone"])
+    if nbrs[pick]:
+        assert pick in both
+
+    shown = run_cli("report", "--study", "sbs", "--storage", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "beside" in shown.stdout and "slot 1 of 1" in shown.stdout
+    page = tmp_path / "report.html"
+    assert run_cli("report", "--study", "sbs", "--storage", url, "--html", str(page)).returncode == 0
+    html = page.read_text()
+    assert "<th class='l'>beside</th>" in html
+    if both:
+        assert "interference (config of #" in shown.stdout and "interference (config of #" in html
