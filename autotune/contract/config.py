@@ -304,6 +304,11 @@ class TrialConfig(TrainingKnobs):
         default=None, description="dense peak FLOP/s of one device at this precision (catalog)"
     )
     measure_noise_scale: bool = True
+    compile: bool = Field(
+        default=False, description="torch.compile the model (default mode, Inductor): DDP and "
+        "TP compile the whole model, FSDP2 each block before fully_shard, DeepSpeed through its "
+        "engine's compile(), accelerate through its dynamo_backend. The warm-up steps pay the "
+        "compilation (TrialResult.compile_s); the measured steps run compiled")
 
     @model_validator(mode="after")
     def _parallel_shape(self) -> "TrialConfig":

@@ -32,7 +32,9 @@ WAIT_POLL_S = 1.0
 # as: at that value a config keeps the key it had before, so a resumed study reuses them.
 # min_measure_s (2026-12-01): a 2 s floor never lengthens the window of a model whose steps
 # take seconds.
-ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default}
+# compile (2026-12-01): eager, as every trial ran before.
+ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default,
+               "compile": False}
 
 
 def config_key(cfg: TrialConfig, hardware_key: str) -> str:
