@@ -55,6 +55,9 @@ class MemoryConfig(TrainingKnobs):
     attention: Attention = "fused"
     dropout: bool = False
     sequence_parallel: bool = False
+    compile: bool = Field(default=False, description="torch.compile on: the estimate keeps the "
+                          "eager activation model (an upper bound: Inductor's fusions save fewer "
+                          "intermediates); calibration fits compiled trials apart")
 
     @property
     def resolved_engine(self) -> Engine:
@@ -66,7 +69,7 @@ class MemoryConfig(TrainingKnobs):
     def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
         knobs = cfg.model_dump(include=set(TrainingKnobs.model_fields))
         engine = engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher, cfg.fsdp)
-        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine))
+        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine), compile=cfg.compile)
 
 
 def memory_layout(engine: EngineKind) -> Engine:
@@ -363,6 +366,10 @@ def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
     notes: list[str] = []
     if acts is None:
         notes.append("activations not estimated: give the model's layers, hidden, heads and vocab")
+    if cfg.compile:
+        notes.append("compiled: activations as eager keeps them, an upper bound (Inductor fuses "
+                     "elementwise ops and saves fewer intermediates); compiled trials calibrate "
+                     "their own constant")
     buckets = 0.0
     weight_cache = 0.0
     opt_temp = 0.0

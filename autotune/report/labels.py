@@ -26,6 +26,8 @@ def config_summary(cfg: dict[str, Any]) -> str:
         parts.append(f"fsdp:{cfg['fsdp']}" + (f"+off:{cfg['offload']}" if cfg.get("offload") not in (None, "none") else ""))
     if (cfg.get("tp_degree") or 1) > 1:
         parts.append(f"tp{cfg['tp_degree']}")
+    if cfg.get("compile"):
+        parts.append("compiled")
     return " ".join(parts)
 
 
