@@ -1,0 +1,161 @@
+"""torch.compile as a search dimension: the space, the config key, the charge in the score, and
+real compiled trials and a real sweep on 2 CPU ranks (Inductor's C++ backend, built with gcc).
+
+The real ones share one study folder, hence one compile cache: the sweep's compiled config is
+the lone trial's, so it loads what that trial compiled (the cache a study keeps).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.contract import HardwareFingerprint, Precision, TrialConfig
+from autotune.search.space import (SearchSpace, capabilities_for, enumerate_configs, load_space,
+                                   restrict, steps)
+
+H100x8 = HardwareFingerprint(device_kind="cuda", device_name="NVIDIA H100 80GB HBM3", device_count=8)
+
+
+def _hopper(space: SearchSpace):
+    return restrict(space, capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=True))
+
+
+def test_fp8_is_offered_only_together_with_compile():
+    rs = _hopper(SearchSpace(num_gpus=[1], precision=[Precision.bf16, Precision.fp8], compile=[False, True]))
+    configs = [values for _, values in enumerate_configs(rs)]
+    pairs = sorted((v["precision"].value, v["compile"]) for v in configs)
+    assert pairs == [("bf16", False), ("bf16", True), ("fp8", True)]
+    # A local move from compiled fp8 never lands on eager fp8.
+    fp8 = next(v for v in configs if v["precision"] is Precision.fp8)
+    assert all(not (m["precision"] is Precision.fp8 and not m["compile"]) for *_, m in steps(fp8, rs))
+
+
+def test_a_space_without_compile_asks_no_compile_parameter():
+    rs = restrict(load_space("default"), capabilities_for(HardwareFingerprint(cpu_count=2)))
+    params, values = enumerate_configs(rs, limit=10_000)[0]
+    assert "compile" not in params and values["compile"] is False
+
+
+def test_config_key_keeps_eager_keys_and_tells_compiled_apart():
+    from autotune.search.reuse import config_key
+
+    eager = TrialConfig()
+    doc = eager.model_dump(mode="json")
+    del doc["compile"]  # a config recorded before the field existed
+    assert config_key(eager, "hw") == config_key(TrialConfig.model_validate(doc), "hw")
+    assert config_key(eager.model_copy(update={"compile": True}), "hw") != config_key(eager, "hw")
+
+
+def test_compile_time_is_charged_once_to_the_run():
+    from autotune.search.score import with_compile
+
+    # 1e6 tokens at 1000 tokens/s: 1000 s of steps, + 500 s compile = 1500 s.
+    assert 1e6 / with_compile(1000.0, 1e6, 500.0) == pytest.approx(1500.0)
+    assert with_compile(1000.0, 1e6, None) == 1000.0
+
+
+def test_compiled_configs_calibrate_apart_and_the_estimate_says_what_it_assumes():
+    from autotune.estimate.compute import model_from_preset
+    from autotune.estimate.memory import MemoryConfig, estimate_memory
+    from autotune.search.calibration import calibration_group
+
+    cfg = TrialConfig(compile=True, num_gpus=2)
+    mcfg = MemoryConfig.from_trial_config(cfg)
+    assert calibration_group(mcfg) == "ddp-compiled"
+    assert calibration_group(MemoryConfig.from_trial_config(TrialConfig(num_gpus=2))) == "ddp"
+    notes = estimate_memory(model_from_preset("tiny"), mcfg).notes
+    assert any("compiled: activations as eager keeps them" in n for n in notes), notes
+
+
+def test_accelerate_trials_compile_through_its_dynamo_backend(tmp_path):
+    from autotune.run.launch import build_argv
+
+    def backend(compiled: bool) -> str:
+        argv = build_argv(TrialConfig(launcher="accelerate", compile=compiled), tmp_path / "c.json",
+                          tmp_path / "r.json", 29500)
+        return argv[argv.index("--dynamo_backend") + 1]
+
+    assert (backend(False), backend(True)) == ("no", "inductor")
+
+
+# ------------------------------------------------------------------------------------------
+# Real compiled trials on 2 CPU ranks
+# ------------------------------------------------------------------------------------------
+
+TRIAL = dict(workload={"kind": "gpt", "preset": "tiny"}, seq_len=64, micro_batch_size=2,
+             num_gpus=2, warmup_steps=1, measure_steps=2, max_measure_steps=3, timeout_s=600)
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> Path:
+    """One study's folder (`autotune_runs/compile`), shared by the real tests: one cache."""
+    root = tmp_path_factory.mktemp("compile")
+    (root / "autotune_runs" / "compile").mkdir(parents=True)
+    return root
+
+
+def _trial(run_cli, root: Path, name: str, env: dict | None = None, **fields) -> dict:
+    (root / f"{name}.json").write_text(json.dumps({**TRIAL, **fields}))
+    p = run_cli("trial", f"{name}.json", "--json", "--out", f"autotune_runs/compile/{name}",
+                cwd=root, env=env)
+    return json.loads((root / "autotune_runs" / "compile" / name / "result.json").read_text())
+
+
+@pytest.mark.e2e
+def test_a_compiled_ddp_trial_reports_compile_seconds_apart_from_tokens_per_s(run_cli, study_dir):
+    r = _trial(run_cli, study_dir, "ddp", compile=True)
+    assert r["status"] == "ok", r["error"]
+    assert r["tokens_per_s"] > 0 and r["world_size"] == 2
+    assert r["observations"]["compiled"] is True
+    # The first step compiled: it took longer than the steady step, by compile_s.
+    first = r["observations"]["compile"]["warmup_step_times_s"][0]
+    assert r["compile_s"] == pytest.approx(first - r["step_time_median_s"], rel=1e-6)
+    assert r["compile_s"] > 5 * r["step_time_median_s"]
+    assert r["phase_s"]["compile"] == r["compile_s"]
+    cache = Path(r["observations"]["compile"]["cache_dir"])
+    assert cache == study_dir / "autotune_runs" / "compile" / "compile_cache" and any(cache.iterdir())
+
+
+@pytest.mark.e2e
+def test_a_compiler_that_fails_is_an_unsupported_trial_with_its_reason(run_cli, study_dir, tmp_path):
+    # No working C++ compiler, and a cache of its own (a warm cache would need no compiler).
+    r = _trial(run_cli, study_dir, "no_cxx", env={"CXX": "/bin/false",
+                                                  "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")},
+               compile=True, num_gpus=1)
+    assert r["status"] == "unsupported", r
+    assert r["error"].startswith("torch.compile failed (")
+    assert "No working C++ compiler" in r["error"], r["error"]
+
+
+SPEC = """
+workload: {kind: gpt, preset: tiny}
+seq_len: 64
+target: {tokens: 1.0e6}
+space: {num_gpus: [2], micro_batch_size: [2], precision: [fp32], compile: [false, true]}
+trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 3, timeout_s: 600}
+study: compile
+"""
+
+
+@pytest.mark.e2e
+def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_cli, study_dir):
+    (study_dir / "spec.yaml").write_text(SPEC)
+    p = run_cli("sweep", "spec.yaml", "--trials", "2", cwd=study_dir)
+    assert p.returncode == 0, p.stdout + p.stderr
+    q = run_cli("report", "--study", "compile", "--json", cwd=study_dir)
+    doc = json.loads(q.stdout)
+    ran = [t for t in doc["trials"] if t["reused_from"] is None and t["status"] == "ok"]
+    assert sorted(t["config"]["compile"] for t in ran) == [False, True]
+    hours = {}
+    for t in ran:
+        # Hours on the offer (aws-c7i: 0.1 h setup) = steps at the measured tokens/s, plus the
+        # compile once for the compiled config; the eager one has none.
+        compile_s = t["compile_s"] or 0.0
+        assert (compile_s > 0) == t["config"]["compile"]
+        hours[t["number"]] = 0.1 + (1.0e6 / t["tokens_per_s"] + compile_s) / 3600
+        assert t["hours"] == pytest.approx(hours[t["number"]], rel=1e-3)
+    assert doc["fastest"]["trial"] == min(hours, key=hours.get)
+    assert "compiled" in p.stdout  # the config label in the sweep's own lines
