@@ -159,3 +159,36 @@ def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_c
         assert t["hours"] == pytest.approx(hours[t["number"]], rel=1e-3)
     assert doc["fastest"]["trial"] == min(hours, key=hours.get)
     assert "compiled" in p.stdout  # the config label in the sweep's own lines
+
+
+def test_plan_ranks_fp8_by_the_stated_ratio_over_bf16_never_by_its_peak():
+    from autotune.estimate.compute import FP8_SPEEDUP_OVER_BF16
+    from autotune.pricing.load import load_catalog
+    from autotune.search.plan import plan
+    from autotune.spec import SweepSpec
+
+    space = SearchSpace(num_gpus=[8], micro_batch_size=[2], precision=[Precision.bf16, Precision.fp8],
+                        zero_stage=[3])
+    spec = SweepSpec(workload={"kind": "gpt", "preset": "7b"}, seq_len=4096, target={"tokens": 1e11},
+                     batch={"global_batch_samples": 64})
+    import autotune.search.plan as plan_module
+
+    original = plan_module.load_space
+    plan_module.load_space = lambda _name: space
+    try:
+        result = plan(spec, load_catalog(), gpu_types=["h100-sxm"])
+    finally:
+        plan_module.load_space = original
+    on = {}
+    for b in result.bills:
+        if b.offer == "runpod-h100-sxm":
+            on["fp8" if "fp8" in b.config else "bf16"] = b
+    assert "fp8+compile" in on["fp8"].config
+    # Same compute fraction of the bf16 peak, the stated ratio faster (collectives aside: ZeRO-3's
+    # are the same for both, so the ratio of compute shares is exactly the ratio).
+    compute_bf16 = on["bf16"].scaling_efficiency / on["bf16"].tokens_per_s
+    compute_fp8 = on["fp8"].scaling_efficiency / on["fp8"].tokens_per_s
+    assert compute_bf16 / compute_fp8 == pytest.approx(FP8_SPEEDUP_OVER_BF16, rel=1e-6)
+    assert "bf16 peak x 1.25 for fp8+compile" in on["fp8"].throughput_basis
+    said = [a for a in result.assumptions if a.startswith("fp8 configs are planned with torch.compile")]
+    assert said and "docs.pytorch.org/ao" in said[0] and "2026-03-25" in said[0]
