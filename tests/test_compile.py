@@ -192,3 +192,24 @@ def test_plan_ranks_fp8_by_the_stated_ratio_over_bf16_never_by_its_peak():
     assert "bf16 peak x 1.25 for fp8+compile" in on["fp8"].throughput_basis
     said = [a for a in result.assumptions if a.startswith("fp8 configs are planned with torch.compile")]
     assert said and "docs.pytorch.org/ao" in said[0] and "2026-03-25" in said[0]
+
+
+def test_a_compiled_exports_settings_read_back_by_accelerate_and_the_trainer(tmp_path):
+    import yaml
+    from accelerate.commands.config.config_args import load_config_from_file
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from autotune.report.export import accelerate_config, settings_env
+    from autotune.report.hf_trainer import trainer_flags
+
+    cfg = TrialConfig(compile=True, num_gpus=2, precision="bf16")
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(yaml.safe_dump(accelerate_config(cfg)))
+    assert load_config_from_file(str(path)).dynamo_config["dynamo_backend"] == "INDUCTOR"
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(yaml.safe_dump(accelerate_config(cfg.model_copy(update={"compile": False}))))
+    assert not load_config_from_file(str(eager)).dynamo_config
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path / "out"), *trainer_flags(cfg.model_copy(update={"precision": "fp32"}))])
+    assert args.torch_compile is True
+    assert ("AUTOTUNE_COMPILE", "1") in settings_env(cfg)

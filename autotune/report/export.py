@@ -28,8 +28,8 @@ from autotune.contract.rank_env import cpu_rank_env
 from autotune.errors import UserError
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.record import TrialRecord
-from autotune.report.sharding import (export_deepspeed_config, fsdp_accelerate_fields, sharding_bill_lines,
-                                      sharding_label)
+from autotune.report.compiled import dynamo_fields
+from autotune.report.sharding import export_deepspeed_config, fsdp_accelerate_fields, sharding_bill_lines, sharding_label
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
 DEEPSPEED_CONFIG = "ds_config.json"
@@ -154,7 +154,7 @@ def accelerate_config(cfg: TrialConfig) -> dict[str, Any]:
         "tpu_env": [],
         "tpu_use_cluster": False,
         "tpu_use_sudo": False,
-        "use_cpu": cpu,
+        "use_cpu": cpu, **dynamo_fields(cfg),  # torch.compile: Inductor, as the trial compiled
     }
     if cfg.zero_stage > 0:
         # The full DeepSpeed config, not loose fields: accelerate's plugin miscounts ranks on
@@ -194,7 +194,7 @@ def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str
         ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
         ("AUTOTUNE_OFFLOAD", cfg.offload.value),
         ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
-        ("AUTOTUNE_FSDP", cfg.fsdp.value),
+        ("AUTOTUNE_FSDP", cfg.fsdp.value), ("AUTOTUNE_COMPILE", str(int(cfg.compile))),
         ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
         # Accelerator() reads these: accumulation has no key in accelerate's config file, and
         # under torchrun / deepspeed no config file is read at all.
@@ -354,8 +354,8 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
 
         out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG)
     else:
-        out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
-                "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+        out += ["Activation checkpointing, tensor parallelism and torch.compile (AUTOTUNE_COMPILE=1: compile "
+                "the model) are model code: your script applies them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE / AUTOTUNE_COMPILE (see launch.sh).", ""]
         out += sharding_bill_lines(cfg)
     return "\n".join(out)
 
