@@ -134,7 +134,7 @@ SPEC = """
 workload: {kind: gpt, preset: tiny}
 seq_len: 64
 target: {tokens: 1.0e6}
-space: {num_gpus: [2], micro_batch_size: [2], precision: [fp32], compile: [false, true]}
+space: space.yaml
 trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 3, timeout_s: 600}
 study: compile
 """
@@ -142,7 +142,9 @@ study: compile
 
 @pytest.mark.e2e
 def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_cli, study_dir):
-    (study_dir / "spec.yaml").write_text(SPEC)
+    (study_dir / "space.yaml").write_text("num_gpus: [2]\nmicro_batch_size: [2]\nprecision: [fp32]\n"
+                                          "compile: [false, true]\n")
+    (study_dir / "spec.yaml").write_text(SPEC.replace("space.yaml", str(study_dir / "space.yaml")))
     p = run_cli("sweep", "spec.yaml", "--trials", "2", cwd=study_dir)
     assert p.returncode == 0, p.stdout + p.stderr
     q = run_cli("report", "--study", "compile", "--json", cwd=study_dir)

@@ -83,6 +83,7 @@ def note_compile(result, warmup_times_s: list[float]) -> None:
     """A compiled trial's result: compile_s apart from the step time, where its time went,
     and what the compile cache gave."""
     result.compile_s = compile_seconds(warmup_times_s, result.step_time_median_s)
+    result.warmup_steps = len(warmup_times_s)  # at least one: the compile's
     result.phase_s["compile"] = result.compile_s
     result.observations["compile"] = {
         "mode": "default", "backend": "inductor", "warmup_step_times_s": warmup_times_s,

@@ -246,6 +246,7 @@ class TensorParallelEngine:
         dtype = autocast_dtype(self.cfg.precision)
         return {
             "engine": "tensor_parallel",
+            "compiled": self.forward_model is not self.raw_model,
             "tp_degree": self.tp,
             "dp_degree": self.dp,
             "mesh_shape": list(self.mesh.shape),
