@@ -89,8 +89,9 @@ def note_compile(result, warmup_times_s: list[float]) -> None:
         "mode": "default", "backend": "inductor", "warmup_step_times_s": warmup_times_s,
         "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"), **cache_counters()}
     result.notes = [n for n in result.notes if not n.startswith("activation bytes not measured")]
-    result.notes.append("compiled: activation bytes not probed (hooks would recompile the "
-                        "model); compile_s is the warm-up steps' time beyond the median step")
+    result.notes.append(f"compiled: {result.compile_s:.1f} s compiling (the warm-up steps' time "
+                        "beyond the median step), apart from tokens/s; activation bytes not probed "
+                        "(hooks would recompile the model)")
 
 
 def cache_counters() -> dict[str, int]:
