@@ -151,6 +151,7 @@ class TrialRecord(BaseModel):
     hfu: float | None = None  # hardware FLOPs utilisation (recomputation counted)
     final_loss: float | None = None
     wall_s: float | None = None
+    compile_s: float | None = None  # a compiled trial's compile time, apart from its steps
     world_size: int | None = None
     memory_prescreen: PrescreenRecord | None = None
     memory_point: MemoryPointRecord | None = None
@@ -223,10 +224,19 @@ class TrialRecord(BaseModel):
         """The measurement fields this trial stores, for a trial that reuses it."""
         return {k: getattr(self, k) for k in self.model_fields_set - self.OWN}
 
+    def compile_seconds(self) -> float | None:
+        """A compiled trial's compile time: its own field, else the figure its score charged
+        (a record written before the field was stored)."""
+        if self.compile_s is not None:
+            return self.compile_s
+        charged = (self.score.pricing_inputs or {}).get("compile_s") if self.score else None
+        return float(charged) if charged else None
+
     def result(self) -> TrialResult:
         """The stored summary of the measurement as a TrialResult (status and headline figures)."""
         return TrialResult(status=TrialStatus(self.status), tokens_per_s=self.tokens_per_s,
                            peak_mem_bytes=self.peak_mem_bytes, wall_s=self.wall_s,
+                           compile_s=self.compile_seconds(),
                            step_time_median_s=self.step_time_median_s,
                            final_loss=self.final_loss, mfu=self.mfu, error=(self.error or None))
 

@@ -16,10 +16,13 @@
 # torch, no venv: a venv made from a venv would not see that torch), --wheels DIR (install the
 # missing packages from these wheel files, offline, into OUT/site; for machines without an index),
 # --long-steps N (measured steps of the long rerun of the best config; 0 skips it; 100),
-# --trial-timeout S (each trial's timeout; 240 on a GPU).
+# --trial-timeout S (each trial's timeout; 240 on a GPU), --no-compile (skip the compile
+# trials), --compile-only (only the compile trials: no sweep, no other direct trials).
 # Writes into the output folder: gpu_check_summary.json, gpu_check_report.md, report.txt
 # (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders),
-# extra/ (direct trials: fp8, ZeRO, the long rerun).
+# extra/ (direct trials: fp8, ZeRO, the long rerun), compile/ (compile trials) and
+# compile_check.json / compile_check.md (MFU with and without compile, fp8+compile against
+# bf16+compile on the 1B GPT, each trial's wall time split into start, build, compile, steps).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,8 +38,10 @@ PYTHON=""
 WHEELS=""
 LONG_STEPS=100
 TRIAL_TIMEOUT_S=""
+COMPILE=1
+COMPILE_ONLY=0
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -51,6 +56,8 @@ while [[ $# -gt 0 ]]; do
     --wheels) WHEELS="$2"; shift ;;
     --long-steps) LONG_STEPS="$2"; shift ;;
     --trial-timeout) TRIAL_TIMEOUT_S="$2"; shift ;;
+    --no-compile) COMPILE=0 ;;
+    --compile-only) COMPILE_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_check: unknown option '$1'. To fix: see --help." >&2; exit 2 ;;
   esac
@@ -123,6 +130,91 @@ if [[ "$DRY_RUN" == 0 ]]; then
     echo "gpu_check: torch in $VENV sees no CUDA device. To fix: install a CUDA build of torch into the venv (or use --venv)." >&2
     exit 2
   }
+fi
+
+compile_trials() {
+  # torch.compile on the GPU: the 124M GPT (preset small) eager and compiled, at the sweep's
+  # fastest config when there is one; fp8+compile against bf16+compile on the 1B GPT (random
+  # weights, built from its shape). Each trial compiles cold (a cache of its own), so its
+  # compile_s is what a long run's first step pays.
+  mkdir -p "$OUT_DIR/compile"
+  "$PY" - "$OUT_DIR" "$DRY_RUN" "$FP8" "$TIMEOUT_S" <<'PYEOF'
+import sys
+from pathlib import Path
+from autotune.contract import DeviceKind, GPTWorkload, TrialConfig, TrialResult
+out, dry, fp8, timeout = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1", float(sys.argv[4])
+device = DeviceKind.cpu if dry else DeviceKind.cuda
+steps = dict(warmup_steps=2, measure_steps=3 if dry else 20, max_measure_steps=3 if dry else 20,
+             min_measure_s=0.0, timeout_s=max(timeout, 900.0))
+best = None
+for res in (out / "runs").rglob("result.json") if (out / "runs").is_dir() else []:
+    r = TrialResult.read(res)
+    if r.ok and r.tokens_per_s and (best is None or r.tokens_per_s > best[0]):
+        best = (r.tokens_per_s, TrialConfig.read(res.parent / "config.json"))
+base = best[1] if best else TrialConfig(
+    workload=GPTWorkload(preset="tiny" if dry else "small"), seq_len=64 if dry else 1024,
+    micro_batch_size=2 if dry else 16, precision="fp32" if dry else "bf16", device=device)
+base = base.model_copy(update=steps)
+configs = {"gpt124m_eager": base, "gpt124m_compiled": base.model_copy(update={"compile": True})}
+big = TrialConfig(workload=GPTWorkload(preset="tiny" if dry else "1b"), seq_len=64 if dry else 2048,
+                  micro_batch_size=2 if dry else 4, precision="fp32" if dry else "bf16",
+                  device=device, compile=True, **steps)
+configs["gpt1b_bf16_compiled"] = big
+if fp8 and not dry:
+    configs["gpt1b_fp8_compiled"] = big.model_copy(update={"precision": "fp8"})
+for name, cfg in configs.items():
+    cfg.write(out / "compile" / f"{name}_config.json")
+    print(name)
+PYEOF
+  for cfgfile in "$OUT_DIR"/compile/*_config.json; do
+    name="$(basename "$cfgfile" _config.json)"
+    # A cold cache per trial (beside it): the compile a fresh machine pays.
+    TORCHINDUCTOR_CACHE_DIR="$OUT_DIR/compile/cache_$name" "${AUTOTUNE[@]}" trial "$cfgfile" \
+      --out "$OUT_DIR/compile/trial_$name" > "$OUT_DIR/compile/$name.txt" 2>&1 \
+      || echo "gpu_check: compile trial $name did not succeed (see compile/$name.txt)" >&2
+  done
+  "$PY" - "$OUT_DIR" <<'PYEOF'
+import json, sys
+from pathlib import Path
+from autotune.contract import TrialResult
+out = Path(sys.argv[1])
+rows = {}
+for res in sorted((out / "compile").glob("trial_*/result.json")):
+    r = TrialResult.read(res)
+    p = r.phase_s
+    start = sum(p.get(k, 0.0) for k in ("launch_to_worker", "worker_imports", "setup"))
+    rows[res.parent.name.removeprefix("trial_")] = {
+        "status": r.status.value, "error": r.error, "tokens_per_s": r.tokens_per_s, "mfu": r.mfu,
+        "compile_s": r.compile_s, "wall_s": r.wall_s,
+        "wall_split_s": {"start": start, "build": p.get("build"), "compile": p.get("compile"),
+                         "other_warmup": (p.get("warmup") or 0.0) - (p.get("compile") or 0.0),
+                         "measured_steps": p.get("measure")}}
+def ratio(a, b):
+    ta, tb = rows.get(a, {}).get("tokens_per_s"), rows.get(b, {}).get("tokens_per_s")
+    return ta / tb if ta and tb else None
+doc = {"trials": rows, "compiled_over_eager_124m": ratio("gpt124m_compiled", "gpt124m_eager"),
+       "fp8_over_bf16_1b_compiled": ratio("gpt1b_fp8_compiled", "gpt1b_bf16_compiled")}
+(out / "compile_check.json").write_text(json.dumps(doc, indent=1))
+fmt = lambda v, f: "-" if v is None else format(v, f)
+lines = ["| trial | status | tokens/s | MFU | compile s | start s | build s | steps s | wall s |",
+         "|---|---|---|---|---|---|---|---|---|"]
+for name, r in rows.items():
+    w = r["wall_split_s"]
+    lines.append(f"| {name} | {r['status']} | {fmt(r['tokens_per_s'], ',.0f')} | {fmt(r['mfu'], '.1%')} | "
+                 f"{fmt(r['compile_s'], '.1f')} | {fmt(w['start'], '.1f')} | {fmt(w['build'], '.1f')} | "
+                 f"{fmt(w['measured_steps'], '.1f')} | {fmt(r['wall_s'], '.1f')} |")
+lines += ["", f"compiled / eager tokens/s (124M): {fmt(doc['compiled_over_eager_124m'], '.3f')}",
+          f"fp8+compile / bf16+compile tokens/s (1B): {fmt(doc['fp8_over_bf16_1b_compiled'], '.3f')}"]
+(out / "compile_check.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PYEOF
+}
+
+if [[ "$COMPILE_ONLY" == 1 ]]; then
+  rm -rf "$OUT_DIR/compile"
+  compile_trials
+  echo "gpu_check: compile trials done in $(( $(date +%s) - STARTED )) s: $OUT_DIR/compile_check.md"
+  exit 0
 fi
 
 # --- the sweep ----------------------------------------------------------------------------
@@ -212,6 +304,10 @@ cfg.model_copy(update={"measure_steps": steps, "max_measure_steps": steps,
 print(f"gpu_check: long rerun of {best[1].name} ({best[0]:,.0f} tok/s) with {steps} measured steps")
 PYEOF
 fi
+
+# --- compile: eager against compiled, fp8+compile against bf16+compile ------------------------
+rm -rf "$OUT_DIR/compile"
+if [[ "$COMPILE" == 1 ]]; then compile_trials; fi
 
 # --- summary ------------------------------------------------------------------------------
 MODE=gpu

@@ -34,7 +34,11 @@ def test_gpu_machine_offers_its_gpu_count_and_fp8_only_on_hopper_with_library():
     hopper = restrict(space, capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=True))
     no_lib = restrict(space, capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=False))
     assert hopper.num_gpus == [1, 2, 4, 8]
-    assert Precision.fp8 in hopper.precision
+    # fp8 only together with compile: the default space (eager only) drops it, and says why.
+    assert Precision.fp8 not in hopper.precision and hopper.dropped["precision"] == [Precision.fp8]
+    both = restrict(space.model_copy(update={"compile": [False, True]}),
+                    capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=True))
+    assert Precision.fp8 in both.precision and Precision.fp8 not in both.precision_choices(False)
     assert Precision.fp8 not in ampere.precision and Precision.fp8 not in no_lib.precision
 
 

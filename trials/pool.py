@@ -148,6 +148,10 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         t_start = time.perf_counter()
         result = worker.run_one(cfg, result_path, t_start, keep_group=True)
         _note_pool(result, seq, rss_bytes)
+        # Dynamo keeps the last trial's graphs and guards (on its model): the next compiles its own.
+        from trials.compile import reset_compile_state
+
+        reset_compile_state()
         release_memory(cfg.device.value)
         import torch.distributed as dist
 

@@ -71,13 +71,20 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
 
     rank = _env_int("RANK", 0)
     try:
+        if cfg.compile:
+            from trials.compile import use_study_cache
+
+            use_study_cache(result_path)
         return run(cfg, t_start, keep_group=keep_group)
     except BaseException as exc:  # noqa: BLE001 - every ending becomes a result
         status, error_type = classify(exc)
         world = _env_int("WORLD_SIZE", 1)
         where = f"rank {rank}: " if world > 1 else ""
+        from trials.compile import compile_failure
+
+        reason = compile_failure(exc) or str(exc)
         result = TrialResult(status=status, error_type=error_type,
-                             error=(where + str(exc))[:2000], world_size=world,
+                             error=(where + reason)[:2000], world_size=world,
                              # The last frames with their header: a deep torch stack under a
                              # long venv path cut at 4,000 characters lost "Traceback".
                              log_tail="".join(traceback.format_exception(exc, limit=-8))[-4000:],
@@ -141,6 +148,7 @@ def classify(exc: BaseException):
     import torch
 
     from autotune.contract import TrialStatus
+    from trials.compile import compile_failure
     from trials.errors import NonFiniteLoss, UnsupportedConfig
 
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
@@ -151,6 +159,9 @@ def classify(exc: BaseException):
         return TrialStatus.unsupported, type(exc).__name__
     if isinstance(exc, NonFiniteLoss):
         return TrialStatus.nan, type(exc).__name__
+    if compile_failure(exc) is not None:
+        # The compiler could not build this config here: the config's, not the sweep's, end.
+        return TrialStatus.unsupported, type(exc).__name__
     return TrialStatus.crash, type(exc).__name__
 
 
@@ -220,11 +231,16 @@ def run(cfg, t_start: float, keep_group: bool = False):
     steps = _Steps(cfg, engine, built.batches, device, world)
     t = time.perf_counter()
     probe = None
-    for i in range(cfg.warmup_steps):
-        if i == cfg.warmup_steps - 1:
+    # A compiled model compiles at its first step: at least one warm-up step pays for it, and
+    # the probe's hooks stay out (hooks added to a compiled model recompile it, and would
+    # count the eager model's saved tensors, not the compiled graph's).
+    warmup_steps = max(1, cfg.warmup_steps) if cfg.compile else cfg.warmup_steps
+    for i in range(warmup_steps):
+        if i == warmup_steps - 1 and not cfg.compile:
             probe = steps.probe(model)  # untimed: hooks cost Python time
         else:
             steps.run_one()
+    warmup_times_s = list(steps.times_s)
     phase["warmup"] = time.perf_counter() - t
 
     if device.type == "cuda":
@@ -252,6 +268,10 @@ def run(cfg, t_start: float, keep_group: bool = False):
         dist.all_gather_object(gathered, local)
         dist.barrier()
     result = compose(cfg, built, engine, steps, probe, gathered, world, device, phase)
+    if cfg.compile:
+        from trials.compile import note_compile
+
+        note_compile(result, warmup_times_s)
     if world > 1 and not keep_group:
         dist.destroy_process_group()
     if keep_group:

@@ -338,6 +338,11 @@ class TrialConfig(TrainingKnobs):
     measure_noise_scale: bool = Field(default=True, description=(
         "Record squared gradient norms at two batch sizes for the gradient noise scale "
         "(McCandlish et al. 2018); a loss target uses it."))
+    compile: bool = Field(
+        default=False, description="torch.compile the model (default mode, Inductor): DDP and "
+        "TP compile the whole model, FSDP2 each block before fully_shard, DeepSpeed through its "
+        "engine's compile(), accelerate through its dynamo_backend. The warm-up steps pay the "
+        "compilation (TrialResult.compile_s); the measured steps run compiled.")
 
     @model_validator(mode="after")
     def _parallel_shape(self) -> "TrialConfig":

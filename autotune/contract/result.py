@@ -156,6 +156,12 @@ class TrialResult(ContractModel):
     gradient_noise_scale: float | None = None
     hardware: HardwareFingerprint = Field(default_factory=HardwareFingerprint)
     wall_s: float | None = None
+    compile_s: float | None = Field(
+        default=None, description="compiled trials: seconds the warm-up steps took beyond the "
+        "steady step time (their sum of step time minus the median measured step): tracing, "
+        "Inductor's code generation and C++/Triton builds, or loading them from the compile "
+        "cache. An upper bound: first-step costs eager runs pay too (allocator warm-up, DDP's "
+        "buckets) count here. None for eager trials")
     phase_s: dict[str, float] = Field(default_factory=dict, description="where the time went")
     observations: dict[str, Any] = Field(
         default_factory=dict, description="what the worker saw applied (dtypes, shard sizes, ...)"

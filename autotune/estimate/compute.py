@@ -83,6 +83,17 @@ class ModelShape(BaseModel):
         return self.params - self.lookup_params
 
 
+# fp8 training (torchao float8 with torch.compile) against bf16 with torch.compile, end to end:
+# "up to 1.25x at 8 GPU / 8B parameter scale" (up to 1.5x at 512 GPUs / 405B). Source: torchao
+# docs, Quantized Training, float8 (docs.pytorch.org/ao/stable/workflows/training.html),
+# as of 2026-03-25, read 2026-12-01. An upper figure: smaller models' GEMMs gain less, and eager
+# fp8 loses to bf16 (its casts are not fused), so fp8 is planned only together with compile.
+FP8_SPEEDUP_OVER_BF16 = 1.25
+FP8_SPEEDUP_SOURCE = ("torchao docs, Quantized Training: float8 with torch.compile up to 1.25x bf16 "
+                      "at 8 GPUs / 8B params (docs.pytorch.org/ao/stable/workflows/training.html, "
+                      "2026-03-25)")
+
+
 def gpt_param_count(shape: GPTShape, include_embeddings: bool = True) -> int:
     """Exact parameter count of the built-in GPT (`trials.workloads.gpt.GPT`)."""
     return shape.num_params(include_embeddings=include_embeddings)

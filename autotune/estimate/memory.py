@@ -21,12 +21,20 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import ConfigDict, Field
 
-from autotune.contract import Checkpointing, EngineKind, Offload, Precision, TrainingKnobs, TrialConfig, engine_for
+from autotune.contract import EngineKind, Offload, Precision, TrainingKnobs, TrialConfig, engine_for
+from autotune.estimate.activations import (  # noqa: F401 (re-exported: the activation model)
+    Attention,
+    activation_bytes,
+    activation_parts,
+    dtype_bytes,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    recomputed_layers,
+)
 from autotune.estimate.compute import ModelShape
 from autotune.estimate.sharded import deepspeed_transients, fsdp2_transients, gathered_params_bytes
 
 Engine = Literal["ddp", "deepspeed", "fsdp2"]
-Attention = Literal["fused", "eager", "recompute"]
 OptimizerName = Literal["adamw", "sgd", "adafactor"]
 
 class MemoryConfig(TrainingKnobs):
@@ -55,6 +63,9 @@ class MemoryConfig(TrainingKnobs):
     attention: Attention = "fused"
     dropout: bool = False
     sequence_parallel: bool = False
+    compile: bool = Field(default=False, description="torch.compile on: the estimate keeps the "
+                          "eager activation model (an upper bound: Inductor's fusions save fewer "
+                          "intermediates); calibration fits compiled trials apart")
 
     @property
     def resolved_engine(self) -> Engine:
@@ -66,7 +77,7 @@ class MemoryConfig(TrainingKnobs):
     def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
         knobs = cfg.model_dump(include=set(TrainingKnobs.model_fields))
         engine = engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher, cfg.fsdp)
-        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine))
+        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine), compile=cfg.compile)
 
 
 def memory_layout(engine: EngineKind) -> Engine:
@@ -158,11 +169,6 @@ class MemoryEstimate:
 # ---------------------------------------------------------------------------------------
 
 
-def dtype_bytes(precision: Precision) -> int:
-    """Bytes of one element in the compute dtype (fp8 training keeps bf16 activations)."""
-    return 4 if precision is Precision.fp32 else 2
-
-
 def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape) -> float:
     """fp32 optimizer state per parameter, master copy excluded.
 
@@ -245,119 +251,6 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> ModelStates:
 
 
 # ---------------------------------------------------------------------------------------
-# Activations
-# ---------------------------------------------------------------------------------------
-
-
-def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
-                           n_kv_heads: int | None = None, gated_mlp: bool = False,
-                           residual_bytes: int = 2, compute_bytes: int = 2,
-                           attention: Attention = "eager", dropout: bool = True,
-                           sequence_parallel: bool = False) -> float:
-    """Bytes one transformer layer keeps for backward, counted tensor by tensor.
-
-    With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
-    this is exactly sbh(34 + 5as/h) at t=1, sbh(10 + 24/t + 5as/(ht)) with TP, and
-    (sbh/t)(34 + 5as/h) with TP + sequence parallel (paper, eqs. 1-3). The parts:
-    - not split by TP (unless sequence parallel): the two LayerNorm inputs (residual stream,
-      `residual_bytes` each), the two LayerNorm outputs = inputs of the QKV and MLP-up
-      matmuls (`compute_bytes`), and with dropout the two 1-byte masks after attention and MLP;
-    - split by TP: Q, K, V; the attention output (input of the output projection); the MLP
-      hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product);
-    - attention core: eager stores the softmax output (+ dropout mask and output);
-      fused (SDPA / flash) stores only a fp32 log-sum-exp per head and token;
-      recompute (Korthikanti's selective recompute) stores nothing.
-    """
-    f = ffn if ffn is not None else 4 * h
-    kv = n_kv_heads if n_kv_heads is not None else a
-    r, c = residual_bytes, compute_bytes
-    sbh = s * b * h
-    unsplit = sbh * (2 * r + 2 * c + (2 if dropout else 0))
-    qkv = s * b * (h + 2 * kv * (h // a)) * c
-    attn_out = sbh * c
-    mlp = s * b * f * c * (4 if gated_mlp else 2)
-    split = qkv + attn_out + mlp
-    if attention == "eager":
-        core = a * s * s * b * (c + ((1 + c) if dropout else 0))
-    elif attention == "fused":
-        core = 4 * a * s * b
-    else:
-        core = 0
-    split += core
-    if sequence_parallel:
-        return (unsplit + split) / t
-    return unsplit + split / t
-
-
-def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1,
-                            recompute: Literal["none", "selective", "full"] = "none",
-                            sequence_parallel: bool = False) -> float:
-    """The paper's closed forms (Korthikanti et al. 2022, Table 2), bytes per layer."""
-    sbh = s * b * h
-    if recompute == "full":
-        return 2.0 * sbh
-    if recompute == "selective":
-        return 34.0 * sbh / t if sequence_parallel else sbh * (10 + 24 / t)
-    if sequence_parallel:
-        return sbh / t * (34 + 5 * a * s / h)
-    if t == 1:
-        return sbh * (34 + 5 * a * s / h)
-    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
-
-
-def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -> int:
-    """How many blocks recompute their activations (the worker's rule: all, every k-th, none)."""
-    if checkpointing is Checkpointing.full:
-        return n_layers
-    if checkpointing is Checkpointing.selective:
-        return len(range(0, n_layers, max(1, every)))
-    return 0
-
-
-def activation_parts(model: ModelShape, cfg: MemoryConfig) -> dict[str, int] | None:
-    """Activation bytes per rank: `kept` for backward by the blocks and the final norm
-    (what a saved-tensor meter sees), `recompute_transient` (one recomputed block's full set
-    during backward), `kept_logits` (the fp32 log-softmax output) and `logits` (the loss's
-    buffers at their peak).
-
-    The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`) and
-    no dropout, so Korthikanti's 5as/h term and the dropout masks are not kept: with fused
-    attention, the paper's selective recompute (recompute the attention core) saves nothing
-    more, which is why autotune's `selective` means "recompute every k-th block whole".
-    A recomputed block keeps only its input, and during backward one block at a time holds
-    its full set again. Under torch autocast the residual stream stays fp32.
-    """
-    dims = model.dims()
-    if dims is None:
-        return None
-    s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads, cfg.tp_degree
-    c = dtype_bytes(cfg.precision)
-    r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
-    full = layer_activation_bytes(
-        s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, gated_mlp=model.gated_mlp,
-        residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
-        sequence_parallel=cfg.sequence_parallel)
-    n_rec = recomputed_layers(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every)
-    kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
-    kept = (dims.n_layers - n_rec) * full + n_rec * kept_input
-    kept += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
-    # Logits (vocab split by TP): the fp32 log-softmax output is kept for backward, and the
-    # backward of the loss holds its gradient and the logits' gradient at once: 3 fp32 copies.
-    logits = 12 * s * b * dims.vocab_size / t
-    return {"kept": int(kept), "recompute_transient": int(full if n_rec else 0),
-            "kept_logits": int(logits / 3), "logits": int(logits)}
-
-
-def activation_bytes(model: ModelShape, cfg: MemoryConfig) -> tuple[int | None, int | None]:
-    """(activations at the backward peak, logits and loss buffers), bytes per rank; None
-    without the model's shapes. See `activation_parts`."""
-    parts = activation_parts(model, cfg)
-    if parts is None:
-        return None, None
-    return parts["kept"] + parts["recompute_transient"], parts["logits"]
-
-
-# ---------------------------------------------------------------------------------------
 # The whole rank
 # ---------------------------------------------------------------------------------------
 
@@ -372,6 +265,10 @@ def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
     notes: list[str] = []
     if acts is None:
         notes.append("activations not estimated: give the model's layers, hidden, heads and vocab")
+    if cfg.compile:
+        notes.append("compiled: activations as eager keeps them, an upper bound (Inductor fuses "
+                     "elementwise ops and saves fewer intermediates); compiled trials calibrate "
+                     "their own constant")
     buckets = 0.0
     weight_cache = 0.0
     opt_temp = 0.0

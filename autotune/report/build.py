@@ -37,7 +37,7 @@ from autotune.report.schema import (
 
 CONFIG_COLUMNS = ("num_gpus", "num_nodes", "micro_batch_size", "grad_accum_steps", "precision",
                   "checkpointing", "zero_stage", "offload", "tp_degree", "seq_len", "launcher",
-                  "device", "threads_per_rank")
+                  "device", "threads_per_rank", "compile")
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,6 +136,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         hardware=rec.hardware,
         trial_dir=rec.trial_dir,
         wall_s=rec.wall_s,
+        compile_s=rec.compile_seconds(),
         constraints=dict(getattr(t, "constraints", None) or {}),
         search_gpu_hours=rec.search_gpu_hours,
         search_usd=rec.search_usd,

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, FSDPMode, TrialConfig
+from autotune.report.compiled import dynamo_fields
 from autotune.report.optimizer import accelerate_deepspeed_config
 from autotune.report.sharding import fsdp_accelerate_fields
 
@@ -43,7 +44,7 @@ def accelerate_config(cfg: TrialConfig) -> dict[str, Any]:
         "tpu_env": [],
         "tpu_use_cluster": False,
         "tpu_use_sudo": False,
-        "use_cpu": cpu,
+        "use_cpu": cpu, **dynamo_fields(cfg),  # torch.compile: Inductor, as the trial compiled
     }
     if cfg.zero_stage > 0:
         # The full DeepSpeed config, not loose fields: accelerate's plugin miscounts ranks on

@@ -69,7 +69,8 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
 
         out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG)
     else:
-        out += ["Activation checkpointing and tensor parallelism are model code: your script applies "
-                "them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE (see launch.sh).", ""]
+        out += ["Activation checkpointing, tensor parallelism and torch.compile are model code: your "
+                "script applies them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE / AUTOTUNE_COMPILE "
+                "(1: compile the model; see launch.sh).", ""]
         out += sharding_bill_lines(cfg) + optimizer_notes(cfg)
     return "\n".join(out)

@@ -29,7 +29,7 @@ def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str
         ("AUTOTUNE_ZERO_STAGE", str(cfg.zero_stage)),
         ("AUTOTUNE_OFFLOAD", cfg.offload.value),
         ("AUTOTUNE_TP_DEGREE", str(cfg.tp_degree)),
-        ("AUTOTUNE_FSDP", cfg.fsdp.value),
+        ("AUTOTUNE_FSDP", cfg.fsdp.value), ("AUTOTUNE_COMPILE", str(int(cfg.compile))),
         ("AUTOTUNE_NUM_GPUS", str(cfg.num_gpus * cfg.num_nodes)),
         # Accelerator() reads these: accumulation has no key in accelerate's config file, and
         # under torchrun / deepspeed no config file is read at all.

@@ -52,6 +52,8 @@ def trainer_flags(cfg: TrialConfig) -> list[str]:
         flags.append("--fp16")
     if cfg.checkpointing is Checkpointing.full:
         flags.append("--gradient_checkpointing")
+    if cfg.compile:
+        flags.append("--torch_compile")  # Trainer compiles the model (Inductor, default mode)
     if cfg.device is DeviceKind.cpu and cfg.zero_stage == 0:
         # Else Trainer refuses bf16 without a GPU. Not with ZeRO: --use_cpu turns Trainer's
         # DeepSpeed off (transformers' TrainingArguments._setup_devices).

@@ -27,6 +27,8 @@ def config_summary(cfg: dict[str, Any]) -> str:
         parts.append(f"fsdp:{cfg['fsdp']}" + offload)
     if (cfg.get("tp_degree") or 1) > 1:
         parts.append(f"tp{cfg['tp_degree']}")
+    if cfg.get("compile"):
+        parts.append("compiled")
     return " ".join(parts)
 
 

@@ -54,6 +54,8 @@ class TrialRow(_M):
     hardware: str | None = Field(description="key of the hardware the trial ran on")
     trial_dir: str | None
     wall_s: float | None = Field(description="wall time of the trial itself")
+    compile_s: float | None = Field(None, description="compiled trials: seconds the warm-up steps "
+                                    "spent compiling (apart from tokens/s; charged once to hours)")
     constraints: dict[str, float] = Field(description="Optuna constraint values; > 0 = violated")
     search_gpu_hours: float | None = Field(description="rank-hours this trial cost the search")
     search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")

@@ -122,9 +122,11 @@ def trials_table(rows: list[dict[str, Any]], title: str, width: int):
         mem = fmt_bytes(r["peak_mem_bytes"]) if r["peak_mem_bytes"] else "-"
         if r["peak_mem_bytes"] and r.get("peak_mem_source") == "host_rss":
             mem += " rss"
+        tps = f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-"
+        if r.get("compile_s") is not None:
+            tps += f" +{r['compile_s']:.0f}s compile"
         out.append([str(r["number"]), r["offer"] or "-", fmt_hours(r["hours"]), fmt_usd(r["usd"]),
-                    _ended(r), config_summary(r["config"]),
-                    f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "-", mem]
+                    _ended(r), config_summary(r["config"]), tps, mem]
                    + ([r.get("slot") or "-", beside_text(r)] if side else []))
     cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("hours", NAME, "right"),
             ("dollars", NAME, "right"), ("ended", TEXT, "left"), ("config", TEXT, "left"),

@@ -47,7 +47,8 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
     if cfg.launcher is Launcher.accelerate:
         argv = [python, "-m", "accelerate.commands.launch", "--num_processes", n,
                 "--num_machines", "1", "--mixed_precision", ACCELERATE_MIXED_PRECISION[cfg.precision],
-                "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(cfg.threads_per_rank)]
+                "--dynamo_backend", "inductor" if cfg.compile else "no",
+                "--num_cpu_threads_per_process", str(cfg.threads_per_rank)]
         if cfg.num_gpus > 1:
             # Several ranks: accelerate's torchrun path. Not --cpu, even on CPU: with --cpu
             # accelerate starts ONE process unless mpirun is set up; ACCELERATE_USE_CPU=true

@@ -219,7 +219,9 @@ def calibration_group(mcfg: MemoryConfig) -> str:
     gather / reduce-scatter machinery keeps buffers of its own (docs/benchmarks.md, the
     memory section, compares it with ZeRO-2 at the same config), or FSDP2."""
     engine = mcfg.resolved_engine
-    return f"{engine}-zero3" if engine == "deepspeed" and mcfg.zero_stage == 3 else engine
+    group = f"{engine}-zero3" if engine == "deepspeed" and mcfg.zero_stage == 3 else engine
+    # Compiled graphs keep other activations (and, on CPU, the compiler's own memory).
+    return group + "-compiled" if mcfg.compile else group
 
 
 @dataclass

@@ -108,7 +108,8 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
         status=result.status.value, tokens_per_s=result.tokens_per_s,
         peak_mem_bytes=result.peak_mem_bytes, peak_mem_source=result.peak_mem_source.value,
         step_time_median_s=result.step_time_median_s, mfu=result.mfu, hfu=result.hfu,
-        final_loss=result.final_loss, wall_s=result.wall_s, world_size=result.world_size)
+        final_loss=result.final_loss, wall_s=result.wall_s, world_size=result.world_size,
+        compile_s=result.compile_s)
     if not result.ok:
         fields["error"] = f"{result.error_type or ''}: {result.error or ''}"[:1000]
     return fields

@@ -31,8 +31,10 @@ WAIT_POLL_S = 1.0
 # Fields TrialConfig gained after studies were recorded, with the value older records read
 # as: at that value a config keeps the key it had before, so a resumed study reuses them.
 # min_measure_s: its default floor never lengthens the window of a model whose steps take
-# seconds, so configs measured before it existed keep their keys.
-ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default}
+# seconds, so configs measured before it existed keep their keys. compile: eager, as every
+# trial ran before it existed.
+ADDED_LATER = {"fsdp": "none", "min_measure_s": TrialConfig.model_fields["min_measure_s"].default,
+               "compile": False}
 
 
 def config_key(cfg: TrialConfig, hardware_key: str) -> str:

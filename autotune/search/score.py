@@ -75,6 +75,8 @@ def _config_label(cfg: TrialConfig) -> str:
         parts.append(f"zero{cfg.zero_stage}")
     if cfg.tp_degree > 1:
         parts.append(f"tp{cfg.tp_degree}")
+    if cfg.compile:
+        parts.append("compiled")
     return " ".join(parts)
 
 
@@ -87,12 +89,23 @@ class TrialPricing:
     target_basis: str
     job: JobSpec
     offers: list[str] | None
+    compile_s: float = 0.0  # charged once to the run (`with_compile`)
+    measured_tokens_per_s: float | None = None  # before the compile's charge
 
     def as_dict(self) -> dict:
         tp = self.throughput
-        return {"gpu": tp.gpu, "num_gpus": tp.num_gpus, "tokens_per_s": tp.tokens_per_s,
+        return {"gpu": tp.gpu, "num_gpus": tp.num_gpus,
+                "tokens_per_s": self.measured_tokens_per_s or tp.tokens_per_s, "compile_s": self.compile_s,
                 "basis": tp.basis, "config": tp.config, "tokens": self.tokens,
                 "target_basis": self.target_basis, "job": asdict(self.job), "offers": self.offers}
+
+
+def with_compile(tokens_per_s: float, tokens: float, compile_s: float | None) -> float:
+    """The run's throughput with a compiled config's compile time charged once: the run takes
+    tokens / tokens_per_s + compile_s seconds (hours to target + compile_s / 3600)."""
+    if not compile_s or not tokens:
+        return tokens_per_s
+    return tokens / (tokens / tokens_per_s + compile_s)
 
 
 def trial_pricing(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog: Catalog,
@@ -112,10 +125,15 @@ def trial_pricing(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalo
     units = ranks * (cfg.threads_per_rank if catalog.gpus[gpu].device_class == "cpu" else 1)
     hw = result.hardware
     where = hw.kind_key() if (hw.device_name or hw.cpu_model) else gpu
-    tp = Throughput(gpu=gpu, num_gpus=units, tokens_per_s=result.tokens_per_s,
-                    basis=f"measured ({where}, {ranks} rank(s))", config=_config_label(cfg))
+    compile_s = result.compile_s or 0.0
+    tp = Throughput(gpu=gpu, num_gpus=units,
+                    tokens_per_s=with_compile(result.tokens_per_s, target.tokens, compile_s),
+                    basis=f"measured ({where}, {ranks} rank(s))"
+                    + (f", compile {compile_s:.0f} s charged once" if compile_s else ""),
+                    config=_config_label(cfg))
     job = job_for(cfg, result.params, target.tokens, spec.target.dataset_tokens)
-    return TrialPricing(tp, target.tokens, target.basis, job, spec.platforms.offers)
+    return TrialPricing(tp, target.tokens, target.basis, job, spec.platforms.offers, compile_s,
+                        result.tokens_per_s)
 
 
 def expand_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog: Catalog,
@@ -167,7 +185,8 @@ def reprice(score, catalog: Catalog | None, tokens_per_s: float | None = None) -
     inputs = score.pricing_inputs
     if catalog is not None and inputs and inputs.get("gpu") in catalog.gpus:
         tp = Throughput(gpu=inputs["gpu"], num_gpus=int(inputs["num_gpus"]),
-                        tokens_per_s=float(tokens_per_s or inputs["tokens_per_s"]),
+                        tokens_per_s=with_compile(float(tokens_per_s or inputs["tokens_per_s"]),
+                                                  float(inputs["tokens"]), inputs.get("compile_s")),
                         basis=inputs["basis"], config=inputs.get("config", ""))
         fields: dict[str, Any] = {k: (tuple(v) if k == "assumptions" else v) for k, v in inputs["job"].items()}
         job = JobSpec(**fields)

@@ -54,10 +54,18 @@ class SearchSpace(BaseModel):
     offload: list[Offload] = Field(default=[Offload.none], min_length=1)
     tp_degree: list[int] = Field(default=[1], min_length=1)
     fsdp: list[FSDPMode] = Field(default=[FSDPMode.none], min_length=1)
+    compile: list[bool] = Field(default=[False], min_length=1, description=(
+        "torch.compile off / on (default mode): `[false, true]` measures both. fp8 is offered "
+        "only with compile on (eager fp8 casts cost more than its matmuls save)"))
 
     _ints = field_validator("num_gpus", "micro_batch_size", "grad_accum_steps", "tp_degree")(
         _positive_unique
     )
+
+    @field_validator("compile")
+    @classmethod
+    def _unique(cls, v: list[bool]) -> list[bool]:
+        return sorted(set(v))
 
     @field_validator("zero_stage")
     @classmethod
@@ -130,6 +138,18 @@ class RestrictedSpace:
     tp_degree: list[int]
     dropped: dict[str, list[Any]] = field(default_factory=dict)
     fsdp: list[FSDPMode] = field(default_factory=lambda: [FSDPMode.none])
+    compile: list[bool] = field(default_factory=lambda: [False])
+
+    def compile_choices(self) -> list[bool]:
+        """Eager only where every precision left is fp8 would leave nothing to run."""
+        if any(p is not Precision.fp8 for p in self.precision):
+            return list(self.compile)
+        return [c for c in self.compile if c] or list(self.compile)
+
+    def precision_choices(self, compiled: bool) -> list[Precision]:
+        """fp8 only together with compile: torchao's float8 casts and scales are fused into
+        the matmuls' neighbours by Inductor; eager, they cost more than the fp8 matmul saves."""
+        return [p for p in self.precision if compiled or p is not Precision.fp8] or list(self.precision)
 
     def tp_choices(self, num_gpus: int) -> list[int]:
         return [t for t in self.tp_degree if num_gpus % t == 0]
@@ -165,6 +185,10 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         return kept
 
     num_gpus = keep("num_gpus", space.num_gpus, lambda n: n <= caps.max_ranks)
+    compiled = list(space.compile)
+    # fp8 only with compile (RestrictedSpace.precision_choices): a space without compile on drops it.
+    precision = keep("precision", space.precision,
+                     lambda p: p in caps.precisions and (p is not Precision.fp8 or True in compiled))
     zero = keep("zero_stage", space.zero_stage, lambda z: z in caps.zero_stages)
     # TP runs at ZeRO stage 0 only (ZeRO with TP is not implemented: trials/engines/deepspeed.py).
     tp = keep("tp_degree", space.tp_degree,
@@ -174,13 +198,14 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         num_gpus=num_gpus,
         micro_batch_size=list(space.micro_batch_size),
         grad_accum_steps=list(space.grad_accum_steps),
-        precision=keep("precision", space.precision, lambda p: p in caps.precisions),
+        precision=precision,
         checkpointing=list(space.checkpointing),
         zero_stage=zero,
         offload=keep("offload", space.offload, lambda o: caps.offload or o is Offload.none),
         tp_degree=tp,
         dropped=dropped,
         fsdp=keep("fsdp", space.fsdp, lambda f: caps.fsdp or f is FSDPMode.none),
+        compile=compiled,
     )
 
 
@@ -224,7 +249,11 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
         micro = micros[0] if len(micros) == 1 else pick("micro_batch_size", micros,
                                                         full.micro_batch_size)
         accum = global_batch_samples // (micro * dp)
-    precision = Precision(pick("precision", [p.value for p in rs.precision],
+    # Asked only when the space offers both, so spaces without compile keep their parameters.
+    compile_choices = rs.compile_choices()
+    compiled = compile_choices[0] if len(compile_choices) == 1 else bool(pick(
+        "compile", compile_choices, full.compile))
+    precision = Precision(pick("precision", [p.value for p in rs.precision_choices(compiled)],
                                [p.value for p in full.precision]))
     ckpt = Checkpointing(pick("checkpointing", [c.value for c in rs.checkpointing],
                               [c.value for c in full.checkpointing]))
@@ -240,7 +269,8 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
     offload = off_choices[0] if len(off_choices) == 1 else Offload(pick(
         "offload", [o.value for o in off_choices], [o.value for o in full.offload]))
     return dict(num_gpus=num_gpus, tp_degree=tp, micro_batch_size=micro, grad_accum_steps=accum,
-                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload, fsdp=fsdp)
+                precision=precision, checkpointing=ckpt, zero_stage=zero, offload=offload, fsdp=fsdp,
+                compile=compiled)
 
 
 ALL_CAPABILITIES = Capabilities(
@@ -320,7 +350,7 @@ def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = No
 
 # The dimensions a local move changes, one at a time, to the next choice up or down.
 _STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-              "checkpointing", "zero_stage", "offload", "fsdp")
+              "checkpointing", "zero_stage", "offload", "fsdp", "compile")
 
 
 def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
@@ -334,10 +364,12 @@ def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples
 def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
           full: RestrictedSpace | None = None) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
     """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
-    plain = {"fsdp": "none", **{k: getattr(v, "value", v) for k, v in values.items()}}
+    plain = {"fsdp": "none", "compile": False, **{k: getattr(v, "value", v) for k, v in values.items()}}
     lists: dict[str, list[Any]] = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
              "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
-             "precision": [p.value for p in rs.precision],
+             "precision": [p.value for p in rs.precision_choices(bool(plain["compile"]))],
+             "compile": [c for c in rs.compile_choices()
+                         if c or Precision(plain["precision"]) is not Precision.fp8],
              "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,
              "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]),
                                                              FSDPMode(plain.get("fsdp", "none")))],
@@ -362,4 +394,6 @@ def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int
 
 
 def _values_key(values: dict[str, Any]) -> tuple:
-    return tuple(str(getattr(values.get(k, "none"), "value", values.get(k, "none"))) for k in _STEP_DIMS)
+    defaults = {"compile": False}
+    return tuple(str(getattr(v, "value", v)) for v in
+                 (values.get(k, defaults.get(k, "none")) for k in _STEP_DIMS))

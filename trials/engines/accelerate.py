@@ -48,13 +48,24 @@ class AccelerateEngine:
             raise RuntimeError(
                 f"accelerate runs mixed_precision={acc.mixed_precision!r} but the trial asks for "
                 f"{cfg.precision.value} ({want!r}). To fix: launch with --mixed_precision {want}")
+        dynamo = str(acc.state.dynamo_plugin.backend.value).lower()
+        if (dynamo != "no") != cfg.compile:
+            raise RuntimeError(
+                f"accelerate runs dynamo_backend={dynamo!r} but the trial asks for compile="
+                f"{cfg.compile}. To fix: launch with --dynamo_backend "
+                f"{'inductor' if cfg.compile else 'no'}")
+        if cfg.compile:
+            from trials.compile import configure
+
+            configure(cfg)
         # Data parallel: every rank holds the whole model.
         self.weights_mark = ensure_materialized(model, device, init_module)
         self.cfg, self.device, self.raw_model = cfg, device, model
         self._activations = ActivationDtype(model)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = make_optimizer(params, cfg)
-        # prepare(): DDP when several processes, autocast around forward, a GradScaler for fp16.
+        # prepare(): DDP when several processes, autocast around forward, a GradScaler for fp16,
+        # torch.compile last when its dynamo backend is set (the launcher's --dynamo_backend).
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.optimizer_steps = 0
         self.micro_steps = 0
@@ -83,6 +94,7 @@ class AccelerateEngine:
             "num_processes": int(acc.num_processes),
             "mixed_precision": acc.mixed_precision,
             "wrapped_model": type(self.model).__name__,
+            "dynamo_backend": str(acc.state.dynamo_plugin.backend.value).lower(),
             "linear_output_dtype": self._activations.dtype,
             "loss_scaling": acc.scaler is not None,
             "optimizer_steps": self.optimizer_steps,

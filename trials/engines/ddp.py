@@ -88,6 +88,13 @@ class DDPEngine:
         self.raw_model = model
         self.model = (DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
                       if world_size > 1 else model)
+        # Compiled around DDP: Dynamo runs DDP's forward eagerly and compiles the model inside,
+        # split at the gradient buckets so the all-reduce still overlaps backward.
+        self.forward_model = self.model
+        if cfg.compile:
+            from trials.compile import compile_module
+
+            self.forward_model = compile_module(self.model, cfg)
         params = [p for p in model.parameters() if p.requires_grad]
         self._params = params
         self.optimizer = make_optimizer(params, cfg)
@@ -127,7 +134,7 @@ class DDPEngine:
             sync = (i == accum - 1) or not isinstance(self.model, DDP)
             with (nullcontext() if sync else self.model.no_sync()):
                 with self.autocast():
-                    loss = loss_of(self.model, batch)
+                    loss = loss_of(self.forward_model, batch)
                 scaled = loss / accum
                 if self.scaler is not None:
                     scaled = self.scaler.scale(scaled)
@@ -168,6 +175,7 @@ class DDPEngine:
             "param_dtype": str(p.dtype),
             "autocast_dtype": str(dtype) if dtype else None,
             "loss_scaling": self.scaler is not None,
+            "compiled": self.forward_model is not self.model,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,
         }

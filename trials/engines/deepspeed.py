@@ -124,6 +124,16 @@ class DeepSpeedEngine:
             if "not supported on your device" in str(exc):
                 raise UnsupportedConfig(f"DeepSpeed on {accelerator}: {exc}") from exc
             raise
+        if cfg.compile:
+            # DeepSpeed's own way (DeepSpeedEngine.compile, 0.14+): it compiles the module it
+            # wraps, its ZeRO hooks outside the graph; compiled at the first forward.
+            if not hasattr(self.engine, "compile"):
+                raise UnsupportedConfig(f"DeepSpeed {deepspeed.__version__} has no engine."
+                                        "compile(). To fix: pip install 'deepspeed>=0.14'")
+            from trials.compile import configure
+
+            configure(cfg)
+            self.engine.compile(backend="inductor")
         self.micro_steps = 0
 
     @property
@@ -174,6 +184,7 @@ class DeepSpeedEngine:
             "ds_gradient_accumulation_steps": int(self.engine.gradient_accumulation_steps()),
             "bf16": bool(self.engine.bfloat16_enabled()),
             "fp16": bool(self.engine.fp16_enabled()),
+            "compiled": bool(getattr(self.engine, "is_compiled", False)),
             "linear_output_dtype": self._activations.dtype,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,

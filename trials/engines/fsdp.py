@@ -82,6 +82,17 @@ class FSDP2Engine:
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         if cfg.offload is Offload.optimizer_params:
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+        self.compiled_blocks = 0
+        if cfg.compile:
+            # Per block, after TP and checkpointing and before fully_shard (torchtitan's order):
+            # FSDP2's gathers and reshards stay outside the compiled graphs.
+            from trials.compile import compile_blocks
+
+            self.compiled_blocks = compile_blocks(model, cfg)
+            if not self.compiled_blocks:
+                raise UnsupportedConfig("compile with FSDP2 compiles each repeated block, and "
+                                        "this model has none (no ModuleList of blocks). To fix: "
+                                        "set compile false, or use DDP")
         self.blocks = repeated_blocks(model)
         for block in self.blocks:
             fully_shard(block, **kwargs)
@@ -121,6 +132,7 @@ class FSDP2Engine:
             "fsdp": self.cfg.fsdp.value,
             "reshard_after_forward": self.reshard_after_forward,
             "fsdp_units": len(self.blocks) + 1,
+            "compiled_blocks": self.compiled_blocks,
             "cpu_offload": self.cfg.offload is Offload.optimizer_params,
             "mp_param_dtype": str(dtype) if dtype else None,
             "mesh_shape": list(self.mesh.shape),

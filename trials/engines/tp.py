@@ -164,6 +164,11 @@ class TensorParallelEngine:
         self._activations = ActivationDtype(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizers = self._optimizers()
+        self.forward_model = model  # the whole model compiled, its DTensor shards traced
+        if cfg.compile:
+            from trials.compile import compile_module
+
+            self.forward_model = compile_module(model, cfg)
         dtype = autocast_dtype(cfg.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype else nullcontext
         self.scaler = torch.amp.GradScaler(device.type) if cfg.precision is Precision.fp16 else None
@@ -204,7 +209,7 @@ class TensorParallelEngine:
         for _ in range(accum):
             batch = self._group_batch(next(batches))
             with self.autocast():
-                loss = loss_of(self.raw_model, batch)
+                loss = loss_of(self.forward_model, batch)
             scaled = loss / accum
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
@@ -241,6 +246,7 @@ class TensorParallelEngine:
         dtype = autocast_dtype(self.cfg.precision)
         return {
             "engine": "tensor_parallel",
+            "compiled": self.forward_model is not self.raw_model,
             "tp_degree": self.tp,
             "dp_degree": self.dp,
             "mesh_shape": list(self.mesh.shape),
