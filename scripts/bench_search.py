@@ -71,7 +71,7 @@ BENCHES: dict[str, dict[str, Any]] = {
                 preset="small", trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=900.0), cache=RESULTS / "truth_mem_pool.json", runner="pool",
                 mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
                 title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
-                      "ZeRO 0/2/3 x FSDP2 x offload x checkpointing x micro-batch 1 and 4)"),
+                      "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),
 }
 SHIPPED = "autotune sweep (as shipped)"
 

@@ -382,3 +382,25 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
     assert summary["usd"]["right"] == 1 and summary["usd"]["no_pick"] == 1
     assert bench_limits.place_sentence(bench_limits.optimum_place(table, keys, ms, spec)).startswith(
         "No config of the space fits")
+
+
+def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch):
+    """`bench_matrix.py`: one result file per (bench, limit), and the section regenerates from
+    those files alone (--summary-only)."""
+    import bench_matrix
+    import bench_search
+
+    monkeypatch.setattr(bench_search, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench_matrix, "KINDS", ("oracle", "first_baseline", "baselines"))
+    md_out, json_out = tmp_path / "m.md", tmp_path / "m.json"
+    argv = ["--benches", "ds", "--limits", "0.1", "none", "--seeds", "2", "--md-out", str(md_out),
+            "--json-out", str(json_out)]
+    assert bench_matrix.main(argv) == 0
+    low = json.loads((tmp_path / "search_ds_limit0.1.json").read_text())
+    assert low["limit_arg"] == "0.1" and low["mem_limit_bytes"] > 0
+    assert json.loads((tmp_path / "search_ds_limitnone.json").read_text())["mem_limit_bytes"] is None
+    first = md_out.read_text()
+    assert "### `ds`" in first and "| none |" in first and "Where the optimum lies" in first
+    md_out.unlink()
+    assert bench_matrix.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first
