@@ -63,8 +63,9 @@ def _params_key(params: dict[str, Any]) -> str:
 def baseline_keys(ms, spec, configs) -> list[str]:
     """The shipped sweep's baselines (autotune.search.strategy.baseline_params), in its order,
     as ground-truth keys."""
-    from autotune.search.strategy import baseline_params
     from bench_truth import config_key
+
+    from autotune.search.strategy import baseline_params
 
     by_params = {_params_key(p): config_key(v) for p, v in configs}
     out = []
@@ -87,8 +88,9 @@ def optimum_key(table, metric: str = "usd") -> str | None:
 def moves_away(table, start: list[str], goal: str, ms, spec) -> int | None:
     """The fewest shipped local moves (autotune.search.space.neighbours) from any of `start`
     to `goal`, through configs of the table; None if unreachable."""
-    from autotune.search.space import neighbours
     from bench_truth import config_key
+
+    from autotune.search.space import neighbours
 
     dist = {k: 0 for k in start}
     todo = deque(start)

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          percentile, shown_path, start_run, write_outputs)
 import bench_limits as bl  # noqa: E402
 import bench_replay as br  # noqa: E402
 import bench_truth as bt  # noqa: E402
+from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
+                          percentile, shown_path, start_run, write_outputs)
+from bench_search_md import num as _num, render  # noqa: E402
 
 WITHIN = 0.03
 # Issue 15's target: a pick within WITHIN of the optimum in 55 of 60 seeds.
@@ -70,6 +71,10 @@ BENCHES: dict[str, dict[str, Any]] = {
     "mem": dict(space=ROOT / "benchmarks" / "search_space_mem.yaml", seq_len=64, global_batch=0,
                 preset="small", trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=900.0), cache=RESULTS / "truth_mem_pool.json", runner="pool",
                 mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
+                note="Measured on the 2-core machine while other agents' work shared it (the load "
+                     "figures above): its tokens/s are disturbed (slower, and unevenly so between "
+                     "runs), its memory peaks much less so (they follow the model's states, not "
+                     "the machine's load). Read pick accuracy here for what fits, not for speed.",
                 title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
                       "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),
 }
@@ -327,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             "mem_limit_quantile": None if fixed_limit else quantile, "seeds": args.seeds,
             "limit_arg": bl.limit_name(args.limit) if args.limit != "default" else "default",
             "optimum_place": bl.optimum_place(table, baselines, ms, spec), "preset": ns.preset,
+            "note": b.get("note"), "peaks_by_sharding": peaks_by_sharding(table),
             "default_trials": default_trials, "summary": summary, "replay_s": time.monotonic() - t0,
             "truth": truth_facts(table, doc, truths), "space": str(Path(b["space"]).relative_to(ROOT)),
             "cache": str(Path(b["cache"]).relative_to(ROOT)), "seq_len": b["seq_len"],
@@ -384,77 +390,18 @@ def runs_to_separate(sd_log_run: float | None, gap_log: float | None, right: flo
     return max(1, math.ceil(2 * (z * sd_log_run / gap_log) ** 2))
 
 
-def render(data: dict[str, Any]) -> str:
-    f = data["truth"]
-    lines = [f"### {data['title']} (`--bench {data['bench']}`)", "", *context_lines(data["context"]), ""]
-    truth_how = ("each replay seed observes the runs of half of the measurement rounds (the same "
-                 "rounds for every config, drawn by the seed) and is judged on the median of the "
-                 "other half" if data["holdout"] else
-                 "the truth is each config's median run and a replay may observe those same runs "
-                 "(in-sample: this inflates pick accuracy of strategies that re-measure)")
-    lines += [
-        f"`{data['space']}`: {data['n_configs']} configs, built-in GPT `{data.get('preset', 'tiny')}`, seq_len "
-        f"{data['seq_len']}, global batch {data['global_batch'] or 'free (accumulation is a dimension)'}; "
-        f"{data['runs_per_config']}+ real runs per config (`{data['cache']}`, runner "
-        f"{', '.join(f['runners'])}, last measured {f['measured_utc']}, 1-min load median "
-        f"{_num(f['load_median'])} / max {_num(f['load_max'])} while measuring); {truth_how}. "
-        f"Run-to-run spread of tokens/s ((max - min) / median of a config's runs): median "
-        f"{f['median_spread']:.0%}, p90 {f['p90_spread']:.0%}. Median trial {f['trial_s_median']:.1f} s.",
-        "",
-        *hardness_lines(f),
-        limit_words(data) + (f", {f['n_oom']} configs OOM under it" if data["mem_limit_bytes"] else "")
-        + f"; {f['n_failed']} configs failed for other reasons. Configs within 3% of a seed's cost "
-          f"optimum: median {f['within_cost_median']:g}; {f['distinct_optima']} different optima over "
-          f"the seeds (the held-out truth is itself a noisy median).",
-        "",
-        bl.place_sentence(data["optimum_place"]) if data.get("optimum_place") else "",
-        "",
-        f"Pick accuracy = seeds whose recommended config (the report's cheapest / fastest) is "
-        f"within 3% of that seed's optimum, of {data['seeds']}. Regret = how much worse the pick is "
-        f"than the optimum (median / worst). Trials and trial-s = what the strategy ran (repeats "
-        f"included); reach = median trials / trial-s until it first *launched* a config within 3%.",
-        "",
-    ]
-    rows = []
-    for name, r in data["summary"].items():
-        rows.append([name, f"{r['usd']['right']}/{r['seeds']}", f"{r['hours']['right']}/{r['seeds']}",
-                     r["usd"].get("no_pick", "n/a"),
-                     f"{r['usd']['regret_median']:.1%} / {r['usd']['regret_max']:.0%}",
-                     r["trials_median"], r["repeats_median"], r["trial_s_median"],
-                     f"{_num(r['usd']['reach_trials'])} / {_num(r['usd']['reach_trial_s'])} s"])
-    lines.append(markdown_table(["strategy", "pick accuracy, cost", "pick accuracy, time", "seeds with no pick",
-                                 "cost regret median / worst", "trials", "of which repeats",
-                                 "trial-s", "reach (cost): trials / trial-s"], rows))
-    lines += ["", f"Replays took {data['replay_s']:.0f} s."]
-    return "\n".join(lines)
-
-
-def limit_words(data: dict[str, Any]) -> str:
-    """The memory limit a section was replayed under, in words."""
-    if not data["mem_limit_bytes"]:
-        return "No memory limit"
-    how = (f"the {data['mem_limit_quantile']:g} quantile of the configs' measured peaks"
-           if data.get("mem_limit_quantile") is not None else
-           "a fixed figure, between FSDP2's and DDP's measured peaks")
-    return f"Emulated memory limit: {data['mem_limit_bytes'] / 2**20:,.0f} MiB per rank ({how})"
-
-
-def hardness_lines(f: dict[str, Any]) -> list[str]:
-    """The noise against the gap a pick must resolve (see runs_to_separate)."""
-    if f.get("runs_needed") is None:
-        return []
-    return [f"How hard: one run's sd of log tokens/s is {f['sd_log_run_median']:.3f} (median over "
-            f"configs); the cheapest config outside 3% of the optimum costs "
-            f"{math.expm1(f['gap_log_outside']):.1%} more. Telling those two apart 9 times in 10 "
-            f"takes {f['runs_needed']} runs of each (n = 2 (1.28 sd / gap)^2), whatever the search"
-            + (f"; at those two configs' own sd ({f['sd_log_pair']:.3f}, root mean square), "
-               f"{f['runs_needed_pair']}." if f.get("runs_needed_pair") is not None else "."), ""]
-
-
-def _num(x) -> str:
-    if x is None:
-        return "n/a"
-    return "never" if x == math.inf else f"{x:.3g}"
+def peaks_by_sharding(table) -> dict[str, float]:
+    """Median peak per rank (MiB) over the configs of each ZeRO stage / FSDP2 / offload setting."""
+    groups: dict[str, list[int]] = {}
+    for e in table.values():
+        if e.emulated_peak_bytes is None:
+            continue
+        v = {k: getattr(x, "value", x) for k, x in e.values.items()}
+        fsdp = v.get("fsdp") or "none"
+        name = (f"FSDP2 {fsdp}" if fsdp != "none" else "DDP" if v["zero_stage"] == 0 else f"ZeRO {v['zero_stage']}")
+        name += f", offload {v['offload']}" if v["offload"] != "none" else ""
+        groups.setdefault(name, []).append(e.emulated_peak_bytes)
+    return {k: statistics.median(p) / 2**20 for k, p in sorted(groups.items())}
 
 
 if __name__ == "__main__":
