@@ -82,12 +82,12 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              "(runs to its own end), the bound (told the seed's 2 best configs, 8 trials re-measuring "
              "them), the sweep's first baseline alone, and its baselines alone "
              "(`autotune.search.strategy.baseline_params`, each measured once, the best that fits "
-             "recommended). Regenerate: `scripts/bench_matrix.py` (replays, ~1 min per cell) or "
+             "recommended). Regenerate: `scripts/bench_matrix.py` (replays, about a minute of CPU per cell) or "
              "`scripts/bench_matrix.py --summary-only` (this section from the committed "
              "`benchmarks/results/search_<bench>_limit<Q>.json`).", ""]
     raw: dict[str, Any] = {}
     for bench in benches:
-        rows, places = [], []
+        rows, places, about = [], [], []
         for limit in limits:
             path = result_path(bench, limit)
             if not path.is_file():
@@ -98,6 +98,11 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             if "incomplete" in data:
                 rows.append([limit, data["incomplete"]] + ["-"] * (len(KINDS) - 1))
                 continue
+            if not about:
+                about = [f"{data['n_configs']} configs, {data['runs_per_config']}+ runs per config "
+                         f"(`{data['cache']}`), judged on "
+                         + ("held-out runs" if data["holdout"] else "the same runs a replay observes (in-sample)")
+                         + "." + (f" {data['note']}" if data.get("note") else "")]
             place = data.get("optimum_place") or {}
             if place and place.get("optimum") is None:
                 rows.append([limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
@@ -106,7 +111,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             if place:
                 places.append(f"- limit {limit_label(data)}: {bl.place_sentence(place)}")
         title = bs.BENCHES[bench]["title"]
-        lines += [f"### `{bench}`: {title}", "", markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows),
+        lines += [f"### `{bench}`: {title}", "", *about, "", markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows),
                   "", *places, ""]
     lines += ["Raw results: " + ", ".join(f"`{shown_path(p)}`" for p in raw.values()) + ".", ""]
     return "\n".join(lines), {k: str(shown_path(p)) for k, p in raw.items()}

@@ -72,10 +72,10 @@ BENCHES: dict[str, dict[str, Any]] = {
     "mem": dict(space=ROOT / "benchmarks" / "search_space_mem.yaml", seq_len=64, global_batch=0,
                 preset="small", trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=900.0), cache=RESULTS / "truth_mem_pool.json", runner="pool",
                 mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
-                note="Measured on the 2-core machine while other agents' work shared it (the load "
-                     "figures above): its tokens/s are disturbed (slower, and unevenly so between "
-                     "runs), its memory peaks much less so (they follow the model's states, not "
-                     "the machine's load). Read pick accuracy here for what fits, not for speed.",
+                note="Measured while other agents' work shared the 2-core machine (each run records "
+                     "the load before it): its tokens/s are disturbed (slower, and unevenly so between "
+                     "runs and rounds), its memory peaks much less so (they follow the model's states, "
+                     "not the machine's load). Read pick accuracy here for what fits, not for speed.",
                 title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
                       "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),
 }
