@@ -102,7 +102,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                 about = [f"{data['n_configs']} configs, {data['runs_per_config']}+ runs per config "
                          f"(`{data['cache']}`), judged on "
                          + ("held-out runs" if data["holdout"] else "the same runs a replay observes (in-sample)")
-                         + "." + (f" {data['note']}" if data.get("note") else "")]
+                         + "." + (f" {bs.BENCHES[bench]['note']}" if bs.BENCHES[bench].get("note") else "")]
             place = data.get("optimum_place") or {}
             if place and place.get("optimum") is None:
                 rows.append([limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
