@@ -3,8 +3,9 @@
     rep = replay_sweep(table, spec, seed, n_trials, holdout=True)     # autotune's own loop
     rep = replay_optuna(table, spec, ms, sampler, seed, n_trials, holdout)  # TPE / random alone
     rep = replay_grid(table, order, seed, n_trials, holdout)
-    rep = replay_deepspeed_style(table, rs, seed, "usd", holdout)
+    rep = replay_deepspeed_style(table, seed, "usd", holdout)
     rep = replay_oracle(table, truth, seed, n_trials, holdout)        # a bound: knows the 2 best
+    rep = replay_baselines(table, baseline_keys[:1], seed, holdout)   # first baseline only
     rep.pick_usd, rep.pick_hours, rep.steps
 
 autotune's strategies run the shipped code: `autotune.search.sweep.run_sweep` (or the
@@ -156,6 +157,19 @@ def replay_grid(table, order: list[str], seed: int, n_trials: int, holdout: bool
     return rep
 
 
+def replay_baselines(table, keys: list[str], seed: int, holdout: bool) -> Replay:
+    """A fixed guess, not a search: each of `keys` (the sweep's baselines in its order,
+    `autotune.search.strategy.baseline_params`) measured once; the pick is the best run that
+    fitted, or none when none did. With one key: "first baseline only"."""
+    rep = Replay()
+    seen = {}
+    for k in keys:
+        seen[k] = table[k].observed(seed, 0, holdout)
+        rep.steps.append(Step(k, seen[k].trial_s))
+    rep.pick_usd, rep.pick_hours = _best_seen(table, seen)
+    return rep
+
+
 def replay_exhaustive(table, seed: int, holdout: bool) -> Replay:
     """Every config, every run the seed may observe; the pick is the best median: the best any
     search could recommend from these runs (the reference row)."""
@@ -203,9 +217,10 @@ def replay_oracle(table, truth, seed: int, n_trials: int, holdout: bool, k: int 
 
 def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Replay:
     """In the style of DeepSpeed's autotuner: for each setting of the other dimensions (order
-    shuffled by the seed), for each ZeRO stage in increasing order, binary-search the largest
-    micro-batch that fits, then try smaller micro-batches while one improves the metric by
-    >= 5%; move to the next stage only while a stage improves the best by >= 5%. `metric`:
+    shuffled by the seed), for each sharding stage in turn (`sharding_stages`: ZeRO 0-3 with
+    FSDP2 off, then FSDP2's modes), binary-search the largest micro-batch that fits, then try
+    smaller micro-batches while one improves the metric by >= 5%; move to the next stage only
+    while a stage improves the best by >= 5% (a stage where nothing fits moves on). `metric`:
     "usd" or "hours" (it optimizes what it is scored on); it picks the best run it saw."""
     rng = random.Random(seed)
     gain = 0.05
@@ -214,10 +229,11 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
     dims = ["num_gpus", "tp_degree", "precision", "checkpointing", "offload"]
     if _accum_free(table):
         dims.append("grad_accum_steps")
-    by_outer: dict[tuple, dict[int, dict[int, str]]] = {}
+    by_outer: dict[tuple, dict[tuple[int, str], dict[int, str]]] = {}
     for e in table.values():
         outer = tuple(str(getattr(e.values[d], "value", e.values[d])) for d in dims)
-        by_outer.setdefault(outer, {}).setdefault(e.values["zero_stage"], {})[e.values["micro_batch_size"]] = e.key
+        stage = (int(e.values["zero_stage"]), _fsdp(e.values))
+        by_outer.setdefault(outer, {}).setdefault(stage, {})[e.values["micro_batch_size"]] = e.key
     outers = sorted(by_outer)
     rng.shuffle(outers)
     rep = Replay()
@@ -234,9 +250,9 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
 
     for outer in outers:
         stage_best = math.inf
-        for zero in sorted(by_outer[outer]):
-            micros = sorted(by_outer[outer][zero])
-            keys = by_outer[outer][zero]
+        for stage in sharding_stages(by_outer[outer]):
+            micros = sorted(by_outer[outer][stage])
+            keys = by_outer[outer][stage]
             if not probe(keys[micros[0]]).feasible:
                 continue
             lo, hi = 0, len(micros) - 1  # invariant: micros[lo] fits
@@ -258,6 +274,25 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
             stage_best = best
     rep.pick_usd, rep.pick_hours = _best_seen(table, tried)
     return rep
+
+
+# FSDP2's modes as further sharding stages after ZeRO 3, least sharding first (shard_grad_op
+# shards what ZeRO 2 does, full_shard what ZeRO 3 does).
+_FSDP_ORDER = {"none": 0, "shard_grad_op": 1, "full_shard": 2}
+
+
+def _fsdp(values: dict) -> str:
+    f = values.get("fsdp") or "none"
+    return str(getattr(f, "value", f))
+
+
+def sharding_stages(stages) -> list[tuple[int, str]]:
+    """The order the heuristic scans (ZeRO stage, FSDP2 mode) pairs in. DeepSpeed's autotuner
+    has no FSDP2: it scans ZeRO 0, 1, 2, 3 with FSDP2 off, so the fair replay does that first,
+    then treats each FSDP2 mode as one more stage (a dimension scanned like the ZeRO stages,
+    under the same stop rule), instead of letting the FSDP2 variants of a ZeRO stage shadow
+    its FSDP-off configs."""
+    return sorted(stages, key=lambda s: (_FSDP_ORDER.get(s[1], 3), s[1], s[0]))
 
 
 def _accum_free(table) -> bool:

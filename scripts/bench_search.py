@@ -34,15 +34,21 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          percentile, shown_path, start_run, write_outputs)
+import bench_limits as bl  # noqa: E402
 import bench_replay as br  # noqa: E402
 import bench_truth as bt  # noqa: E402
+from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
+                          percentile, shown_path, start_run, write_outputs)
+from bench_search_md import num as _num, render  # noqa: E402
 
 WITHIN = 0.03
 # Issue 15's target: a pick within WITHIN of the optimum in 55 of 60 seeds.
 TARGET_RIGHT = 55 / 60
 RESULTS = ROOT / "benchmarks" / "results"
+# The mem bench's default per-rank limit (2,700 MiB): a fixed figure between FSDP2's and DDP's
+# measured peaks per rank, chosen after measuring them (benchmarks/results/truth_mem_pool.json;
+# the section prints the peaks of every sharding setting).
+MEM_LIMIT_BYTES = 2700 * 2**20
 BENCHES: dict[str, dict[str, Any]] = {
     # cpu_bf16: the CPU the truth was measured on (autotune.contract.hardware.cpu_bf16), which
     # the replayed sweep sees as its machine's (its baselines follow it). cpu40: an earlier
@@ -60,6 +66,18 @@ BENCHES: dict[str, dict[str, Any]] = {
                cache=RESULTS / "truth_ds_pool.json", runner="pool", mem_limit_quantile=None, cpu_bf16="native",
                title="DeepSpeed-style space (2 ranks, fp32: ZeRO 0-3 x micro-batch 1-32 x "
                      "accumulation 1-2; no memory limit, as in the side-by-side with DeepSpeed's tuner)"),
+    # Memory-dominated (issue 28): GPT `small`'s model states, not the runtime's constant per
+    # rank, decide what fits. Its default limit is a fixed figure between FSDP2's and DDP's
+    # measured peaks per rank (chosen after measuring; the section states it).
+    "mem": dict(space=ROOT / "benchmarks" / "search_space_mem.yaml", seq_len=64, global_batch=0,
+                preset="small", trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=900.0), cache=RESULTS / "truth_mem_pool.json", runner="pool",
+                mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
+                note="Measured while other agents' work shared the 2-core machine (each run records "
+                     "the load before it): its tokens/s are disturbed (slower, and unevenly so between "
+                     "runs and rounds), its memory peaks much less so (they follow the model's states, "
+                     "not the machine's load). Read pick accuracy here for what fits, not for speed.",
+                title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
+                      "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),
 }
 SHIPPED = "autotune sweep (as shipped)"
 
@@ -77,19 +95,21 @@ def as_truth_machine(cpu_bf16: str) -> None:
 def strategies(args, default_trials: int) -> list[tuple[str, str, int | None]]:
     """(row name, kind, trials) in table order."""
     n = args.trials or default_trials
-    return [(f"{SHIPPED}, --trials {n}", "sweep", n),
-            (f"{SHIPPED}, --trials {2 * n}", "sweep", 2 * n),
+    twice = [] if getattr(args, "one_budget", False) else [(f"{SHIPPED}, --trials {2 * n}", "sweep", 2 * n)]
+    return [(f"{SHIPPED}, --trials {n}", "sweep", n), *twice,
             (f"autotune sweep without re-measuring, --trials {n}", "sweep_once", n),
             (f"autotune TPE alone (no baselines, prescreen, local moves or re-measuring), {n} trials", "tpe", n),
             (f"random search (Optuna RandomSampler), {n} trials", "random", n),
             (f"grid in shuffled order, first {n} configs", "grid", n),
             ("DeepSpeed-style heuristic (runs to its own end)", "heuristic", None),
             (f"bound: told the 2 best configs, {n} trials re-measuring them in turn (best median)", "oracle", n),
+            ("first baseline only (measured once; no pick if it does not fit)", "first_baseline", None),
+            ("baselines only (each measured once, the best that fits)", "baselines", None),
             ("reference: every config, every observable run (best median)", "exhaustive", None)]
 
 
 def run_strategy(kind: str, n: int | None, table, spec, ms, seed: int, limit, holdout: bool,
-                 n_configs: int) -> br.Replay:
+                 n_configs: int, baselines: list[str] = ()) -> br.Replay:
     import optuna
 
     from autotune.search.study import make_sampler
@@ -109,6 +129,9 @@ def run_strategy(kind: str, n: int | None, table, spec, ms, seed: int, limit, ho
         rep = br.replay_deepspeed_style(table, seed, "usd", holdout)
         rep.pick_hours = br.replay_deepspeed_style(table, seed, "hours", holdout).pick_hours
         return rep
+    if kind in ("first_baseline", "baselines"):
+        return br.replay_baselines(table, list(baselines[:1] if kind == "first_baseline" else baselines),
+                                   seed, holdout)
     if kind == "oracle":
         return br.replay_oracle(table, bt.truth_for(table, seed, holdout), seed, n, holdout)
     return br.replay_exhaustive(table, seed, holdout)
@@ -118,9 +141,11 @@ def summarize(reps: list[br.Replay], truths: list[bt.Truth]) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": len(reps)}
     for metric in ("usd", "hours"):
         pick = [getattr(r, f"pick_{metric}") for r in reps]
-        right = [p is not None and t.within(p, metric, WITHIN) for p, t in zip(pick, truths)]
-        regret = [getattr(t, metric)[p] / getattr(t, f"best_{metric}") - 1 if p in getattr(t, metric) else math.inf
-                  for p, t in zip(pick, truths)]
+        # Where no config fits, no pick is the right answer.
+        right = [t.within(p, metric, WITHIN) if p is not None else not getattr(t, metric)
+                 for p, t in zip(pick, truths)]
+        regret = [getattr(t, metric)[p] / getattr(t, f"best_{metric}") - 1 if p in getattr(t, metric)
+                  else 0.0 if p is None and not getattr(t, metric) else math.inf for p, t in zip(pick, truths)]
         reach_n, reach_s = [], []
         for r, t in zip(reps, truths):
             n, secs = math.inf, math.inf
@@ -132,7 +157,8 @@ def summarize(reps: list[br.Replay], truths: list[bt.Truth]) -> dict[str, Any]:
                     break
             reach_n.append(n)
             reach_s.append(secs)
-        out[metric] = {"right": sum(right), "regret_median": percentile(regret, 50),
+        out[metric] = {"right": sum(right), "no_pick": sum(p is None for p in pick),
+                       "regret_median": percentile(regret, 50),
                        "regret_max": max(regret), "reach_trials": percentile(reach_n, 50),
                        "reach_trial_s": percentile(reach_s, 50),
                        "reached": sum(x != math.inf for x in reach_n)}
@@ -164,7 +190,8 @@ def summary_section(paths: list[Path]) -> str:
                     for d in all_datas if "incomplete" in d]
     if not datas:
         return "\n".join(lines + ["Not run yet.", ""] + not_replayed)
-    order = ["sweep", "sweep_once", "tpe", "random", "grid", "heuristic", "oracle", "exhaustive"]
+    order = ["sweep", "sweep_once", "tpe", "random", "grid", "heuristic", "oracle", "first_baseline",
+             "baselines", "exhaustive"]
     names = sorted(datas[0]["summary"], key=lambda n: (order.index(datas[0]["summary"][n]["kind"])
                                                       if datas[0]["summary"][n]["kind"] in order else 99,
                                                       datas[0]["summary"][n].get("trials_budget") or 0))
@@ -215,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=60, help="replays per strategy")
     ap.add_argument("--trials", type=int, default=None, help="default: the spec's default budget")
     ap.add_argument("--only", nargs="*", default=None, help="strategy kinds to replay")
+    ap.add_argument("--one-budget", action="store_true", help="replay the sweep at --trials only, not also at twice it")
     ap.add_argument("--measure", action="store_true", help="measure missing runs first")
     ap.add_argument("--repeats", type=int, default=None, help="with --measure: runs per config")
     ap.add_argument("--runner", default=None, choices=sorted(bt.RUNNERS),
@@ -222,10 +250,16 @@ def main(argv: list[str] | None = None) -> int:
                          "ground truth was measured with; another runner measures into its own file)")
     ap.add_argument("--max-wait-s", type=float, default=900.0,
                     help="with --measure: before each run, wait at most this long for a quiet machine")
+    ap.add_argument("--limit", type=bl.parse_limit, default="default", metavar="Q",
+                    help="memory limit per rank: a quantile of the measured peaks (0.1 ... 0.9) or "
+                         "none; the results go to search_<bench>_limit<Q>.json unless --json-out "
+                         "(default: the bench's own limit, in search_<bench>.json)")
     ap.add_argument("--holdout", choices=["auto", "yes", "no"], default="auto",
                     help="judge each seed on held-out runs (auto: with >= 4 runs per config)")
     add_output_args(ap)
     args = ap.parse_args(argv)
+    if args.limit != "default" and args.json_out is None:
+        args.json_out = str(RESULTS / f"search_{args.bench}_limit{bl.limit_name(args.limit)}.json")
     if args.summary is not None:
         md = summary_section(args.summary)
         write_outputs(None, args.md_out, {}, md)
@@ -234,10 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.runner is not None and args.runner != b["runner"]:
         # Runs of another runner are another truth: never mixed into (or overwriting) this one.
         b["cache"], b["runner"] = RESULTS / f"truth_{args.bench}_{args.runner}.json", args.runner
-    ns = argparse.Namespace(preset="tiny", seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
-                            space=b["space"], warmup_steps=2, measure_steps=5, max_measure_steps=15,
-                            min_measure_s=bt.TrialConfig().min_measure_s,
-                            timeout_s=300.0, cache=b["cache"], runner=b["runner"],
+    trial = {"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, "timeout_s": 300.0,
+             **b.get("trial", {})}  # a bench's own trial settings (mem: a 124M model, fewer steps)
+    ns = argparse.Namespace(preset=b.get("preset", "tiny"), seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
+                            space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s, **trial,
+                            cache=b["cache"], runner=b["runner"],
                             repeats=args.repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=args.max_wait_s)
     from autotune.search.machine import MachineSpace
     from autotune.spec import BudgetSpec
@@ -264,13 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.json_out, args.md_out, {"bench": args.bench, "incomplete": why,
                                                     "n_configs": len(configs), "context": ctx}, md)
         return 0
-    table0 = bt.build_table(doc, configs, spec, None)
-    limit = None
-    if b["mem_limit_quantile"] is not None:
-        peaks = sorted(e.emulated_peak_bytes for e in table0.values()
-                       if e.result.ok and e.emulated_peak_bytes is not None)
-        limit = int(percentile(peaks, 100 * b["mem_limit_quantile"]))
+    quantile = b["mem_limit_quantile"] if args.limit == "default" else args.limit
+    limit = bl.limit_bytes(bt.build_table(doc, configs, spec, None), quantile)
+    fixed_limit = args.limit == "default" and b.get("mem_limit_bytes") is not None
+    if fixed_limit:
+        limit = b["mem_limit_bytes"]
     table = bt.build_table(doc, configs, spec, limit)
+    baselines = bl.baseline_keys(ms, spec, configs)
     runs_per_config = min(len(e.runs) for e in table.values())
     holdout = args.holdout == "yes" or (args.holdout == "auto" and runs_per_config >= 4)
     seeds = list(range(args.seeds))
@@ -288,13 +323,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and kind not in args.only:
             continue
         t1 = time.monotonic()
-        reps = [run_strategy(kind, n, table, spec, ms, s, limit, holdout, len(configs)) for s in seeds]
+        reps = [run_strategy(kind, n, table, spec, ms, s, limit, holdout, len(configs), baselines)
+                for s in seeds]
         summary[name] = summarize(reps, truths) | {"kind": kind, "trials_budget": n}
         print(f"  {name}: cost {summary[name]['usd']['right']}/{len(seeds)}, time "
               f"{summary[name]['hours']['right']}/{len(seeds)} ({time.monotonic() - t1:.0f}s)", flush=True)
     data = {"context": ctx, "bench": args.bench, "title": b["title"], "n_configs": len(configs),
             "runs_per_config": runs_per_config, "holdout": holdout, "mem_limit_bytes": limit,
-            "mem_limit_quantile": b["mem_limit_quantile"], "seeds": args.seeds,
+            "mem_limit_quantile": None if fixed_limit else quantile, "seeds": args.seeds,
+            "limit_arg": bl.limit_name(args.limit) if args.limit != "default" else "default",
+            "optimum_place": bl.optimum_place(table, baselines, ms, spec), "preset": ns.preset,
+            "note": b.get("note"), "peaks_by_sharding": peaks_by_sharding(table),
             "default_trials": default_trials, "summary": summary, "replay_s": time.monotonic() - t0,
             "truth": truth_facts(table, doc, truths), "space": str(Path(b["space"]).relative_to(ROOT)),
             "cache": str(Path(b["cache"]).relative_to(ROOT)), "seq_len": b["seq_len"],
@@ -308,7 +347,12 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
     loads = [m.get("load1_before") for e in table.values() for m in (r.meta for r in e.runs)
              if m.get("load1_before") is not None]
     runners = sorted({m.get("runner", "launcher") for e in table.values() for m in (r.meta for r in e.runs)})
-    best = min((e for e in table.values() if e.feasible), key=lambda e: e.usd)
+    fitting = [e for e in table.values() if e.feasible]
+    if not fitting:  # every config over the limit: nothing to rank
+        return {"nothing_fits": True, "n_oom": sum(e.oom for e in table.values()), "runners": runners,
+                "measured_utc": doc.get("measured_utc"), "n_failed": sum(1 for e in table.values()
+                                                                         if not e.feasible and not e.oom)}
+    best = min(fitting, key=lambda e: e.usd)
     near = [sum(1 for v in t.usd.values() if v <= t.best_usd * (1 + WITHIN)) for t in truths]
     # How hard the space is on this machine: the noise of one run against the gap between the
     # optimum and the best config a pick must not be (the cheapest outside 3%).
@@ -322,7 +366,7 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
     pair = [statistics.stdev([math.log(m.result.tokens_per_s) for m in e.runs if m.feasible])
             for e in (best, rival) if e is not None and sum(m.feasible for m in e.runs) > 1]
     sd_pair = math.sqrt(sum(x * x for x in pair) / 2) if len(pair) == 2 else None
-    optima = {min(t.usd, key=t.usd.get) for t in truths}
+    optima = {min(t.usd, key=t.usd.get) for t in truths if t.usd}
     return {"median_spread": percentile(spreads, 50), "p90_spread": percentile(spreads, 90),
             "load_median": statistics.median(loads) if loads else None,
             "load_max": max(loads) if loads else None, "runners": runners,
@@ -347,66 +391,18 @@ def runs_to_separate(sd_log_run: float | None, gap_log: float | None, right: flo
     return max(1, math.ceil(2 * (z * sd_log_run / gap_log) ** 2))
 
 
-def render(data: dict[str, Any]) -> str:
-    f = data["truth"]
-    lines = [f"### {data['title']} (`--bench {data['bench']}`)", "", *context_lines(data["context"]), ""]
-    truth_how = ("each replay seed observes the runs of half of the measurement rounds (the same "
-                 "rounds for every config, drawn by the seed) and is judged on the median of the "
-                 "other half" if data["holdout"] else
-                 "the truth is each config's median run and a replay may observe those same runs "
-                 "(in-sample: this inflates pick accuracy of strategies that re-measure)")
-    lines += [
-        f"`{data['space']}`: {data['n_configs']} configs, built-in GPT `tiny`, seq_len "
-        f"{data['seq_len']}, global batch {data['global_batch'] or 'free (accumulation is a dimension)'}; "
-        f"{data['runs_per_config']}+ real runs per config (`{data['cache']}`, runner "
-        f"{', '.join(f['runners'])}, last measured {f['measured_utc']}, 1-min load median "
-        f"{_num(f['load_median'])} / max {_num(f['load_max'])} while measuring); {truth_how}. "
-        f"Run-to-run spread of tokens/s ((max - min) / median of a config's runs): median "
-        f"{f['median_spread']:.0%}, p90 {f['p90_spread']:.0%}. Median trial {f['trial_s_median']:.1f} s.",
-        "",
-        *hardness_lines(f),
-        (f"Emulated memory limit: {data['mem_limit_bytes'] / 2**20:,.0f} MiB per rank (the "
-         f"{data['mem_limit_quantile']:g} quantile of the measured peaks), {f['n_oom']} configs OOM "
-         "under it" if data["mem_limit_bytes"] else "No memory limit")
-        + f"; {f['n_failed']} configs failed for other reasons. Configs within 3% of a seed's cost "
-          f"optimum: median {f['within_cost_median']:g}; {f['distinct_optima']} different optima over "
-          f"the seeds (the held-out truth is itself a noisy median).",
-        "",
-        f"Pick accuracy = seeds whose recommended config (the report's cheapest / fastest) is "
-        f"within 3% of that seed's optimum, of {data['seeds']}. Regret = how much worse the pick is "
-        f"than the optimum (median / worst). Trials and trial-s = what the strategy ran (repeats "
-        f"included); reach = median trials / trial-s until it first *launched* a config within 3%.",
-        "",
-    ]
-    rows = []
-    for name, r in data["summary"].items():
-        rows.append([name, f"{r['usd']['right']}/{r['seeds']}", f"{r['hours']['right']}/{r['seeds']}",
-                     f"{r['usd']['regret_median']:.1%} / {r['usd']['regret_max']:.0%}",
-                     r["trials_median"], r["repeats_median"], r["trial_s_median"],
-                     f"{_num(r['usd']['reach_trials'])} / {_num(r['usd']['reach_trial_s'])} s"])
-    lines.append(markdown_table(["strategy", "pick accuracy, cost", "pick accuracy, time",
-                                 "cost regret median / worst", "trials", "of which repeats",
-                                 "trial-s", "reach (cost): trials / trial-s"], rows))
-    lines += ["", f"Replays took {data['replay_s']:.0f} s."]
-    return "\n".join(lines)
-
-
-def hardness_lines(f: dict[str, Any]) -> list[str]:
-    """The noise against the gap a pick must resolve (see runs_to_separate)."""
-    if f.get("runs_needed") is None:
-        return []
-    return [f"How hard: one run's sd of log tokens/s is {f['sd_log_run_median']:.3f} (median over "
-            f"configs); the cheapest config outside 3% of the optimum costs "
-            f"{math.expm1(f['gap_log_outside']):.1%} more. Telling those two apart 9 times in 10 "
-            f"takes {f['runs_needed']} runs of each (n = 2 (1.28 sd / gap)^2), whatever the search"
-            + (f"; at those two configs' own sd ({f['sd_log_pair']:.3f}, root mean square), "
-               f"{f['runs_needed_pair']}." if f.get("runs_needed_pair") is not None else "."), ""]
-
-
-def _num(x) -> str:
-    if x is None:
-        return "n/a"
-    return "never" if x == math.inf else f"{x:.3g}"
+def peaks_by_sharding(table) -> dict[str, float]:
+    """Median peak per rank (MiB) over the configs of each ZeRO stage / FSDP2 / offload setting."""
+    groups: dict[str, list[int]] = {}
+    for e in table.values():
+        if e.emulated_peak_bytes is None:
+            continue
+        v = {k: getattr(x, "value", x) for k, x in e.values.items()}
+        fsdp = v.get("fsdp") or "none"
+        name = (f"FSDP2 {fsdp}" if fsdp != "none" else "DDP" if v["zero_stage"] == 0 else f"ZeRO {v['zero_stage']}")
+        name += f", offload {v['offload']}" if v["offload"] != "none" else ""
+        groups.setdefault(name, []).append(e.emulated_peak_bytes)
+    return {k: statistics.median(p) / 2**20 for k, p in sorted(groups.items())}
 
 
 if __name__ == "__main__":

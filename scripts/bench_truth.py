@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import statistics
@@ -437,7 +438,8 @@ def truth_for(table: dict[str, Entry], seed: int, holdout: bool) -> Truth:
         _aggregate(t, e.split(seed, holdout)[1])
         if t.hours is not None:
             usd[e.key], hours[e.key] = t.usd, t.hours
-    return Truth(usd, hours, min(usd.values()), min(hours.values()))
+    # Where no config fits, the optima are infinite and no pick is right (bench_search).
+    return Truth(usd, hours, min(usd.values(), default=math.inf), min(hours.values(), default=math.inf))
 
 
 # ---------------------------------------------------------------------------------------

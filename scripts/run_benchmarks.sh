@@ -5,7 +5,8 @@
 # trial overhead and fidelity on this machine (about 25 minutes on an idle 2-core machine).
 # Measuring a ground truth again, with the sweep's worker pool on an otherwise idle machine:
 # `scripts/bench_search.py --bench ds --measure --repeats 16` (~25 min per 8 rounds added), `--bench big --measure
-# --repeats 3` (~1 h; runs are added to the committed truths); the side by side with DeepSpeed's
+# --repeats 3` (~1 h; runs are added to the committed truths), `--bench mem --measure --repeats 2` (GPT small,
+# 12 configs, 1-5 min per trial); every space under memory limits: ONLY=search_matrix; the side by side with DeepSpeed's
 # tuner runs on request (~30 min):
 # ONLY=deepspeed_tuner; so do the interleaved noise pairs (ONLY=noise) and the noise levers
 # (ONLY=noise_levers).
@@ -72,14 +73,18 @@ run_one() {  # name, script, args...: one script, raw figures and section under 
 for name in $ONLY; do
   case "$name" in
     search)  # replays of the committed ground truths (BENCH_SEARCH_ARGS="--measure" tops them up)
-      for bench in cpu40 big; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
+      for bench in cpu40 big mem; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
       # ds has 16 rounds: judged in-sample (as cpu40's and big's 3) and on held-out rounds
       run_one search_ds bench_search --bench ds --holdout no "${SEARCH_ARGS[@]}"
       run_one search_ds_heldout bench_search --bench ds --holdout yes "${SEARCH_ARGS[@]}"
       run_one noise bench_noise --analyse-only
       run_one noise_levers bench_noise_levers --analyse-only
       run_one deepspeed_tuner bench_deepspeed_tuner --analyse-only
-      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout}.json --md-out "$SECTIONS/search.md" > /dev/null ;;
+      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout,mem}.json --md-out "$SECTIONS/search.md" > /dev/null
+      # every space under memory limits, from the committed search_<bench>_limit<Q>.json (ONLY=search_matrix replays them)
+      "$PY" scripts/bench_matrix.py --summary-only --json-out "$RESULTS/search_matrix.json" --md-out "$SECTIONS/search_matrix.md" > /dev/null ;;
+    search_matrix)  # every space at every memory limit (~1 min of CPU per space and limit)
+      run_one search_matrix bench_matrix ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
     noise_levers) run_one noise_levers bench_noise_levers "${NOISE_LEVERS_ARGS[@]}" ;;
     deepspeed_tuner) run_one deepspeed_tuner bench_deepspeed_tuner "${DS_TUNER_ARGS[@]}" ;;
@@ -88,7 +93,7 @@ for name in $ONLY; do
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
     pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
   esac
 done
 
@@ -106,7 +111,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_big search_ds search_ds_heldout search_cpu40 deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
+  for name in search search_matrix search_big search_ds search_ds_heldout search_cpu40 search_mem fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -282,3 +282,125 @@ def test_noise_levers_refuse_a_raw_file_that_is_not_theirs(tmp_path, capsys):
     assert lev.main(["--raw", str(other), "--rounds", "1"]) == 2
     assert other.read_text() == '{"entries": {}}'  # neither topped up nor overwritten
     assert "not a record of this script's runs" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# Memory limits, the baseline rows and the heuristic's FSDP2 stages (issue 28)
+# ---------------------------------------------------------------------------------------
+
+
+def _table(tmp_path, space_text: str, tps_of, peak_mib_of, limit_mib: float | None):
+    """A synthetic table over `space_text` (2 runs per config: x0.95 and x1.05 of its speed)."""
+    from autotune.search.machine import MachineSpace
+
+    space = tmp_path / "space.yaml"
+    space.write_text(space_text)
+    args = _args(tmp_path, space)
+    spec = bench_truth.make_spec(args)
+    ms = MachineSpace.for_spec(spec)
+    configs = bench_truth.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    entries = {}
+    for _, values in configs:
+        cfg = bench_truth.trial_config(values, spec, ms, seed=0)
+        peak = int(peak_mib_of(cfg) * MiB)
+        runs = [TrialResult(status=TrialStatus.ok, tokens_per_s=tps_of(cfg) * f, wall_s=5.0, phase_s={"measure": 1.0},
+                            memory=MemoryReport(host_rss_peak_bytes=[peak] * cfg.num_gpus,
+                                                host_rss_baseline_bytes=[100 * MiB] * cfg.num_gpus))
+                for f in (0.95, 1.05)]
+        entries[bench_truth.config_key(values)] = {
+            "config": cfg.model_dump(mode="json"), "results": [r.model_dump(mode="json") for r in runs],
+            "runs_meta": [{"round": i} for i in range(2)]}
+    doc = {"identity": {}, "entries": entries}
+    limit = None if limit_mib is None else int(limit_mib * MiB)
+    return bench_truth.build_table(doc, configs, spec, limit), spec, ms, configs
+
+
+FSDP_SPACE = ("num_gpus: [2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\nzero_stage: [0, 1]\n"
+              "fsdp: [none, full_shard]\n")
+
+
+def test_the_heuristic_scans_fsdp2_as_a_stage_after_the_zero_stages_fsdp_off_first(tmp_path):
+    """FSDP2's configs used to share a ZeRO stage's slot with its FSDP-off ones (the last one
+    read won), so the heuristic could never try the FSDP-off optimum."""
+    import bench_replay
+
+    table, *_ = _table(tmp_path, FSDP_SPACE,
+                       tps_of=lambda c: 1000.0 * c.micro_batch_size * (0.5 if c.fsdp.value != "none" else 1.0),
+                       peak_mib_of=lambda c: 200, limit_mib=None)
+    assert bench_replay.sharding_stages({(1, "none"), (0, "full_shard"), (0, "none")}) == [
+        (0, "none"), (1, "none"), (0, "full_shard")]
+    rep = bench_replay.replay_deepspeed_style(table, 0, "usd", holdout=False)
+    launched = [s.key for s in rep.steps]
+    assert "fsdp" not in launched[0]  # ZeRO 0 with FSDP2 off is scanned first
+    assert rep.pick_usd == "g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none"
+    # FSDP2 off at ZeRO 0 runs out of memory at micro-batch 2 and up: FSDP2 is reached, as a stage.
+    table, *_ = _table(tmp_path, FSDP_SPACE,
+                       tps_of=lambda c: 1000.0 * c.micro_batch_size * (0.9 if c.fsdp.value != "none" else 1.0),
+                       peak_mib_of=lambda c: 150 + 100 * c.micro_batch_size * (0.25 if c.fsdp.value != "none"
+                                                                               or c.zero_stage else 1.0),
+                       limit_mib=300)
+    rep = bench_replay.replay_deepspeed_style(table, 0, "usd", holdout=False)
+    assert any("fsdp:full_shard" in s.key for s in rep.steps)
+
+
+def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
+    """The rows "first baseline only" and "baselines only" use the shipped baseline order; a
+    limit at a quantile of the peaks; the optimum's place among the baselines; and a space
+    where nothing fits is reported as such, where no pick is the right answer."""
+    import bench_limits
+    import bench_replay
+    import bench_search
+
+    space = "num_gpus: [2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\ncheckpointing: [none, full]\n"
+    tps = lambda c: 1000.0 * c.micro_batch_size ** 0.5 / (2.5 if c.checkpointing.value == "full" else 1.0)
+    peak = lambda c: 100 + 50 * c.micro_batch_size / (4 if c.checkpointing.value == "full" else 1)
+    table, spec, ms, configs = _table(tmp_path, space, tps, peak, limit_mib=190)  # mb2, mb4 without ckpt: OOM
+    keys = bench_limits.baseline_keys(ms, spec, configs)
+    # The largest micro-batch without a saver, half of it, then full checkpointing.
+    assert keys == ["g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none", "g2-tp1-mb2-acc2-fp32-ckpt:none-z0-off:none",
+                    "g2-tp1-mb4-acc1-fp32-ckpt:full-z0-off:none"]
+    first = bench_replay.replay_baselines(table, keys[:1], seed=0, holdout=False)
+    assert first.trials == 1 and first.pick_usd is None  # it ran out of memory: no pick
+    every = bench_replay.replay_baselines(table, keys, seed=0, holdout=False)
+    assert every.trials == 3 and every.pick_usd == keys[2]
+    place = bench_limits.optimum_place(table, keys, ms, spec)
+    assert place["optimum"] == "g2-tp1-mb1-acc4-fp32-ckpt:none-z0-off:none"  # 1000 tok/s; mb4 ckpt 800
+    assert place["baseline"] is None and place["moves"] == 1 and place["baselines_fit"] == [False, False, True]
+    assert "not among the baselines; it is 1 local move from the nearest" in bench_limits.place_sentence(place)
+    # Quantiles of the configs' peaks.
+    assert bench_limits.limit_bytes(table, None) is None
+    assert bench_limits.limit_bytes(table, 1.0) == max(e.emulated_peak_bytes for e in table.values())
+    assert bench_limits.parse_limit("none") is None and bench_limits.parse_limit("0.2") == 0.2
+    with pytest.raises(argparse.ArgumentTypeError, match="not a quantile"):
+        bench_limits.parse_limit("1.5")
+    # Nothing fits: the truth is empty, and a strategy that picks nothing is right.
+    table, spec, ms, configs = _table(tmp_path, space, tps, peak, limit_mib=50)
+    truth = bench_truth.truth_for(table, 0, False)
+    assert truth.usd == {} and truth.best_usd == math.inf
+    reps = [bench_replay.replay_baselines(table, keys, seed=0, holdout=False)]
+    summary = bench_search.summarize(reps, [truth])
+    assert summary["usd"]["right"] == 1 and summary["usd"]["no_pick"] == 1
+    assert bench_limits.place_sentence(bench_limits.optimum_place(table, keys, ms, spec)).startswith(
+        "No config of the space fits")
+
+
+def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch):
+    """`bench_matrix.py`: one result file per (bench, limit), and the section regenerates from
+    those files alone (--summary-only)."""
+    import bench_matrix
+    import bench_search
+
+    monkeypatch.setattr(bench_search, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench_matrix, "KINDS", ("oracle", "first_baseline", "baselines"))
+    md_out, json_out = tmp_path / "m.md", tmp_path / "m.json"
+    argv = ["--benches", "ds", "--limits", "0.1", "none", "--seeds", "2", "--md-out", str(md_out),
+            "--json-out", str(json_out)]
+    assert bench_matrix.main(argv) == 0
+    low = json.loads((tmp_path / "search_ds_limit0.1.json").read_text())
+    assert low["limit_arg"] == "0.1" and low["mem_limit_bytes"] > 0
+    assert json.loads((tmp_path / "search_ds_limitnone.json").read_text())["mem_limit_bytes"] is None
+    first = md_out.read_text()
+    assert "### `ds`" in first and "| none |" in first and "Where the optimum lies" in first
+    md_out.unlink()
+    assert bench_matrix.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first

@@ -1,0 +1,144 @@
+"""Memory limits and the sweep's first trials, for the search benchmark (scripts/bench_search.py).
+
+    q = parse_limit("0.2")                      # a quantile of the measured peaks, or None
+    limit = limit_bytes(table, q)               # bytes per rank (None: no limit)
+    keys = baseline_keys(ms, spec, configs)     # the shipped sweep's baselines, in its order
+    place = optimum_place(table, keys, ms, spec)  # where the optimum lies among them
+
+A limit is a quantile of the configs' measured peaks (each config's median peak per rank, as
+`autotune.search.calibration.measured_peak_bytes` defines a peak), so "0.2" means: a device
+where only a fifth of the space's configs fit. The baselines come from the shipped
+`autotune.search.strategy.baseline_params` (the benchmark calls the shipped code), and the
+distance to the optimum counts the shipped local moves (`autotune.search.space.neighbours`:
+one dimension to its adjacent choice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import deque
+from typing import Any
+
+from bench_common import percentile
+
+# The quantiles the matrix runs every space at, and "none" (no limit).
+LIMITS = ("0.1", "0.2", "0.3", "0.5", "0.7", "0.9", "none")
+
+
+def parse_limit(text: str) -> float | str | None:
+    """`--limit`: a quantile in (0, 1], `none`, or `default` (the bench's own limit)."""
+    if text.strip().lower() in ("none", "default"):
+        return None if text.strip().lower() == "none" else "default"
+    try:
+        q = float(text)
+    except ValueError:
+        q = -1.0
+    if not 0 < q <= 1:
+        raise argparse.ArgumentTypeError(
+            f"--limit {text!r} is not a quantile: give a number in (0, 1] such as "
+            f"{', '.join(LIMITS[:-1])}, none, or default (the bench's own limit)")
+    return q
+
+
+def limit_name(q: float | None) -> str:
+    """How a limit names its result file: search_<bench>_limit<name>.json."""
+    return "none" if q is None else f"{q:g}"
+
+
+def limit_bytes(table, quantile: float | None) -> int | None:
+    """The per-rank limit at this quantile of the configs' measured peaks (runs that failed for
+    other reasons do not count)."""
+    if quantile is None:
+        return None
+    peaks = sorted(e.emulated_peak_bytes for e in table.values()
+                   if e.result.ok and e.emulated_peak_bytes is not None)
+    return int(percentile(peaks, 100 * quantile))
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    return json.dumps({k: getattr(v, "value", v) for k, v in params.items()}, sort_keys=True, default=str)
+
+
+def baseline_keys(ms, spec, configs) -> list[str]:
+    """The shipped sweep's baselines (autotune.search.strategy.baseline_params), in its order,
+    as ground-truth keys."""
+    from bench_truth import config_key
+
+    from autotune.search.strategy import baseline_params
+
+    by_params = {_params_key(p): config_key(v) for p, v in configs}
+    out = []
+    for params in baseline_params(ms, spec.batch.global_batch_samples):
+        key = by_params.get(_params_key(params))
+        if key is None:
+            raise SystemExit(f"baseline {params} is not a config of the space: the enumeration "
+                             "and the shipped baselines disagree")
+        out.append(key)
+    return out
+
+
+def optimum_key(table, metric: str = "usd") -> str | None:
+    """The optimum of the whole truth (every run's median) under the table's limit; None when
+    no config fits."""
+    ok = [e for e in table.values() if e.feasible and not e.oom]
+    return min(ok, key=lambda e: getattr(e, metric)).key if ok else None
+
+
+def moves_away(table, start: list[str], goal: str, ms, spec) -> int | None:
+    """The fewest shipped local moves (autotune.search.space.neighbours) from any of `start`
+    to `goal`, through configs of the table; None if unreachable."""
+    from bench_truth import config_key
+
+    from autotune.search.space import neighbours
+
+    dist = {k: 0 for k in start}
+    todo = deque(start)
+    while todo:
+        k = todo.popleft()
+        if k == goal:
+            return dist[k]
+        for _, moved in neighbours(table[k].values, ms.restricted, spec.batch.global_batch_samples, ms.full):
+            nk = config_key(moved)
+            if nk in table and nk not in dist:
+                dist[nk] = dist[k] + 1
+                todo.append(nk)
+    return None
+
+
+def optimum_place(table, baselines: list[str], ms, spec) -> dict[str, Any]:
+    """Where the optimum (by cost) lies among the sweep's first trials: {optimum, baseline
+    (1-based index or None), moves (from the nearest baseline), fits (configs under the limit),
+    baselines_fit (which baselines fit)}."""
+    best = optimum_key(table)
+    fits = sum(1 for e in table.values() if e.feasible and not e.oom)
+    place: dict[str, Any] = {"optimum": best, "baselines": baselines, "fits": fits,
+                             "baselines_fit": [not table[k].oom and table[k].feasible for k in baselines],
+                             "baseline": None, "moves": None}
+    if best is None:
+        return place
+    if best in baselines:
+        place["baseline"] = baselines.index(best) + 1
+        place["moves"] = 0
+    else:
+        place["moves"] = moves_away(table, baselines, best, ms, spec)
+    return place
+
+
+def place_sentence(place: dict[str, Any]) -> str:
+    """One sentence: where the optimum lies among the sweep's first trials."""
+    n_fit = sum(place["baselines_fit"])
+    fit = (f"{n_fit} of the {len(place['baselines'])} baselines fit"
+           + (f" (baseline {', '.join(str(i + 1) for i, f in enumerate(place['baselines_fit']) if f)})"
+              if n_fit else ""))
+    if place["optimum"] is None:
+        return f"No config of the space fits under this limit; {fit}."
+    if place["baseline"] is not None:
+        where = f"the optimum (`{place['optimum']}`) is baseline {place['baseline']}"
+    elif place["moves"] is None:
+        where = (f"the optimum (`{place['optimum']}`) is not among the baselines and no chain of "
+                 "local moves through the space reaches it")
+    else:
+        where = (f"the optimum (`{place['optimum']}`) is not among the baselines; it is "
+                 f"{place['moves']} local move{'s' if place['moves'] != 1 else ''} from the nearest")
+    return f"Where the optimum lies: {where}; {fit}; {place['fits']} configs fit."

@@ -1,0 +1,138 @@
+"""Search under memory limits: every space at every limit, one table (issue 28).
+
+    .venv/bin/python scripts/bench_matrix.py                 # replay all, then the section
+    .venv/bin/python scripts/bench_matrix.py --summary-only  # the section from the committed results
+    .venv/bin/python scripts/bench_matrix.py --benches big --limits 0.2 none
+
+For each bench of scripts/bench_search.py and each limit (a quantile of the space's measured
+peaks per rank, or none), `bench_search.py --bench B --limit Q --trials 8 --only <rows>`
+replays the shipped sweep and the rows beside it from the committed ground truth, writing
+benchmarks/results/search_<bench>_limit<Q>.json (and its section .md beside it). The summary
+reads those files only, so the section regenerates from committed raw results with
+`--summary-only`. Rows: the shipped sweep, random search, the DeepSpeed-style heuristic, the
+bound (told the 2 best configs), the first baseline only, and the baselines only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_limits as bl  # noqa: E402
+import bench_search as bs  # noqa: E402
+from bench_common import markdown_table, shown_path, write_outputs  # noqa: E402
+
+KINDS = ("sweep", "random", "heuristic", "oracle", "first_baseline", "baselines")
+TRIALS = 8
+HEAD = {"sweep": "sweep", "random": "random", "heuristic": "heuristic", "oracle": "bound",
+        "first_baseline": "first baseline", "baselines": "baselines only"}
+
+
+def result_path(bench: str, limit: str) -> Path:
+    return bs.RESULTS / f"search_{bench}_limit{limit}.json"
+
+
+def run_all(benches: list[str], limits: list[str], seeds: int) -> None:
+    for bench in benches:
+        for limit in limits:
+            out = result_path(bench, limit)
+            t0 = time.monotonic()
+            bs.main(["--bench", bench, "--limit", limit, "--trials", str(TRIALS), "--seeds", str(seeds),
+                     "--one-budget", "--only", *KINDS, "--json-out", str(out), "--md-out", str(out.with_suffix(".md"))])
+            print(f"== {bench} at limit {limit}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def _row(data: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((v for v in data["summary"].values() if v["kind"] == kind
+                 and v.get("trials_budget") in (None, TRIALS)), None)
+
+
+def cell(r: dict[str, Any] | None, seeds: int) -> str:
+    """accuracy (worst regret, no-pick seeds)."""
+    if r is None:
+        return "-"
+    u = r["usd"]
+    worst = u["regret_max"]
+    worst_s = "inf" if worst == math.inf else f"{worst:.0%}"
+    return f"{u['right']}/{seeds} ({worst_s}{', ' + str(u['no_pick']) + ' none' if u.get('no_pick') else ''})"
+
+
+def limit_label(data: dict[str, Any]) -> str:
+    if not data.get("mem_limit_bytes"):
+        return "none"
+    return f"{data['limit_arg']} ({data['mem_limit_bytes'] / 2**20:,.0f} MiB)"
+
+
+def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
+    lines = ["## Search under memory limits (`scripts/bench_matrix.py`)", "",
+             f"Every space replayed at `--trials {TRIALS}` under a per-rank memory limit at the 0.1 ... "
+             "0.9 quantile of its configs' measured peaks, and with none: the limit a device sets "
+             "when only that share of the space fits. A config whose median peak is over the limit "
+             "is out of memory; a run whose own peak is over it fails as an OOM. Each cell: pick "
+             "accuracy by cost over the seeds (within 3% of the seed's optimum), the worst cost "
+             "regret of the pick in brackets (inf: a seed picked a config that does not fit, or "
+             "nothing where something fits), and how many seeds ended with no pick. Rows beside the "
+             "sweep: random search (Optuna RandomSampler, 8 trials), the DeepSpeed-style heuristic "
+             "(runs to its own end), the bound (told the seed's 2 best configs, 8 trials re-measuring "
+             "them), the sweep's first baseline alone, and its baselines alone "
+             "(`autotune.search.strategy.baseline_params`, each measured once, the best that fits "
+             "recommended). Regenerate: `scripts/bench_matrix.py` (replays, about a minute of CPU per cell) or "
+             "`scripts/bench_matrix.py --summary-only` (this section from the committed "
+             "`benchmarks/results/search_<bench>_limit<Q>.json`).", ""]
+    raw: dict[str, Any] = {}
+    for bench in benches:
+        rows, places, about = [], [], []
+        for limit in limits:
+            path = result_path(bench, limit)
+            if not path.is_file():
+                rows.append([limit, "not run"] + ["-"] * (len(KINDS) - 1))
+                continue
+            data = json.loads(path.read_text())
+            raw[f"{bench}/{limit}"] = path
+            if "incomplete" in data:
+                rows.append([limit, data["incomplete"]] + ["-"] * (len(KINDS) - 1))
+                continue
+            if not about:
+                about = [f"{data['n_configs']} configs, {data['runs_per_config']}+ runs per config "
+                         f"(`{data['cache']}`), judged on "
+                         + ("held-out runs" if data["holdout"] else "the same runs a replay observes (in-sample)")
+                         + "." + (f" {bs.BENCHES[bench]['note']}" if bs.BENCHES[bench].get("note") else "")]
+            place = data.get("optimum_place") or {}
+            if place and place.get("optimum") is None:
+                rows.append([limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
+            else:
+                rows.append([limit_label(data)] + [cell(_row(data, k), data["seeds"]) for k in KINDS])
+            if place:
+                places.append(f"- limit {limit_label(data)}: {bl.place_sentence(place)}")
+        title = bs.BENCHES[bench]["title"]
+        lines += [f"### `{bench}`: {title}", "", *about, "", markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows),
+                  "", *places, ""]
+    lines += ["Raw results: " + ", ".join(f"`{shown_path(p)}`" for p in raw.values()) + ".", ""]
+    return "\n".join(lines), {k: str(shown_path(p)) for k, p in raw.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--benches", nargs="*", default=list(bs.BENCHES), choices=sorted(bs.BENCHES))
+    ap.add_argument("--limits", nargs="*", default=list(bl.LIMITS), type=lambda s: bl.limit_name(bl.parse_limit(s)))
+    ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--summary-only", action="store_true",
+                    help="only write the section, from the committed search_<bench>_limit<Q>.json")
+    ap.add_argument("--json-out", default=str(bs.RESULTS / "search_matrix.json"))
+    ap.add_argument("--md-out", default=str(bs.ROOT / "benchmarks" / "sections" / "search_matrix.md"))
+    args = ap.parse_args(argv)
+    if not args.summary_only:
+        run_all(args.benches, args.limits, args.seeds)
+    md, raw = section(args.benches, args.limits)
+    write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
