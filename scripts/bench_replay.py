@@ -119,10 +119,11 @@ def replay_sweep(table, spec, sampler, seed: int, n_trials: int, limit: int | No
 
 def replay_optuna(table, spec, ms, sampler, seed: int, n_trials: int, limit: int | None,
                   holdout: bool, max_proposals: int) -> Replay:
-    """The objective alone (autotune.search.objective.make_objective) with a sampler: no
+    """The objective alone (autotune.search.objective.Objective) with a sampler: no
     baselines, no prescreen, no local moves, no re-measuring; stops after `n_trials` launched
     trials (a proposal of a measured config reuses it and costs nothing) or `max_proposals`."""
-    from autotune.search.objective import TrialCrashed, make_objective
+    from autotune.search.context import SweepContext
+    from autotune.search.objective import Objective, TrialCrashed
 
     rep = Replay()
     study = _study(sampler)
@@ -133,8 +134,9 @@ def replay_optuna(table, spec, ms, sampler, seed: int, n_trials: int, limit: int
             st.stop()
 
     with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp:
-        study.optimize(make_objective(_spec_for(spec, limit, False), Path(tmp), machine=ms, runner=runner),
-                       n_trials=max_proposals, catch=(TrialCrashed,), callbacks=[stop])
+        ctx = SweepContext.build(_spec_for(spec, limit, False), study, Path(tmp), machine=ms)
+        study.optimize(Objective(ctx, runner=runner), n_trials=max_proposals, catch=(TrialCrashed,),
+                       callbacks=[stop])
     rep.pick_usd, rep.pick_hours = report_picks(study)
     return rep
 
