@@ -1,7 +1,8 @@
 """Where memory binds, with real trials: a sweep on 2 CPU ranks whose per-rank limit lets
 2 ranks run at micro-batch 4 but not at 16 (the first baseline). Before issue 28 the sweep
 held back every 2-rank proposal after that first out-of-memory and re-measured 1-rank
-configs; now it scans down the micro-batch and names a 2-rank config as fastest.
+configs; now it scans down the micro-batch and measures a 2-rank config that fits (named
+fastest where this machine runs 2 ranks faster than 1, as a quiet 2-core machine does).
 
 The model's logits dominate its activations (a large vocabulary), so a rank's peak grows by
 tens of MiB per sample and the limit between micro-batch 4 and 16 is clear of the runs'
@@ -51,7 +52,16 @@ def test_a_sweep_where_memory_binds_names_a_two_rank_config_fastest(tmp_path):
     assert summary.trials_run == 6 and not [r for r in launched if r.status == "crash"]
     two_rank_oom = [r for r in launched if r.status == "oom" and r.config["num_gpus"] == 2]
     assert two_rank_oom, "the premise: a 2-rank config measured over the limit"
+    # After the 2-rank out-of-memory, the sweep scanned down and measured a 2-rank config
+    # that fits (before issue 28 it held every 2-rank proposal back for the rest of the budget).
+    two_rank_ok = [r for r in launched if r.status == "ok" and r.config["num_gpus"] == 2]
+    assert two_rank_ok and all(r.peak_mem_bytes <= limit for r in two_rank_ok)
     doc = build_report(study)
     fastest = next(r for t, r in zip(study.trials, records) if t.number == doc.fastest.trial)
-    assert fastest.config["num_gpus"] == 2, doc.fastest
     assert fastest.peak_mem_bytes <= limit
+    # Which is faster is this machine's answer (on a quiet 2-core machine 2 ranks are; on a
+    # busy one they may not be): the report names the faster of what was measured.
+    one_rank_tps = max((r.tokens_per_s for r in launched if r.status == "ok" and r.config["num_gpus"] == 1),
+                       default=0.0)
+    if max(r.tokens_per_s for r in two_rank_ok) > 1.1 * one_rank_tps:
+        assert fastest.config["num_gpus"] == 2, doc.fastest
