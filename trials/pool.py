@@ -119,24 +119,8 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         spec = json.loads(path.read_text())
         cfg = TrialConfig.read(spec["config"])
         result_path = Path(spec["result"])
-        # The trial's processes are found by their working directory (a sweep whose
-        # controller died kills them by it: autotune/run/processes.py).
-        os.chdir(result_path.parent)
-        # The new trial's fatal log first, then the old one closed: faulthandler never holds
-        # a closed file descriptor (one reused by another file would get the stack).
-        previous, fatal = fatal, worker.install_fault_handlers(result_path, rank)
-        if previous is not None:
-            previous.close()
-        if cfg.device.value == "cpu" and not mallopt_done:
-            worker.host_memory_like_a_device()
-            mallopt_done = True
-        if seq > 1:
-            # The launch time is the pool's: only its first trial waited for the launcher.
-            os.environ.pop("AUTOTUNE_LAUNCH_TIME", None)
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.barrier()  # every rank starts the same trial, none still in the last one
+        fatal = _enter_trial(cfg, result_path, rank, seq, fatal, mallopt_done)
+        mallopt_done = mallopt_done or cfg.device.value == "cpu"
         # The trial's libraries first (as the worker does before its build): the RSS below
         # is then what the trial starts from, its own imports included.
         # A failure here is raised again inside run_one, and classified there.
@@ -163,6 +147,31 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
         if result.status is not TrialStatus.ok:
             return 1  # e.g. a NaN loss returned as a result: the next trial gets a fresh pool
         seq += 1
+
+
+def _enter_trial(cfg, result_path: Path, rank: int, seq: int, fatal, mallopt_done: bool):
+    """Make this process the next trial's: its folder, its fatal log (returned), the host
+    allocator set up once, and every rank past the last trial before it starts."""
+    from trials import worker
+
+    # The trial's processes are found by their working directory (a sweep whose controller
+    # died kills them by it: autotune/run/processes.py).
+    os.chdir(result_path.parent)
+    # The new trial's fatal log first, then the old one closed: faulthandler never holds a
+    # closed file descriptor (one reused by another file would get the stack).
+    previous, fatal = fatal, worker.install_fault_handlers(result_path, rank)
+    if previous is not None:
+        previous.close()
+    if cfg.device.value == "cpu" and not mallopt_done:
+        worker.host_memory_like_a_device()
+    if seq > 1:
+        # The launch time is the pool's: only its first trial waited for the launcher.
+        os.environ.pop("AUTOTUNE_LAUNCH_TIME", None)
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()  # every rank starts the same trial, none still in the last one
+    return fatal
 
 
 def _note_pool(result, seq: int, rss_bytes: int) -> None:

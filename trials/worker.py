@@ -21,12 +21,13 @@ every rank's view -> result.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from trials.steps import Steps
 
 _wall_at_start = time.time()
 
@@ -188,15 +189,50 @@ def _attach_peak_memory(result, cfg) -> None:
 
 def run(cfg, t_start: float, keep_group: bool = False):
     """Train warm-up + measured steps and return rank 0's TrialResult."""
-    import torch
     import torch.distributed as dist
 
-    from trials.engines import build_engine, engine_class
-    from trials.measure import NvmlSampler, host_rss_now_bytes, memory_mark
     from trials.trial_result import compose
-    from trials.workloads.build import apply_checkpointing, build_workload, import_workload_modules
 
     phase: dict[str, float] = {}
+    device, world, built, engine, weights, rss_baseline = _build(cfg, t_start, phase)
+    model = getattr(engine, "raw_model", built.model)  # the engine may swap layers (fp8)
+    steps = Steps(cfg, engine, built.batches, device, world)
+    probe, warmup_times_s = _warm_up(cfg, steps, model, phase)
+    nvml = _measure(cfg, steps, device, phase)
+    local = {"times": steps.local_times_s, "rss_base": rss_baseline, "nvml": nvml.peak_used_bytes,
+             "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine), "build": weights,
+             "built_as": built.built_as}
+    local.update(_memory_now(device))
+    gathered: list = [local]
+    if world > 1:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, local)
+        dist.barrier()
+    result = compose(cfg, built, engine, steps, probe, gathered, world, device, phase)
+    if cfg.compile:
+        from trials.compile import note_compile
+
+        note_compile(result, warmup_times_s)
+    if world > 1 and not keep_group:
+        dist.destroy_process_group()
+    if keep_group:
+        # The process runs another trial next (trials/pool.py): an engine that keeps state
+        # beyond its own references (DeepSpeed's hooks, buffers, caches) releases it here.
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+    return result
+
+
+def _build(cfg, t_start: float, phase: dict[str, float]):
+    """Imports, the process group, then the model on the meta device materialised by its
+    engine: (device, world, built workload, engine, the weights' memory mark, RSS before)."""
+    import torch
+
+    from trials.engines import build_engine, engine_class
+    from trials.measure import host_rss_now_bytes, memory_mark
+    from trials.workloads.build import apply_checkpointing, build_workload, import_workload_modules
+
     launched_at = os.environ.get("AUTOTUNE_LAUNCH_TIME")
     if launched_at:  # wall clock when the controller started the launcher
         phase["launch_to_worker"] = _wall_at_start - float(launched_at)
@@ -221,14 +257,17 @@ def run(cfg, t_start: float, keep_group: bool = False):
     after_workload = memory_mark(device)
     engine = build_engine(cfg, built.model, device, world, init_module=built.init_module,
                           hidden_size=(built.shape or {}).get("d_model"))
-    model = getattr(engine, "raw_model", built.model)  # the engine may swap layers (fp8)
     # When this rank's weights were in place (the engine materialised them, or the user's
     # entry point built them whole): the model's build, before the engine's own state.
     weights = getattr(engine, "weights_mark", None) or after_workload
     phase["build_model"] = weights["t"] - t
     phase["build"] = time.perf_counter() - t  # model + engine (optimizer state, buffers, wrappers)
+    return device, world, built, engine, weights, rss_baseline
 
-    steps = _Steps(cfg, engine, built.batches, device, world)
+
+def _warm_up(cfg, steps, model, phase: dict[str, float]):
+    """Untimed steps; the last one probes activation memory (not for a compiled model).
+    Returns the probe and the warm-up steps' times (a compiled trial's compile seconds)."""
     t = time.perf_counter()
     probe = None
     # A compiled model compiles at its first step: at least one warm-up step pays for it, and
@@ -240,8 +279,15 @@ def run(cfg, t_start: float, keep_group: bool = False):
             probe = steps.probe(model)  # untimed: hooks cost Python time
         else:
             steps.run_one()
-    warmup_times_s = list(steps.times_s)
     phase["warmup"] = time.perf_counter() - t
+    return probe, list(steps.times_s)
+
+
+def _measure(cfg, steps, device, phase: dict[str, float]):
+    """The timed steps, with the device's memory sampled; returns the NVML sampler."""
+    import torch
+
+    from trials.measure import NvmlSampler
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -257,30 +303,7 @@ def run(cfg, t_start: float, keep_group: bool = False):
             steps.extended = True
             steps.run_one()
     phase["measure"] = time.perf_counter() - t
-
-    local = {"times": steps.local_times_s, "rss_base": rss_baseline, "nvml": nvml.peak_used_bytes,
-             "nvml_why_not": nvml.why_not, "norms": _grad_norms(engine), "build": weights,
-             "built_as": built.built_as}
-    local.update(_memory_now(device))
-    gathered: list = [local]
-    if world > 1:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, local)
-        dist.barrier()
-    result = compose(cfg, built, engine, steps, probe, gathered, world, device, phase)
-    if cfg.compile:
-        from trials.compile import note_compile
-
-        note_compile(result, warmup_times_s)
-    if world > 1 and not keep_group:
-        dist.destroy_process_group()
-    if keep_group:
-        # The process runs another trial next (trials/pool.py): an engine that keeps state
-        # beyond its own references (DeepSpeed's hooks, buffers, caches) releases it here.
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
-    return result
+    return nvml
 
 
 def _setup(cfg):
@@ -309,68 +332,6 @@ def _setup(cfg):
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 timeout=timedelta(seconds=max(60.0, cfg.timeout_s)))
     return device, world
-
-
-class _Steps:
-    """Runs optimizer steps, times them, checks the loss, and keeps every rank in step.
-
-    `times_s` is the job's step time: the slowest rank's, shared by an all-reduce after each
-    step (outside the timed window), so that every rank takes the same decision to extend."""
-
-    def __init__(self, cfg, engine, batches, device, world: int):
-        from trials.measure import StepTimer
-
-        self.cfg, self.engine, self.batches = cfg, engine, batches
-        self.device, self.world = device, world
-        self.timer = StepTimer(device)
-        self.times_s: list[float] = []
-        self.losses: list[float] = []
-        self.extended = False
-
-    @property
-    def local_times_s(self) -> list[float]:
-        return list(self.timer.times_s)
-
-    def run_one(self) -> None:
-        from trials.errors import NonFiniteLoss
-
-        with self.timer.step():
-            loss = self.engine.train_step(self.batches)
-        value = float(loss)  # a sync point; after the timer, so it does not count
-        if not math.isfinite(value):
-            raise NonFiniteLoss(f"loss became {value} at step {len(self.losses)}")
-        self.losses.append(value)
-        if self.timer.times_s:
-            self.times_s.append(self._slowest(self.timer.times_s[-1]))
-
-    def _slowest(self, seconds: float) -> float:
-        if self.world == 1:
-            return seconds
-        import torch
-        import torch.distributed as dist
-
-        t = torch.tensor([seconds], dtype=torch.float64,
-                         device=self.device if self.device.type == "cuda" else "cpu")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
-    def start_measuring(self) -> None:
-        self.timer.reset()
-        self.times_s.clear()
-
-    def job_cv(self) -> float:
-        from trials.measure import summarize
-
-        return summarize(self.times_s)["cv"]
-
-    def probe(self, model):
-        """One untimed step under the activation meter and the linear-call counter."""
-        from trials.measure import LinearCallCounter, SavedTensorMeter
-
-        meter, counter = SavedTensorMeter(model), LinearCallCounter(model)
-        with meter, counter:
-            self.run_one()
-        return meter, counter
 
 
 def _grad_norms(engine) -> dict | None:

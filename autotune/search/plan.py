@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from autotune.contract import Offload, Precision
 from autotune.errors import UserError
@@ -117,13 +118,43 @@ def _beyond_one_node(model: ModelShape, catalog: Catalog, types: list[str]) -> d
     return out
 
 
+@dataclass
+class _Tally:
+    """What the plan found over every config and GPU type."""
+
+    fits: dict[str, set[int]] = field(default_factory=dict)  # GPU type -> counts that fit
+    smallest_mem: dict[str, float] = field(default_factory=dict)  # GPU type -> least memory needed
+    no_network: dict[str, set[str]] = field(default_factory=dict)  # GPU type -> offers, link unknown
+    bills: list[Bill] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    configs: int = 0
+    not_fitting: int = 0
+
+
+@dataclass
+class _Planning:
+    """One plan's inputs, read by every config."""
+
+    spec: SweepSpec
+    catalog: Catalog
+    model: ModelShape
+    types: list[str]
+    hfu: float
+    tally: _Tally
+    mem_cache: dict[tuple, int] = field(default_factory=dict)
+    tokens_cache: dict[int, tuple[float, str]] = field(default_factory=dict)
+
+    @property
+    def seq(self) -> int:
+        return self.spec.seq_len
+
+
 def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
          gpu_types: list[str] | None = None) -> PlanResult:
     if not 0 < hfu <= 1:
         raise UserError(f"--mfu {hfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.35")
     model = model_of(spec)
     space = load_space(spec.space)
-    seq = spec.seq_len
     types = gpu_types or sorted({o.gpu for o in catalog.offers})
     for t in types:
         catalog.gpu_type(t)  # "did you mean"
@@ -132,7 +163,24 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
-    assumptions = [
+    assumptions = _assumptions(model, space, hfu, reach)
+    p = _Planning(spec, catalog, model, types, hfu, _Tally())
+    for c in _configs(space, model, spec.batch.global_batch_samples):
+        _plan_config(p, c)
+    if len({t for t, _ in p.tokens_cache.values()}) == 1 and p.tokens_cache:
+        assumptions.insert(1, f"target: {next(iter(p.tokens_cache.values()))[1]}")
+    else:
+        assumptions.insert(1, "target: depends on each config's global batch (steps or loss target)")
+    tally = p.tally
+    why = None if tally.bills else _why_none(catalog, types, tally.configs, tally.fits, tally.smallest_mem,
+                                             tally.no_network, [gpu for gpu, counts in large.items() if not counts],
+                                             model.params * STATE_BYTES_PER_PARAM)
+    return PlanResult(rank(tally.bills), tally.skipped, tally.configs, tally.not_fitting, assumptions, why)
+
+
+def _assumptions(model: ModelShape, space, hfu: float, reach: dict[str, list[int]]) -> list[str]:
+    """What every figure of the plan rests on, said once."""
+    out = [
         f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
         f"{model.source})",
         f"the hardware reaches {hfu:.0%} of its dense peak on the executed FLOPs (stated; "
@@ -142,104 +190,94 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     ]
     if Precision.fp8 in space.precision:
         # Never the bf16 fraction of the fp8 peak (2x bf16's): fp8 training does not reach it.
-        assumptions.append(f"fp8 configs are planned with torch.compile (torchao float8 pays only "
-                           f"compiled): the bf16 estimate on the same GPU, {FP8_SPEEDUP_OVER_BF16:g}x "
-                           f"faster ({FP8_SPEEDUP_SOURCE}); an upper figure for models under 8B")
+        out.append(f"fp8 configs are planned with torch.compile (torchao float8 pays only "
+                   f"compiled): the bf16 estimate on the same GPU, {FP8_SPEEDUP_OVER_BF16:g}x "
+                   f"faster ({FP8_SPEEDUP_SOURCE}); an upper figure for models under 8B")
     if any(o is not Offload.none for o in space.offload):
-        assumptions.append("offload configs left out: their host transfers and CPU optimizer step "
-                           "have no analytic model here (measure them with a sweep)")
+        out.append("offload configs left out: their host transfers and CPU optimizer step "
+                   "have no analytic model here (measure them with a sweep)")
     for gpu, counts in reach.items():
-        assumptions.append(f"{gpu}: the training state ({STATE_BYTES_PER_PARAM} B/param = "
-                           f"{model.params * STATE_BYTES_PER_PARAM / 1e9:,.0f} GB) exceeds one node, so the "
-                           f"default space also tries {', '.join(map(str, counts))} GPUs (multi-node offers)")
-    fits: dict[str, set[int]] = {}       # GPU type -> GPU counts of configs that fit in memory
-    smallest_mem: dict[str, float] = {}  # GPU type -> the least memory any config needs
-    no_network: dict[str, set[str]] = {}  # GPU type -> offers that hold the count, network unknown
-    fpt = flops_per_token(model, seq)
-    mem_cache: dict[tuple, int] = {}
-    bills: list[Bill] = []
-    skipped: list[Skipped] = []
-    configs = not_fitting = 0
-    tokens_cache: dict[int, tuple[float, str]] = {}
-    for c in _configs(space, model, spec.batch.global_batch_samples):
-        prec: Precision = c["precision"]
-        dp = c["num_gpus"] // c["tp_degree"]
-        key = tuple(sorted((k, str(v)) for k, v in c.items()))
-        if key not in mem_cache:
-            mcfg = MemoryConfig(seq_len=seq, micro_batch_size=c["micro_batch_size"], precision=prec,
-                                checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
-                                dp_degree=dp, tp_degree=c["tp_degree"])
-            mem_cache[key] = estimate_memory(model, mcfg).total_bytes
-        mem = mem_cache[key]
-        gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
-        if gbt not in tokens_cache:
-            target = tokens_to_target(spec.target, gbt, None)
-            tokens_cache[gbt] = (target.tokens, target.basis)
-        tokens, _ = tokens_cache[gbt]
-        recompute = c["checkpointing"].value
-        hw_fpt = hardware_flops_per_token(model, seq, recompute)
-        act_bytes = 4 if prec is Precision.fp32 else 2
-        comm = CommModel(
-            params=model.params, grad_bytes_per_param=act_bytes, zero_stage=c["zero_stage"],
-            tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
-            tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
-                                       c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
-                                       c["grad_accum_steps"]))
-        job = job_from_model(model.params, prec is not Precision.fp32, "adamw", tokens, spec.target.dataset_tokens)
-        for gpu in types:
-            g = catalog.gpus[gpu]
-            peak = g.peak_flops(prec.value)
-            if not peak or not g.memory_bytes:
-                continue  # fp8 on Ampere, or a GPU without sourced peaks
-            # fp8: bf16's peak and fraction, sped up by the stated ratio (assumptions).
-            speedup = FP8_SPEEDUP_OVER_BF16 if prec is Precision.fp8 else 1.0
-            peak = g.peak_flops("bf16") if prec is Precision.fp8 else peak
-            if not peak:
-                continue
-            configs += 1
-            smallest_mem[gpu] = min(smallest_mem.get(gpu, mem), mem)
-            if mem > g.memory_bytes * (1 - MEMORY_MARGIN):
-                not_fitting += 1
-                continue
-            fits.setdefault(gpu, set()).add(c["num_gpus"])
-            # One data-parallel replica (tp GPUs) runs its micro-batches at hfu x tp x peak.
-            compute_s = (c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt
-                         / (hfu * peak * c["tp_degree"] * speedup))
-            label = _label(c, gpu)
-            for o in catalog.offers_for(gpu, c["num_gpus"]):
-                if spec.platforms.offers and o.name not in spec.platforms.offers:
-                    continue
-                link = link_for(g, o)
-                cs = comm_s(comm, link, c["num_gpus"])
-                if cs is None:
-                    no_network.setdefault(gpu, set()).add(o.name)
-                    skipped.append(Skipped(o.name, f"{label}: no bandwidth known between its nodes"))
-                    continue
-                step = compute_s + cs
-                tps = dp * c["micro_batch_size"] * seq * c["grad_accum_steps"] / step
-                mfu = tps * fpt / (c["num_gpus"] * peak)
-                nodes = o.nodes_for(c["num_gpus"])
-                over = (f"{g.interconnect or 'the GPU link'} within nodes, {o.inter_node_gb_per_s:g} GB/s "
-                        f"per node between {nodes} nodes" if nodes > 1 else (g.interconnect or "one node"))
-                rate = (f"{hfu:.0%} of {gpu} bf16 peak x {speedup:g} for fp8+compile (torchao)"
-                        if speedup != 1.0 else f"{hfu:.0%} of {gpu} {prec.value} peak")
-                basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token "
-                         f"(MFU {mfu:.1%} of the {'bf16' if speedup != 1.0 else prec.value} peak), "
-                         f"{cs:.3g} s of collectives per {step:.3g} s step over "
-                         f"{over}, memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
-                tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
-                try:
-                    bills.append(compute_bill(o, tokens, tp_, job))
-                except Infeasible as exc:
-                    skipped.append(Skipped(o.name, f"{label}: {exc}"))
-    if len({t for t, _ in tokens_cache.values()}) == 1 and tokens_cache:
-        assumptions.insert(1, f"target: {next(iter(tokens_cache.values()))[1]}")
-    else:
-        assumptions.insert(1, "target: depends on each config's global batch (steps or loss target)")
-    why = None if bills else _why_none(catalog, types, configs, fits, smallest_mem, no_network,
-                                       [gpu for gpu, counts in large.items() if not counts],
-                                       model.params * STATE_BYTES_PER_PARAM)
-    return PlanResult(rank(bills), skipped, configs, not_fitting, assumptions, why)
+        out.append(f"{gpu}: the training state ({STATE_BYTES_PER_PARAM} B/param = "
+                   f"{model.params * STATE_BYTES_PER_PARAM / 1e9:,.0f} GB) exceeds one node, so the "
+                   f"default space also tries {', '.join(map(str, counts))} GPUs (multi-node offers)")
+    return out
+
+
+def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
+    """One config's memory, target and communication, then its bill on every GPU type."""
+    model, seq = p.model, p.seq
+    prec: Precision = c["precision"]
+    dp = c["num_gpus"] // c["tp_degree"]
+    key = tuple(sorted((k, str(v)) for k, v in c.items()))
+    if key not in p.mem_cache:
+        mcfg = MemoryConfig(seq_len=seq, micro_batch_size=c["micro_batch_size"], precision=prec,
+                            checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
+                            dp_degree=dp, tp_degree=c["tp_degree"])
+        p.mem_cache[key] = estimate_memory(model, mcfg).total_bytes
+    gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
+    if gbt not in p.tokens_cache:
+        target = tokens_to_target(p.spec.target, gbt, None)
+        p.tokens_cache[gbt] = (target.tokens, target.basis)
+    tokens, _ = p.tokens_cache[gbt]
+    act_bytes = 4 if prec is Precision.fp32 else 2
+    comm = CommModel(
+        params=model.params, grad_bytes_per_param=act_bytes, zero_stage=c["zero_stage"],
+        tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
+        tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
+                                   c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
+                                   c["grad_accum_steps"]))
+    job = job_from_model(model.params, prec is not Precision.fp32, "adamw", tokens, p.spec.target.dataset_tokens)
+    for gpu in p.types:
+        _plan_on_gpu(p, c, gpu, p.mem_cache[key], tokens, comm, job)
+
+
+def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: float, comm, job) -> None:
+    """The config's throughput on one GPU type from the stated fraction of its peak, and its
+    bill on every offer of that type that rents its GPU count."""
+    prec: Precision = c["precision"]
+    seq, g, t = p.seq, p.catalog.gpus[gpu], p.tally
+    # fp8: bf16's peak and fraction, sped up by the stated ratio (assumptions).
+    speedup = FP8_SPEEDUP_OVER_BF16 if prec is Precision.fp8 else 1.0
+    peak = g.peak_flops("bf16") if prec is Precision.fp8 else g.peak_flops(prec.value)
+    if not g.peak_flops(prec.value) or not peak or not g.memory_bytes:
+        return  # fp8 on Ampere, or a GPU without sourced peaks
+    t.configs += 1
+    t.smallest_mem[gpu] = min(t.smallest_mem.get(gpu, mem), mem)
+    if mem > g.memory_bytes * (1 - MEMORY_MARGIN):
+        t.not_fitting += 1
+        return
+    t.fits.setdefault(gpu, set()).add(c["num_gpus"])
+    hw_fpt = hardware_flops_per_token(p.model, seq, c["checkpointing"].value)
+    # One data-parallel replica (tp GPUs) runs its micro-batches at hfu x tp x peak.
+    compute_s = (c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt
+                 / (p.hfu * peak * c["tp_degree"] * speedup))
+    label = _label(c, gpu)
+    dp = c["num_gpus"] // c["tp_degree"]
+    for o in p.catalog.offers_for(gpu, c["num_gpus"]):
+        if p.spec.platforms.offers and o.name not in p.spec.platforms.offers:
+            continue
+        cs = comm_s(comm, link_for(g, o), c["num_gpus"])
+        if cs is None:
+            t.no_network.setdefault(gpu, set()).add(o.name)
+            t.skipped.append(Skipped(o.name, f"{label}: no bandwidth known between its nodes"))
+            continue
+        step = compute_s + cs
+        tps = dp * c["micro_batch_size"] * seq * c["grad_accum_steps"] / step
+        mfu = tps * flops_per_token(p.model, seq) / (c["num_gpus"] * peak)
+        nodes = o.nodes_for(c["num_gpus"])
+        over = (f"{g.interconnect or 'the GPU link'} within nodes, {o.inter_node_gb_per_s:g} GB/s "
+                f"per node between {nodes} nodes" if nodes > 1 else (g.interconnect or "one node"))
+        rate = (f"{p.hfu:.0%} of {gpu} bf16 peak x {speedup:g} for fp8+compile (torchao)"
+                if speedup != 1.0 else f"{p.hfu:.0%} of {gpu} {prec.value} peak")
+        basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token "
+                 f"(MFU {mfu:.1%} of the {'bf16' if speedup != 1.0 else prec.value} peak), "
+                 f"{cs:.3g} s of collectives per {step:.3g} s step over "
+                 f"{over}, memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
+        tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
+        try:
+            t.bills.append(compute_bill(o, tokens, tp_, job))
+        except Infeasible as exc:
+            t.skipped.append(Skipped(o.name, f"{label}: {exc}"))
 
 
 def _why_none(catalog: Catalog, types: list[str], configs: int, fits: dict[str, set[int]],
