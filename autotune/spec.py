@@ -9,6 +9,7 @@ A spec file is YAML; every field has a default, so `{}` is a valid spec (the def
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -43,21 +44,20 @@ def _trial_description(name: str) -> str | None:
     return TrialConfig.model_fields[name].description
 
 
+def _trial_field(name: str, **bounds: Any) -> Any:
+    """A `trial:` field with TrialConfig's default and description for `name`."""
+    return Field(default=_trial_default(name), description=_trial_description(name), **bounds)
+
+
 class TrialSettings(_Spec):
     """How each trial of the sweep runs; defaults are TrialConfig's (autotune.contract)."""
 
-    warmup_steps: int = Field(default=_trial_default("warmup_steps"), ge=0,
-                              description=_trial_description("warmup_steps"))
-    measure_steps: int = Field(default=_trial_default("measure_steps"), gt=0,
-                               description=_trial_description("measure_steps"))
-    max_measure_steps: int = Field(default=_trial_default("max_measure_steps"), gt=0,
-                                   description=_trial_description("max_measure_steps"))
-    min_measure_s: float = Field(default=_trial_default("min_measure_s"), ge=0,
-                                 description=_trial_description("min_measure_s"))
-    timeout_s: float = Field(default=_trial_default("timeout_s"), gt=0,
-                             description=_trial_description("timeout_s"))
-    threads_per_rank: int = Field(default=_trial_default("threads_per_rank"), gt=0,
-                                  description=_trial_description("threads_per_rank"))
+    warmup_steps: int = _trial_field("warmup_steps", ge=0)
+    measure_steps: int = _trial_field("measure_steps", gt=0)
+    max_measure_steps: int = _trial_field("max_measure_steps", gt=0)
+    min_measure_s: float = _trial_field("min_measure_s", ge=0)
+    timeout_s: float = _trial_field("timeout_s", gt=0)
+    threads_per_rank: int = _trial_field("threads_per_rank", gt=0)
     launcher: Launcher | None = Field(
         default=None, description="Force a launcher; default: deepspeed for ZeRO, else torchrun."
     )

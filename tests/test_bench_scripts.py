@@ -36,21 +36,26 @@ def _args(tmp_path: Path, space: Path) -> argparse.Namespace:
                               runner="launcher", repeats=1)
 
 
+def _space(tmp_path, space_text: str):
+    """(bench args, spec, this machine's space, its configs) for a space file of `space_text`."""
+    from autotune.search.machine import MachineSpace
+
+    space = tmp_path / "space.yaml"
+    space.write_text(space_text)
+    args = _args(tmp_path, space)
+    spec = bench_truth.make_spec(args)
+    ms = MachineSpace.for_spec(spec)
+    return args, spec, ms, bench_truth.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+
+
 @pytest.fixture()
 def world(tmp_path):
     """A 2-rank CPU space (12 configs) and a synthetic table: throughput grows with the
     micro-batch and halves under checkpointing; peak RSS = 300 MiB of runtime + a part that
     grows with the micro-batch (a quarter of it under checkpointing). Each config has 4 runs:
     its true speed x 0.9, 1.0, 1.0, 1.1."""
-    from autotune.search.machine import MachineSpace
-
-    space = tmp_path / "space.yaml"
-    space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\n"
-                     "checkpointing: [none, full]\nzero_stage: [0]\n")
-    args = _args(tmp_path, space)
-    spec = bench_truth.make_spec(args)
-    ms = MachineSpace.for_spec(spec)
-    configs = bench_truth.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    args, spec, ms, configs = _space(tmp_path, "num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\n"
+                                     "precision: [fp32]\ncheckpointing: [none, full]\nzero_stage: [0]\n")
     entries = {}
     for _, values in configs:
         cfg = bench_truth.trial_config(values, spec, ms, seed=0)
@@ -291,14 +296,7 @@ def test_noise_levers_refuse_a_raw_file_that_is_not_theirs(tmp_path, capsys):
 
 def _table(tmp_path, space_text: str, tps_of, peak_mib_of, limit_mib: float | None):
     """A synthetic table over `space_text` (2 runs per config: x0.95 and x1.05 of its speed)."""
-    from autotune.search.machine import MachineSpace
-
-    space = tmp_path / "space.yaml"
-    space.write_text(space_text)
-    args = _args(tmp_path, space)
-    spec = bench_truth.make_spec(args)
-    ms = MachineSpace.for_spec(spec)
-    configs = bench_truth.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    args, spec, ms, configs = _space(tmp_path, space_text)
     entries = {}
     for _, values in configs:
         cfg = bench_truth.trial_config(values, spec, ms, seed=0)

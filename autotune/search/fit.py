@@ -159,11 +159,6 @@ def pooled_sd(measured, prior: float) -> float:
     return math.sqrt(ss / dof)
 
 
-def fit_dict(fits: FitModel, cfg: TrialConfig, key: str) -> dict[str, Any]:
-    """What the prescreen records of a config's chance to fit."""
-    return {"p_fit": round(fits.p_fit(cfg, key), 4), "sd_log_run": round(fits.sd_run, 4)}
-
-
 def speed_prior(values: dict[str, Any]) -> tuple:
     """The order in which untried configs that may fit are probed, most promising first: the
     fewest memory savers (each costs speed: recomputation, communication, copies), then the

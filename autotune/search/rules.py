@@ -212,7 +212,6 @@ class FitRule:
         self.ctx, self.moves = ctx, moves
         mem = ctx.spec.memory
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
-        self._listed: list | None = None
         self.again: set[str] = set()  # configs measured again for their memory verdict
 
     def decide(self, study, frozen, state: SweepState) -> bool | None:
@@ -253,14 +252,11 @@ class FitRule:
         config when the space can be listed, else the neighbours of those measured."""
         from autotune.search.fit import Candidate
         from autotune.search.objective import trial_config_for
-        from autotune.search.space import enumerate_configs, neighbours
-        from autotune.search.strategy import ENUMERATE_LIMIT
+        from autotune.search.space import neighbours
 
         ms, spec = self.ctx.machine, self.ctx.spec
         gb = spec.batch.global_batch_samples
-        if self._listed is None:
-            self._listed = enumerate_configs(ms.restricted, gb, ms.full, limit=ENUMERATE_LIMIT) or []
-        pairs = self._listed
+        pairs = self.moves.listed()
         if not pairs:
             seen = [c for c in (TrialRecord.of(t).config for t in trials) if c]
             pairs = [p for c in seen for p in neighbours({k: c[k] for k in c if k in ms.restricted.__dict__},

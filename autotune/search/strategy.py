@@ -140,7 +140,7 @@ class LocalMoves:
         self.rng = random.Random(seed)
         self.queued: set[str] = set()
         self._all_keys: set[str] = set()
-        self._listed: bool | None = None
+        self._listed: list | None = None
 
     def key_for(self, values: dict[str, Any], num_nodes: int) -> str:
         """The config key these suggested values measure on this machine."""
@@ -212,13 +212,19 @@ class LocalMoves:
     def exhausted(self, study) -> int | None:
         """The number of configs when every config this machine can run has been tried; None
         otherwise, or when the space is too large to list."""
+        listed = self.listed()
+        if listed and not self._all_keys:
+            self._all_keys = {self.key_for(v, n) for _, v in listed for n in self.spec.launcher.num_nodes}
+        if not listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
+            return None
+        return len(self._all_keys)
+
+    def listed(self) -> list:
+        """Every (Optuna params, TrialConfig values) of this machine's space, listed once; []
+        when the space is too large to list (autotune.search.space.enumerate_configs)."""
         from autotune.search.space import enumerate_configs
 
         if self._listed is None:
-            listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
-                                       self.ms.full, limit=ENUMERATE_LIMIT)
-            self._listed = listed is not None
-            self._all_keys = {self.key_for(v, n) for _, v in listed or [] for n in self.spec.launcher.num_nodes}
-        if not self._listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
-            return None
-        return len(self._all_keys)
+            self._listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
+                                             self.ms.full, limit=ENUMERATE_LIMIT) or []
+        return self._listed
