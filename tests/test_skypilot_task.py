@@ -36,6 +36,23 @@ def tasks(cli, tmp_path, monkeypatch):
     return {p.stem.removeprefix("autotune-"): p for p in (tmp_path / "skypilot").glob("*.yaml")}
 
 
+def test_a_file_autotune_did_not_write_is_never_overwritten(cli, tmp_path, monkeypatch):
+    """The tasks folder holds a user's own edited task: refused with exit 2, the file as it was."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_STORAGE", "postgresql://u@h/db")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"study": "llama"}))
+    (tmp_path / "skypilot").mkdir()
+    mine = tmp_path / "skypilot" / "autotune-h200x8.yaml"
+    mine.write_text("# my own edits\n")
+    code, out, err = cli("sweep", "spec.yaml", "--skypilot-task", "h200:8")
+    assert code == 2 and "autotune did not write" in out + err, out + err
+    assert mine.read_text() == "# my own edits\n" and sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
+    # A second write over autotune's own tasks is fine (its manifest says they are its own).
+    mine.unlink()
+    assert cli("sweep", "spec.yaml", "--skypilot-task", "h200:8")[0] == 0
+    assert cli("sweep", "spec.yaml", "--skypilot-task", "h200:8")[0] == 0
+
+
 def test_one_task_per_type_from_the_catalogs_offers(tasks):
     assert sorted(tasks) == ["a100-80gbx8", "h100-sxmx8", "h200x8"]
     h100 = yaml.safe_load(tasks["h100-sxmx8"].read_text())

@@ -42,8 +42,10 @@ def worker_argv(spec_file: Optional[Path], study: str, forwarded: list[str]) -> 
 def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwarded: list[str]) -> list[Path]:
     from autotune import __version__
     from autotune.pricing.load import load_catalog
-    from autotune.run.skypilot_task import resolve_gpu, skypilot_task, write_tasks
+    from autotune.report.files import prepare_out_dir, write_files
+    from autotune.run.skypilot_task import resolve_gpu, skypilot_task, task_yaml
 
+    prepare_out_dir(folder, flag="--tasks-dir")  # never over a file autotune did not write
     catalog = load_catalog(spec.platforms.catalog)
     argv = worker_argv(spec_file, spec.study, forwarded)
     tasks = {}
@@ -52,7 +54,7 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
         task = skypilot_task(catalog, resolve_gpu(catalog, name), count, argv,
                              install=f"autotune-llm[postgres]=={__version__}")
         tasks[task["name"]] = task
-    return write_tasks(list(tasks.values()), folder)
+    return write_files(folder, {f"{name}.yaml": task_yaml(task) for name, task in tasks.items()})
 
 
 def describe(paths: list[Path]) -> str:

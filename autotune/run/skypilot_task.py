@@ -2,7 +2,7 @@
 running a sweep worker on that type, all writing into the same study.
 
     task = skypilot_task(catalog, "h100-sxm", 8, worker_argv, install="autotune-llm[postgres]==0.1.0")
-    write_tasks([task], Path("skypilot"))                  # skypilot/autotune-h100-sxmx8.yaml
+    text = task_yaml(task)          # `autotune sweep --skypilot-task` writes it as skypilot/autotune-h100-sxmx8.yaml
     # then: AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h100-sxmx8.yaml
 
 `resources.any_of` lists every on-demand offer of the type in the catalog that rents that many
@@ -16,10 +16,7 @@ read 2026-12): it is never written into the file.
 
 from __future__ import annotations
 
-import os
 import shlex
-import tempfile
-from pathlib import Path
 
 import yaml
 
@@ -117,17 +114,3 @@ def task_yaml(task: dict) -> str:
             f"# into the shared study. Launch: sky launch --secret {STORAGE_SECRET} THIS_FILE\n"
             f"# with {STORAGE_SECRET} set in your shell (it is never stored in this file).\n")
     return head + yaml.safe_dump(task, sort_keys=False)
-
-
-def write_tasks(tasks: list[dict], folder: Path) -> list[Path]:
-    """Write each task as FOLDER/NAME.yaml (autotune-h100-sxmx8.yaml; each file whole or not at all)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for task in tasks:
-        path = folder / f"{task['name']}.yaml"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w") as f:
-            f.write(task_yaml(task))
-        os.replace(tmp, path)
-        paths.append(path)
-    return paths
