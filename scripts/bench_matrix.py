@@ -9,8 +9,8 @@ peaks per rank, or none), `bench_search.py --bench B --limit Q --trials 8 --only
 replays the shipped sweep and the rows beside it from the committed ground truth, writing
 benchmarks/results/search_<bench>_limit<Q>.json (and its section .md beside it). The summary
 reads those files only, so the section regenerates from committed raw results with
-`--summary-only`. Rows: the shipped sweep, random search, the DeepSpeed-style heuristic, the
-bound (told the 2 best configs), the first baseline only, and the baselines only.
+`--summary-only`. Rows: the shipped sweep, random search, the DeepSpeed-style heuristic (stopped
+after the sweep's 8 trials, and run to its own end), the bound (told the 2 best configs), the first baseline only, and the baselines only.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ import bench_limits as bl  # noqa: E402
 import bench_search as bs  # noqa: E402
 from bench_common import markdown_table, shown_path, write_outputs  # noqa: E402
 
-KINDS = ("sweep", "random", "heuristic", "oracle", "first_baseline", "baselines")
+KINDS = ("sweep", "random", "heuristic_n", "heuristic", "oracle", "first_baseline", "baselines")
 TRIALS = 8
-HEAD = {"sweep": "sweep", "random": "random", "heuristic": "heuristic", "oracle": "bound",
+HEAD = {"sweep": "sweep", "random": "random", "heuristic_n": f"heuristic, {TRIALS} trials",
+        "heuristic": "heuristic, to its end", "oracle": "bound",
         "first_baseline": "first baseline", "baselines": "baselines only"}
 
 
@@ -53,14 +54,16 @@ def _row(data: dict[str, Any], kind: str) -> dict[str, Any] | None:
                  and v.get("trials_budget") in (None, TRIALS)), None)
 
 
-def cell(r: dict[str, Any] | None, seeds: int) -> str:
-    """accuracy (worst regret, no-pick seeds)."""
+def cell(r: dict[str, Any] | None, seeds: int, trials: bool = False) -> str:
+    """accuracy (worst regret, no-pick seeds[, median trials run])."""
     if r is None:
         return "-"
     u = r["usd"]
     worst = u["regret_max"]
     worst_s = "inf" if worst == math.inf else f"{worst:.0%}"
-    return f"{u['right']}/{seeds} ({worst_s}{', ' + str(u['no_pick']) + ' none' if u.get('no_pick') else ''})"
+    extra = (f", {u['no_pick']} none" if u.get("no_pick") else "") + (
+        f"; {r['trials_median']:.0f} trials" if trials else "")
+    return f"{u['right']}/{seeds} ({worst_s}{extra})"
 
 
 def limit_label(data: dict[str, Any]) -> str:
@@ -79,7 +82,9 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              "regret of the pick in brackets (inf: a seed picked a config that does not fit, or "
              "nothing where something fits), and how many seeds ended with no pick. Rows beside the "
              "sweep: random search (Optuna RandomSampler, 8 trials), the DeepSpeed-style heuristic "
-             "(runs to its own end), the bound (told the seed's 2 best configs, 8 trials re-measuring "
+             "(`scripts/bench_replay.py`: for each setting of the other dimensions, ZeRO stages then FSDP2, "
+             "a binary search for the largest micro-batch that fits), stopped after the sweep's 8 trials "
+             "and run to its own end (its cell adds the median trials it ran), the bound (told the seed's 2 best configs, 8 trials re-measuring "
              "them), the sweep's first baseline alone, and its baselines alone "
              "(`autotune.search.strategy.baseline_params`, each measured once, the best that fits "
              "recommended). Regenerate: `scripts/bench_matrix.py` (replays, about a minute of CPU per cell) or "
@@ -107,7 +112,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             if place and place.get("optimum") is None:
                 rows.append([limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
             else:
-                rows.append([limit_label(data)] + [cell(_row(data, k), data["seeds"]) for k in KINDS])
+                rows.append([limit_label(data)] + [cell(_row(data, k), data["seeds"], k == "heuristic") for k in KINDS])
             if place:
                 places.append(f"- limit {limit_label(data)}: {bl.place_sentence(place)}")
         title = bs.BENCHES[bench]["title"]

@@ -217,13 +217,19 @@ def replay_oracle(table, truth, seed: int, n_trials: int, holdout: bool, k: int 
     return rep
 
 
-def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Replay:
+class _Budget(Exception):
+    """The heuristic's trial budget is spent: it stops where it is and picks what it saw."""
+
+
+def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool,
+                           max_trials: int | None = None) -> Replay:
     """In the style of DeepSpeed's autotuner: for each setting of the other dimensions (order
     shuffled by the seed), for each sharding stage in turn (`sharding_stages`: ZeRO 0-3 with
     FSDP2 off, then FSDP2's modes), binary-search the largest micro-batch that fits, then try
     smaller micro-batches while one improves the metric by >= 5%; move to the next stage only
     while a stage improves the best by >= 5% (a stage where nothing fits moves on). `metric`:
-    "usd" or "hours" (it optimizes what it is scored on); it picks the best run it saw."""
+    "usd" or "hours" (it optimizes what it is scored on); it picks the best run it saw.
+    `max_trials`: stop after that many trials (the sweep's budget), else run to its own end."""
     rng = random.Random(seed)
     gain = 0.05
     # Accumulation is an outer setting where it is free (DeepSpeed's tuner fixes it and
@@ -243,6 +249,8 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
 
     def probe(key: str) -> Measured:
         if key not in tried:
+            if max_trials is not None and len(tried) >= max_trials:
+                raise _Budget
             tried[key] = table[key].observed(seed, 0, holdout)
             rep.steps.append(Step(key, tried[key].trial_s))
         return tried[key]
@@ -250,6 +258,16 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
     def value(m: Measured) -> float:
         return getattr(m, metric) if m.feasible else math.inf
 
+    try:
+        _scan(outers, by_outer, probe, value, gain)
+    except _Budget:
+        pass
+    rep.pick_usd, rep.pick_hours = _best_seen(table, tried)
+    return rep
+
+
+def _scan(outers, by_outer, probe, value, gain: float) -> None:
+    """The heuristic's scan (replay_deepspeed_style)."""
     for outer in outers:
         stage_best = math.inf
         for stage in sharding_stages(by_outer[outer]):
@@ -274,8 +292,6 @@ def replay_deepspeed_style(table, seed: int, metric: str, holdout: bool) -> Repl
             if best > stage_best * (1 - gain):
                 break
             stage_best = best
-    rep.pick_usd, rep.pick_hours = _best_seen(table, tried)
-    return rep
 
 
 # FSDP2's modes as further sharding stages after ZeRO 3, least sharding first (shard_grad_op

@@ -75,10 +75,24 @@ RUNNERS: dict[str, Callable[[], Any]] = {"launcher": _launcher_runner, "pool": _
 # ---------------------------------------------------------------------------------------
 
 
+# Shapes a benchmark names that are not built-in presets: the 389.5M GPT of issues 13 and 28
+# (12 layers, d_model 1536, vocab 32000: 389,526,528 parameters; tests/test_scale.py's).
+NAMED_SHAPES = {"gpt390m": dict(n_layers=12, d_model=1536, n_heads=12, vocab_size=32000, max_seq_len=256)}
+
+
+def workload_for(name: str) -> GPTWorkload:
+    """A built-in preset, or one of NAMED_SHAPES."""
+    if name in NAMED_SHAPES:
+        from autotune.contract import GPTShape
+
+        return GPTWorkload(preset=None, shape=GPTShape(**NAMED_SHAPES[name]))
+    return GPTWorkload(preset=name)
+
+
 def make_spec(args):
     from autotune.spec import BatchPolicy, SweepSpec, TrialSettings
 
-    return SweepSpec(workload=GPTWorkload(preset=args.preset), seq_len=args.seq_len,
+    return SweepSpec(workload=workload_for(args.preset), seq_len=args.seq_len,
                      batch=BatchPolicy(global_batch_samples=args.global_batch),
                      space=str(args.space),
                      trial=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.measure_steps,
@@ -447,7 +461,7 @@ def truth_for(table: dict[str, Entry], seed: int, holdout: bool) -> Truth:
 
 def add_space_args(ap) -> None:
     """The flags that define a benchmark space and its trials (shared with bench_search)."""
-    ap.add_argument("--preset", default="tiny", help="built-in GPT preset (default tiny)")
+    ap.add_argument("--preset", default="tiny", help="built-in GPT preset or a NAMED_SHAPES name (default tiny)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--global-batch", type=int, default=8,
                     help="samples per optimizer step; 0 = free (accumulation is a dimension)")

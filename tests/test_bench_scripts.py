@@ -157,6 +157,18 @@ def test_deepspeed_style_binary_search_finds_largest_fitting_micro(world):
     assert rep.pick_hours is not None and not table[rep.pick_hours].oom
 
 
+def test_the_heuristic_at_the_sweeps_budget_stops_there_and_picks_what_it_saw(world):
+    _, spec, ms, configs, doc = world
+    table = bench_truth.build_table(doc, configs, spec, 500 * MiB)
+    full = bench_replay.replay_deepspeed_style(table, 0, "usd", holdout=False)
+    capped = bench_replay.replay_deepspeed_style(table, 0, "usd", holdout=False, max_trials=3)
+    assert len(full.steps) > 3
+    assert [s.key for s in capped.steps] == [s.key for s in full.steps[:3]]  # the same scan, cut
+    seen = {s.key for s in capped.steps}
+    fitting = [k for k in seen if not table[k].oom]
+    assert capped.pick_usd in seen if fitting else capped.pick_usd is None
+
+
 def test_a_cache_of_the_first_benchmark_reads_and_other_machines_are_refused(tmp_path, monkeypatch):
     from autotune.run.hardware import local_hardware
 
@@ -402,3 +414,9 @@ def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp
     md_out.unlink()
     assert bench_matrix.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first
+
+
+def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
+    w = bench_truth.workload_for("gpt390m")
+    assert w.preset is None and w.resolved_shape().num_params() == 389_526_528
+    assert bench_truth.workload_for("tiny").preset == "tiny"

@@ -1,0 +1,266 @@
+"""Real sweeps under a memory limit, end to end (issue 28's checks "for real"), their outcome kept.
+
+    scripts/bench_real_limit.py --case default   # ~5 min: the default sweep on 2 CPU ranks, with a
+                                                 # per-rank limit between the measured peaks of
+                                                 # 2 x mb4 and 2 x mb8 (measured first, 3 runs each)
+    scripts/bench_real_limit.py --case gpt390    # ~15 min: the 389.5M GPT on 2 CPU ranks, with a limit
+                                                 # between FSDP2's and DDP's peaks in its ground truth
+                                                 # (scripts/bench_search.py --bench gpt390 --measure)
+    scripts/bench_real_limit.py --summary-only   # the section from benchmarks/results/real_limit_*.json
+
+Each case runs `autotune sweep SPEC --trials 8 --json` as a user would (a subprocess, a fresh
+SQLite study, the shipped CLI) and keeps every trial (config, status, peak, build peak) and the
+picks in benchmarks/results/real_limit_<case>.json. What passes:
+- default: the fastest pick uses 2 ranks (the issue: 2 x mb4 fits and runs faster than 1 rank).
+- gpt390: the cheapest pick's cost in the ground truth is within 3% of the best config of the
+  truth that fits (median peak under the limit), and no trial's build went over the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_search as bs  # noqa: E402
+import bench_truth as bt  # noqa: E402
+from bench_common import ROOT, start_run, write_outputs  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+TRIALS = 8
+WITHIN = 0.03
+MiB = 2**20
+
+
+def result_path(case: str) -> Path:
+    return RESULTS / f"real_limit_{case}.json"
+
+
+def run_sweep_cli(spec: dict, work: Path, trials: int = TRIALS) -> dict:
+    """`autotune sweep SPEC --trials N --json` in a subprocess; its JSON document and wall time."""
+    spec_path = work / "spec.json"  # YAML is a superset of JSON: the CLI reads either
+    spec_path.write_text(json.dumps(spec, indent=1))
+    argv = [sys.executable, "-m", "autotune.cli", "sweep", str(spec_path), "--trials", str(trials),
+            "--json", "--runs-dir", str(work / "runs")]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=work)
+    wall_s = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"autotune sweep exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    doc = json.loads(proc.stdout)
+    return {"doc": doc, "wall_s": round(wall_s, 1), "progress": proc.stderr.splitlines()[-40:]}
+
+
+def trial_rows(report: dict) -> list[dict]:
+    """Every trial of the sweep: its config key, status, peak and build peak per rank."""
+    from autotune.contract import TrialConfig, TrialResult
+    from autotune.contract.trial_files import TrialFiles
+
+    rows = []
+    for t in report["trials"]:
+        if not t.get("config"):
+            continue
+        build = None
+        if t.get("trial_dir"):
+            res = TrialFiles(Path(t["trial_dir"])).result
+            if res.is_file():
+                r = TrialResult.model_validate_json(res.read_text())
+                build = max(r.memory.build_host_rss_peak_bytes or [0]) or None
+        cfg = TrialConfig.model_validate(t["config"])
+        rows.append({"trial": t["number"], "key": bt.cfg_key(cfg), "status": t.get("status"),
+                     "peak_bytes": t.get("peak_mem_bytes"), "build_peak_bytes": build,
+                     "tokens_per_s": t.get("tokens_per_s"), "num_gpus": cfg.num_gpus})
+    return rows
+
+
+def pick_key(report: dict, which: str) -> str | None:
+    from autotune.contract import TrialConfig
+
+    option = report.get(which)
+    return bt.cfg_key(TrialConfig.model_validate(option["config"])) if option else None
+
+
+# -- case default -------------------------------------------------------------------------
+
+
+def default_peaks(repeats: int) -> dict[str, list[int]]:
+    """Peaks per rank of the default sweep's 2 x mb4 and 2 x mb8 (no savers, accumulation 1),
+    measured with the sweep's own trial runner, `repeats` runs each."""
+    from autotune.search.calibration import measured_peak_bytes
+    from autotune.search.machine import MachineSpace
+    from autotune.spec import default_spec
+
+    spec = default_spec()
+    ms = MachineSpace.for_spec(spec)
+    plain = {"checkpointing": "none", "zero_stage": 0, "offload": "none", "tp_degree": 1, "fsdp": "none"}
+    picked: dict[int, dict] = {}
+    for _, values in bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples):
+        v = {k: getattr(x, "value", x) for k, x in values.items()}
+        if v["num_gpus"] == 2 and v["micro_batch_size"] in (4, 8) and all(v.get(k, x) == x for k, x in plain.items()):
+            best = picked.get(v["micro_batch_size"])
+            if best is None or v["grad_accum_steps"] < best["grad_accum_steps"]:
+                picked[v["micro_batch_size"]] = values
+    if set(picked) != {4, 8}:
+        raise SystemExit("the default space has no 2-rank micro-batch 4 and 8 configs on this machine")
+    runner = bt.RUNNERS["launcher"]()
+    peaks: dict[str, list[int]] = {}
+    with tempfile.TemporaryDirectory(prefix="real_limit_") as tmp:
+        for mb, values in sorted(picked.items()):
+            cfg = bt.trial_config(values, spec, ms, seed=spec.seed)
+            key = bt.config_key(values)
+            for i in range(repeats):
+                result = runner(cfg, Path(tmp) / f"{key}_{i}")
+                peak = measured_peak_bytes(result)[0]
+                if not result.ok or not peak:
+                    raise SystemExit(f"{key}: {result.status.value}: {result.error}")
+                peaks.setdefault(key, []).append(peak)
+                print(f"  {key} run {i + 1}: peak {peak / MiB:,.0f} MiB per rank", flush=True)
+    return peaks
+
+
+def case_default(args) -> dict:
+    peaks = default_peaks(args.repeats)
+    (k4, p4), (k8, p8) = sorted(peaks.items(), key=lambda kv: statistics.median(kv[1]))
+    if max(p4) >= min(p8):
+        raise SystemExit(f"the peaks of {k4} ({p4}) and {k8} ({p8}) overlap: no limit lies between them")
+    limit = (max(p4) + min(p8)) // 2  # between every run of the one and every run of the other
+    with tempfile.TemporaryDirectory(prefix="real_limit_") as tmp:
+        work = Path(tmp)
+        out = run_sweep_cli({"memory": {"limit_bytes_per_rank": limit},
+                             "storage": f"sqlite:///{work / 'study.db'}", "study": "real-limit"}, work)
+        report = out["doc"]["report"]
+        rows = trial_rows(report)
+    fastest = pick_key(report, "fastest")
+    fastest_gpus = next((r["num_gpus"] for r in rows if r["key"] == fastest), None)
+    return {"case": "default", "limit_bytes": limit, "peaks_bytes": peaks, "trials": rows,
+            "cheapest": pick_key(report, "cheapest"), "fastest": fastest, "wall_s": out["wall_s"],
+            "stop_reason": out["doc"]["sweep"]["stop_reason"], "progress": out["progress"],
+            "passed": fastest_gpus == 2,
+            "criterion": "the fastest pick uses 2 ranks"}
+
+
+# -- case gpt390 ----------------------------------------------------------------------------
+
+
+def gpt390_truth(limit: int | None):
+    """The ground truth's table (bench_search's gpt390 bench) under `limit`."""
+    b = bs.BENCHES["gpt390"]
+    ns = argparse.Namespace(preset=b["preset"], seq_len=b["seq_len"], global_batch=None, space=b["space"],
+                            min_measure_s=bt.TrialConfig().min_measure_s,
+                            **{"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, **b["trial"]})
+    spec = bt.make_spec(ns)
+    from autotune.search.machine import MachineSpace
+
+    ms = MachineSpace.for_spec(spec)
+    configs = bt.enumerate_space(ms.restricted, None)
+    doc = bt.load_cache(Path(b["cache"]), None)
+    missing = [bt.config_key(v) for _, v in configs if bt.config_key(v) not in doc["entries"]]
+    if missing:
+        raise SystemExit(f"the gpt390 ground truth lacks {len(missing)} configs: run "
+                         "`scripts/bench_search.py --bench gpt390 --measure --repeats 1` first")
+    return spec, bt.build_table(doc, configs, spec, limit), ns
+
+
+def sharding_peaks(table) -> dict[str, int]:
+    """Median peak per rank of the DDP and the FSDP2 configs (every micro-batch)."""
+    out: dict[str, list[int]] = {}
+    for e in table.values():
+        c = e.cfg
+        name = ("FSDP2" if c.fsdp.value != "none" else "DDP" if c.zero_stage == 0 else None)
+        if name and e.emulated_peak_bytes:
+            out.setdefault(name, []).append(e.emulated_peak_bytes)
+    return {k: v for k, v in out.items()}
+
+
+def case_gpt390(args) -> dict:
+    _, table0, ns = gpt390_truth(None)
+    peaks = sharding_peaks(table0)
+    limit = (max(peaks["FSDP2"]) + min(peaks["DDP"])) // 2
+    spec, table, _ = gpt390_truth(limit)
+    fits = {k: e for k, e in table.items() if e.usd is not None and not e.oom}
+    best = min(fits, key=lambda k: fits[k].usd)
+    b = bs.BENCHES["gpt390"]
+    user_spec = {"workload": {"kind": "gpt", "shape": bt.NAMED_SHAPES[b["preset"]]}, "seq_len": b["seq_len"],
+                 "space": str(b["space"]), "trial": b["trial"],
+                 "memory": {"limit_bytes_per_rank": limit}, "study": "real-limit-gpt390"}
+    with tempfile.TemporaryDirectory(prefix="real_limit_") as tmp:
+        work = Path(tmp)
+        user_spec["storage"] = f"sqlite:///{work / 'study.db'}"
+        out = run_sweep_cli(user_spec, work)
+        report = out["doc"]["report"]
+        rows = trial_rows(report)
+    cheapest = pick_key(report, "cheapest")
+    regret = (table[cheapest].usd / fits[best].usd - 1) if cheapest in fits else None
+    build_over = [r["trial"] for r in rows if (r["build_peak_bytes"] or 0) > limit]
+    return {"case": "gpt390", "limit_bytes": limit, "sharding_peaks_bytes": peaks, "trials": rows,
+            "truth_best": best, "truth_best_usd": fits[best].usd, "truth_fitting": sorted(fits),
+            "cheapest": cheapest, "fastest": pick_key(report, "fastest"),
+            "cheapest_regret": regret, "build_over_limit_trials": build_over,
+            "wall_s": out["wall_s"], "stop_reason": out["doc"]["sweep"]["stop_reason"],
+            "progress": out["progress"],
+            "passed": regret is not None and regret <= WITHIN and not build_over,
+            "criterion": f"the cheapest pick within {WITHIN:.0%} of the truth's best fitting config; "
+                         "no build over the limit"}
+
+
+# -- the section ----------------------------------------------------------------------------
+
+
+def section(docs: list[dict]) -> str:
+    lines = ["## Real sweeps under a memory limit (`scripts/bench_real_limit.py`)", "",
+             "The shipped CLI, `autotune sweep SPEC --trials 8`, run as a user would on this machine "
+             "(2 CPU ranks), with a per-rank limit where memory binds. Raw: "
+             + ", ".join(f"`benchmarks/results/real_limit_{d['case']}.json`" for d in docs) + ".", ""]
+    for d in docs:
+        ran = [r for r in d["trials"] if r["status"] not in (None, "prescreened")]
+        oom = [r for r in ran if r["status"] == "oom"]
+        lines.append(f"### `{d['case']}` ({d['context']['date_utc']}, commit `{d['context']['git_commit']}`)")
+        lines.append("")
+        if d["case"] == "default":
+            p = {k: f"{statistics.median(v) / MiB:,.0f}" for k, v in d["peaks_bytes"].items()}
+            lines.append(f"- Measured first (median peak per rank, MiB): {', '.join(f'`{k}` {v}' for k, v in p.items())}; "
+                         f"limit {d['limit_bytes'] / MiB:,.0f} MiB per rank.")
+        else:
+            p = {k: f"{min(v) / MiB:,.0f}-{max(v) / MiB:,.0f}" for k, v in d["sharding_peaks_bytes"].items()}
+            lines.append(f"- Ground truth (`benchmarks/results/truth_gpt390_pool.json`) peaks per rank, MiB: "
+                         f"{', '.join(f'{k} {v}' for k, v in p.items())}; limit {d['limit_bytes'] / MiB:,.0f} MiB; "
+                         f"{len(d['truth_fitting'])} configs fit; the best that fits: `{d['truth_best']}`.")
+            reg = d["cheapest_regret"]
+            lines.append(f"- Cheapest pick's cost against it (the truth's runs): "
+                         + ("does not fit" if reg is None else f"{reg:+.1%}")
+                         + f"; trials whose build went over the limit: {len(d['build_over_limit_trials'])}.")
+        lines.append(f"- Trials: {len(ran)} launched ({len(oom)} out of memory), "
+                     f"{len(d['trials']) - len(ran)} held back; wall {d['wall_s']:,.0f} s; stop: "
+                     f"{d['stop_reason'] or 'the --trials budget'}.")
+        lines.append(f"- Picks: cheapest `{d['cheapest']}`, fastest `{d['fastest']}`.")
+        lines.append(f"- {d['criterion']}: **{'yes' if d['passed'] else 'no'}**.")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=["default", "gpt390"], action="append", default=None)
+    ap.add_argument("--repeats", type=int, default=3, help="default: runs of 2 x mb4 and 2 x mb8 first")
+    ap.add_argument("--summary-only", action="store_true")
+    ap.add_argument("--md-out", default=str(ROOT / "benchmarks" / "sections" / "real_limit.md"))
+    args = ap.parse_args(argv)
+    for case in ([] if args.summary_only else args.case or ["default", "gpt390"]):
+        ctx, _ = start_run()
+        doc = {"default": case_default, "gpt390": case_gpt390}[case](args)
+        doc["context"] = ctx
+        write_outputs(str(result_path(case)), None, doc, "")
+        print(f"{case}: passed={doc['passed']}", flush=True)
+    docs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("real_limit_*.json"))]
+    write_outputs(None, args.md_out, {}, section(docs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
