@@ -3,8 +3,9 @@
     scripts/bench_real_limit.py --case default   # ~5 min: the default sweep on 2 CPU ranks, with a
                                                  # per-rank limit between the measured peaks of
                                                  # 2 x mb4 and 2 x mb8 (measured first, 3 runs each)
-    scripts/bench_real_limit.py --case gpt390    # ~15 min: the 389.5M GPT on 2 CPU ranks, with a limit
-                                                 # between FSDP2's and DDP's peaks in its ground truth
+    scripts/bench_real_limit.py --case gpt390    # ~15 min: the 389.5M GPT on 2 CPU ranks, with the gpt390
+                                                 # bench's limit (6 GiB per rank: between FSDP2's and DDP's
+                                                 # peaks in its ground truth)
                                                  # (scripts/bench_search.py --bench gpt390 --measure)
     scripts/bench_real_limit.py --summary-only   # the section from benchmarks/results/real_limit_*.json
 
@@ -111,7 +112,7 @@ def default_peaks(repeats: int) -> dict[str, list[int]]:
     runner = bt.RUNNERS["launcher"]()
     peaks: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory(prefix="real_limit_") as tmp:
-        for mb, values in sorted(picked.items()):
+        for _, values in sorted(picked.items()):
             cfg = bt.trial_config(values, spec, ms, seed=spec.seed)
             key = bt.config_key(values)
             for i in range(repeats):
@@ -181,7 +182,9 @@ def sharding_peaks(table) -> dict[str, int]:
 def case_gpt390(args) -> dict:
     _, table0, ns = gpt390_truth(None)
     peaks = sharding_peaks(table0)
-    limit = (max(peaks["FSDP2"]) + min(peaks["DDP"])) // 2
+    limit = bs.BENCHES["gpt390"]["mem_limit_bytes"]  # the replays' limit, fixed after measuring
+    if not max(peaks["FSDP2"]) < limit < min(peaks["DDP"]):
+        raise SystemExit(f"the gpt390 limit {limit} is not between FSDP2's and DDP's measured peaks {peaks}")
     spec, table, _ = gpt390_truth(limit)
     fits = {k: e for k, e in table.items() if e.usd is not None and not e.oom}
     best = min(fits, key=lambda k: fits[k].usd)

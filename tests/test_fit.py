@@ -105,8 +105,11 @@ def test_nothing_fits_ends_with_no_pick_and_names_the_closest_config(tmp_path):
     assert "ZeRO-3 or FSDP2" in note and "more GPUs" in note
 
 
-def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]]):
-    """A study holding trials of these (micro-batch, checkpointing, measured peak, status)."""
+def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]], limit: int | None = None):
+    """A study holding trials of these (micro-batch, checkpointing, measured peak, status); with
+    `limit`, each records it as its prescreen's, as the sweep does."""
+    from autotune.record import PrescreenRecord
+
     from autotune.search.context import SweepContext
     from autotune.search.study import DIRECTIONS
 
@@ -129,7 +132,9 @@ def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]]):
                                          peak_mem_bytes=peak if status == "ok" else None,
                                          memory_point=MemoryPointRecord(
                                              hardware=hw.key(), engine="ddp", analytic_bytes=peak / 2,
-                                             measured_bytes=peak) if peak else None)))
+                                             measured_bytes=peak) if peak else None,
+                                         memory_prescreen=PrescreenRecord(launch=True, limit_bytes=limit)
+                                         if limit else None)))
     return ctx
 
 
@@ -155,6 +160,34 @@ def _cfg(spec, mb: int, ckpt: str):
     return TrialConfig(workload=spec.workload, seq_len=spec.seq_len, micro_batch_size=mb, checkpointing=ckpt)
 
 
+def test_a_boundary_is_scanned_down_by_measuring_not_by_the_likeliest_fit(tmp_path):
+    """Micro-batch 8 ran out of memory and nothing has fit yet: the scan measures micro-batch 6,
+    the next below the failure, though the model finds 1 and 2 likelier to fit; it skips a
+    micro-batch only when the model all but rules it out (P_SCAN), as one that measured over
+    the limit is."""
+    from autotune.search.fit import P_SCAN, Candidate, FitModel, choose_probe, open_boundaries, scan_probe
+
+    spec = _spec(tmp_path, 600 * MB)
+    ctx = _study_with(spec, tmp_path, [(8, "none", 700 * MB, "oom")])
+    fits = FitModel.from_study(ctx, MemoryGuard(ctx.hardware, 600 * MB))
+
+    def cand(mb: int, p: float) -> Candidate:
+        from autotune.search.objective import trial_config_for
+
+        values = dict(num_gpus=1, tp_degree=1, micro_batch_size=mb, grad_accum_steps=1, precision="fp32",
+                      checkpointing="none", zero_stage=0, offload="none")
+        cfg = trial_config_for(values, spec, ctx.machine, 1, seed=0)
+        return Candidate({"micro_batch_size": mb}, values, cfg, f"mb{mb}", p)
+
+    pool = [cand(1, 0.95), cand(2, 0.9), cand(4, 0.3), cand(6, 0.1), cand(12, 0.01)]
+    boundary = open_boundaries(fits, pool)
+    assert [c.key for c in boundary] == ["mb1", "mb2", "mb4", "mb6"]  # below the failure only
+    assert scan_probe(boundary).key == "mb6"
+    assert choose_probe(boundary).key == "mb2"  # the likeliest-to-fit rule would skip 4 and 6
+    boundary[-1].p_fit = P_SCAN / 2  # all but ruled out: the scan moves on to 4
+    assert scan_probe(boundary).key == "mb4"
+
+
 def test_a_peak_that_varies_between_runs_is_a_spread_not_a_flip(tmp_path):
     """Three runs of one config, the last over the limit (an emulated device: its peak was
     measured): the median fits, so the config does; the spread of its peaks is what the
@@ -171,6 +204,22 @@ def test_a_peak_that_varies_between_runs_is_a_spread_not_a_flip(tmp_path):
     worse = _study_with(spec, tmp_path, [(4, "none", 590 * MB, "ok"), (4, "none", 610 * MB, "oom"),
                                          (4, "none", 620 * MB, "oom")])
     assert FitModel.from_study(worse, MemoryGuard(worse.hardware, 600 * MB)).fits_measured(key) is False
+
+
+def test_a_config_whose_typical_peak_is_over_is_not_recommended_whichever_run_the_report_shows(tmp_path):
+    """Its first run ran out of memory, a repeat fit, two more did not: the report's row is the
+    repeat (the first trial has no values), and the verdict must still reach it."""
+    from autotune.search.fit import runs_fit
+
+    spec = _spec(tmp_path, 600 * MB)
+    ctx = _study_with(spec, tmp_path, [(4, "none", 640 * MB, "oom"), (4, "none", 590 * MB, "ok"),
+                                       (4, "none", 630 * MB, "oom"), (4, "none", 620 * MB, "oom"),
+                                       (2, "none", 500 * MB, "ok")], limit=600 * MB)
+    verdicts = runs_fit(ctx.study.get_trials())
+    assert set(verdicts) == {0, 1, 2, 3, 4}
+    # Trial 1 (the repeat that fit) is the config's row in the report: its verdict is the config's.
+    assert verdicts[1] is verdicts[0] and not verdicts[1].recommendable and verdicts[1].oom_runs == 3
+    assert verdicts[4].recommendable and verdicts[4].oom_runs == 0
 
 
 def test_the_margin_comes_from_the_calibrations_own_errors():

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 # Checkpointing, least memory last: more recomputation keeps fewer activations.
 _CKPT_ORDER = {Checkpointing.none: 0, Checkpointing.selective: 1, Checkpointing.full: 2}
+_FSDP_AS_ZERO = {"none": 0, "shard_grad_op": 2, "full_shard": 3}
 
 
 def saver_setting(cfg: TrialConfig) -> tuple:
@@ -164,9 +165,11 @@ def speed_prior(values: dict[str, Any]) -> tuple:
     fewest memory savers (each costs speed: recomputation, communication, copies), then the
     most ranks, then the largest micro-batch (the DeepSpeed autotuner's scan order)."""
     plain = {k: getattr(v, "value", v) for k, v in values.items()}
-    savers = (_CKPT_ORDER[Checkpointing(plain.get("checkpointing", "none"))], int(plain.get("zero_stage", 0)),
-              plain.get("offload", "none") != "none", plain.get("fsdp", "none") != "none",
-              int(plain.get("tp_degree", 1)))
+    # FSDP2 shards as the ZeRO stage it matches does (shard_grad_op: 2, full_shard: 3), so it
+    # ranks with that stage, not before ZeRO 1.
+    sharding = max(int(plain.get("zero_stage", 0)), _FSDP_AS_ZERO.get(str(plain.get("fsdp", "none")), 3))
+    savers = (_CKPT_ORDER[Checkpointing(plain.get("checkpointing", "none"))], sharding,
+              plain.get("offload", "none") != "none", int(plain.get("tp_degree", 1)) - 1)
     return (sum(bool(x) for x in savers), savers, -int(plain.get("num_gpus", 1)),
             -int(plain.get("micro_batch_size", 1)))
 
@@ -196,11 +199,38 @@ def choose_probe(candidates: list[Candidate]) -> Candidate | None:
     return max(ordered, key=lambda c: c.p_fit, default=None)
 
 
+# A scan skips a micro-batch only when the model gives it less than this chance to fit: on a
+# boundary the model has just been shown wrong about (an out-of-memory run beside it), measuring
+# costs one short trial, and the micro-batch it would skip may be the optimum.
+P_SCAN = 0.05
+
+
+def scan_probe(boundary: list[Candidate]) -> Candidate | None:
+    """The next micro-batch of an open boundary, found by measuring, as DeepSpeed's autotuner
+    scans: the most promising candidate (fewest savers, then the largest micro-batch below the
+    smallest failure) unless the model all but rules it out (P_SCAN), not the one the model
+    finds most likely to fit (that would be the smallest, slowest micro-batch every time)."""
+    ordered = sorted(boundary, key=lambda c: speed_prior(c.values))
+    return next((c for c in ordered if c.p_fit >= P_SCAN), None) or choose_probe(ordered)
+
+
+def dominated(fitting: list[Measured], cfg: TrialConfig) -> bool:
+    """A config that fits already does what `cfg` could at best: the same savers or fewer of
+    them, as much checkpointing or less, a micro-batch at least as large on at least as many
+    ranks, the same precision. Probing `cfg` for memory's sake cannot find anything faster.
+    Another saver setting with as many savers is not dominated: engines (ZeRO 2, ZeRO 3,
+    FSDP2) differ in speed more than any model here can say."""
+    return any((saver_setting(m.cfg) == saver_setting(cfg) or savers_used(m.cfg) < savers_used(cfg))
+               and m.cfg.precision == cfg.precision
+               and m.cfg.micro_batch_size >= cfg.micro_batch_size and m.cfg.num_gpus >= cfg.num_gpus
+               and _CKPT_ORDER[m.cfg.checkpointing] <= _CKPT_ORDER[cfg.checkpointing] for m in fitting)
+
+
 def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candidate]:
-    """Candidates inside a saver setting's open boundary: the setting (with its checkpointing)
-    has a micro-batch that does not fit, and the largest one that does is not known yet, so
-    the untried micro-batches between the largest fit and the smallest failure are where it
-    lies."""
+    """Candidates inside a saver setting's open boundary, where the largest micro-batch that fits
+    is not known yet: between the largest fit and the smallest failure of the setting (with
+    its checkpointing), or above the largest fit when nothing of it has failed yet (the scan
+    goes up as well as down, as DeepSpeed's autotuner's does)."""
     failed: dict[tuple, int] = {}
     fitted: dict[tuple, int] = {}
     for key, m in fits.measured.items():
@@ -213,8 +243,8 @@ def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candida
     out = []
     for c in candidates:
         group = (saver_setting(c.cfg), c.cfg.checkpointing)
-        if (group in failed and fitted.get(group, 0) < c.cfg.micro_batch_size < failed[group]
-                and not outpaced(fits, c.cfg)):
+        if (group in failed or group in fitted) and not outpaced(fits, c.cfg) \
+                and fitted.get(group, 0) < c.cfg.micro_batch_size < failed.get(group, math.inf):
             out.append(c)
     return out
 
@@ -261,7 +291,7 @@ class RunsFit:
 
 
 def runs_fit(trials) -> dict[int, RunsFit]:
-    """{first trial of a config: its RunsFit}, for configs measured under a memory limit (the
+    """{each trial of a config: its RunsFit}, for configs measured under a memory limit (the
     limit each trial's prescreen recorded); every hardware's configs on their own spread."""
     groups: dict[tuple[str, str], list] = {}
     for t in trials:
@@ -291,22 +321,22 @@ def runs_fit(trials) -> dict[int, RunsFit]:
         mean = statistics.fmean(m.log_peaks + [over] * m.censored)
         p_run = normal_cdf((math.log(limit) - mean) / (sd * math.sqrt(1 + 1 / n)))
         oom = sum(r.status == "oom" for _, r in runs)
-        out[first[0]] = RunsFit(median_fits(m.log_peaks, m.censored, limit, sd), p_run, oom,
-                                len(runs), limit)
+        verdict = RunsFit(median_fits(m.log_peaks, m.censored, limit, sd), p_run, oom, len(runs), limit)
+        for number, _ in runs:  # the report's row may be any of them (the first may have failed)
+            out[number] = verdict
     return out
 
 
-def worth_another_run(fits: FitModel, fewest_savers: int | None) -> list[tuple[str, Measured]]:
+def worth_another_run(fits: FitModel, fitting: list[Measured]) -> list[tuple[str, Measured]]:
     """Measured configs whose verdict is still open: they did not fit so far, yet the spread
     of peaks between runs leaves them a real chance (P_HOLD or more) that their typical peak
-    is under the limit; only those that may beat what fits (no more savers), measured fewer
+    is under the limit; only those that may beat what fits (not `dominated`), measured fewer
     than three times. Most promising first."""
     from autotune.search.calibration import P_HOLD
 
     out = []
     for key, m in fits.measured.items():
         p = fits.p_measured(m)
-        if (p is not None and P_HOLD <= p < P_FITS and m.runs < 3
-                and (fewest_savers is None or savers_used(m.cfg) <= fewest_savers)):
+        if p is not None and P_HOLD <= p < P_FITS and m.runs < 3 and not dominated(fitting, m.cfg):
             out.append((key, m))
     return sorted(out, key=lambda km: speed_prior(km[1].cfg.model_dump(mode="json")))

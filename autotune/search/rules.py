@@ -198,13 +198,15 @@ class SweepLoop:
 
 
 class FitRule:
-    """Never give up while a config may fit. After a trial that ran out of memory or a
-    proposal held back (once the queue has run), a saver setting whose largest fitting
-    micro-batch is not known yet is scanned down from its smallest failure (the largest that
-    fits is found by measuring it, as DeepSpeed's autotuner scans); when nothing tried so far
-    fits, the untried config most likely to fit is probed. A measured config whose verdict the
-    spread of peaks leaves open is measured once more first. Probes run whatever the prescreen
-    predicts (autotune.search.fit says why)."""
+    """Never give up while a config may fit. Once memory binds (a trial ran out of memory or a
+    proposal was held back), after every trial (once the queue has run): a saver setting whose
+    largest fitting micro-batch is not known yet is scanned, down from its smallest failure or
+    up from its largest fit (found by measuring, as DeepSpeed's autotuner scans); a saver
+    setting not tried yet that is likely to fit is probed (engines differ in speed); when
+    nothing tried so far fits, the untried config most likely to fit is. Only what may beat a
+    config that already fits is worth a probe (autotune.search.fit.dominated). A measured
+    config whose verdict the spread of peaks leaves open is measured once more first. Probes
+    run whatever the prescreen predicts (autotune.search.fit says why)."""
 
     def __init__(self, ctx, moves: LocalMoves):
         from autotune.search.calibration import MemoryGuard
@@ -215,37 +217,60 @@ class FitRule:
         self.again: set[str] = set()  # configs measured again for their memory verdict
 
     def decide(self, study, frozen, state: SweepState) -> bool | None:
-        from autotune.search.fit import FitModel, choose_probe, open_boundaries, savers_used, worth_another_run
+        from autotune.search.fit import FitModel
 
-        rec = TrialRecord.of(frozen)
-        if not ((state.launched and rec.status == "oom") or rec.status == "prescreened"):
-            return None
         if waiting(study):
             return None  # queued trials run first: the probe is chosen with what they measure
         trials = study.get_trials(deepcopy=False)
+        # Once memory binds (a trial ran out of memory or was held back), after every trial: the
+        # scan of what fits goes on while it has somewhere to go.
+        if not any(TrialRecord.of(t).status in ("oom", "prescreened") for t in trials):
+            return None
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
-        candidates = self.candidates(study, trials, fits)
-        fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
-        fewest = min((savers_used(m.cfg) for m in fitting), default=None)
-        again = [(k, m) for k, m in worth_another_run(fits, fewest) if k not in self.again]
-        if again:  # a peak that varies between runs: measure the open verdict again
-            key, m = again[0]
+        again, probe = self.next_probe(fits, self.candidates(study, trials, fits))
+        if again is not None:  # a peak that varies between runs: measure the open verdict again
+            key, m = again
             self.again.add(key)
             study.enqueue_trial(m.params, user_attrs=TrialRecord.attrs(repeat_of=m.first_trial,
                                                                        fit_probe=True))
             return QUEUED
-        pool = open_boundaries(fits, candidates)
-        if fewest is not None:  # a scan is worth a trial only where it may beat what already fits
-            pool = [c for c in pool if savers_used(c.cfg) <= fewest]
-        else:
-            pool = pool or candidates
-        probe = choose_probe(pool)
         if probe is None:
             return None
         study.enqueue_trial(probe.params, user_attrs=TrialRecord.attrs(fit_probe=True))
         self.moves.queued.add(probe.key)
         return QUEUED
+
+    def next_probe(self, fits, candidates: list) -> tuple:
+        """(a measured config to measure again, None) or (None, an untried candidate or None), in
+        this order, among what may beat what fits: an open verdict (while nothing fits, only
+        when no untried config is likely to fit); the next micro-batch of an open boundary;
+        while nothing fits, the config most likely to; else a saver setting not tried yet that
+        is likely to fit."""
+        from autotune.search.calibration import P_FITS
+        from autotune.search.fit import (
+            choose_probe,
+            dominated,
+            open_boundaries,
+            saver_setting,
+            scan_probe,
+            worth_another_run,
+        )
+
+        fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
+        # Only what may beat what already fits is worth a trial.
+        candidates = [c for c in candidates if not dominated(fitting, c.cfg)]
+        likely = [c for c in candidates if c.p_fit >= P_FITS]
+        again = [(k, m) for k, m in worth_another_run(fits, fitting) if k not in self.again]
+        if again and (fitting or not likely):
+            return again[0], None
+        pool = open_boundaries(fits, candidates)
+        if pool:
+            return None, scan_probe(pool)
+        if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
+            return None, choose_probe(candidates)
+        tried = {saver_setting(m.cfg) for m in fits.measured.values()}
+        return None, choose_probe([c for c in likely if saver_setting(c.cfg) not in tried])
 
     def candidates(self, study, trials, fits) -> list:
         """Untried, unqueued configs of this machine's space with their chance to fit: every
