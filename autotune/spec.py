@@ -64,7 +64,8 @@ class TrialSettings(_Spec):
     reuse_workers: bool = Field(
         default=True, description="Run consecutive local trials in a pool of long-lived workers "
         "(autotune/run/pool.py): the launcher, imports and rendezvous paid once per pool; a "
-        "failed trial ends its pool. false: a fresh launcher per trial."
+        "failed trial ends its pool; CPU ranks under a memory limit never pool (a pooled rank's "
+        "resident memory keeps what earlier trials left). false: a fresh launcher per trial."
     )
 
 

@@ -73,16 +73,17 @@ run_one() {  # name, script, args...: one script, raw figures and section under 
 for name in $ONLY; do
   case "$name" in
     search)  # replays of the committed ground truths (BENCH_SEARCH_ARGS="--measure" tops them up)
-      for bench in cpu40 big mem; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
+      for bench in cpu40 big mem gpt390; do run_one "search_$bench" bench_search --bench "$bench" "${SEARCH_ARGS[@]}"; done
       # ds has 16 rounds: judged in-sample (as cpu40's and big's 3) and on held-out rounds
       run_one search_ds bench_search --bench ds --holdout no "${SEARCH_ARGS[@]}"
       run_one search_ds_heldout bench_search --bench ds --holdout yes "${SEARCH_ARGS[@]}"
       run_one noise bench_noise --analyse-only
       run_one noise_levers bench_noise_levers --analyse-only
       run_one deepspeed_tuner bench_deepspeed_tuner --analyse-only
-      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout,mem}.json --md-out "$SECTIONS/search.md" > /dev/null
+      "$PY" scripts/bench_search.py --summary "$RESULTS"/search_{big,ds,cpu40,ds_heldout,mem,gpt390}.json --md-out "$SECTIONS/search.md" > /dev/null
       # every space under memory limits, from the committed search_<bench>_limit<Q>.json (ONLY=search_matrix replays them)
-      "$PY" scripts/bench_matrix.py --summary-only --json-out "$RESULTS/search_matrix.json" --md-out "$SECTIONS/search_matrix.md" > /dev/null ;;
+      "$PY" scripts/bench_matrix.py --summary-only --json-out "$RESULTS/search_matrix.json" --md-out "$SECTIONS/search_matrix.md" > /dev/null
+      "$PY" scripts/bench_real_limit.py --summary-only > /dev/null ;;
     search_matrix)  # every space at every memory limit (~1 min of CPU per space and limit)
       run_one search_matrix bench_matrix ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
@@ -93,7 +94,10 @@ for name in $ONLY; do
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
     pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
+    real_limit)  # real sweeps under a memory limit (~25 min; the gpt390 truth first: bench_search --bench gpt390 --measure)
+      "$PY" scripts/bench_real_limit.py > "$RESULTS/real_limit.log" 2>&1 || {
+        echo "run_benchmarks: bench_real_limit failed; see $RESULTS/real_limit.log" >&2; exit 1; } ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
   esac
 done
 
@@ -111,7 +115,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_matrix search_big search_ds search_ds_heldout search_cpu40 search_mem fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
+  for name in search search_matrix real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -188,6 +188,26 @@ def test_a_boundary_is_scanned_down_by_measuring_not_by_the_likeliest_fit(tmp_pa
     assert scan_probe(boundary).key == "mb4"
 
 
+def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
+    """FSDP2 at micro-batch 4 fits: ZeRO 3 at 4 (another engine, as many savers) may still be
+    faster and is worth a probe; ZeRO 3 at 1 (a smaller batch, no fewer savers) and ZeRO 3 with
+    offload at 4 (more savers) are not; without checkpointing at a larger batch is."""
+    from autotune.contract import TrialConfig
+    from autotune.search.fit import Measured, dominated
+
+    def cfg(mb: int, zero: int = 0, fsdp: str = "none", offload: str = "none", ckpt: str = "none"):
+        return TrialConfig(num_gpus=2, micro_batch_size=mb, zero_stage=zero, fsdp=fsdp, offload=offload,
+                           checkpointing=ckpt, precision="fp32")
+
+    fitting = [Measured(cfg(4, fsdp="full_shard"))]
+    assert not dominated(fitting, cfg(4, zero=3))
+    assert dominated(fitting, cfg(1, zero=3))
+    assert dominated(fitting, cfg(4, zero=3, offload="optimizer"))
+    assert dominated(fitting, cfg(2, fsdp="full_shard")) and not dominated(fitting, cfg(8, fsdp="full_shard"))
+    assert dominated(fitting, cfg(4, fsdp="full_shard", ckpt="full"))
+    assert not dominated(fitting, cfg(4))  # fewer savers (plain DDP): may be faster
+
+
 def test_a_peak_that_varies_between_runs_is_a_spread_not_a_flip(tmp_path):
     """Three runs of one config, the last over the limit (an emulated device: its peak was
     measured): the median fits, so the config does; the spread of its peaks is what the
@@ -255,3 +275,22 @@ def test_the_margin_comes_from_the_calibrations_own_errors():
     assert fixed.predict(cfg).limit_bytes == int(guard.spec_limit / 1.10)
     assert fixed.predict(cfg).p_fit < over.p_fit
     assert normal_cdf(0.0) == pytest.approx(0.5) and math.isclose(normal_cdf(10), 1.0)
+
+
+def test_under_a_memory_limit_cpu_trials_run_in_fresh_ranks(tmp_path):
+    """A pooled rank's host RSS keeps what earlier trials left, which the long run (a fresh
+    process) does not hold: on CPU under a limit the sweep launches each trial afresh; without a
+    limit it keeps its worker pool."""
+    from autotune.run.hardware import local_hardware
+    from autotune.run.pool import PoolRunner
+    from autotune.search.objective import default_runner, pooled_peaks_differ
+
+    if local_hardware().device_kind.value != "cpu":
+        pytest.skip("a GPU machine: its allocator peaks are reset per trial, and it keeps the pool")
+    limited, free = _spec(tmp_path, 600 * MB), _spec(tmp_path, None)
+    assert pooled_peaks_differ(limited) and not pooled_peaks_differ(free)
+    assert not isinstance(default_runner(limited), PoolRunner)
+    pooled = default_runner(free)
+    assert isinstance(pooled, PoolRunner)
+    pooled.close()
+

@@ -63,6 +63,9 @@ def test_report_content_is_the_real_measurements(doc, study):
         assert t["peak_mem_bytes"] == result["peak_mem_bytes"]
         cfg = t["config"]
         assert cfg["global_batch_samples"] == cfg["micro_batch_size"] * cfg["grad_accum_steps"] * cfg["num_gpus"]
+        # Every dimension that defines a config is in the row (FSDP2 was missing: FSDP2 and DDP
+        # configs read alike, and scaling compared across them).
+        assert set(cfg) >= {"fsdp", "zero_stage", "offload", "tp_degree", "compile"}
         # memory capacity per rank on CPU: host RAM shared by the ranks
         assert t["headroom_bytes"] == t["mem_capacity_bytes"] - t["peak_mem_bytes"]
     # Every completed trial is priced on every CPU offer of the catalog (two platforms).

@@ -36,7 +36,7 @@ from autotune.report.schema import (
 )
 
 CONFIG_COLUMNS = ("num_gpus", "num_nodes", "micro_batch_size", "grad_accum_steps", "precision",
-                  "checkpointing", "zero_stage", "offload", "tp_degree", "seq_len", "launcher",
+                  "checkpointing", "zero_stage", "offload", "fsdp", "tp_degree", "seq_len", "launcher",
                   "device", "threads_per_rank", "compile")
 
 

@@ -215,15 +215,21 @@ def scan_probe(boundary: list[Candidate]) -> Candidate | None:
 
 
 def dominated(fitting: list[Measured], cfg: TrialConfig) -> bool:
-    """A config that fits already does what `cfg` could at best: the same savers or fewer of
-    them, as much checkpointing or less, a micro-batch at least as large on at least as many
-    ranks, the same precision. Probing `cfg` for memory's sake cannot find anything faster.
-    Another saver setting with as many savers is not dominated: engines (ZeRO 2, ZeRO 3,
-    FSDP2) differ in speed more than any model here can say."""
-    return any((saver_setting(m.cfg) == saver_setting(cfg) or savers_used(m.cfg) < savers_used(cfg))
-               and m.cfg.precision == cfg.precision
-               and m.cfg.micro_batch_size >= cfg.micro_batch_size and m.cfg.num_gpus >= cfg.num_gpus
-               and _CKPT_ORDER[m.cfg.checkpointing] <= _CKPT_ORDER[cfg.checkpointing] for m in fitting)
+    """A config that fits already does what `cfg` could at best, so probing `cfg` for memory's
+    sake cannot find anything faster: the same precision, at least as many ranks, as much
+    checkpointing or less, and either the same savers or fewer of them with a micro-batch at
+    least as large, or as many savers of another setting with a larger micro-batch. At the
+    same micro-batch, another saver setting with as many savers is not dominated: engines
+    (ZeRO 2, ZeRO 3, FSDP2) differ in speed more than any model here can say."""
+    def beats(m: Measured) -> bool:
+        if m.cfg.precision != cfg.precision or m.cfg.num_gpus < cfg.num_gpus \
+                or _CKPT_ORDER[m.cfg.checkpointing] > _CKPT_ORDER[cfg.checkpointing]:
+            return False
+        fewer = saver_setting(m.cfg) == saver_setting(cfg) or savers_used(m.cfg) < savers_used(cfg)
+        mb, other = m.cfg.micro_batch_size, cfg.micro_batch_size
+        return (fewer and mb >= other) or (savers_used(m.cfg) <= savers_used(cfg) and mb > other)
+
+    return any(beats(m) for m in fitting)
 
 
 def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candidate]:

@@ -117,18 +117,33 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
 
 def default_runner(spec: SweepSpec) -> TrialRunner:
     """The launcher, through the spec's `launcher` template; local trials without a template
-    share long-lived workers (autotune.run.pool), which `Objective.close` ends."""
+    share long-lived workers (autotune.run.pool), which `Objective.close` ends, except on CPU
+    ranks under a memory limit (`pooled_peaks_differ`)."""
     from autotune.run.launch import launcher_runner, template_argv_builder
 
     ls = spec.launcher
     runner = launcher_runner(template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
                                                    rdzv_host=ls.rdzv_host,
                                                    job_name=f"autotune-{spec.study}"))
-    if spec.trial.reuse_workers and not ls.argv:
+    if spec.trial.reuse_workers and not ls.argv and not pooled_peaks_differ(spec):
         from autotune.run.pool import pool_runner
 
         runner = pool_runner(fallback=runner)
     return runner
+
+
+def pooled_peaks_differ(spec: SweepSpec) -> bool:
+    """A memory limit on CPU ranks is checked against each rank's host RSS peak, and a pooled
+    rank's RSS keeps what earlier trials' libraries and freed memory left behind, which the long
+    run (a fresh process) does not hold: near the limit, pooled peaks would fail configs that
+    fit (benchmarks/results/real_limit_default_pooled.json: every 2-rank config of the default sweep
+    over a limit that fresh runs of 2 x mb4 stay under). So those trials run in fresh ranks.
+    A GPU's allocator peak is reset per trial and is not affected."""
+    from autotune.contract import DeviceKind
+    from autotune.run.hardware import local_hardware
+
+    return (spec.memory.limit_bytes_per_rank is not None
+            and local_hardware().device_kind is DeviceKind.cpu)
 
 
 class Objective:
