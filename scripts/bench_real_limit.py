@@ -76,8 +76,21 @@ def trial_rows(report: dict) -> list[dict]:
                 build = max(r.memory.build_host_rss_peak_bytes or [0]) or None
         rows.append({"trial": t["number"], "key": bt.config_key(cfg), "status": t.get("status"),
                      "peak_bytes": t.get("peak_mem_bytes"), "build_peak_bytes": build,
-                     "tokens_per_s": t.get("tokens_per_s"), "num_gpus": cfg["num_gpus"]})
+                     "tokens_per_s": t.get("tokens_per_s"), "num_gpus": cfg["num_gpus"],
+                     "reused_from": t.get("reused_from")})
     return rows
+
+
+def reused(rows: list[dict]) -> list[dict]:
+    """Rows that reused an earlier trial's measurement (no run of their own). Files kept before
+    rows named it: the same config with the very same tokens/s and peak as an earlier row."""
+    seen, out = set(), []
+    for r in rows:
+        mark = (r["key"], r["tokens_per_s"], r["peak_bytes"])
+        if r.get("reused_from") is not None or ("reused_from" not in r and r["tokens_per_s"] and mark in seen):
+            out.append(r)
+        seen.add(mark)
+    return out
 
 
 def pick_key(report: dict, which: str) -> str | None:
@@ -239,7 +252,8 @@ def section(docs: list[dict]) -> str:
              "(2 CPU ranks), with a per-rank limit where memory binds. Raw: "
              + ", ".join(f"`benchmarks/results/real_limit_{d['case']}.json`" for d in docs) + ".", ""]
     for d in docs:
-        ran = [r for r in d["trials"] if r["status"] not in (None, "prescreened")]
+        again = reused(d["trials"])
+        ran = [r for r in d["trials"] if r["status"] not in (None, "prescreened") and r not in again]
         oom = [r for r in ran if r["status"] == "oom"]
         lines.append(f"### `{d['case']}` ({d['context']['date_utc']}, commit `{d['context']['git_commit']}`)")
         lines.append("")
@@ -262,7 +276,8 @@ def section(docs: list[dict]) -> str:
                          + ("does not fit" if reg is None else f"{reg:+.1%}")
                          + f"; trials whose build went over the limit: {len(d['build_over_limit_trials'])}.")
         lines.append(f"- Trials: {len(ran)} launched ({len(oom)} out of memory), "
-                     f"{len(d['trials']) - len(ran)} held back; wall {d['wall_s']:,.0f} s; stop: "
+                     f"{len(d['trials']) - len(ran) - len(again)} held back, {len(again)} reused an "
+                     f"earlier measurement; wall {d['wall_s']:,.0f} s; stop: "
                      f"{d['stop_reason'] or 'the --trials budget'}.")
         lines.append(f"- Picks: cheapest `{d['cheapest']}`, fastest `{d['fastest']}`.")
         lines.append(f"- {d['criterion']}: **{'yes' if d['passed'] else 'no'}**.")

@@ -420,3 +420,20 @@ def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
     w = bench_truth.workload_for("gpt390m")
     assert w.preset is None and w.resolved_shape().num_params() == 389_526_528
     assert bench_truth.workload_for("tiny").preset == "tiny"
+
+
+def test_real_limit_section_counts_reused_trials_apart_from_launched_ones():
+    import bench_real_limit
+
+    row = dict(key="k", status="ok", peak_bytes=5, build_peak_bytes=1, tokens_per_s=10.0, num_gpus=2)
+    rows = [dict(row, trial=0, reused_from=None), dict(row, trial=1, reused_from=0),
+            dict(row, trial=2, status="prescreened", tokens_per_s=None, peak_bytes=None, reused_from=None)]
+    assert [r["trial"] for r in bench_real_limit.reused(rows)] == [1]
+    # Kept before rows named it: the same config with the very same figures.
+    legacy = [{k: v for k, v in r.items() if k != "reused_from"} for r in rows]
+    assert [r["trial"] for r in bench_real_limit.reused(legacy)] == [1]
+    doc = {"case": "default", "trials": rows, "peaks_bytes": {"a": [1 << 20]}, "limit_bytes": 2 << 20,
+           "wall_s": 1.0, "stop_reason": None, "cheapest": "k", "fastest": "k", "passed": True,
+           "criterion": "c", "context": {"date_utc": "d", "git_commit": "g"}}
+    text = bench_real_limit.section([doc])
+    assert "1 launched (0 out of memory), 1 held back, 1 reused" in text
