@@ -1,6 +1,7 @@
 """The alone phase of `autotune sweep --side-by-side K`: in one slot, with the other slots
 idle, the leaders (and so the picks) are measured again before they are recommended, and the
-rest of the reserve races them one at a time. Run by the side-by-side sweep's worker 0 (its trial pool is
+rest of the reserve races them one at a time; a pick without a run alone at the end is measured
+alone beyond the reserve. Run by the side-by-side sweep's worker 0 (its trial pool is
 warm) once every other worker has finished.
 
     done = alone_phase(spec, study, reserve=4, run=lambda spec, n: {...}, note=print, hw=hw, catalog=catalog)
@@ -20,16 +21,20 @@ Run = Callable[[Any, int], dict]
 def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None], hw, catalog) -> dict:
     """First the leaders of the side-by-side phase (the cheapest and the fastest configs, in
     turn, up to the reserve) measured again alone, back to back in one block; then what is
-    left of the reserve races (as a sweep one at a time does); then, once, the pick if the
-    last trials made a config without a run alone the pick (beyond the reserve). Returns the
-    runs' summaries and the configs (first trials) re-measured.
+    left of the reserve races (as a sweep one at a time does); then, beyond the reserve, the
+    picks again while a pick has no run alone (the last runs can make another config the
+    pick). Each config is measured alone once at most in this phase, so it ends: at worst
+    every config measured beside others gets one run alone. Returns the runs' summaries and
+    the configs (first trials) re-measured.
 
     Why the leaders and not only the pick: a run beside another trial is slower than alone by
     the interference, so a config with a run alone would beat rivals measured only beside
     others for that reason alone. Each leader gets one run alone, so they compare alike; the
-    configs left with runs beside others only were behind them in that same condition."""
+    configs left with runs beside others only were behind them in that same condition. Why
+    beyond the reserve: a recommendation measured only beside another trial carries the
+    interference, which the user's long run, alone on its machine, does not."""
     out: dict = {"runs": [], "remeasured": [], "interrupted": False}
-    left, raced, over = reserve, False, False
+    left, raced, measured_alone = reserve, False, set()
     while not out["interrupted"]:
         if left > 0 and not raced:
             firsts = leaders_without_alone_run(study, left)
@@ -41,17 +46,15 @@ def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None]
             note(f"alone: {n} trial(s) one at a time" + (
                 f"; first the leaders {_numbers(firsts)} measured again" if firsts else ""))
         else:
-            firsts = leaders_without_alone_run(study, 2, picks_only=True)
+            firsts = [n for n in leaders_without_alone_run(study, 2, picks_only=True)
+                      if config_key(study, n) not in measured_alone]
             if not firsts:
                 return out
-            if over:
-                note(f"the pick(s) {_numbers(firsts)} have no run alone: the reserve is spent; "
-                     "more --trials would measure them alone")
-                return out
             enqueue_repeats(study, firsts)
-            n, remeasure, over = waiting(study), 0, True
-            note(f"alone: the pick(s) {_numbers(firsts)} measured again (the pick changed at the "
-                 "end of the reserve)")
+            n, remeasure = waiting(study), 0
+            note(f"alone: the pick(s) {_numbers(firsts)} measured again, beyond the reserve "
+                 "(the last runs made a config without a run alone the pick)")
+        measured_alone |= {config_key(study, f) for f in firsts}
         done = run(spec.with_overrides(**{"budget.remeasure_trials": remeasure}), n)
         out["runs"].append(done)
         out["remeasured"] += firsts
@@ -60,6 +63,13 @@ def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None]
         if not done.get("trials_run"):
             return out  # it ran nothing (it failed): do not loop on it
     return out
+
+
+def config_key(study, number: int) -> str | None:
+    from autotune.record import TrialRecord
+
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    return TrialRecord.of(trial).config_key
 
 
 def _numbers(ns: list[int]) -> str:
