@@ -87,7 +87,9 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     # The pick was measured alone before it was recommended.
     pick = doc["cheapest"]["trial"]
     key = recs[pick].config_key
-    assert any(recs[t.number].config_key == key for t in alone)
+    assert any(recs[t.number].config_key == key for t in alone), (
+        pick, [(t.number, recs[t.number].config_key, recs[t.number].slot.side_by_side, recs[t.number].status)
+               for t in launched])
     rows = {r["number"]: r for r in doc["trials"]}
     assert all(rows[t.number]["neighbours"] == nbrs[t.number] for t in launched)
     assert rows[side[0].number]["slot"].endswith("of 2)")
