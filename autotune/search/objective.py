@@ -125,11 +125,17 @@ def default_runner(spec: SweepSpec) -> TrialRunner:
     runner = launcher_runner(template_argv_builder(ls.argv, per_node=ls.per_node, hosts=ls.hosts,
                                                    rdzv_host=ls.rdzv_host,
                                                    job_name=f"autotune-{spec.study}"))
-    if spec.trial.reuse_workers and not ls.argv and not pooled_peaks_differ(spec):
+    if uses_pool(spec):
         from autotune.run.pool import pool_runner
 
         runner = pool_runner(fallback=runner)
     return runner
+
+
+def uses_pool(spec: SweepSpec) -> bool:
+    """Whether this sweep's local trials share long-lived workers: asked (`reuse_workers`), no
+    launcher template, and not CPU ranks under a memory limit (`pooled_peaks_differ`)."""
+    return spec.trial.reuse_workers and not spec.launcher.argv and not pooled_peaks_differ(spec)
 
 
 def pooled_peaks_differ(spec: SweepSpec) -> bool:
