@@ -17,8 +17,7 @@ import pytest
 from autotune.contract import GPTShape, GPTWorkload, TrialResult, TrialStatus
 from autotune.contract.result import MemorySource
 from autotune.record import TrialRecord
-from autotune.search.calibration import (P_HOLD, CalibrationPoint, MemoryGuard, fit_calibration,
-                                         normal_cdf)
+from autotune.search.calibration import P_HOLD, CalibrationPoint, MemoryGuard, fit_calibration, normal_cdf
 from autotune.spec import SweepSpec
 
 MB = 2**20
@@ -108,14 +107,11 @@ def test_nothing_fits_ends_with_no_pick_and_names_the_closest_config(tmp_path):
 def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]], limit: int | None = None):
     """A study holding trials of these (micro-batch, checkpointing, measured peak, status); with
     `limit`, each records it as its prescreen's, as the sweep does."""
-    from autotune.record import PrescreenRecord
-
+    from autotune.record import MemoryPointRecord, PrescreenRecord
     from autotune.search.context import SweepContext
-    from autotune.search.study import DIRECTIONS
-
-    from autotune.record import MemoryPointRecord
     from autotune.search.objective import trial_config_for
     from autotune.search.reuse import config_key
+    from autotune.search.study import DIRECTIONS
 
     study = optuna.create_study(directions=DIRECTIONS)
     ctx = SweepContext.build(spec, study, tmp_path)
@@ -190,14 +186,18 @@ def test_a_boundary_is_scanned_down_by_measuring_not_by_the_likeliest_fit(tmp_pa
 
 def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
     """FSDP2 at micro-batch 4 fits: ZeRO 3 at 4 (another engine, as many savers) may still be
-    faster and is worth a probe; ZeRO 3 at 1 (a smaller batch, no fewer savers) and ZeRO 3 with
-    offload at 4 (more savers) are not; without checkpointing at a larger batch is."""
+    faster and is worth a probe; ZeRO 3 at 1 (a smaller batch, no fewer savers) is not, nor,
+    on GPUs, ZeRO 3 with offload at 4 (one more saver, which copies over PCIe). On CPU ranks
+    offload copies nothing and swaps the optimizer for DeepSpeed's CPU Adam: its sign is the
+    engine's (the CPU truths measured it both ways), so it is probed like another engine.
+    Without checkpointing at a larger batch is worth a probe."""
     from autotune.contract import TrialConfig
-    from autotune.search.fit import Measured, dominated
+    from autotune.search.fit import Measured, dominated, slowing_savers
 
-    def cfg(mb: int, zero: int = 0, fsdp: str = "none", offload: str = "none", ckpt: str = "none"):
+    def cfg(mb: int, zero: int = 0, fsdp: str = "none", offload: str = "none", ckpt: str = "none",
+            device: str = "cuda"):
         return TrialConfig(num_gpus=2, micro_batch_size=mb, zero_stage=zero, fsdp=fsdp, offload=offload,
-                           checkpointing=ckpt, precision="fp32")
+                           checkpointing=ckpt, precision="fp32", device=device)
 
     fitting = [Measured(cfg(4, fsdp="full_shard"))]
     assert not dominated(fitting, cfg(4, zero=3))
@@ -205,6 +205,13 @@ def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
     assert dominated(fitting, cfg(4, zero=3, offload="optimizer"))
     assert dominated(fitting, cfg(2, fsdp="full_shard")) and not dominated(fitting, cfg(8, fsdp="full_shard"))
     assert dominated(fitting, cfg(4, fsdp="full_shard", ckpt="full"))
+    # CPU ranks: offload is not a speed cost by construction, so it is another engine at the
+    # same micro-batch, and still dominated at a smaller one.
+    on_cpu = [Measured(cfg(4, fsdp="full_shard", device="cpu")), Measured(cfg(4, zero=3, device="cpu"))]
+    assert slowing_savers(cfg(4, zero=3, offload="optimizer", device="cpu")) == 1
+    assert slowing_savers(cfg(4, zero=3, offload="optimizer")) == 2
+    assert not dominated(on_cpu, cfg(4, zero=3, offload="optimizer", device="cpu"))
+    assert dominated(on_cpu, cfg(1, zero=3, offload="optimizer", device="cpu"))
     assert not dominated(fitting, cfg(4))  # fewer savers (plain DDP): may be faster
 
 
