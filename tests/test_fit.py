@@ -205,6 +205,7 @@ def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
     assert dominated(fitting, cfg(4, zero=3, offload="optimizer"))
     assert dominated(fitting, cfg(2, fsdp="full_shard")) and not dominated(fitting, cfg(8, fsdp="full_shard"))
     assert dominated(fitting, cfg(4, fsdp="full_shard", ckpt="full"))
+    assert not dominated(fitting, cfg(4))  # fewer savers (plain DDP): may be faster
     # CPU ranks: offload is not a speed cost by construction, so it is another engine at the
     # same micro-batch, and still dominated at a smaller one.
     on_cpu = [Measured(cfg(4, fsdp="full_shard", device="cpu")), Measured(cfg(4, zero=3, device="cpu"))]
@@ -212,7 +213,27 @@ def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
     assert slowing_savers(cfg(4, zero=3, offload="optimizer")) == 2
     assert not dominated(on_cpu, cfg(4, zero=3, offload="optimizer", device="cpu"))
     assert dominated(on_cpu, cfg(1, zero=3, offload="optimizer", device="cpu"))
-    assert not dominated(fitting, cfg(4))  # fewer savers (plain DDP): may be faster
+
+
+def test_as_promising_compares_only_what_is_known_to_cost_speed():
+    """NewSettingRule's gate: nothing known by construction makes the candidate slower than
+    the cheapest config measured (precision, ranks, checkpointing, micro-batch, and the savers
+    that cost speed on this device)."""
+    from autotune.contract import TrialConfig
+    from autotune.search.fit import as_promising
+
+    def cfg(mb: int, zero: int = 0, offload: str = "none", ckpt: str = "none", precision: str = "fp32",
+            device: str = "cpu", gpus: int = 2):
+        return TrialConfig(num_gpus=gpus, micro_batch_size=mb, zero_stage=zero, offload=offload,
+                           checkpointing=ckpt, precision=precision, device=device)
+
+    lead = cfg(4, zero=2)
+    assert as_promising(cfg(4, zero=3, offload="optimizer"), lead)  # CPU: offload is an engine
+    assert not as_promising(cfg(4, zero=3, offload="optimizer", device="cuda"), cfg(4, zero=2, device="cuda"))
+    assert as_promising(cfg(8, zero=3), lead) and not as_promising(cfg(2, zero=3), lead)
+    assert not as_promising(cfg(4, zero=3, ckpt="full"), lead)
+    assert not as_promising(cfg(4, zero=3, precision="bf16"), lead)
+    assert not as_promising(cfg(4, zero=3, gpus=1), lead)
 
 
 def test_a_peak_that_varies_between_runs_is_a_spread_not_a_flip(tmp_path):
@@ -308,3 +329,80 @@ def test_under_a_memory_limit_cpu_trials_run_in_fresh_ranks(tmp_path):
     assert runner is not None
     close()
 
+
+
+def _gpt390_replay(monkeypatch, request, quantile: float):
+    """The committed 389.5M truth (benchmarks/results/truth_gpt390_pool.json) as the benchmark
+    replays it, under a limit at `quantile` of its configs' measured peaks: (table, spec,
+    limit, held-out judging)."""
+    import argparse
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "scripts"))
+    import bench_search as bs
+    import bench_truth as bt
+    from bench_common import percentile
+
+    from autotune.search.machine import MachineSpace
+
+    b = dict(bs.BENCHES["gpt390"])
+    ns = argparse.Namespace(preset=b["preset"], seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
+                            space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s,
+                            **{"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15,
+                               "timeout_s": 300.0, **b.get("trial", {})},
+                            cache=b["cache"], runner=b["runner"], repeats=4, remeasure=False,
+                            max_busy=1.0, max_wait_s=1)
+    # The machine the truth was measured on (bench_search.as_truth_machine), undone after the test.
+    import autotune.contract.hardware as host
+    from autotune.run.hardware import local_hardware
+
+    monkeypatch.setattr(host, "cpu_bf16", lambda: b["cpu_bf16"])
+    local_hardware.cache_clear()
+    request.addfinalizer(local_hardware.cache_clear)
+    spec = bt.make_spec(ns)
+    ms = MachineSpace.for_spec(spec)
+    configs = bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    doc = bt.load_cache(Path(b["cache"]), None)
+    peaks = sorted(e.emulated_peak_bytes for e in bt.build_table(doc, configs, spec, None).values()
+                   if e.result.ok and e.emulated_peak_bytes is not None)
+    limit = int(percentile(peaks, 100 * quantile))
+    return bt.build_table(doc, configs, spec, limit), spec, limit, True
+
+
+def test_within_the_reserve_an_untried_engine_as_promising_as_the_cheapest_is_measured(monkeypatch, request):
+    """The 389.5M truth at the 0.7 quantile of its peaks (7.0 GiB per rank): ZeRO 2, FSDP2 and
+    ZeRO 3 at micro-batch 4 fit and ZeRO 2 + offload runs out of memory, which spends the trials
+    before the re-measuring reserve. ZeRO 3 + offload at micro-batch 4, the truth's best, is an
+    untried setting, likely to fit and as promising as the cheapest config measured, so
+    NewSettingRule measures it before the race. Without the rule (its trials-left floor out of
+    reach) the race takes the reserve and it is never measured."""
+    from autotune.search import rules
+    from autotune.search.study import make_sampler
+
+    table, spec, limit, holdout = _gpt390_replay(monkeypatch, request, 0.7)
+    import bench_replay as br  # scripts/, on the path from _gpt390_replay
+    import bench_truth as bt
+
+    best = "g2-tp1-mb4-acc1-fp32-ckpt:none-z3-off:optimizer"
+
+    def measured(seed: int) -> bool:
+        study_box = {}
+        real = br._study
+
+        def keep(sampler):
+            study_box["s"] = real(sampler)
+            return study_box["s"]
+
+        monkeypatch.setattr(br, "_study", keep)
+        rep = br.replay_sweep(table, spec, make_sampler(seed, worker=0), seed, 8, limit, holdout)
+        keys = {bt.cfg_key(TrialRecord.of(t).trial_config()) for t in study_box["s"].trials
+                if TrialRecord.of(t).status == "ok"}
+        return best in keys, rep.pick_usd, bt.truth_for(table, seed, holdout)
+
+    seeds = range(3)
+    with_rule = [measured(s) for s in seeds]
+    assert all(m for m, _, _ in with_rule)
+    assert sum(t.within(pick, "usd", 0.03) for _, pick, t in with_rule if pick) >= 2
+    monkeypatch.setattr(rules, "NEW_SETTING_MIN_LEFT", 10**6)
+    assert not any(measured(s)[0] for s in seeds)

@@ -247,6 +247,16 @@ def dominated(fitting: list[Measured], cfg: TrialConfig) -> bool:
     return any(beats(m) for m in fitting)
 
 
+def as_promising(cfg: TrialConfig, than: TrialConfig) -> bool:
+    """Nothing known by construction makes `cfg` slower than `than`: the same precision, at
+    least as many ranks, no more checkpointing, a micro-batch at least as large and no more
+    savers that cost speed (`slowing_savers`)."""
+    return (cfg.precision == than.precision and cfg.num_gpus >= than.num_gpus
+            and _CKPT_ORDER[cfg.checkpointing] <= _CKPT_ORDER[than.checkpointing]
+            and cfg.micro_batch_size >= than.micro_batch_size
+            and slowing_savers(cfg) <= slowing_savers(than))
+
+
 def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candidate]:
     """Candidates inside a saver setting's open boundary, where the largest micro-batch that fits
     is not known yet: between the largest fit and the smallest failure of the setting (with

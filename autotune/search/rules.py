@@ -2,12 +2,14 @@
 first with an answer decides. A rule answers `Stop(reason)` (the sweep ends), `QUEUED` (it
 queued what runs next), or None (no say: the next rule is asked).
 
-    loop = SweepLoop([StopRule(...), RaceRule(...), ExhaustedRule(...), MoveRule(...)], n_trials=8)
+    loop = SweepLoop([StopRule(...), NewSettingRule(...), RaceRule(...), FitRule(...),
+                      ExhaustedRule(...), MoveRule(...)], state)
     study.optimize(objective, callbacks=[loop])       # autotune.search.sweep.run_sweep
 
-Order matters and reads as the sweep's policy: stop when asked or out of budget; re-measure the
-leaders in the last trials; stop once every config has been tried or the sampler only repeats
-itself; probe what fits when nothing is known to; otherwise a local move every other trial.
+Order matters and reads as the sweep's policy: stop when asked or out of budget; where memory
+binds, measure an untried engine that may beat the cheapest before racing; re-measure the
+leaders in the last trials; probe what fits while memory binds; stop once every config has been
+tried or the sampler only repeats itself; otherwise a local move every other trial.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from autotune.record import TrialRecord
 from autotune.search.budget import RepeatedError, SearchBudget
 from autotune.search.racing import Racing
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves
+
+# NewSettingRule probes within the reserve only while this many trials are left, so that at
+# least two still race after its probe (a block: the leader and a rival).
+NEW_SETTING_MIN_LEFT = 3
 
 QUEUED = True  # a rule queued the next trial(s): no later rule is asked
 
@@ -197,6 +203,23 @@ class SweepLoop:
                 return
 
 
+class NewSettingRule:
+    """Within the re-measuring reserve, while memory binds and NEW_SETTING_MIN_LEFT trials or
+    more are left: a saver setting not tried yet, likely to fit and as promising as the
+    cheapest config measured (autotune.search.fit.as_promising), is measured before the next
+    race block. The race only ranks what has been measured, and engines differ in speed more
+    than any model here can say (the 389.5M truth: ZeRO 3 + offload 23% cheaper than ZeRO 3,
+    ZeRO 2 + offload 17% dearer than ZeRO 2); the trials left still race after it."""
+
+    def __init__(self, fit: "FitRule", racing: Racing):
+        self.fit, self.racing = fit, racing
+
+    def decide(self, study, frozen, state: SweepState) -> bool | None:
+        if not self.racing.racing_now(state.remaining) or state.remaining < NEW_SETTING_MIN_LEFT:
+            return None
+        return self.fit.decide(study, frozen, state, new_setting_only=True)
+
+
 class FitRule:
     """Never give up while a config may fit. Once memory binds (a trial ran out of memory or a
     proposal was held back), after every trial (once the queue has run): a saver setting whose
@@ -216,7 +239,9 @@ class FitRule:
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
         self.again: set[str] = set()  # configs measured again for their memory verdict
 
-    def decide(self, study, frozen, state: SweepState) -> bool | None:
+    def decide(self, study, frozen, state: SweepState, new_setting_only: bool = False) -> bool | None:
+        """Queue a probe (QUEUED) or leave the turn to the next rule (None). `new_setting_only`:
+        only a saver setting not tried yet (NewSettingRule)."""
         from autotune.search.fit import FitModel
 
         if waiting(study):
@@ -228,7 +253,11 @@ class FitRule:
             return None
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
-        again, probe = self.next_probe(fits, self.candidates(study, trials, fits))
+        candidates = self.candidates(study, trials, fits)
+        if new_setting_only:
+            again, probe = None, self.new_setting_probe(fits, candidates, trials)
+        else:
+            again, probe = self.next_probe(fits, candidates)
         if again is not None:  # a peak that varies between runs: measure the open verdict again
             key, m = again
             self.again.add(key)
@@ -252,7 +281,6 @@ class FitRule:
             choose_probe,
             dominated,
             open_boundaries,
-            saver_setting,
             scan_probe,
             worth_another_run,
         )
@@ -269,8 +297,32 @@ class FitRule:
             return None, scan_probe(pool)
         if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
             return None, choose_probe(candidates)
+        return None, self.untried_setting(fits, likely)
+
+    @staticmethod
+    def untried_setting(fits, likely: list):
+        """The most promising candidate, likely to fit, of a saver setting not tried yet."""
+        from autotune.search.fit import choose_probe, saver_setting
+
         tried = {saver_setting(m.cfg) for m in fits.measured.values()}
-        return None, choose_probe([c for c in likely if saver_setting(c.cfg) not in tried])
+        return choose_probe([c for c in likely if saver_setting(c.cfg) not in tried])
+
+    def new_setting_probe(self, fits, candidates: list, trials):
+        """For NewSettingRule: a saver setting not tried yet, likely to fit, not dominated by
+        what fits, and as promising as the cheapest config measured; None when something
+        else should run (nothing fits yet: the race, or the other rules, decide)."""
+        from autotune.search.calibration import P_FITS
+        from autotune.search.fit import as_promising, dominated
+        from autotune.search.strategy import ranked_by_front
+
+        ranked = ranked_by_front(trials, self.ctx.hardware)  # cheapest first in the front
+        fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
+        if not ranked or not fitting:
+            return None
+        cheapest = TrialRecord.of(ranked[0]).trial_config()
+        likely = [c for c in candidates if c.p_fit >= P_FITS and not dominated(fitting, c.cfg)
+                  and as_promising(c.cfg, cheapest)]
+        return self.untried_setting(fits, likely)
 
     def candidates(self, study, trials, fits) -> list:
         """Untried, unqueued configs of this machine's space with their chance to fit: every

@@ -33,6 +33,7 @@ from autotune.search.rules import (
     FitRule,
     Interrupt,
     MoveRule,
+    NewSettingRule,
     RaceRule,
     Stop,
     StopRule,
@@ -82,7 +83,8 @@ def sweep_rules(ctx: SweepContext, budget: SearchBudget, interrupt: Interrupt, n
     moves = LocalMoves(ctx, seed=spec.seed)
     racing = Racing(ctx.hardware, ctx.catalog, remeasure_reserve(spec, n_trials),
                     spec.budget.remeasure_trials != 0, spec.budget.max_usd, spec.budget.deadline_hours)
-    return [StopRule(budget, interrupt), RaceRule(racing), FitRule(ctx, moves),
+    fit = FitRule(ctx, moves)
+    return [StopRule(budget, interrupt), NewSettingRule(fit, racing), RaceRule(racing), fit,
             ExhaustedRule(moves, racing), MoveRule(moves)]
 
 
