@@ -254,6 +254,31 @@ def test_a_peak_that_varies_between_runs_is_a_spread_not_a_flip(tmp_path):
     assert FitModel.from_study(worse, MemoryGuard(worse.hardware, 600 * MB)).fits_measured(key) is False
 
 
+def test_runs_on_both_sides_of_the_limit_leave_the_verdict_open_until_a_third_run(tmp_path):
+    """Two runs of micro-batch 4, one 25% under the 600 MiB limit and one over: their median
+    (the mean of two) fits, yet they disagree, so one more run is worth it (OpenVerdictRule
+    measures it before the race); two runs under, or three runs whatever they say, settle it."""
+    from autotune.search.fit import FitModel, straddles, worth_another_run
+
+    spec = _spec(tmp_path, 600 * MB)
+
+    def verdict(runs):
+        ctx = _study_with(spec, tmp_path, runs)
+        fits = FitModel.from_study(ctx, MemoryGuard(ctx.hardware, 600 * MB))
+        (key,) = fits.measured
+        m = fits.measured[key]
+        fitting = [x for k, x in fits.measured.items() if fits.fits_measured(k)]
+        return fits.fits_measured(key), straddles(fits, m), [k for k, _ in worth_another_run(fits, fitting)]
+
+    fits, split, again = verdict([(4, "none", 450 * MB, "ok"), (4, "none", 640 * MB, "oom")])
+    assert fits is True and split and len(again) == 1
+    fits, split, again = verdict([(4, "none", 450 * MB, "ok"), (4, "none", 470 * MB, "ok")])
+    assert fits is True and not split and again == []
+    fits, split, again = verdict([(4, "none", 450 * MB, "ok"), (4, "none", 640 * MB, "oom"),
+                                  (4, "none", 460 * MB, "ok")])
+    assert fits is True and split and again == []  # three runs: the median is a real run
+
+
 def test_a_config_whose_typical_peak_is_over_is_not_recommended_whichever_run_the_report_shows(tmp_path):
     """Its first run ran out of memory, a repeat fit, two more did not: the report's row is the
     repeat (the first trial has no values), and the verdict must still reach it."""

@@ -358,16 +358,32 @@ def runs_fit(trials) -> dict[int, RunsFit]:
     return out
 
 
+def straddles(fits: FitModel, m: Measured) -> bool:
+    """Some of a config's runs went over the limit while others stayed under."""
+    limit = fits.limit_for(m.cfg)
+    if limit is None:
+        return False
+    over = m.censored + sum(x > math.log(limit) for x in m.log_peaks)
+    return 0 < over < m.runs
+
+
 def worth_another_run(fits: FitModel, fitting: list[Measured]) -> list[tuple[str, Measured]]:
-    """Measured configs whose verdict is still open: they did not fit so far, yet the spread
-    of peaks between runs leaves them a real chance (P_HOLD or more) that their typical peak
-    is under the limit; only those that may beat what fits (not `dominated`), measured fewer
-    than three times. Most promising first."""
+    """Measured configs whose verdict is still open, measured fewer than three times: they did
+    not fit so far, yet the spread of peaks between runs leaves them a real chance (P_HOLD or
+    more) that their typical peak is under the limit; or they fit by their median, but their
+    runs fell on both sides of the limit (`straddles`: with two runs the median is their mean,
+    so one run far under carries one over). Only those that may beat what fits (not
+    `dominated`). Most promising first."""
     from autotune.search.calibration import P_HOLD
 
     out = []
     for key, m in fits.measured.items():
         p = fits.p_measured(m)
-        if p is not None and P_HOLD <= p < P_FITS and m.runs < 3 and not dominated(fitting, m.cfg):
+        if p is None or m.runs >= 3:
+            continue
+        if P_HOLD <= p < P_FITS and not dominated(fitting, m.cfg):
+            out.append((key, m))
+        elif p >= P_FITS and straddles(fits, m) and not dominated([f for f in fitting if f is not m], m.cfg):
+            # Its median rests on runs on both sides of the limit: one more run settles it.
             out.append((key, m))
     return sorted(out, key=lambda km: speed_prior(km[1].cfg.model_dump(mode="json")))

@@ -2,12 +2,13 @@
 first with an answer decides. A rule answers `Stop(reason)` (the sweep ends), `QUEUED` (it
 queued what runs next), or None (no say: the next rule is asked).
 
-    loop = SweepLoop([StopRule(...), NewSettingRule(...), RaceRule(...), FitRule(...),
-                      ExhaustedRule(...), MoveRule(...)], state)
+    loop = SweepLoop([StopRule(...), OpenVerdictRule(...), NewSettingRule(...), RaceRule(...),
+                      FitRule(...), ExhaustedRule(...), MoveRule(...)], state)
     study.optimize(objective, callbacks=[loop])       # autotune.search.sweep.run_sweep
 
 Order matters and reads as the sweep's policy: stop when asked or out of budget; where memory
-binds, measure an untried engine that may beat the cheapest before racing; re-measure the
+binds, settle an open memory verdict and measure an untried engine that may beat the cheapest
+before racing; re-measure the
 leaders in the last trials; probe what fits while memory binds; stop once every config has been
 tried or the sampler only repeats itself; otherwise a local move every other trial.
 """
@@ -203,6 +204,23 @@ class SweepLoop:
                 return
 
 
+class OpenVerdictRule:
+    """Within the re-measuring reserve, where memory binds: a config whose memory verdict is
+    still open (autotune.search.fit.worth_another_run: its runs fell on both sides of the
+    limit, or missed it by less than the spread) is measured again before the race. The race
+    ranks speed; a pick whose long run may not fit costs more than any speed it wins (on the
+    big space's 0.5 limit, a config with one run 16% under the limit and one over was picked,
+    though its median over three runs is over)."""
+
+    def __init__(self, fit: "FitRule", racing: Racing):
+        self.fit, self.racing = fit, racing
+
+    def decide(self, study, frozen, state: SweepState) -> bool | None:
+        if not self.racing.racing_now(state.remaining):
+            return None
+        return self.fit.decide(study, frozen, state, again_only=True)
+
+
 class NewSettingRule:
     """Within the re-measuring reserve, while memory binds and NEW_SETTING_MIN_LEFT trials or
     more are left: a saver setting not tried yet, likely to fit and as promising as the
@@ -239,9 +257,11 @@ class FitRule:
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
         self.again: set[str] = set()  # configs measured again for their memory verdict
 
-    def decide(self, study, frozen, state: SweepState, new_setting_only: bool = False) -> bool | None:
+    def decide(self, study, frozen, state: SweepState, new_setting_only: bool = False,
+               again_only: bool = False) -> bool | None:
         """Queue a probe (QUEUED) or leave the turn to the next rule (None). `new_setting_only`:
-        only a saver setting not tried yet (NewSettingRule)."""
+        only a saver setting not tried yet (NewSettingRule); `again_only`: only an open verdict
+        measured again (OpenVerdictRule)."""
         from autotune.search.fit import FitModel
 
         if waiting(study):
@@ -253,11 +273,12 @@ class FitRule:
             return None
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
-        candidates = self.candidates(study, trials, fits)
-        if new_setting_only:
-            again, probe = None, self.new_setting_probe(fits, candidates, trials)
+        if again_only:
+            again, probe = self.open_verdict(fits), None
+        elif new_setting_only:
+            again, probe = None, self.new_setting_probe(fits, self.candidates(study, trials, fits), trials)
         else:
-            again, probe = self.next_probe(fits, candidates)
+            again, probe = self.next_probe(fits, self.candidates(study, trials, fits))
         if again is not None:  # a peak that varies between runs: measure the open verdict again
             key, m = again
             self.again.add(key)
@@ -282,22 +303,29 @@ class FitRule:
             dominated,
             open_boundaries,
             scan_probe,
-            worth_another_run,
         )
 
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
         # Only what may beat what already fits is worth a trial.
         candidates = [c for c in candidates if not dominated(fitting, c.cfg)]
         likely = [c for c in candidates if c.p_fit >= P_FITS]
-        again = [(k, m) for k, m in worth_another_run(fits, fitting) if k not in self.again]
+        again = self.open_verdict(fits)
         if again and (fitting or not likely):
-            return again[0], None
+            return again, None
         pool = open_boundaries(fits, candidates)
         if pool:
             return None, scan_probe(pool)
         if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
             return None, choose_probe(candidates)
         return None, self.untried_setting(fits, likely)
+
+    def open_verdict(self, fits) -> tuple | None:
+        """(key, Measured) of the most promising config whose memory verdict is still open and
+        that this rule has not measured again yet, or None."""
+        from autotune.search.fit import worth_another_run
+
+        fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
+        return next(((k, m) for k, m in worth_another_run(fits, fitting) if k not in self.again), None)
 
     @staticmethod
     def untried_setting(fits, likely: list):

@@ -34,6 +34,7 @@ from autotune.search.rules import (
     Interrupt,
     MoveRule,
     NewSettingRule,
+    OpenVerdictRule,
     RaceRule,
     Stop,
     StopRule,
@@ -84,7 +85,8 @@ def sweep_rules(ctx: SweepContext, budget: SearchBudget, interrupt: Interrupt, n
     racing = Racing(ctx.hardware, ctx.catalog, remeasure_reserve(spec, n_trials),
                     spec.budget.remeasure_trials != 0, spec.budget.max_usd, spec.budget.deadline_hours)
     fit = FitRule(ctx, moves)
-    return [StopRule(budget, interrupt), NewSettingRule(fit, racing), RaceRule(racing), fit,
+    return [StopRule(budget, interrupt), OpenVerdictRule(fit, racing), NewSettingRule(fit, racing),
+            RaceRule(racing), fit,
             ExhaustedRule(moves, racing), MoveRule(moves)]
 
 
