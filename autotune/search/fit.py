@@ -236,8 +236,7 @@ def dominated(fitting: list[Measured], cfg: TrialConfig) -> bool:
     (ZeRO 2, ZeRO 3, FSDP2, and on CPU ranks offload: `slowing_savers`) differ in speed more
     than any model here can say."""
     def beats(m: Measured) -> bool:
-        if m.cfg.precision != cfg.precision or m.cfg.num_gpus < cfg.num_gpus \
-                or _CKPT_ORDER[m.cfg.checkpointing] > _CKPT_ORDER[cfg.checkpointing]:
+        if not _no_slower_base(m.cfg, cfg):
             return False
         mine, theirs = slowing_savers(cfg), slowing_savers(m.cfg)
         fewer = saver_setting(m.cfg) == saver_setting(cfg) or theirs < mine
@@ -251,10 +250,15 @@ def as_promising(cfg: TrialConfig, than: TrialConfig) -> bool:
     """Nothing known by construction makes `cfg` slower than `than`: the same precision, at
     least as many ranks, no more checkpointing, a micro-batch at least as large and no more
     savers that cost speed (`slowing_savers`)."""
-    return (cfg.precision == than.precision and cfg.num_gpus >= than.num_gpus
-            and _CKPT_ORDER[cfg.checkpointing] <= _CKPT_ORDER[than.checkpointing]
-            and cfg.micro_batch_size >= than.micro_batch_size
+    return (_no_slower_base(cfg, than) and cfg.micro_batch_size >= than.micro_batch_size
             and slowing_savers(cfg) <= slowing_savers(than))
+
+
+def _no_slower_base(a: TrialConfig, b: TrialConfig) -> bool:
+    """What `dominated` and `as_promising` both compare first: the same precision, at least as
+    many ranks and no more checkpointing in `a` than in `b`."""
+    return (a.precision == b.precision and a.num_gpus >= b.num_gpus
+            and _CKPT_ORDER[a.checkpointing] <= _CKPT_ORDER[b.checkpointing])
 
 
 def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candidate]:

@@ -8,9 +8,9 @@ queued what runs next), or None (no say: the next rule is asked).
 
 Order matters and reads as the sweep's policy: stop when asked or out of budget; where memory
 binds, settle an open memory verdict and measure an untried engine that may beat the cheapest
-before racing; re-measure the
-leaders in the last trials; probe what fits while memory binds; stop once every config has been
-tried or the sampler only repeats itself; otherwise a local move every other trial.
+before racing; re-measure the leaders in the last trials; probe what fits while memory binds;
+stop once every config has been tried or the sampler only repeats itself; otherwise a local
+move every other trial.
 """
 
 from __future__ import annotations
