@@ -395,6 +395,32 @@ def _gpt390_replay(monkeypatch, request, quantile: float):
     return bt.build_table(doc, configs, spec, limit), spec, limit, True
 
 
+def _replayed(monkeypatch, replay, seed: int):
+    """One benchmark replay of the shipped sweep (`replay`: _gpt390_replay's tuple): the
+    configs its launched trials measured, in order, its cost pick and the seed's truth."""
+    import bench_replay as br  # scripts/, on the path from _gpt390_replay
+    import bench_truth as bt
+
+    from autotune.search.study import make_sampler
+
+    table, spec, limit, holdout = replay
+    box = {}
+    real = br._study
+
+    def keep(sampler):
+        box["s"] = real(sampler)
+        return box["s"]
+
+    monkeypatch.setattr(br, "_study", keep)
+    rep = br.replay_sweep(table, spec, make_sampler(seed, worker=0), seed, 8, limit, holdout)
+    launched = [bt.cfg_key(TrialRecord.of(t).trial_config()) for t in box["s"].trials
+                if TrialRecord.of(t).status in ("ok", "oom")]
+    return launched, rep.pick_usd, bt.truth_for(table, seed, holdout)
+
+
+GPT390_BEST = "g2-tp1-mb4-acc1-fp32-ckpt:none-z3-off:optimizer"
+
+
 def test_within_the_reserve_an_untried_engine_as_promising_as_the_cheapest_is_measured(monkeypatch, request):
     """The 389.5M truth at the 0.7 quantile of its peaks (7.0 GiB per rank): ZeRO 2, FSDP2 and
     ZeRO 3 at micro-batch 4 fit and ZeRO 2 + offload runs out of memory, which spends the trials
@@ -403,31 +429,30 @@ def test_within_the_reserve_an_untried_engine_as_promising_as_the_cheapest_is_me
     NewSettingRule measures it before the race. Without the rule (its trials-left floor out of
     reach) the race takes the reserve and it is never measured."""
     from autotune.search import rules
-    from autotune.search.study import make_sampler
 
-    table, spec, limit, holdout = _gpt390_replay(monkeypatch, request, 0.7)
-    import bench_replay as br  # scripts/, on the path from _gpt390_replay
-    import bench_truth as bt
-
-    best = "g2-tp1-mb4-acc1-fp32-ckpt:none-z3-off:optimizer"
-
-    def measured(seed: int) -> bool:
-        study_box = {}
-        real = br._study
-
-        def keep(sampler):
-            study_box["s"] = real(sampler)
-            return study_box["s"]
-
-        monkeypatch.setattr(br, "_study", keep)
-        rep = br.replay_sweep(table, spec, make_sampler(seed, worker=0), seed, 8, limit, holdout)
-        keys = {bt.cfg_key(TrialRecord.of(t).trial_config()) for t in study_box["s"].trials
-                if TrialRecord.of(t).status == "ok"}
-        return best in keys, rep.pick_usd, bt.truth_for(table, seed, holdout)
-
+    replay = _gpt390_replay(monkeypatch, request, 0.7)
     seeds = range(3)
-    with_rule = [measured(s) for s in seeds]
-    assert all(m for m, _, _ in with_rule)
+    with_rule = [_replayed(monkeypatch, replay, s) for s in seeds]
+    assert all(GPT390_BEST in launched for launched, _, _ in with_rule)
     assert sum(t.within(pick, "usd", 0.03) for _, pick, t in with_rule if pick) >= 2
     monkeypatch.setattr(rules, "NEW_SETTING_MIN_LEFT", 10**6)
-    assert not any(measured(s)[0] for s in seeds)
+    assert not any(GPT390_BEST in _replayed(monkeypatch, replay, s)[0] for s in seeds)
+
+
+def test_an_engine_that_may_fit_and_is_as_promising_as_the_cheapest_is_probed_early(monkeypatch, request):
+    """The 389.5M truth at the 0.3 quantile of its peaks (5.7 GiB per rank): FSDP2 at
+    micro-batch 4 fits, ZeRO 3 runs out of memory. ZeRO 3 + offload at micro-batch 4, the
+    optimum 3.7% under the limit, is given about 0.3 to fit (the model overestimates offload
+    on CPU ranks): not likely, but one the prescreen would launch, and as promising as FSDP2.
+    The fit rule probes it right after the failure, so it races with runs enough and is
+    picked. Without the promise step (as_promising never true) it is measured late, if at all:
+    with two runs or fewer it lost to FSDP2 on noise in 21 of 60 seeds."""
+    from autotune.search import fit
+
+    replay = _gpt390_replay(monkeypatch, request, 0.3)
+    seeds = range(3)
+    runs = [_replayed(monkeypatch, replay, s) for s in seeds]
+    assert all(GPT390_BEST in launched[:3] for launched, _, _ in runs)
+    assert all(pick == GPT390_BEST and t.within(pick, "usd", 0.03) for _, pick, t in runs)
+    monkeypatch.setattr(fit, "as_promising", lambda cfg, than: False)
+    assert not any(GPT390_BEST in _replayed(monkeypatch, replay, s)[0][:3] for s in seeds)

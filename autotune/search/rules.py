@@ -243,7 +243,8 @@ class FitRule:
     proposal was held back), after every trial (once the queue has run): a saver setting whose
     largest fitting micro-batch is not known yet is scanned, down from its smallest failure or
     up from its largest fit (found by measuring, as DeepSpeed's autotuner scans); a saver
-    setting not tried yet that is likely to fit is probed (engines differ in speed); when
+    setting not tried yet that is likely to fit is probed (engines differ in speed), or one
+    that may fit and is as promising as the cheapest config measured; when
     nothing tried so far fits, the untried config most likely to fit is. Only what may beat a
     config that already fits is worth a probe (autotune.search.fit.dominated). A measured
     config whose verdict the spread of peaks leaves open is measured once more first. Probes
@@ -278,7 +279,7 @@ class FitRule:
         elif new_setting_only:
             again, probe = None, self.new_setting_probe(fits, self.candidates(study, trials, fits), trials)
         else:
-            again, probe = self.next_probe(fits, self.candidates(study, trials, fits))
+            again, probe = self.next_probe(fits, self.candidates(study, trials, fits), trials)
         if again is not None:  # a peak that varies between runs: measure the open verdict again
             key, m = again
             self.again.add(key)
@@ -291,19 +292,31 @@ class FitRule:
         self.moves.queued.add(probe.key)
         return QUEUED
 
-    def next_probe(self, fits, candidates: list) -> tuple:
+    def next_probe(self, fits, candidates: list, trials) -> tuple:
         """(a measured config to measure again, None) or (None, an untried candidate or None), in
         this order, among what may beat what fits: an open verdict (while nothing fits, only
         when no untried config is likely to fit); the next micro-batch of an open boundary;
         while nothing fits, the config most likely to; else a saver setting not tried yet that
-        is likely to fit."""
-        from autotune.search.calibration import P_FITS
+        is likely to fit; else one that may fit (the prescreen would launch it: P_HOLD) and is
+        as promising as the cheapest config measured (autotune.search.fit.as_promising).
+
+        Why the last: an out-of-memory probe costs one short trial, while an engine the model
+        gives a fair chance may be the optimum. The model's offload term is off by tenths of a
+        GiB on CPU ranks (the 389.5M truth: ZeRO 3 + offload measured 0.75 GiB under ZeRO 3,
+        predicted 0.35 GiB under), so at the 0.3 limit that optimum, 3.7% under the limit, was
+        given 0.41 to fit, and was probed only in the last two trials, where its two runs lost
+        to FSDP2's three on noise in 21 of 60 seeds (docs/benchmarks.md). The promise gate keeps
+        it from engines that cost speed by construction (on the DeepSpeed-style space, ZeRO
+        stages beside a fitting ZeRO 0: probing them took 10 of 60 right picks at 0.1)."""
+        from autotune.search.calibration import P_FITS, P_HOLD
         from autotune.search.fit import (
+            as_promising,
             choose_probe,
             dominated,
             open_boundaries,
             scan_probe,
         )
+        from autotune.search.strategy import ranked_by_front
 
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
         # Only what may beat what already fits is worth a trial.
@@ -317,7 +330,13 @@ class FitRule:
             return None, scan_probe(pool)
         if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
             return None, choose_probe(candidates)
-        return None, self.untried_setting(fits, likely)
+        probe = self.untried_setting(fits, likely)
+        ranked = ranked_by_front(trials, self.ctx.hardware)  # cheapest first in the front
+        if probe is None and ranked:
+            cheapest = TrialRecord.of(ranked[0]).trial_config()
+            possible = [c for c in candidates if c.p_fit >= P_HOLD and as_promising(c.cfg, cheapest)]
+            probe = self.untried_setting(fits, possible)
+        return None, probe
 
     def open_verdict(self, fits) -> tuple | None:
         """(key, Measured) of the most promising config whose memory verdict is still open and
