@@ -56,3 +56,12 @@ def device_peak_flops(hw: HardwareFingerprint, catalog) -> dict[str, float]:
     gpu = catalog.gpus[key]
     peaks = {p.value: gpu.peak_flops(p.value) for p in Precision}
     return {p: v for p, v in peaks.items() if v}
+
+
+def preferred_precision(hw: HardwareFingerprint) -> Precision:
+    """The precision that runs fastest here: bf16 on GPUs, and on CPUs that compute it natively
+    (`HardwareFingerprint.cpu_bf16`: AVX512-BF16, AMX, Arm BF16, where it runs faster than fp32);
+    fp32 on other CPUs, where bf16 is converted in software and runs several times slower
+    (autotune.contract.hardware.cpu_bf16; docs/benchmarks.md has the figures)."""
+    native = hw.device_kind is DeviceKind.cuda or hw.cpu_bf16 == "native"
+    return Precision.bf16 if native else Precision.fp32

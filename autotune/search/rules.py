@@ -327,9 +327,9 @@ class FitRule:
             return again, None
         pool = open_boundaries(fits, candidates)
         if pool:
-            return None, scan_probe(pool)
+            return None, scan_probe(pool, fits.prefer)
         if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
-            return None, choose_probe(candidates)
+            return None, choose_probe(candidates, fits.prefer)
         probe = self.untried_setting(fits, likely)
         ranked = ranked_by_front(trials, self.ctx.hardware)  # cheapest first in the front
         if probe is None and ranked:
@@ -352,7 +352,7 @@ class FitRule:
         from autotune.search.fit import choose_probe, saver_setting
 
         tried = {saver_setting(m.cfg) for m in fits.measured.values()}
-        return choose_probe([c for c in likely if saver_setting(c.cfg) not in tried])
+        return choose_probe([c for c in likely if saver_setting(c.cfg) not in tried], fits.prefer)
 
     def new_setting_probe(self, fits, candidates: list, trials):
         """For NewSettingRule: a saver setting not tried yet, likely to fit, not dominated by

@@ -17,11 +17,11 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from autotune.contract import DeviceKind, HardwareFingerprint, Precision
+from autotune.contract import HardwareFingerprint
 from autotune.record import TrialRecord
 from autotune.run.processes import owner_attrs
 from autotune.run.storage import claim
-from autotune.search.machine import MachineSpace
+from autotune.search.machine import MachineSpace, preferred_precision
 from autotune.search.objective import trial_config_for
 from autotune.search.pareto import fronts
 from autotune.search.reuse import config_key, key_on
@@ -53,16 +53,12 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     then half of it (local moves carry on in the direction that improved,
     `LocalMoves.enqueue_next`); then one rank, and the memory-saving corner (full
     checkpointing at the largest micro-batch). Where accumulation is free (no fixed global
-    batch) the largest is taken: more samples per optimizer step, for the same tokens.
-    bf16 on GPUs, and on CPUs that compute it natively (`HardwareFingerprint.cpu_bf16`:
-    AVX512-BF16, AMX, Arm BF16, where it runs faster than fp32); fp32 on other CPUs, where bf16
-    is converted in software and runs several times slower (autotune.contract.hardware.cpu_bf16;
-    docs/benchmarks.md has the figures)."""
+    batch) the largest is taken: more samples per optimizer step, for the same tokens. The
+    precision that runs fastest on this machine (`autotune.search.machine.preferred_precision`)."""
     from autotune.search.space import params_for
 
     rs = ms.restricted
-    on_gpu = ms.hardware.device_kind is DeviceKind.cuda
-    prefer = Precision.bf16 if on_gpu or ms.hardware.cpu_bf16 == "native" else Precision.fp32
+    prefer = preferred_precision(ms.hardware)
     prec = prefer if prefer in rs.precision else rs.precision[0]
     micros = sorted(rs.micro_batch_size)
     base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
