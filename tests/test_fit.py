@@ -282,7 +282,7 @@ def test_runs_on_both_sides_of_the_limit_leave_the_verdict_open_until_a_third_ru
 def test_a_config_whose_typical_peak_is_over_is_not_recommended_whichever_run_the_report_shows(tmp_path):
     """Its first run ran out of memory, a repeat fit, two more did not: the report's row is the
     repeat (the first trial has no values), and the verdict must still reach it."""
-    from autotune.search.fit import runs_fit
+    from autotune.search.verdict import runs_fit
 
     spec = _spec(tmp_path, 600 * MB)
     ctx = _study_with(spec, tmp_path, [(4, "none", 640 * MB, "oom"), (4, "none", 590 * MB, "ok"),
@@ -300,7 +300,7 @@ def test_a_run_that_measured_no_peak_says_nothing_about_memory(tmp_path):
     of memory: its config gets no memory verdict, so nothing keeps it from the race or the
     report. It used to count as a run over the limit, which once the race read the verdicts
     (autotune.search.racing) took every such config out of it."""
-    from autotune.search.fit import runs_fit
+    from autotune.search.verdict import runs_fit
 
     spec = _spec(tmp_path, 600 * MB)
     ctx = _study_with(spec, tmp_path, [(4, "none", 0, "ok"), (2, "none", 500 * MB, "ok")], limit=600 * MB)

@@ -266,9 +266,9 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
 
 def memory_verdicts(options: list[OptionRow], frozen) -> list[str]:
     """A config whose typical peak is over the memory limit is not recommended, even when one
-    of its runs fit (autotune.search.fit.runs_fit); one that ran out of memory in some run but
+    of its runs fit (autotune.search.verdict.runs_fit); one that ran out of memory in some run but
     typically fits is, with a note saying how likely the long run is to fit."""
-    from autotune.search.fit import runs_fit
+    from autotune.search.verdict import runs_fit
 
     fits = runs_fit(frozen)
     notes = []

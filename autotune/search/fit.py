@@ -94,9 +94,7 @@ class FitModel:
                 continue
             if rec.reused_from is not None or rec.config is None:
                 continue
-            peak = rec.memory_point.measured_bytes if rec.memory_point else None
-            if peak is None and rec.status == "ok":
-                peak = rec.peak_mem_bytes
+            peak = run_peak_bytes(rec)
             m = measured.setdefault(key, Measured(rec.trial_config(), first_trial=t.number,
                                                   params=dict(t.params)))
             if peak:
@@ -151,6 +149,13 @@ class FitModel:
         return p
 
 
+def run_peak_bytes(rec: TrialRecord) -> int | None:
+    """The peak a run measured: its memory point's, else (a run that succeeded) its own."""
+    if rec.memory_point is not None and rec.memory_point.measured_bytes:
+        return rec.memory_point.measured_bytes
+    return rec.peak_mem_bytes if rec.status == "ok" else None
+
+
 def pooled_sd(measured, prior: float) -> float:
     """sd of log peak between runs of one config: pooled over configs with several measured
     peaks, shrunk toward `prior` with PRIOR_DOF points' weight."""
@@ -167,11 +172,7 @@ def speed_prior(values: dict[str, Any], prefer: str | None = None) -> tuple:
     """The order in which untried configs that may fit are probed, most promising first: the
     fewest memory savers (each costs speed: recomputation, communication, copies), then the
     precision that runs fastest here (`prefer`: autotune.search.machine.preferred_precision),
-    then the most ranks, then the largest micro-batch (the DeepSpeed autotuner's scan order).
-
-    Why the precision: on the big space at the 0.2 limit, once bf16 at micro-batch 8 was
-    found over the limit, the scan went on to fp32 at micro-batch 4 (three more trials out of
-    memory) before bf16 at 4, the optimum, on a CPU where bf16 runs 1.21x fp32."""
+    then the most ranks, then the largest micro-batch (the DeepSpeed autotuner's scan order)."""
     plain = {k: getattr(v, "value", v) for k, v in values.items()}
     # FSDP2 shards as the ZeRO stage it matches does (shard_grad_op: 2, full_shard: 3), so it
     # ranks with that stage, not before ZeRO 1.
@@ -314,64 +315,6 @@ def median_fits(log_peaks: list[float], censored: int, limit: int, sd_run: float
     # runs; of one or two it is their mean.
     middle = statistics.median(log_peaks + [over] * censored)
     return normal_cdf((math.log(limit) - middle) / ((1.25 if n > 2 else 1.0) * sd_run / math.sqrt(n)))
-
-
-@dataclass
-class RunsFit:
-    """Whether a measured config can be recommended: when its typical (median) peak is under
-    the limit (P_FITS), as for any measured config. A run over the limit among runs under it
-    is the spread of its peaks, not a flip of the verdict; the report says how likely one
-    more run (the long run) is to stay under (`p_run`) whenever a run went over."""
-
-    p_median: float
-    p_run: float
-    oom_runs: int
-    runs: int
-    limit_bytes: int
-
-    @property
-    def recommendable(self) -> bool:
-        return self.p_median >= P_FITS
-
-
-def runs_fit(trials) -> dict[int, RunsFit]:
-    """{each trial of a config: its RunsFit}, for configs measured under a memory limit (the
-    limit each trial's prescreen recorded); every hardware's configs on their own spread."""
-    groups: dict[tuple[str, str], list] = {}
-    for t in trials:
-        rec = TrialRecord.of(t)
-        if (rec.config_key is None or rec.reused_from is not None or rec.memory_prescreen is None
-                or rec.memory_prescreen.limit_bytes is None or rec.status not in ("ok", "oom")):
-            continue
-        if rec.status == "ok" and not (rec.memory_point.measured_bytes if rec.memory_point
-                                       else rec.peak_mem_bytes):
-            continue  # ran, but measured no peak: it says nothing about memory
-        groups.setdefault((rec.hardware or "", rec.config_key), []).append((t.number, rec))
-    spreads: dict[str, list[Measured]] = {}
-    for (hw, _), runs in groups.items():
-        m = Measured(runs[0][1].trial_config())
-        for _, rec in runs:
-            peak = rec.memory_point.measured_bytes if rec.memory_point else rec.peak_mem_bytes
-            if peak:
-                m.log_peaks.append(math.log(peak))
-            else:
-                m.censored += 1
-        spreads.setdefault(hw, []).append(m)
-    out = {}
-    for (hw, _), runs in groups.items():
-        first = min(runs, key=lambda r: r[0])
-        m = next(x for x in spreads[hw] if x.cfg == runs[0][1].trial_config())
-        sd = pooled_sd(spreads[hw], PRIOR_SD_RUN[m.cfg.device])
-        limit = first[1].memory_prescreen.limit_bytes
-        n = len(m.log_peaks) + m.censored
-        over = math.log(limit) + sd
-        mean = statistics.fmean(m.log_peaks + [over] * m.censored)
-        p_run = normal_cdf((math.log(limit) - mean) / (sd * math.sqrt(1 + 1 / n)))
-        oom = sum(r.status == "oom" for _, r in runs)
-        verdict = RunsFit(median_fits(m.log_peaks, m.censored, limit, sd), p_run, oom, len(runs), limit)
-        for number, _ in runs:  # the report's row may be any of them (the first may have failed)
-            out[number] = verdict
-    return out
 
 
 def straddles(fits: FitModel, m: Measured) -> bool:

@@ -133,13 +133,13 @@ class Racing:
         the one rival (of the block it would have been) with the fewest runs."""
         if not (self.racing_now(remaining) or (everything_tried and self.enabled and remaining >= 1)):
             return None
-        from autotune.search.fit import runs_fit
+        from autotune.search.verdict import runs_fit
 
         trials = study.get_trials(deepcopy=False)
         model = RunModel.fit(trials, self.hw)
         scores = config_scores(trials, self.hw, self.catalog, self.max_usd, self.deadline_hours, model)
         # Only what the report may recommend races: a config whose typical peak is over the
-        # memory limit is not (autotune.search.fit.runs_fit), whatever its runs that fit cost.
+        # memory limit is not (autotune.search.verdict.runs_fit), whatever its runs that fit cost.
         memory = runs_fit(trials)
         scores = [s for s in scores if s.trial.number not in memory or memory[s.trial.number].recommendable]
         members: list[ConfigScore] = []
@@ -158,10 +158,9 @@ class Racing:
         alone = [s for s in scores if s.feasible]
         if not members and len(alone) == 1 and len(alone[0].est.runs) < 2:
             # The only config that can be recommended rests on one run: measured again, alone.
-            # Where memory binds its one run may have been a low one (a CPU peak varies by
-            # several percent between runs): on the big space at the 0.2 limit, bf16 at
-            # micro-batch 8 fit in one run of three, was picked on it in 23 of 60 seeds, and
-            # its typical peak is over the limit.
+            # Where memory binds, that run may have been a low one (a CPU peak varies between
+            # runs), and the config's typical peak over the limit (the big space at its 0.2
+            # limit: docs/benchmarks.md, the search matrix).
             return alone
         members = members[:min(BLOCK_SIZE, remaining)]
         return members if len(members) >= 2 else None

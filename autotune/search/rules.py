@@ -15,13 +15,12 @@ move every other trial.
 
 from __future__ import annotations
 
-import signal
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from autotune.record import TrialRecord
 from autotune.search.budget import RepeatedError, SearchBudget
+from autotune.search.interrupt import Interrupt
 from autotune.search.racing import Racing
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves
 
@@ -66,32 +65,6 @@ class SweepState:
 
 class Rule(Protocol):
     def decide(self, study: Any, frozen: Any, state: SweepState) -> "Stop | bool | None": ...
-
-
-class Interrupt:
-    """First Ctrl-C: finish the running trial, then stop. Second: fail it now (its process
-    group is killed by autotune.run.launch) and stop; the study stays consistent either way."""
-
-    def __init__(self, note: Callable[[str], None] | None):
-        self.requested = False
-        self.note = note
-        self.previous: Any = None
-
-    def __enter__(self) -> "Interrupt":
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        if self.note:
-            self.note("Ctrl-C: finishing the running trial, then stopping (Ctrl-C again to stop now)")
-
-    def __exit__(self, *exc) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
 
 
 class StopRule:
@@ -243,12 +216,12 @@ class FitRule:
     proposal was held back), after every trial (once the queue has run): a saver setting whose
     largest fitting micro-batch is not known yet is scanned, down from its smallest failure or
     up from its largest fit (found by measuring, as DeepSpeed's autotuner scans); a saver
-    setting not tried yet that is likely to fit is probed (engines differ in speed), or one
-    that may fit and is as promising as the cheapest config measured; when
-    nothing tried so far fits, the untried config most likely to fit is. Only what may beat a
-    config that already fits is worth a probe (autotune.search.fit.dominated). A measured
-    config whose verdict the spread of peaks leaves open is measured once more first. Probes
-    run whatever the prescreen predicts (autotune.search.fit says why)."""
+    setting not tried yet that is likely to fit is probed (engines differ in speed), or one that
+    may fit and is as promising as the cheapest config measured; when nothing tried so far fits,
+    the untried config most likely to fit is. Only what may beat a config that already fits is
+    worth a probe (autotune.search.fit.dominated). A measured config whose verdict the spread
+    of peaks leaves open is measured once more first. Probes run whatever the prescreen
+    predicts (autotune.search.fit says why)."""
 
     def __init__(self, ctx, moves: LocalMoves):
         from autotune.search.calibration import MemoryGuard
@@ -297,26 +270,12 @@ class FitRule:
         this order, among what may beat what fits: an open verdict (while nothing fits, only
         when no untried config is likely to fit); the next micro-batch of an open boundary;
         while nothing fits, the config most likely to; else a saver setting not tried yet that
-        is likely to fit; else one that may fit (the prescreen would launch it: P_HOLD) and is
-        as promising as the cheapest config measured (autotune.search.fit.as_promising).
-
-        Why the last: an out-of-memory probe costs one short trial, while an engine the model
-        gives a fair chance may be the optimum. The model's offload term is off by tenths of a
-        GiB on CPU ranks (the 389.5M truth: ZeRO 3 + offload measured 0.75 GiB under ZeRO 3,
-        predicted 0.35 GiB under), so at the 0.3 limit that optimum, 3.7% under the limit, was
-        given 0.41 to fit, and was probed only in the last two trials, where its two runs lost
-        to FSDP2's three on noise in 21 of 60 seeds (docs/benchmarks.md). The promise gate keeps
-        it from engines that cost speed by construction (on the DeepSpeed-style space, ZeRO
-        stages beside a fitting ZeRO 0: probing them took 10 of 60 right picks at 0.1)."""
+        is likely to fit, else one the prescreen would launch (P_HOLD) that is as promising as
+        the cheapest config measured (fit.as_promising). An out-of-memory probe costs one short
+        trial, and the model's offload term is the least sure: probed last, the 389.5M truth's
+        optimum at the 0.3 limit lost on noise (docs/benchmarks.md, the search matrix)."""
         from autotune.search.calibration import P_FITS, P_HOLD
-        from autotune.search.fit import (
-            as_promising,
-            choose_probe,
-            dominated,
-            open_boundaries,
-            scan_probe,
-        )
-        from autotune.search.strategy import ranked_by_front
+        from autotune.search.fit import as_promising, choose_probe, dominated, open_boundaries, scan_probe
 
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
         # Only what may beat what already fits is worth a trial.
@@ -331,12 +290,18 @@ class FitRule:
         if not fitting:  # nothing fits yet and no boundary is open: the config most likely to fit
             return None, choose_probe(candidates, fits.prefer)
         probe = self.untried_setting(fits, likely)
-        ranked = ranked_by_front(trials, self.ctx.hardware)  # cheapest first in the front
-        if probe is None and ranked:
-            cheapest = TrialRecord.of(ranked[0]).trial_config()
+        cheapest = self.cheapest(trials)
+        if probe is None and cheapest is not None:
             possible = [c for c in candidates if c.p_fit >= P_HOLD and as_promising(c.cfg, cheapest)]
             probe = self.untried_setting(fits, possible)
         return None, probe
+
+    def cheapest(self, trials):
+        """The TrialConfig of the cheapest config measured that fits (the front's first), or None."""
+        from autotune.search.strategy import ranked_by_front
+
+        ranked = ranked_by_front(trials, self.ctx.hardware)
+        return TrialRecord.of(ranked[0]).trial_config() if ranked else None
 
     def open_verdict(self, fits) -> tuple | None:
         """(key, Measured) of the most promising config whose memory verdict is still open and
@@ -360,13 +325,11 @@ class FitRule:
         else should run (nothing fits yet: the race, or the other rules, decide)."""
         from autotune.search.calibration import P_FITS
         from autotune.search.fit import as_promising, dominated
-        from autotune.search.strategy import ranked_by_front
 
-        ranked = ranked_by_front(trials, self.ctx.hardware)  # cheapest first in the front
+        cheapest = self.cheapest(trials)
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
-        if not ranked or not fitting:
+        if cheapest is None or not fitting:
             return None
-        cheapest = TrialRecord.of(ranked[0]).trial_config()
         likely = [c for c in candidates if c.p_fit >= P_FITS and not dominated(fitting, c.cfg)
                   and as_promising(c.cfg, cheapest)]
         return self.untried_setting(fits, likely)

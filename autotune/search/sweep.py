@@ -26,12 +26,12 @@ from autotune.run.processes import recover_dead_trials
 from autotune.run.runner import TrialRunner
 from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
+from autotune.search.interrupt import Interrupt
 from autotune.search.objective import Objective, TrialCrashed, TrialOutcome, rank_hour_price_usd
 from autotune.search.racing import Racing
 from autotune.search.rules import (
     ExhaustedRule,
     FitRule,
-    Interrupt,
     MoveRule,
     NewSettingRule,
     OpenVerdictRule,
