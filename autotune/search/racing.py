@@ -22,8 +22,8 @@ the sweep queues nothing else: a local move in the middle of the race would spen
 a new rival measured once, which the race would then have to chase. A last trial too few for a
 block measures the raced rival with the fewest runs on its own (the least certain estimate)
 rather than a new config, which would be recommended on one run if it led. A leader measured
-only once is measured again with its runner-up whatever its lead, or alone when nothing else
-can be recommended: a single run is never crowned. Only what the report may recommend races: a
+only once is measured again with its runner-up whatever its lead, or alone where memory binds
+and nothing else can be recommended: a single run is never crowned. Only what the report may recommend races: a
 config whose typical peak is over the memory limit does not. Once every config of the space has
 been tried, the rest of the budget may race. What each of these rules changed in pick accuracy
 is in docs/benchmarks.md (the search section).
@@ -133,7 +133,7 @@ class Racing:
         the one rival (of the block it would have been) with the fewest runs."""
         if not (self.racing_now(remaining) or (everything_tried and self.enabled and remaining >= 1)):
             return None
-        from autotune.search.verdict import runs_fit
+        from autotune.search.verdict import memory_binds, runs_fit
 
         trials = study.get_trials(deepcopy=False)
         model = RunModel.fit(trials, self.hw)
@@ -156,11 +156,12 @@ class Racing:
         if remaining == 1 and len(members) >= 2:
             return [min(members[1:BLOCK_SIZE], key=lambda m: len(m.est.runs))]
         alone = [s for s in scores if s.feasible]
-        if not members and len(alone) == 1 and len(alone[0].est.runs) < 2:
-            # The only config that can be recommended rests on one run: measured again, alone.
-            # Where memory binds, that run may have been a low one (a CPU peak varies between
-            # runs), and the config's typical peak over the limit (the big space at its 0.2
-            # limit: docs/benchmarks.md, the search matrix).
+        if not members and len(alone) == 1 and len(alone[0].est.runs) < 2 and memory_binds(trials):
+            # Where memory binds, the only config that can be recommended rests on one run: it
+            # is measured again, alone. That run may have been a low one (a CPU peak varies
+            # between runs), and its typical peak over the limit (the big space at its 0.2
+            # limit: docs/benchmarks.md, the search matrix). Where nothing binds, the trial
+            # goes on to configs not measured yet.
             return alone
         members = members[:min(BLOCK_SIZE, remaining)]
         return members if len(members) >= 2 else None

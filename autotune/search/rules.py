@@ -237,13 +237,14 @@ class FitRule:
         only a saver setting not tried yet (NewSettingRule); `again_only`: only an open verdict
         measured again (OpenVerdictRule)."""
         from autotune.search.fit import FitModel
+        from autotune.search.verdict import memory_binds
 
         if waiting(study):
             return None  # queued trials run first: the probe is chosen with what they measure
         trials = study.get_trials(deepcopy=False)
         # Once memory binds (a trial ran out of memory or was held back), after every trial: the
         # scan of what fits goes on while it has somewhere to go.
-        if not any(TrialRecord.of(t).status in ("oom", "prescreened") for t in trials):
+        if not memory_binds(trials):
             return None
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)

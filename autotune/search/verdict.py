@@ -71,3 +71,8 @@ def runs_fit(trials) -> dict[int, RunsFit]:
         for number, _ in runs:  # the report's row may be any of them (the first may have failed)
             out[number] = verdict
     return out
+
+
+def memory_binds(trials) -> bool:
+    """A trial ran out of memory or was held back: the limit decides what can be picked."""
+    return any(TrialRecord.of(t).status in ("oom", "prescreened") for t in trials)
