@@ -416,6 +416,29 @@ def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp
     assert md_out.read_text() == first
 
 
+def test_matrix_lists_each_target_a_cell_misses_beside_the_reference():
+    """Issue 28's targets, read off a cell's rows: 55/60 (or the bound minus 5), never below
+    random or the heuristic at 8 trials, a worst regret of at most 10%."""
+    import bench_matrix
+
+    def cell(**rights):
+        rows = {kind: {"kind": kind, "trials_budget": None,
+                       "usd": {"right": right, "regret_max": 0.37 if kind == "exhaustive" else 0.0}}
+                for kind, right in rights.items()}
+        return {"seeds": 60, "summary": rows, "mem_limit_bytes": 7 << 30, "limit_arg": "0.7"}
+
+    assert bench_matrix.misses(cell(sweep=56, oracle=60, random=32, heuristic_n=41, exhaustive=52)) == []
+    # Noise caps the bound at 29: 24 is enough, but not below the heuristic's 31.
+    assert bench_matrix.misses(cell(sweep=25, oracle=29, random=24, heuristic_n=31)) == [
+        "below heuristic, 8 trials (31/60)"]
+    short = cell(sweep=52, oracle=60, random=32, heuristic_n=41, exhaustive=52)
+    short["summary"]["sweep"]["usd"]["regret_max"] = 0.37
+    assert bench_matrix.misses(short) == ["accuracy 52/60 < 55", "worst regret 37% > 10%"]
+    line, = bench_matrix.target_lines("gpt390", short)
+    assert line.startswith("- `gpt390` at 0.7 (7,168 MiB): accuracy 52/60 < 55") and line.endswith(
+        "the reference gets 52/60 (37%).")
+
+
 def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
     w = bench_truth.workload_for("gpt390m")
     assert w.preset is None and w.resolved_shape().num_params() == 389_526_528

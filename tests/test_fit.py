@@ -495,3 +495,23 @@ def test_a_lone_pick_on_one_run_is_measured_again_and_the_scan_takes_the_faster_
         assert pick == best and truth.within(pick, "usd", 0.03)
     monkeypatch.setattr(machine, "preferred_precision", lambda hw: machine.Precision.fp32)
     assert all(_replayed(monkeypatch, replay, seed)[1] != best for seed in (0, 4))
+
+
+def test_runs_on_both_sides_of_the_limit_are_measured_until_a_third_run_settles_them(monkeypatch, request):
+    """The cpu40 truth at the 0.2 quantile of its peaks (368.9 MiB per rank): the optimum, 2
+    ranks at micro-batch 2, peaked at 370.1, 368.8 and 368.8 MiB, so its typical peak fits by
+    0.02%. Seeds 2, 18 and 21 see the run over the limit first: measured again, it fits, and
+    with one run on each side its verdict is still open. A third run settles it and it is picked.
+    Measured again only once (AGAIN_MAX_STRADDLING = 1), it is left open and the pick is one
+    rank at micro-batch 2, 1.9x its cost."""
+    from autotune.search import rules
+
+    replay = _bench_replay(monkeypatch, request, "cpu40", 0.2)
+    best = "g2-tp1-mb2-acc2-fp32-ckpt:none-z0-off:none"
+    seeds = (2, 18, 21)
+    for seed in seeds:
+        launched, pick, truth = _replayed(monkeypatch, replay, seed)
+        assert launched.count(best) == 3
+        assert pick == best and truth.within(pick, "usd", 0.03)
+    monkeypatch.setattr(rules, "AGAIN_MAX_STRADDLING", 1)
+    assert all(_replayed(monkeypatch, replay, seed)[1] != best for seed in seeds)

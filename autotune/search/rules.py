@@ -30,6 +30,12 @@ NEW_SETTING_MIN_LEFT = 3
 
 QUEUED = True  # a rule queued the next trial(s): no later rule is asked
 
+# How many times FitRule measures an open memory verdict again: once, or twice for a config
+# whose runs fell on both sides of the limit (its median then rests on a third run: one run
+# far under no longer carries one over). A config only ever over it, by less than the spread,
+# gets one more run: another would most likely spend a trial on a third failure.
+AGAIN_MAX, AGAIN_MAX_STRADDLING = 1, 2
+
 
 @dataclass
 class Stop:
@@ -220,7 +226,7 @@ class FitRule:
     may fit and is as promising as the cheapest config measured; when nothing tried so far fits,
     the untried config most likely to fit is. Only what may beat a config that already fits is
     worth a probe (autotune.search.fit.dominated). A measured config whose verdict the spread
-    of peaks leaves open is measured once more first. Probes run whatever the prescreen
+    of peaks leaves open is measured again first (AGAIN_MAX). Probes run whatever the prescreen
     predicts (autotune.search.fit says why)."""
 
     def __init__(self, ctx, moves: LocalMoves):
@@ -229,7 +235,7 @@ class FitRule:
         self.ctx, self.moves = ctx, moves
         mem = ctx.spec.memory
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
-        self.again: set[str] = set()  # configs measured again for their memory verdict
+        self.again: dict[str, int] = {}  # times a config was measured again for its memory verdict
 
     def decide(self, study, frozen, state: SweepState, new_setting_only: bool = False,
                again_only: bool = False) -> bool | None:
@@ -256,7 +262,7 @@ class FitRule:
             again, probe = self.next_probe(fits, self.candidates(study, trials, fits), trials)
         if again is not None:  # a peak that varies between runs: measure the open verdict again
             key, m = again
-            self.again.add(key)
+            self.again[key] = self.again.get(key, 0) + 1
             study.enqueue_trial(m.params, user_attrs=TrialRecord.attrs(repeat_of=m.first_trial,
                                                                        fit_probe=True))
             return QUEUED
@@ -306,11 +312,13 @@ class FitRule:
 
     def open_verdict(self, fits) -> tuple | None:
         """(key, Measured) of the most promising config whose memory verdict is still open and
-        that this rule has not measured again yet, or None."""
-        from autotune.search.fit import worth_another_run
+        that this rule has measured again fewer than AGAIN_MAX times (AGAIN_MAX_STRADDLING
+        when its runs fell on both sides of the limit), or None."""
+        from autotune.search.fit import straddles, worth_another_run
 
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
-        return next(((k, m) for k, m in worth_another_run(fits, fitting) if k not in self.again), None)
+        return next(((k, m) for k, m in worth_another_run(fits, fitting)
+                     if self.again.get(k, 0) < (AGAIN_MAX_STRADDLING if straddles(fits, m) else AGAIN_MAX)), None)
 
     @staticmethod
     def untried_setting(fits, likely: list):
