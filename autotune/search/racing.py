@@ -23,8 +23,8 @@ a new rival measured once, which the race would then have to chase. A last trial
 block measures the raced rival with the fewest runs on its own (the least certain estimate)
 rather than a new config, which would be recommended on one run if it led. A leader measured
 only once is measured again with its runner-up whatever its lead, or alone where memory binds
-and nothing else can be recommended: a single run is never crowned. Only what the report may recommend races: a
-config whose typical peak is over the memory limit does not. Once every config of the space has
+and nothing else can be recommended: a single run is never crowned. Only what the report may
+recommend races: a config whose typical peak is over the memory limit does not. Once every config of the space has
 been tried, the rest of the budget may race. What each of these rules changed in pick accuracy
 is in docs/benchmarks.md (the search section).
 

@@ -235,7 +235,6 @@ class FitRule:
         self.ctx, self.moves = ctx, moves
         mem = ctx.spec.memory
         self.guard = MemoryGuard(ctx.hardware, mem.limit_bytes_per_rank, mem.safety_margin)
-        self.again: dict[str, int] = {}  # times a config was measured again for its memory verdict
 
     def decide(self, study, frozen, state: SweepState, new_setting_only: bool = False,
                again_only: bool = False) -> bool | None:
@@ -255,14 +254,13 @@ class FitRule:
         self.guard.load(study)
         fits = FitModel.from_study(self.ctx, self.guard, trials)
         if again_only:
-            again, probe = self.open_verdict(fits), None
+            again, probe = self.open_verdict(fits, trials), None
         elif new_setting_only:
             again, probe = None, self.new_setting_probe(fits, self.candidates(study, trials, fits), trials)
         else:
             again, probe = self.next_probe(fits, self.candidates(study, trials, fits), trials)
         if again is not None:  # a peak that varies between runs: measure the open verdict again
             key, m = again
-            self.again[key] = self.again.get(key, 0) + 1
             study.enqueue_trial(m.params, user_attrs=TrialRecord.attrs(repeat_of=m.first_trial,
                                                                        fit_probe=True))
             return QUEUED
@@ -288,7 +286,7 @@ class FitRule:
         # Only what may beat what already fits is worth a trial.
         candidates = [c for c in candidates if not dominated(fitting, c.cfg)]
         likely = [c for c in candidates if c.p_fit >= P_FITS]
-        again = self.open_verdict(fits)
+        again = self.open_verdict(fits, trials)
         if again and (fitting or not likely):
             return again, None
         pool = open_boundaries(fits, candidates)
@@ -310,15 +308,22 @@ class FitRule:
         ranked = ranked_by_front(trials, self.ctx.hardware)
         return TrialRecord.of(ranked[0]).trial_config() if ranked else None
 
-    def open_verdict(self, fits) -> tuple | None:
+    @staticmethod
+    def open_verdict(fits, trials) -> tuple | None:
         """(key, Measured) of the most promising config whose memory verdict is still open and
         that this rule has measured again fewer than AGAIN_MAX times (AGAIN_MAX_STRADDLING
-        when its runs fell on both sides of the limit), or None."""
+        when its runs fell on both sides of the limit), or None. The count is read from the
+        study (its fit-probe repeats), so a resumed sweep or another worker keeps it."""
         from autotune.search.fit import straddles, worth_another_run
 
+        again: dict[int, int] = {}
+        for t in trials:
+            rec = TrialRecord.of(t)
+            if rec.fit_probe and rec.repeat_of is not None:
+                again[rec.repeat_of] = again.get(rec.repeat_of, 0) + 1
         fitting = [m for k, m in fits.measured.items() if fits.fits_measured(k)]
-        return next(((k, m) for k, m in worth_another_run(fits, fitting)
-                     if self.again.get(k, 0) < (AGAIN_MAX_STRADDLING if straddles(fits, m) else AGAIN_MAX)), None)
+        return next(((k, m) for k, m in worth_another_run(fits, fitting) if again.get(m.first_trial, 0)
+                     < (AGAIN_MAX_STRADDLING if straddles(fits, m) else AGAIN_MAX)), None)
 
     @staticmethod
     def untried_setting(fits, likely: list):
