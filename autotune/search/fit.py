@@ -228,8 +228,8 @@ def slowing_savers(cfg: TrialConfig) -> int:
     """The memory savers a config uses that cost speed by construction. On CPU ranks optimizer
     offload is not one: nothing crosses a PCIe bus, and DeepSpeed's CPU Adam replaces torch's
     optimizer. Measured on this project's CPU truths, it ran faster than the same ZeRO stage
-    without it on ZeRO 3 (389.5M GPT: median $922 against $1,196, truth_gpt390_pool.json;
-    124M: $327 against $350, truth_mem_pool.json) and slower on ZeRO 2 ($1,195 against $1,018;
+    without it on ZeRO 3 (389.5M GPT: median $942 against $1,196, truth_gpt390_pool.json;
+    124M: $327 against $350, truth_mem_pool.json) and slower on ZeRO 2 ($1,139 against $999;
     $295 against $282): its sign is the engine's, not known before it is measured."""
     used = savers_used(cfg)
     if cfg.device == DeviceKind.cpu and cfg.offload != Offload.none:
