@@ -5,8 +5,8 @@
 # trial overhead and fidelity on this machine (about 25 minutes on an idle 2-core machine).
 # Measuring a ground truth again, with the sweep's worker pool on an otherwise idle machine:
 # `scripts/bench_search.py --bench ds --measure --repeats 16` (~25 min per 8 rounds added), `--bench big --measure
-# --repeats 3` (~1 h; runs are added to the committed truths), `--bench mem --measure --repeats 2` (GPT small,
-# 12 configs, 1-5 min per trial), `--bench gpt390 --measure --repeats 6` (the 389.5M GPT, ~15 min per round added); every space under memory limits: ONLY=search_matrix; the side by side with DeepSpeed's
+# --repeats 3` (~1 h; runs are added to the committed truths), `--bench mem --measure --repeats 6` (GPT small,
+# 12 configs, ~6 min per round added), `--bench gpt390 --measure --repeats 6` (the 389.5M GPT, ~15 min per round added); every space under memory limits: ONLY=search_matrix; the side by side with DeepSpeed's
 # tuner runs on request (~30 min):
 # ONLY=deepspeed_tuner; so do the interleaved noise pairs (ONLY=noise) and the noise levers
 # (ONLY=noise_levers).

@@ -229,8 +229,9 @@ def slowing_savers(cfg: TrialConfig) -> int:
     offload is not one: nothing crosses a PCIe bus, and DeepSpeed's CPU Adam replaces torch's
     optimizer. Measured on this project's CPU truths, it ran faster than the same ZeRO stage
     without it on ZeRO 3 (389.5M GPT: median $942 against $1,196, truth_gpt390_pool.json;
-    124M: $327 against $350, truth_mem_pool.json) and slower on ZeRO 2 ($1,139 against $999;
-    $295 against $282): its sign is the engine's, not known before it is measured."""
+    124M: $338 against $372, truth_mem_pool.json), slower on the 389.5M's ZeRO 2 ($1,139
+    against $999) and level on the 124M's ($296 against $300): its sign is the engine's and the
+    model's, not known before it is measured."""
     used = savers_used(cfg)
     if cfg.device == DeviceKind.cpu and cfg.offload != Offload.none:
         used -= 1
