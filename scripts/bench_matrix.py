@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_limits as bl  # noqa: E402
+import bench_resample  # noqa: E402
 import bench_search as bs  # noqa: E402
 from bench_common import markdown_table, shown_path, write_outputs  # noqa: E402
 
@@ -100,7 +101,9 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
         return []
     ref = _row(data, "exhaustive")
     ref_s = (f"; the reference gets {cell(ref, data['seeds'])}" if ref is not None else "")
-    return [f"- `{bench}` at {limit_label(data)}: {', '.join(missed)}{ref_s}."]
+    resampled = bench_resample.cell_sentence(bench, data["limit_arg"])
+    more = f"; {resampled}" if resampled else ""
+    return [f"- `{bench}` at {limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
 
 
 def limit_label(data: dict[str, Any]) -> str:

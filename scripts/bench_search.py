@@ -248,6 +248,40 @@ def summary_section(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def bench_space(bench: str, runner: str | None = None, repeats: int | None = None,
+                max_wait_s: float = 900.0, measure: bool = False):
+    """(bench definition, trial settings, spec, machine space, configs) of a bench. Replays
+    (not `measure`) see the machine its truth was measured on (as_truth_machine)."""
+    from autotune.search.machine import MachineSpace
+
+    b = dict(BENCHES[bench])
+    if runner is not None and runner != b["runner"]:
+        # Runs of another runner are another truth: never mixed into (or overwriting) this one.
+        b["cache"], b["runner"] = RESULTS / f"truth_{bench}_{runner}.json", runner
+    trial = {"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, "timeout_s": 300.0,
+             **b.get("trial", {})}  # a bench's own trial settings (mem: a 124M model, fewer steps)
+    ns = argparse.Namespace(preset=b.get("preset", "tiny"), seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
+                            space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s, **trial,
+                            cache=b["cache"], runner=b["runner"],
+                            repeats=repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=max_wait_s)
+    if not measure:
+        as_truth_machine(b["cpu_bf16"])
+    spec = bt.make_spec(ns)
+    ms = MachineSpace.for_spec(spec)
+    return b, ns, spec, ms, bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+
+
+def limited_table(b: dict[str, Any], doc, configs, spec, limit_arg):
+    """(table, limit bytes, quantile, whether the bench's own fixed limit) for `limit_arg`: a
+    quantile, None (no limit) or "default" (the bench's own)."""
+    quantile = b["mem_limit_quantile"] if limit_arg == "default" else limit_arg
+    limit = bl.limit_bytes(bt.build_table(doc, configs, spec, None), quantile)
+    fixed_limit = limit_arg == "default" and b.get("mem_limit_bytes") is not None
+    if fixed_limit:
+        limit = b["mem_limit_bytes"]
+    return bt.build_table(doc, configs, spec, limit), limit, quantile, fixed_limit
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", nargs="*", type=Path, default=None,
@@ -278,25 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         md = summary_section(args.summary)
         write_outputs(None, args.md_out, {}, md)
         return 0
-    b = dict(BENCHES[args.bench])
-    if args.runner is not None and args.runner != b["runner"]:
-        # Runs of another runner are another truth: never mixed into (or overwriting) this one.
-        b["cache"], b["runner"] = RESULTS / f"truth_{args.bench}_{args.runner}.json", args.runner
-    trial = {"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, "timeout_s": 300.0,
-             **b.get("trial", {})}  # a bench's own trial settings (mem: a 124M model, fewer steps)
-    ns = argparse.Namespace(preset=b.get("preset", "tiny"), seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
-                            space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s, **trial,
-                            cache=b["cache"], runner=b["runner"],
-                            repeats=args.repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=args.max_wait_s)
-    from autotune.search.machine import MachineSpace
     from autotune.spec import BudgetSpec
 
     ctx, _ = start_run()
-    if not args.measure:
-        as_truth_machine(b["cpu_bf16"])
-    spec = bt.make_spec(ns)
-    ms = MachineSpace.for_spec(spec)
-    configs = bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    b, ns, spec, ms, configs = bench_space(args.bench, args.runner, args.repeats, args.max_wait_s, args.measure)
     if args.measure:
         bt.measure(configs, spec, ms, ns)
     doc = bt.load_cache(Path(b["cache"]), None)
@@ -313,12 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.json_out, args.md_out, {"bench": args.bench, "incomplete": why,
                                                     "n_configs": len(configs), "context": ctx}, md)
         return 0
-    quantile = b["mem_limit_quantile"] if args.limit == "default" else args.limit
-    limit = bl.limit_bytes(bt.build_table(doc, configs, spec, None), quantile)
-    fixed_limit = args.limit == "default" and b.get("mem_limit_bytes") is not None
-    if fixed_limit:
-        limit = b["mem_limit_bytes"]
-    table = bt.build_table(doc, configs, spec, limit)
+    table, limit, quantile, fixed_limit = limited_table(b, doc, configs, spec, args.limit)
     baselines = bl.baseline_keys(ms, spec, configs)
     runs_per_config = min(len(e.runs) for e in table.values())
     holdout = args.holdout == "yes" or (args.holdout == "auto" and runs_per_config >= 4)

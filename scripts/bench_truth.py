@@ -38,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -417,16 +417,43 @@ def build_table(doc, configs, spec, mem_limit_bytes: int | None) -> dict[str, En
             if mem_limit_bytes is not None and m.emulated_peak_bytes is not None:
                 m.oom = m.emulated_peak_bytes > mem_limit_bytes
             runs.append(m)
-        e = Entry(key, values, cfg, runs)
-        peaks = [m.emulated_peak_bytes for m in runs if m.emulated_peak_bytes is not None]
-        e.emulated_peak_bytes = int(_median(peaks)) if peaks else None
-        _aggregate(e, runs)
-        if e.hours is not None:
-            e.tokens_per_s = _median([m.result.tokens_per_s for m in runs if m.hours is not None])
-        if mem_limit_bytes is not None and e.emulated_peak_bytes is not None:
-            e.oom = e.emulated_peak_bytes > mem_limit_bytes
-        table[key] = e
+        table[key] = _entry(key, values, cfg, runs, mem_limit_bytes)
     return table
+
+
+def _entry(key: str, values: dict[str, Any], cfg: TrialConfig, runs: list[Measured],
+           mem_limit_bytes: int | None) -> Entry:
+    """A config's entry from its scored runs: the truth over all of them (medians)."""
+    e = Entry(key, values, cfg, runs)
+    peaks = [m.emulated_peak_bytes for m in runs if m.emulated_peak_bytes is not None]
+    e.emulated_peak_bytes = int(_median(peaks)) if peaks else None
+    _aggregate(e, runs)
+    if e.hours is not None:
+        e.tokens_per_s = _median([m.result.tokens_per_s for m in runs if m.hours is not None])
+    if mem_limit_bytes is not None and e.emulated_peak_bytes is not None:
+        e.oom = e.emulated_peak_bytes > mem_limit_bytes
+    return e
+
+
+def rounds_of(table: dict[str, Entry]) -> list[Any]:
+    """The measurement rounds every config of the table was measured in."""
+    each = [{m.meta.get("round", i) for i, m in enumerate(e.runs)} for e in table.values()]
+    return sorted(set.intersection(*each)) if each else []
+
+
+def resampled(table: dict[str, Entry], rounds: list[Any], mem_limit_bytes: int | None) -> dict[str, Entry]:
+    """The table as if its rounds had been `rounds` (drawn with replacement from rounds_of:
+    the bootstrap of bench_resample): every config gets its runs of those rounds, renumbered
+    0, 1, ... so that a replay splits them as it splits measured rounds. A round drawn twice
+    is two runs with the same figures. Drawing rounds, not runs, keeps what the configs of
+    one round share (the load of that spell), as the replays' split by round does."""
+    out = {}
+    for key, e in table.items():
+        by_round = {m.meta.get("round", i): m for i, m in enumerate(e.runs)}
+        runs = [replace(by_round[r], meta={**by_round[r].meta, "round": i})
+                for i, r in enumerate(rounds)]
+        out[key] = _entry(key, e.values, e.cfg, runs, mem_limit_bytes)
+    return out
 
 
 @dataclass

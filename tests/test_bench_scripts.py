@@ -394,12 +394,13 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
         "No config of the space fits")
 
 
-def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch):
+def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch, request):
     """`bench_matrix.py`: one result file per (bench, limit), and the section regenerates from
     those files alone (--summary-only)."""
     import bench_matrix
     import bench_search
 
+    _as_truth_machine_undone(monkeypatch, request)
     monkeypatch.setattr(bench_search, "RESULTS", tmp_path)
     monkeypatch.setattr(bench_matrix, "KINDS", ("oracle", "first_baseline", "baselines"))
     md_out, json_out = tmp_path / "m.md", tmp_path / "m.json"
@@ -416,10 +417,14 @@ def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp
     assert md_out.read_text() == first
 
 
-def test_matrix_lists_each_target_a_cell_misses_beside_the_reference():
+def test_matrix_lists_each_target_a_cell_misses_beside_the_reference(tmp_path, monkeypatch):
     """Issue 28's targets, read off a cell's rows: 55/60 (or the bound minus 5), never below
-    random or the heuristic at 8 trials, a worst regret of at most 10%."""
+    random or the heuristic at 8 trials, a worst regret of at most 10%. A cell replayed on
+    resampled truths (bench_resample) adds what they say."""
     import bench_matrix
+    import bench_search
+
+    monkeypatch.setattr(bench_search, "RESULTS", tmp_path)  # no resampled cells
 
     def cell(**rights):
         rows = {kind: {"kind": kind, "trials_budget": None,
@@ -437,6 +442,12 @@ def test_matrix_lists_each_target_a_cell_misses_beside_the_reference():
     line, = bench_matrix.target_lines("gpt390", short)
     assert line.startswith("- `gpt390` at 0.7 (7,168 MiB): accuracy 52/60 < 55") and line.endswith(
         "the reference gets 52/60 (37%).")
+    rows = [{"right": r, "regret_max": w, "no_pick": 0} for r, w in ((30, 0.05), (45, 0.2), (60, 0.0))]
+    (tmp_path / "resample_gpt390_limit0.7.json").write_text(json.dumps(
+        {"datasets": 3, "seeds": 60, "per_dataset": {"sweep": rows, "exhaustive": rows[::-1]}}))
+    line, = bench_matrix.target_lines("gpt390", short)
+    assert line.endswith("the reference gets 52/60 (37%); on 3 resampled truths the sweep gets 45/60 "
+                         "[33-57] and a worst regret within 10% in 67% of them, the reference 45/60 [33-57].")
 
 
 def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
@@ -460,3 +471,51 @@ def test_real_limit_section_counts_reused_trials_apart_from_launched_ones():
            "criterion": "c", "context": {"date_utc": "d", "git_commit": "g"}}
     text = bench_real_limit.section([doc])
     assert "1 launched (0 out of memory), 1 held back, 1 reused" in text
+
+
+def _as_truth_machine_undone(monkeypatch, request) -> None:
+    """Replays report the truth machine's bf16 (bench_search.as_truth_machine): undone after
+    the test, so that later tests see this machine's."""
+    import autotune.contract.hardware as host
+    from autotune.run.hardware import local_hardware
+
+    monkeypatch.setattr(host, "cpu_bf16", host.cpu_bf16)
+    request.addfinalizer(local_hardware.cache_clear)
+
+
+def test_a_resampled_truth_draws_whole_rounds_and_the_section_regenerates(tmp_path, monkeypatch, request):
+    """`bench_resample.py`: a resampled truth gives every config its runs of the drawn rounds,
+    renumbered so that the replays split them as measured rounds; each cell's raw file holds
+    every row on every resampled truth, and the section regenerates from those files alone."""
+    import bench_resample
+    import bench_search as bs
+
+    _as_truth_machine_undone(monkeypatch, request)
+    b, _, spec, ms, configs = bs.bench_space("mem")
+    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
+    table = bench_truth.build_table(doc, configs, spec, None)
+    rounds = bench_truth.rounds_of(table)
+    assert len(rounds) >= 6
+    same = bench_truth.resampled(table, [rounds[2]] * len(rounds), None)
+    for key, e in same.items():
+        (run,) = [m for m in table[key].runs if m.meta["round"] == rounds[2]]
+        assert [m.meta["round"] for m in e.runs] == list(range(len(rounds)))
+        assert {m.usd for m in e.runs} == {run.usd} and e.usd == run.usd
+    # One round drawn for every run: observed and held-out halves are the same figures.
+    truth = bench_truth.truth_for(same, 0, True)
+    assert all(truth.usd[k] == e.split(0, True)[0][0].usd for k, e in same.items() if k in truth.usd)
+
+    monkeypatch.setattr(bs, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench_resample, "KINDS", ("oracle", "exhaustive", "first_baseline"))
+    md_out, json_out = tmp_path / "r.md", tmp_path / "r.json"
+    argv = ["--benches", "mem", "--limits", "none", "--datasets", "2", "--seeds", "2",
+            "--md-out", str(md_out), "--json-out", str(json_out)]
+    assert bench_resample.main(argv) == 0
+    raw = json.loads((tmp_path / "resample_mem_limitnone.json").read_text())
+    assert raw["datasets"] == 2 and all(len(d) == len(rounds) and set(d) <= set(rounds) for d in raw["draws"])
+    assert {k: len(v) for k, v in raw["per_dataset"].items()} == {"oracle": 2, "exhaustive": 2, "first_baseline": 2}
+    first = md_out.read_text()
+    assert "### `mem`" in first and "| none |" in first
+    md_out.unlink()
+    assert bench_resample.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first

@@ -21,7 +21,7 @@ from autotune.format import fmt_bytes
 from autotune.record import SweepRecord, TrialRecord
 from autotune.report.neighbours import interference, interference_note, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
-from autotune.report.picks import config_options, pick_rows, run_models
+from autotune.report.picks import config_options, pick_rows, recommended, run_models
 from autotune.report.schema import (
     Counts,
     FailureGroup,
@@ -264,13 +264,10 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
         return None
 
 
-def memory_verdicts(options: list[OptionRow], frozen) -> list[str]:
+def memory_verdicts(options: list[OptionRow], fits) -> list[str]:
     """A config whose typical peak is over the memory limit is not recommended, even when one
-    of its runs fit (autotune.search.verdict.runs_fit); one that ran out of memory in some run but
-    typically fits is, with a note saying how likely the long run is to fit."""
-    from autotune.search.verdict import runs_fit
-
-    fits = runs_fit(frozen)
+    of its runs fit (`fits`: autotune.search.verdict.runs_fit); one that ran out of memory in some
+    run but typically fits is, with a note saying how likely the long run is to fit."""
     notes = []
     for o in options:
         f = fits.get(o.trial)
@@ -335,7 +332,10 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     if providers or regions:
         options = select(options, catalog, providers, regions)
     apply_limits(options, limits)
-    notes += memory_verdicts(options, frozen)
+    from autotune.search.verdict import runs_fit
+
+    fits = runs_fit(frozen)
+    notes += memory_verdicts(options, fits)
     front = pareto_set(options)
     front_keys = {(o.trial, o.offer) for o in front}
     for o in options:
@@ -350,8 +350,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     beside_note = interference_note(interfered)
     if beside_note:
         notes.append(beside_note)
-    cheapest = min(feasible, key=lambda o: (o.usd, o.hours), default=None)
-    fastest = min(feasible, key=lambda o: (o.hours, o.usd), default=None)
+    cheapest, fastest, pick_notes = recommended(feasible, fits)
+    notes += pick_notes
     return ReportDoc(
         study=study.study_name,
         storage=redact_url(storage_url) if storage_url else None,

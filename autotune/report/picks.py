@@ -3,7 +3,8 @@ and the recommended configs say how sure they are.
 
     models = run_models(frozen)                              # one RunModel per hardware
     options = config_options(frozen, rows, catalog, models)  # one option set per config
-    rows = pick_rows(doc_cheapest, doc_fastest, feasible, models)
+    cheapest, fastest, notes = recommended(feasible, runs_fit(frozen))   # memory headroom
+    rows = pick_rows(cheapest, fastest, feasible, models)
 
 The estimate and its interval come from autotune.search.estimates (the same model the sweep's
 re-measuring races with, autotune.search.racing), so the report names the config the sweep
@@ -16,6 +17,7 @@ import math
 from typing import Literal
 
 from autotune.contract import HardwareFingerprint
+from autotune.format import fmt_bytes
 from autotune.record import TrialRecord
 from autotune.report.options import options_for
 from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
@@ -88,7 +90,9 @@ def pick_row(by: Literal["cost", "time"], chosen: OptionRow | None, feasible: li
     def value(o: OptionRow) -> float:
         return getattr(o, metric)
 
-    others = [o for o in feasible if o.trial != chosen.trial and o.trial in ests]
+    # The runner-up is the best of the rest; a cheaper (faster) config passed over for want of
+    # memory headroom (with_headroom) is not one, and the report's note names it.
+    others = [o for o in feasible if o.trial != chosen.trial and o.trial in ests and value(o) >= value(chosen)]
     runner = min(others, key=lambda o: (value(o), o.trial), default=None)
     m = margin(value(chosen), value(runner), _sd_between(models, chosen.trial, runner.trial)) \
         if runner else None
@@ -111,3 +115,44 @@ def pick_rows(cheapest: OptionRow | None, fastest: OptionRow | None, feasible: l
               models) -> list[PickRow]:
     rows = [pick_row("cost", cheapest, feasible, models), pick_row("time", fastest, feasible, models)]
     return [r for r in rows if r is not None]
+
+
+def recommended(feasible: list[OptionRow], fits) -> tuple[OptionRow | None, OptionRow | None, list[str]]:
+    """(cheapest, fastest, notes): the options the report recommends, each the best of
+    `feasible` unless it gives way for memory headroom (with_headroom), which the notes say."""
+    cheapest, cost_note = with_headroom(min(feasible, key=lambda o: (o.usd, o.hours), default=None),
+                                        feasible, fits, "cost")
+    fastest, time_note = with_headroom(min(feasible, key=lambda o: (o.hours, o.usd), default=None),
+                                       feasible, fits, "time")
+    return cheapest, fastest, [n for n in (cost_note, time_note) if n]
+
+
+def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
+                  by: Literal["cost", "time"]) -> tuple[OptionRow | None, str | None]:
+    """The option to recommend, and a note when it is not the cheapest (fastest) one.
+
+    A config whose runs peaked within their own spread of the memory limit (`fits`:
+    autotune.search.verdict.runs_fit; RunsFit.headroom) may run out of memory in the long run.
+    Where a config with headroom is within TOLERANCE of it (the gap the benchmark counts as
+    none), that one is recommended instead: a few percent are not worth a long run that may
+    stop. A config that saves more is still recommended, and the report's memory note says how
+    likely its long run is to fit."""
+    if chosen is None:
+        return None, None
+    tight = fits.get(chosen.trial)
+    if tight is None or tight.headroom:
+        return chosen, None
+    metric = "usd" if by == "cost" else "hours"
+
+    def value(o: OptionRow) -> float:
+        return getattr(o, metric)
+
+    safe = [o for o in feasible if o.trial not in fits or fits[o.trial].headroom]
+    alt = min(safe, key=lambda o: (value(o), o.trial), default=None)
+    if alt is None or value(alt) > value(chosen) * (1 + TOLERANCE):
+        return chosen, None
+    more = "costs" if by == "cost" else "takes"
+    return alt, (f"by {by}, trial {alt.trial} is recommended over trial {chosen.trial}, though it "
+                 f"{more} {value(alt) / value(chosen) - 1:.1%} more: trial {chosen.trial}'s runs peaked "
+                 f"within their spread of the memory limit {fmt_bytes(tight.limit_bytes)} (one more run "
+                 f"fits with {tight.p_run:.0%} chance), trial {alt.trial}'s have headroom")

@@ -2,7 +2,7 @@
 the verdict the report shows and the race reads (autotune.report.build, autotune.search.racing).
 
     verdicts = runs_fit(study.trials)       # {trial number: RunsFit}, every trial of a config
-    verdicts[n].recommendable, verdicts[n].p_run
+    verdicts[n].recommendable, verdicts[n].p_run, verdicts[n].headroom
 """
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from autotune.record import TrialRecord
 from autotune.search.calibration import P_FITS, PRIOR_SD_RUN, normal_cdf
 from autotune.search.fit import Measured, median_fits, pooled_sd, run_peak_bytes
+
+# A config has headroom when one more run (the long run) stays under the memory limit with at
+# least this chance (RunsFit.p_run, from its runs' peaks and their spread). A recommended config
+# without it gives way to one with it that is within the pick tolerance (autotune.report.picks.
+# with_headroom): a few percent are not worth a long run that may run out of memory.
+P_HEADROOM = 0.9
 
 
 @dataclass
@@ -32,6 +38,10 @@ class RunsFit:
     @property
     def recommendable(self) -> bool:
         return self.p_median >= P_FITS
+
+    @property
+    def headroom(self) -> bool:
+        return self.p_run >= P_HEADROOM
 
 
 def runs_fit(trials) -> dict[int, RunsFit]:
