@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections import deque
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from bench_common import percentile
 
@@ -142,3 +143,30 @@ def place_sentence(place: dict[str, Any]) -> str:
         where = (f"the optimum (`{place['optimum']}`) is not among the baselines; it is "
                  f"{place['moves']} local move{'s' if place['moves'] != 1 else ''} from the nearest")
     return f"Where the optimum lies: {where}; {fit}; {place['fits']} configs fit."
+
+
+def limit_label(data: dict[str, Any]) -> str:
+    """A cell's limit as the sections show it: `0.3 (432 MiB)`, or `none`."""
+    if not data.get("mem_limit_bytes"):
+        return "none"
+    return f"{data['limit_arg']} ({data['mem_limit_bytes'] / 2**20:,.0f} MiB)"
+
+
+def cell_results(bench: str, limits: list[str], path_of: Callable[[str, str], Path]
+                 ) -> Iterator[tuple[str, Path, dict[str, Any] | None]]:
+    """(limit, its raw file, its figures or None where not run) for each limit of a bench;
+    `path_of(bench, limit)` names the raw file."""
+    for limit in limits:
+        path = path_of(bench, limit)
+        yield limit, path, json.loads(path.read_text()) if path.is_file() else None
+
+
+def add_cell_args(ap, benches: list[str], name: str, what: str, results: Path, sections: Path) -> None:
+    """The flags of a script that replays cells (bench x limit) into `<what>_<bench>_limit<Q>.json`
+    and writes one section (`name`): --benches, --limits, --summary-only, --json-out, --md-out."""
+    ap.add_argument("--benches", nargs="*", default=list(benches), choices=sorted(benches))
+    ap.add_argument("--limits", nargs="*", default=list(LIMITS), type=lambda s: limit_name(parse_limit(s)))
+    ap.add_argument("--summary-only", action="store_true",
+                    help=f"only write the section, from the committed {what}_<bench>_limit<Q>.json")
+    ap.add_argument("--json-out", default=str(results / f"{name}.json"))
+    ap.add_argument("--md-out", default=str(sections / f"{name}.md"))

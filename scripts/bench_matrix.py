@@ -18,7 +18,6 @@ only. The section lists the cells that miss issue 28's targets, each beside the 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -103,13 +102,7 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     ref_s = (f"; the reference gets {cell(ref, data['seeds'])}" if ref is not None else "")
     resampled = bench_resample.cell_sentence(bench, data["limit_arg"])
     more = f"; {resampled}" if resampled else ""
-    return [f"- `{bench}` at {limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
-
-
-def limit_label(data: dict[str, Any]) -> str:
-    if not data.get("mem_limit_bytes"):
-        return "none"
-    return f"{data['limit_arg']} ({data['mem_limit_bytes'] / 2**20:,.0f} MiB)"
+    return [f"- `{bench}` at {bl.limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
 
 
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
@@ -141,12 +134,10 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
     missed: list[str] = []
     for bench in benches:
         rows, places, about = [], [], []
-        for limit in limits:
-            path = result_path(bench, limit)
-            if not path.is_file():
+        for limit, path, data in bl.cell_results(bench, limits, result_path):
+            if data is None:
                 rows.append([limit, "not run"] + ["-"] * (len(KINDS) - 1))
                 continue
-            data = json.loads(path.read_text())
             raw[f"{bench}/{limit}"] = path
             if "incomplete" in data:
                 rows.append([limit, data["incomplete"]] + ["-"] * (len(KINDS) - 1))
@@ -158,12 +149,13 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                          + "." + (f" {bs.BENCHES[bench]['note']}" if bs.BENCHES[bench].get("note") else "")]
             place = data.get("optimum_place") or {}
             if place and place.get("optimum") is None:
-                rows.append([limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
+                rows.append([bl.limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
             else:
-                rows.append([limit_label(data)] + [cell(_row(data, k), data["seeds"], k == "heuristic") for k in KINDS])
+                rows.append([bl.limit_label(data)]
+                            + [cell(_row(data, k), data["seeds"], k == "heuristic") for k in KINDS])
                 missed += target_lines(bench, data)
             if place:
-                places.append(f"- limit {limit_label(data)}: {bl.place_sentence(place)}")
+                places.append(f"- limit {bl.limit_label(data)}: {bl.place_sentence(place)}")
         title = bs.BENCHES[bench]["title"]
         lines += [f"### `{bench}`: {title}", "", *about, "", markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows),
                   "", *places, ""]
@@ -174,13 +166,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--benches", nargs="*", default=list(bs.BENCHES), choices=sorted(bs.BENCHES))
-    ap.add_argument("--limits", nargs="*", default=list(bl.LIMITS), type=lambda s: bl.limit_name(bl.parse_limit(s)))
+    bl.add_cell_args(ap, list(bs.BENCHES), "search_matrix", "search", bs.RESULTS, bs.ROOT / "benchmarks" / "sections")
     ap.add_argument("--seeds", type=int, default=60)
-    ap.add_argument("--summary-only", action="store_true",
-                    help="only write the section, from the committed search_<bench>_limit<Q>.json")
-    ap.add_argument("--json-out", default=str(bs.RESULTS / "search_matrix.json"))
-    ap.add_argument("--md-out", default=str(bs.ROOT / "benchmarks" / "sections" / "search_matrix.md"))
     args = ap.parse_args(argv)
     if not args.summary_only:
         run_all(args.benches, args.limits, args.seeds)

@@ -132,18 +132,15 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
     raw: dict[str, str] = {}
     for bench in benches:
         rows, about = [], ""
-        for limit in limits:
-            path = result_path(bench, limit)
-            if not path.is_file():
+        for limit, path, data in bl.cell_results(bench, limits, result_path):
+            if data is None:
                 rows.append([limit, "not run"] + ["-"] * (len(KINDS) - 1))
                 continue
-            data = json.loads(path.read_text())
             raw[f"{bench}/{limit}"] = str(shown_path(path))
             about = (f"{data['datasets']} resampled truths of `{data['cache']}` "
                      f"({len(data['rounds'])} rounds), {data['seeds']} seeds each.")
-            label = "none" if not data["mem_limit_bytes"] else \
-                f"{data['limit_arg']} ({data['mem_limit_bytes'] / 2**20:,.0f} MiB)"
-            rows.append([label] + [cell_text(spread(data["per_dataset"][k], data["seeds"])) for k in KINDS])
+            rows.append([bl.limit_label(data)]
+                        + [cell_text(spread(data["per_dataset"][k], data["seeds"])) for k in KINDS])
         lines += [f"### `{bench}`", "", about, "",
                   markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows), ""]
     return "\n".join(lines), raw
@@ -151,14 +148,9 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--benches", nargs="*", default=list(BENCHES), choices=BENCHES)
-    ap.add_argument("--limits", nargs="*", default=list(bl.LIMITS), type=lambda s: bl.limit_name(bl.parse_limit(s)))
+    bl.add_cell_args(ap, list(BENCHES), "resample", "resample", bs.RESULTS, bs.ROOT / "benchmarks" / "sections")
     ap.add_argument("--datasets", type=int, default=20, help="resampled truths per cell")
     ap.add_argument("--seeds", type=int, default=15, help="replay seeds per resampled truth")
-    ap.add_argument("--summary-only", action="store_true",
-                    help="only write the section, from the committed resample_<bench>_limit<Q>.json")
-    ap.add_argument("--json-out", default=str(bs.RESULTS / "resample.json"))
-    ap.add_argument("--md-out", default=str(bs.ROOT / "benchmarks" / "sections" / "resample.md"))
     args = ap.parse_args(argv)
     if not args.summary_only:
         ctx, _ = start_run()
