@@ -46,6 +46,18 @@ def run_cli(tmp_path):
     return _run
 
 
+@pytest.fixture
+def truth_machine_undone(monkeypatch, request):
+    """Benchmark replays report the bf16 of the machine their truth was measured on
+    (scripts/bench_search.as_truth_machine); this undoes that after the test, so that later
+    tests see this machine's."""
+    import autotune.contract.hardware as host
+    from autotune.run.hardware import local_hardware
+
+    monkeypatch.setattr(host, "cpu_bf16", host.cpu_bf16)
+    request.addfinalizer(local_hardware.cache_clear)
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server on 127.0.0.1 for this test session (tests/pg.py).

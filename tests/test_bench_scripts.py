@@ -394,13 +394,13 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
         "No config of the space fits")
 
 
-def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch, request):
+def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch,
+                                                                            truth_machine_undone):
     """`bench_matrix.py`: one result file per (bench, limit), and the section regenerates from
     those files alone (--summary-only)."""
     import bench_matrix
     import bench_search
 
-    _as_truth_machine_undone(monkeypatch, request)
     monkeypatch.setattr(bench_search, "RESULTS", tmp_path)
     monkeypatch.setattr(bench_matrix, "KINDS", ("oracle", "first_baseline", "baselines"))
     md_out, json_out = tmp_path / "m.md", tmp_path / "m.json"
@@ -473,24 +473,14 @@ def test_real_limit_section_counts_reused_trials_apart_from_launched_ones():
     assert "1 launched (0 out of memory), 1 held back, 1 reused" in text
 
 
-def _as_truth_machine_undone(monkeypatch, request) -> None:
-    """Replays report the truth machine's bf16 (bench_search.as_truth_machine): undone after
-    the test, so that later tests see this machine's."""
-    import autotune.contract.hardware as host
-    from autotune.run.hardware import local_hardware
-
-    monkeypatch.setattr(host, "cpu_bf16", host.cpu_bf16)
-    request.addfinalizer(local_hardware.cache_clear)
-
-
-def test_a_resampled_truth_draws_whole_rounds_and_the_section_regenerates(tmp_path, monkeypatch, request):
+def test_a_resampled_truth_draws_whole_rounds_and_the_section_regenerates(tmp_path, monkeypatch,
+                                                                         truth_machine_undone):
     """`bench_resample.py`: a resampled truth gives every config its runs of the drawn rounds,
     renumbered so that the replays split them as measured rounds; each cell's raw file holds
     every row on every resampled truth, and the section regenerates from those files alone."""
     import bench_resample
     import bench_search as bs
 
-    _as_truth_machine_undone(monkeypatch, request)
     b, _, spec, ms, configs = bs.bench_space("mem")
     doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
     table = bench_truth.build_table(doc, configs, spec, None)

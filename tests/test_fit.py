@@ -402,41 +402,20 @@ def test_under_a_memory_limit_cpu_trials_run_in_fresh_ranks(tmp_path):
 
 def _bench_replay(monkeypatch, request, bench: str, quantile: float):
     """A committed truth of scripts/bench_search.py's `bench` (gpt390: the 389.5M GPT,
-    benchmarks/results/truth_gpt390_pool.json) as the benchmark replays it, under a limit at
-    `quantile` of its configs' measured peaks: (table, spec, limit, held-out judging)."""
-    import argparse
+    benchmarks/results/truth_gpt390_pool.json) as the benchmark replays it (bench_search's own
+    bench_space and limited_table), under a limit at `quantile` of its configs' measured peaks:
+    (table, spec, limit, held-out judging)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.syspath_prepend(str(root / "scripts"))
     import bench_search as bs
     import bench_truth as bt
-    from bench_common import percentile
 
-    from autotune.search.machine import MachineSpace
-
-    b = dict(bs.BENCHES[bench])
-    ns = argparse.Namespace(preset=b.get("preset", "tiny"), seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
-                            space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s,
-                            **{"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15,
-                               "timeout_s": 300.0, **b.get("trial", {})},
-                            cache=b["cache"], runner=b["runner"], repeats=4, remeasure=False,
-                            max_busy=1.0, max_wait_s=1)
-    # The machine the truth was measured on (bench_search.as_truth_machine), undone after the test.
-    import autotune.contract.hardware as host
-    from autotune.run.hardware import local_hardware
-
-    monkeypatch.setattr(host, "cpu_bf16", lambda: b["cpu_bf16"])
-    local_hardware.cache_clear()
-    request.addfinalizer(local_hardware.cache_clear)
-    spec = bt.make_spec(ns)
-    ms = MachineSpace.for_spec(spec)
-    configs = bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
+    request.getfixturevalue("truth_machine_undone")  # bench_space reports the truth machine's bf16
+    b, _, spec, _, configs = bs.bench_space(bench)
     doc = bt.load_cache(Path(b["cache"]), None)
-    peaks = sorted(e.emulated_peak_bytes for e in bt.build_table(doc, configs, spec, None).values()
-                   if e.result.ok and e.emulated_peak_bytes is not None)
-    limit = int(percentile(peaks, 100 * quantile))
-    table = bt.build_table(doc, configs, spec, limit)
+    table, limit, _, _ = bs.limited_table(b, doc, configs, spec, quantile)
     # Judged on held-out runs where the truth has 4 or more per config, as bench_search does.
     return table, spec, limit, min(len(e.runs) for e in table.values()) >= 4
 
