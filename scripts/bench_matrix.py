@@ -100,8 +100,10 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
         return []
     ref = _row(data, "exhaustive")
     ref_s = (f"; the reference gets {cell(ref, data['seeds'])}" if ref is not None else "")
-    resampled = bench_resample.cell_sentence(bench, data["limit_arg"])
-    more = f"; {resampled}" if resampled else ""
+    import bench_headroom  # here: it reads this module's targets at import
+
+    more = "".join(f"; {x}" for x in (bench_resample.cell_sentence(bench, data["limit_arg"]),
+                                      bench_headroom.cell_sentence(bench, data["limit_arg"])) if x)
     return [f"- `{bench}` at {bl.limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
 
 

@@ -23,6 +23,7 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench_truth import Entry, Measured, cfg_key
 
@@ -43,6 +44,7 @@ class Replay:
     pick_usd: str | None = None
     pick_hours: str | None = None
     prescreened: int = 0
+    study: Any = None  # the replayed study, where the caller keeps it (replay_sweep keep_study)
 
     @property
     def trials(self) -> int:
@@ -102,8 +104,9 @@ def _spec_for(spec, limit: int | None, prescreen: bool = True, remeasure: int | 
 
 
 def replay_sweep(table, spec, sampler, seed: int, n_trials: int, limit: int | None, holdout: bool,
-                 remeasure: int | None = None, baselines: bool = True) -> Replay:
-    """One `autotune sweep --trials n_trials` (the shipped loop) against the table."""
+                 remeasure: int | None = None, baselines: bool = True, keep_study: bool = False) -> Replay:
+    """One `autotune sweep --trials n_trials` (the shipped loop) against the table; with
+    `keep_study`, the study stays on the Replay (to read its report again: bench_headroom)."""
     from autotune.search.sweep import run_sweep
 
     rep = Replay()
@@ -114,6 +117,7 @@ def replay_sweep(table, spec, sampler, seed: int, n_trials: int, limit: int | No
                   baselines=baselines)
     rep.pick_usd, rep.pick_hours = report_picks(study)
     rep.prescreened = sum(TrialRecord.of(t).status == "prescreened" for t in study.trials)
+    rep.study = study if keep_study else None
     return rep
 
 

@@ -509,3 +509,40 @@ def test_a_resampled_truth_draws_whole_rounds_and_the_section_regenerates(tmp_pa
     md_out.unlink()
     assert bench_resample.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first
+
+
+def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_reports(tmp_path, monkeypatch,
+                                                                                  truth_machine_undone):
+    """`bench_headroom.py`: each seed's sweep is replayed once and its report read under each
+    variant of the headroom rule. On the ds truth at its 0.3 limit, seed 6 is a knife edge
+    (tests/test_fit.py): with the rule off the pick is the config whose runs peak over the
+    limit, with the shipped constants the one with headroom, and the section regenerates from
+    the raw files alone. The report's constants are the shipped ones again afterwards."""
+    import bench_headroom as bh
+    import bench_search as bs
+
+    from autotune.report import picks
+    from autotune.search import verdict
+
+    shipped = (verdict.P_HEADROOM, picks.GIVE_WAY)
+    monkeypatch.setattr(bs, "RESULTS", tmp_path)
+    md_out, json_out = tmp_path / "h.md", tmp_path / "h.json"
+    argv = ["--benches", "ds", "--limits", "0.3", "--seeds", "7", "--jobs", "1",
+            "--md-out", str(md_out), "--json-out", str(json_out)]
+    assert bh.main(argv) == 0
+    assert (verdict.P_HEADROOM, picks.GIVE_WAY) == shipped
+    raw = json.loads((tmp_path / "headroom_ds_limit0.3.json").read_text())
+    v = raw["variants"]
+    assert set(v) == set(bh.VARIANTS) and all(len(x["picks"]) == 7 for x in v.values())
+    assert (v["shipped"]["p_headroom"], v["shipped"]["give_way"]) == shipped
+    assert v["rule off"]["p_headroom"] == 0.0 and v["GIVE_WAY any"]["give_way"] == math.inf
+    b, _, spec, _, configs = bs.bench_space("ds")
+    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
+    table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.3)
+    off, kept = v["rule off"]["picks"][6], v["shipped"]["picks"][6]
+    assert table[off].oom and not table[kept].oom
+    first = md_out.read_text()
+    assert "| `ds` 0.3" in first and "rule off" in first and "differs from the matrix" not in first
+    md_out.unlink()
+    assert bh.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first

@@ -24,6 +24,12 @@ from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
 from autotune.search.estimates import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
 from autotune.search.racing import TOLERANCE
 
+# A recommended config without memory headroom (autotune.search.verdict.RunsFit.headroom) gives
+# way to the best config with it that costs (takes) at most this much more: the gap the benchmark
+# counts as none. Larger gaps trade one knife-edge truth against another (docs/benchmarks.md,
+# "The headroom rule's constants": scripts/bench_headroom.py).
+GIVE_WAY = TOLERANCE
+
 
 def run_models(frozen) -> list[tuple[HardwareFingerprint, RunModel]]:
     """One model per hardware in the study. Records written before the hardware key named
@@ -133,7 +139,7 @@ def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
 
     A config whose runs peaked within their own spread of the memory limit (`fits`:
     autotune.search.verdict.runs_fit; RunsFit.headroom) may run out of memory in the long run.
-    Where a config with headroom is within TOLERANCE of it (the gap the benchmark counts as
+    Where a config with headroom is within GIVE_WAY of it (the gap the benchmark counts as
     none), that one is recommended instead: a few percent are not worth a long run that may
     stop. A config that saves more is still recommended, and the report's memory note says how
     likely its long run is to fit."""
@@ -149,7 +155,7 @@ def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
 
     safe = [o for o in feasible if o.trial not in fits or fits[o.trial].headroom]
     alt = min(safe, key=lambda o: (value(o), o.trial), default=None)
-    if alt is None or value(alt) > value(chosen) * (1 + TOLERANCE):
+    if alt is None or value(alt) > value(chosen) * (1 + GIVE_WAY):
         return chosen, None
     more = "costs" if by == "cost" else "takes"
     return alt, (f"by {by}, trial {alt.trial} is recommended over trial {chosen.trial}, though it "

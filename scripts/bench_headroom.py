@@ -1,0 +1,225 @@
+"""What the report's memory-headroom rule buys, and what its two constants do: every cell of the
+memory-limit matrix replayed once per seed by the shipped sweep, then the report's pick read
+under each variant of the rule.
+
+    .venv/bin/python scripts/bench_headroom.py                 # replay, then the section
+    .venv/bin/python scripts/bench_headroom.py --summary-only  # the section from committed results
+    .venv/bin/python scripts/bench_headroom.py --benches mem --limits 0.5 --seeds 10
+
+The rule (autotune.report.picks.with_headroom): a recommended config whose runs give one more
+run less than autotune.search.verdict.P_HEADROOM chance of fitting gives way to the best config
+with that headroom, where it costs at most autotune.report.picks.GIVE_WAY more. The rule reads
+only the report: the sweep launches the same trials under every variant, so each seed's study
+is replayed once (bench_replay.replay_sweep, the matrix's sweep row: 8 trials, 60 seeds) and its
+report is built again per variant. Judged as the matrix is (bench_search.summarize, by cost).
+Variants: the rule off, the shipped constants, P_HEADROOM at 0.8 and 0.95, and GIVE_WAY at 10%,
+25% and any cost. Raw results: benchmarks/results/headroom_<bench>_limit<Q>.json (each seed's
+pick under each variant). The shipped column must equal the matrix's sweep cell (same replay);
+the section says where it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_limits as bl  # noqa: E402
+import bench_matrix  # noqa: E402
+import bench_replay as br  # noqa: E402
+import bench_search as bs  # noqa: E402
+import bench_truth as bt  # noqa: E402
+from bench_common import markdown_table, shown_path, start_run, write_outputs  # noqa: E402
+
+TRIALS = bench_matrix.TRIALS
+SHIPPED = "shipped"
+# name -> (P_HEADROOM, GIVE_WAY); None: the shipped value.
+VARIANTS: dict[str, tuple[float | None, float | None]] = {
+    "rule off": (0.0, None), SHIPPED: (None, None), "P_HEADROOM 0.8": (0.8, None),
+    "P_HEADROOM 0.95": (0.95, None), "GIVE_WAY 10%": (None, 0.10), "GIVE_WAY 25%": (None, 0.25),
+    "GIVE_WAY any": (None, math.inf)}
+
+
+def result_path(bench: str, limit: str) -> Path:
+    return bs.RESULTS / f"headroom_{bench}_limit{limit}.json"
+
+
+@contextmanager
+def rule(p_headroom: float | None, give_way: float | None):
+    """The report's headroom constants set for the block (None keeps the shipped value)."""
+    from autotune.report import picks
+    from autotune.search import verdict
+
+    old = verdict.P_HEADROOM, picks.GIVE_WAY
+    verdict.P_HEADROOM = old[0] if p_headroom is None else p_headroom
+    picks.GIVE_WAY = old[1] if give_way is None else give_way
+    try:
+        yield verdict.P_HEADROOM, picks.GIVE_WAY
+    finally:
+        verdict.P_HEADROOM, picks.GIVE_WAY = old
+
+
+def replay_cell(bench: str, limit: str, seeds: int) -> dict[str, Any]:
+    """Each seed's sweep replayed once; its pick by cost under every variant, judged."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    from autotune.search.study import make_sampler
+
+    b, _, spec, _, configs = bs.bench_space(bench)
+    doc = bt.load_cache(Path(b["cache"]), None, log=lambda *a: None)
+    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit))
+    holdout = min(len(e.runs) for e in table.values()) >= 4  # as bench_search's --holdout auto
+    reps = {name: [] for name in VARIANTS}
+    truths = [bt.truth_for(table, s, holdout) for s in range(seeds)]
+    for s in range(seeds):
+        rep = br.replay_sweep(table, spec, make_sampler(s, worker=0), s, TRIALS, limit_bytes, holdout,
+                              keep_study=True)
+        for name, (p, g) in VARIANTS.items():
+            with rule(p, g):
+                pick_usd, _ = br.report_picks(rep.study)
+            reps[name].append(br.Replay(steps=rep.steps, pick_usd=pick_usd))
+    out = {}
+    for name, (p, g) in VARIANTS.items():
+        with rule(p, g) as (p_used, g_used):
+            usd = bs.summarize(reps[name], truths)["usd"]
+        out[name] = {"p_headroom": p_used, "give_way": g_used, "picks": [r.pick_usd for r in reps[name]],
+                     "right": usd["right"], "regret_max": usd["regret_max"], "no_pick": usd["no_pick"]}
+    return {"bench": bench, "limit_arg": limit, "mem_limit_bytes": limit_bytes, "seeds": seeds,
+            "trials": TRIALS, "holdout": holdout, "cache": str(Path(b["cache"]).relative_to(bs.ROOT)),
+            "variants": out}
+
+
+def cell_text(v: dict[str, Any], seeds: int | None = None) -> str:
+    """`47 (4%)`: seeds right (of `seeds` where given) and the worst cost regret."""
+    worst = "inf" if v["regret_max"] == math.inf else f"{v['regret_max']:.0%}"
+    return f"{v['right']}{f'/{seeds}' if seeds else ''} ({worst})"
+
+
+def meets(v: dict[str, Any], seeds: int) -> bool:
+    """Issue 28's two flat targets for a cell: accuracy and worst regret (bench_matrix)."""
+    return v["right"] * 60 / seeds >= bench_matrix.ACCURACY and v["regret_max"] <= bench_matrix.REGRET_MAX
+
+
+def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Variant figures `a` beat `b`: more seeds right, or as many with a smaller worst regret."""
+    return (a["right"], -a["regret_max"]) > (b["right"], -b["regret_max"])
+
+
+def cell_sentence(bench: str, limit: str) -> str | None:
+    """For bench_matrix's list of missed cells: the variant that does best on this cell where
+    one beats the shipped constants, and how many other cells it makes worse; None otherwise."""
+    path = result_path(bench, limit)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    v = data["variants"]
+    gains = [n for n in VARIANTS if n != SHIPPED and _better(v[n], v[SHIPPED])]
+    if not gains:
+        return None
+    best = max(gains, key=lambda n: (v[n]["right"], -v[n]["regret_max"]))
+    worse = []
+    for other in sorted(bs.RESULTS.glob("headroom_*_limit*.json")):
+        if other != path:
+            o = json.loads(other.read_text())
+            if _better(o["variants"][SHIPPED], o["variants"][best]):
+                worse.append(f"{o['bench']} {o['limit_arg']}")
+    return (f"the headroom rule with {best} would get {cell_text(v[best], data['seeds'])} here, and do worse in "
+            f"{len(worse)} other cell{'s' if len(worse) != 1 else ''} ({', '.join(worse) or 'none'}; "
+            "`scripts/bench_headroom.py`)")
+
+
+def matrix_sweep(bench: str, limit: str) -> dict[str, Any] | None:
+    """The matrix's sweep row of a cell (its `seeds` and `usd` figures), None where not run."""
+    path = bench_matrix.result_path(bench, limit)
+    return bench_matrix._row(json.loads(path.read_text()), "sweep") if path.is_file() else None
+
+
+def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
+    names = list(VARIANTS)
+    rows, same, raw, unlike, sizes = [], [], {}, [], set()
+    moves: dict[str, list[str]] = {n: [] for n in names if n != SHIPPED}
+    met = dict.fromkeys(names, 0)
+    for bench in benches:
+        for limit, path, data in bl.cell_results(bench, limits, result_path):
+            if data is None:
+                continue
+            raw[f"{bench}/{limit}"] = str(shown_path(path))
+            sizes.add(f"{data['trials']} trials, {data['seeds']} seeds")
+            v = data["variants"]
+            for name in names:
+                met[name] += meets(v[name], data["seeds"])
+            m = matrix_sweep(bench, limit)
+            if m is not None and m["seeds"] == data["seeds"] and \
+                    (m["usd"]["right"], m["usd"]["regret_max"]) != (v[SHIPPED]["right"], v[SHIPPED]["regret_max"]):
+                unlike.append(f"{bench} {limit} (matrix {cell_text(m['usd'])})")
+            for n in moves:
+                if cell_text(v[n]) != cell_text(v[SHIPPED]):
+                    moves[n].append(f"{bench} {limit} {cell_text(v[SHIPPED])} -> {cell_text(v[n])}")
+            texts = [cell_text(v[n]) for n in names]
+            if len(set(texts)) == 1:
+                same.append(f"{bench} {limit}")
+            else:
+                rows.append([f"`{bench}` {bl.limit_label(data)}"] + texts)
+    n_cells = len(raw)
+    lines = ["## The headroom rule's constants (`scripts/bench_headroom.py`)", "",
+             "A recommended config whose runs give one more run less than `P_HEADROOM` chance of "
+             "fitting gives way to the best config with that headroom where it costs at most "
+             "`GIVE_WAY` more (`autotune.report.picks.with_headroom`). The rule reads only the "
+             f"report, so each seed's sweep of the matrix ({' / '.join(sorted(sizes))}) is replayed once and "
+             "its pick read under each variant: pick accuracy by cost (worst cost regret), judged "
+             "as the matrix is. Regenerate: `scripts/bench_headroom.py`, or `--summary-only` from "
+             "`benchmarks/results/headroom_<bench>_limit<Q>.json`. A tight pick whose truth "
+             "does not fit and one whose truth fits look alike in the runs a sweep observes (one more "
+             "run fits with about the same chance), so a larger `GIVE_WAY` rescues the first kind only "
+             "by giving up the second; the rule off shows what the rule buys.", "",
+             markdown_table(["cell"] + names, rows) if rows else "No cell differs between variants.", "",
+             f"The same under every variant: {', '.join(same) or 'none'}.", "",
+             "Against the shipped constants, each variant moves: "
+             + "; ".join(f"**{n}**: {', '.join(m) if m else 'no cell'}" for n, m in moves.items()) + ".", "",
+             f"Cells (of {n_cells}) meeting both flat targets (at least {bench_matrix.ACCURACY}/60 and a "
+             f"worst regret within {bench_matrix.REGRET_MAX:.0%}): "
+             + ", ".join(f"{n} {met[n]}" for n in names) + ".", ""]
+    if unlike:
+        lines += ["**The shipped column differs from the matrix** (re-run `scripts/bench_matrix.py`): "
+                  + "; ".join(unlike) + ".", ""]
+    return "\n".join(lines), raw
+
+
+def _run(job: tuple[str, str, int]) -> tuple[str, str, dict[str, Any], float]:
+    bench, limit, seeds = job
+    t0 = time.monotonic()
+    return bench, limit, replay_cell(bench, limit, seeds), time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    bl.add_cell_args(ap, list(bs.BENCHES), "headroom", "headroom", bs.RESULTS, bs.ROOT / "benchmarks" / "sections")
+    ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=2, help="cells replayed at once (processes; 1: in this process)")
+    args = ap.parse_args(argv)
+    if not args.summary_only:
+        ctx, _ = start_run()
+        jobs = [(b, q, args.seeds) for b in args.benches for q in args.limits]
+        with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
+            for bench, limit, data, secs in (pool.map(_run, jobs) if pool else map(_run, jobs)):
+                data["context"] = ctx
+                result_path(bench, limit).write_text(json.dumps(data, indent=1) + "\n")
+                print(f"== {bench} at limit {limit}: {secs:.0f} s", file=sys.stderr, flush=True)
+    md, raw = section(args.benches, args.limits)
+    write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
