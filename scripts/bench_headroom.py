@@ -21,12 +21,11 @@ the section says where it does not.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ import bench_matrix  # noqa: E402
 import bench_replay as br  # noqa: E402
 import bench_search as bs  # noqa: E402
 import bench_truth as bt  # noqa: E402
-from bench_common import markdown_table, shown_path, start_run, write_outputs  # noqa: E402
+from bench_common import markdown_table, shown_path  # noqa: E402
 
 TRIALS = bench_matrix.TRIALS
 SHIPPED = "shipped"
@@ -66,7 +65,7 @@ def rule(p_headroom: float | None, give_way: float | None):
         verdict.P_HEADROOM, picks.GIVE_WAY = old
 
 
-def replay_cell(bench: str, limit: str, seeds: int) -> dict[str, Any]:
+def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
     """Each seed's sweep replayed once; its pick by cost under every variant, judged."""
     import warnings
 
@@ -196,28 +195,13 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
     return "\n".join(lines), raw
 
 
-def _run(job: tuple[str, str, int]) -> tuple[str, str, dict[str, Any], float]:
-    bench, limit, seeds = job
-    t0 = time.monotonic()
-    return bench, limit, replay_cell(bench, limit, seeds), time.monotonic() - t0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     bl.add_cell_args(ap, list(bs.BENCHES), "headroom", "headroom", bs.RESULTS, bs.ROOT / "benchmarks" / "sections")
     ap.add_argument("--seeds", type=int, default=60)
     ap.add_argument("--jobs", type=int, default=2, help="cells replayed at once (processes; 1: in this process)")
     args = ap.parse_args(argv)
-    if not args.summary_only:
-        ctx, _ = start_run()
-        jobs = [(b, q, args.seeds) for b in args.benches for q in args.limits]
-        with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else nullcontext() as pool:
-            for bench, limit, data, secs in (pool.map(_run, jobs) if pool else map(_run, jobs)):
-                data["context"] = ctx
-                result_path(bench, limit).write_text(json.dumps(data, indent=1) + "\n")
-                print(f"== {bench} at limit {limit}: {secs:.0f} s", file=sys.stderr, flush=True)
-    md, raw = section(args.benches, args.limits)
-    write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)
+    bl.replay_cells(args, functools.partial(replay_cell, seeds=args.seeds), result_path, section, args.jobs)
     return 0
 
 

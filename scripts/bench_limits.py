@@ -16,12 +16,17 @@ one dimension to its adjacent choice).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
+import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bench_common import percentile
+from bench_common import percentile, start_run, write_outputs
 
 # The quantiles the matrix runs every space at, and "none" (no limit).
 LIMITS = ("0.1", "0.2", "0.3", "0.5", "0.7", "0.9", "none")
@@ -170,3 +175,27 @@ def add_cell_args(ap, benches: list[str], name: str, what: str, results: Path, s
                     help=f"only write the section, from the committed {what}_<bench>_limit<Q>.json")
     ap.add_argument("--json-out", default=str(results / f"{name}.json"))
     ap.add_argument("--md-out", default=str(sections / f"{name}.md"))
+
+
+def _timed(replay: Callable[[str, str], dict[str, Any]], cell: tuple[str, str]):
+    t0 = time.monotonic()
+    return cell, replay(*cell), time.monotonic() - t0
+
+
+def replay_cells(args, replay: Callable[[str, str], dict[str, Any]], path_of: Callable[[str, str], Path],
+                 section: Callable[[list[str], list[str]], tuple[str, dict[str, Any]]], jobs: int = 1) -> None:
+    """The work of a script with add_cell_args: unless --summary-only, each cell of --benches x
+    --limits replayed by `replay(bench, limit)` (a module-level function: `jobs` cells at once run
+    in processes) into `path_of(bench, limit)`; then `section(benches, limits)` (markdown, raw
+    files) written to --md-out and --json-out."""
+    if not args.summary_only:
+        ctx, _ = start_run()
+        cells = [(b, q) for b in args.benches for q in args.limits]
+        run = functools.partial(_timed, replay)
+        with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else nullcontext() as pool:
+            for (bench, limit), data, secs in (pool.map(run, cells) if pool else map(run, cells)):
+                data["context"] = ctx
+                path_of(bench, limit).write_text(json.dumps(data, indent=1) + "\n")
+                print(f"== {bench} at limit {limit}: {secs:.0f} s", file=sys.stderr, flush=True)
+    md, raw = section(args.benches, args.limits)
+    write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)

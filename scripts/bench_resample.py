@@ -32,10 +32,10 @@ not resampled: there a seed sees every run its truth is made of.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_limits as bl  # noqa: E402
 import bench_search as bs  # noqa: E402
 import bench_truth as bt  # noqa: E402
-from bench_common import markdown_table, percentile, shown_path, start_run, write_outputs  # noqa: E402
+from bench_common import markdown_table, percentile, shown_path  # noqa: E402
 
 BENCHES = ("ds", "mem", "gpt390")  # the benches judged on held-out runs
 KINDS = ("sweep", "random", "oracle", "exhaustive", "first_baseline")
@@ -87,6 +87,10 @@ def replay_cell(bench: str, limit_arg, datasets: int, seeds: int) -> dict[str, A
     return {"bench": bench, "limit_arg": bl.limit_name(limit_arg), "mem_limit_bytes": limit,
             "datasets": datasets, "seeds": seeds, "trials": TRIALS, "rounds": rounds, "draws": draws,
             "cache": str(Path(b["cache"]).relative_to(bs.ROOT)), "per_dataset": per_kind}
+
+
+def _replay(bench: str, limit: str, datasets: int, seeds: int) -> dict[str, Any]:
+    return replay_cell(bench, bl.parse_limit(limit), datasets, seeds)
 
 
 def spread(rows: list[dict[str, Any]], seeds: int) -> dict[str, float]:
@@ -152,17 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", type=int, default=20, help="resampled truths per cell")
     ap.add_argument("--seeds", type=int, default=15, help="replay seeds per resampled truth")
     args = ap.parse_args(argv)
-    if not args.summary_only:
-        ctx, _ = start_run()
-        for bench in args.benches:
-            for limit in args.limits:
-                t0 = time.monotonic()
-                data = replay_cell(bench, bl.parse_limit(limit), args.datasets, args.seeds)
-                data["context"] = ctx
-                result_path(bench, limit).write_text(json.dumps(data, indent=1) + "\n")
-                print(f"== {bench} at limit {limit}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    md, raw = section(args.benches, args.limits)
-    write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)
+    bl.replay_cells(args, functools.partial(_replay, datasets=args.datasets, seeds=args.seeds), result_path, section)
     return 0
 
 
