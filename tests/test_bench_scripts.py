@@ -541,6 +541,17 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
     table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.3)
     off, kept = v["rule off"]["picks"][6], v["shipped"]["picks"][6]
     assert table[off].oom and not table[kept].oom
+    # The script replays each seed once because the rule reads only the report: a sweep under
+    # other constants launches the same trials.
+    from autotune.search.study import make_sampler
+
+    launched = []
+    for p_headroom in (None, 1.0):
+        with bh.rule(p_headroom, math.inf):
+            rep = bench_replay.replay_sweep(table, spec, make_sampler(6, worker=0), 6, bh.TRIALS,
+                                            raw["mem_limit_bytes"], raw["holdout"])
+        launched.append([st.key for st in rep.steps])
+    assert launched[0] == launched[1] and len(launched[0]) == bh.TRIALS
     first = md_out.read_text()
     assert "| `ds` 0.3" in first and "rule off" in first and "differs from the matrix" not in first
     md_out.unlink()
