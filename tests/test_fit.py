@@ -311,8 +311,9 @@ def test_a_run_that_measured_no_peak_says_nothing_about_memory(tmp_path):
 def test_a_pick_without_headroom_gives_way_to_one_within_the_tolerance_that_has_it(tmp_path):
     """Micro-batch 4 peaked at 588-598 MiB in three runs against a 600 MiB limit: it fits, but
     one more run (the long run) stays under with well below P_HEADROOM's chance. Micro-batch 2
-    peaked near 500 MiB. Costing 2% more, micro-batch 2 is recommended instead, with a note;
-    costing 10% more, micro-batch 4 still is. Without a memory limit nothing changes."""
+    peaked near 500 MiB. Costing 2% more, micro-batch 2 is recommended instead; costing 10%
+    more, micro-batch 4 still is. Either way a note names both. Without a memory limit nothing
+    changes."""
     from autotune.report.picks import with_headroom
     from autotune.report.schema import OptionRow
     from autotune.search.verdict import P_HEADROOM, runs_fit
@@ -333,8 +334,13 @@ def test_a_pick_without_headroom_gives_way_to_one_within_the_tolerance_that_has_
         for by in ("cost", "time"):
             chosen, note = with_headroom(tight, feasible, fits, by)
             assert chosen.trial == expected
-            assert (note is not None) == (expected == 3)
-    assert "one more run fits with" in with_headroom(tight, [tight, option(3, 102.0)], fits, "cost")[1]
+            # Kept or not, the note names both configs, the gap and the chance the long run fits.
+            gap = f"{usd / 100 - 1:.1%} more"
+            assert "trial 0" in note and "trial 3" in note and gap in note, note
+            assert f"one more run fits with {fits[0].p_run:.0%} chance" in note
+    # Nothing measured has headroom: the tight config is recommended, and the note says so.
+    alone = with_headroom(tight, [tight], fits, "cost")
+    assert alone[0] is tight and "no config measured has headroom" in alone[1]
     unlimited = runs_fit(_study_with(spec, tmp_path, [(4, "none", 598 * MB, "ok")]).study.get_trials())
     assert unlimited == {} and with_headroom(tight, [tight, option(3, 102.0)], unlimited, "cost") == (tight, None)
 

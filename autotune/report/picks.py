@@ -135,14 +135,15 @@ def recommended(feasible: list[OptionRow], fits) -> tuple[OptionRow | None, Opti
 
 def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
                   by: Literal["cost", "time"]) -> tuple[OptionRow | None, str | None]:
-    """The option to recommend, and a note when it is not the cheapest (fastest) one.
+    """The option to recommend, and a note where the best one lacks memory headroom.
 
     A config whose runs peaked within their own spread of the memory limit (`fits`:
     autotune.search.verdict.runs_fit; RunsFit.headroom) may run out of memory in the long run.
     Where a config with headroom is within GIVE_WAY of it (the gap the benchmark counts as
     none), that one is recommended instead: a few percent are not worth a long run that may
-    stop. A config that saves more is still recommended, and the report's memory note says how
-    likely its long run is to fit."""
+    stop. A config that saves more is still recommended, and the note says how likely its long
+    run is to fit and what the best config with headroom would cost, so that the user can
+    weigh the two (its runs may never have gone over the limit, and then no other note says so)."""
     if chosen is None:
         return None, None
     tight = fits.get(chosen.trial)
@@ -155,10 +156,15 @@ def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
 
     safe = [o for o in feasible if o.trial not in fits or fits[o.trial].headroom]
     alt = min(safe, key=lambda o: (value(o), o.trial), default=None)
-    if alt is None or value(alt) > value(chosen) * (1 + GIVE_WAY):
-        return chosen, None
     more = "costs" if by == "cost" else "takes"
+    peaked = (f"trial {chosen.trial}'s runs peaked within their spread of the memory limit "
+              f"{fmt_bytes(tight.limit_bytes)} (one more run fits with {tight.p_run:.0%} chance)")
+    if alt is None:
+        return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; no config "
+                        "measured has headroom (a smaller micro-batch or a memory saver would)")
+    gap = f"{value(alt) / value(chosen) - 1:.1%} more"
+    if value(alt) > value(chosen) * (1 + GIVE_WAY):
+        return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; trial "
+                        f"{alt.trial}, the best config with headroom, {more} {gap}")
     return alt, (f"by {by}, trial {alt.trial} is recommended over trial {chosen.trial}, though it "
-                 f"{more} {value(alt) / value(chosen) - 1:.1%} more: trial {chosen.trial}'s runs peaked "
-                 f"within their spread of the memory limit {fmt_bytes(tight.limit_bytes)} (one more run "
-                 f"fits with {tight.p_run:.0%} chance), trial {alt.trial}'s have headroom")
+                 f"{more} {gap}: {peaked}, trial {alt.trial}'s have headroom")
