@@ -326,7 +326,8 @@ def test_a_pick_without_headroom_gives_way_to_one_within_the_tolerance_that_has_
     assert fits[0].recommendable and fits[0].p_run < P_HEADROOM and fits[3].headroom
 
     def option(trial, usd):
-        return OptionRow.model_construct(trial=trial, usd=usd, hours=usd / 10)
+        return OptionRow.model_construct(trial=trial, usd=usd, hours=usd / 10,
+                                         config=TrialRecord.of(ctx.study.get_trials()[trial]).config)
 
     tight = option(0, 100.0)
     for usd, expected in ((102.0, 3), (110.0, 0)):
@@ -341,6 +342,7 @@ def test_a_pick_without_headroom_gives_way_to_one_within_the_tolerance_that_has_
     # Nothing measured has headroom: the tight config is recommended, and the note says so.
     alone = with_headroom(tight, [tight], fits, "cost")
     assert alone[0] is tight and "no config measured has headroom" in alone[1]
+    assert "a micro-batch below 4" in alone[1], alone[1]  # what would give it some, from its config
     unlimited = runs_fit(_study_with(spec, tmp_path, [(4, "none", 598 * MB, "ok")]).study.get_trials())
     assert unlimited == {} and with_headroom(tight, [tight, option(3, 102.0)], unlimited, "cost") == (tight, None)
 

@@ -19,6 +19,7 @@ from typing import Literal
 from autotune.contract import HardwareFingerprint
 from autotune.format import fmt_bytes
 from autotune.record import TrialRecord
+from autotune.report.nothing_fits import what_would_fit
 from autotune.report.options import options_for
 from autotune.report.schema import OptionRow, PickRow, RunRow, TrialRow
 from autotune.search.estimates import Z_SHOWN, ConfigEstimate, RunModel, how_sure, margin
@@ -160,8 +161,9 @@ def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
     peaked = (f"trial {chosen.trial}'s runs peaked within their spread of the memory limit "
               f"{fmt_bytes(tight.limit_bytes)} (one more run fits with {tight.p_run:.0%} chance)")
     if alt is None:
+        savers = what_would_fit(chosen.config or {})[:2]
         return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; no config "
-                        "measured has headroom (a smaller micro-batch or a memory saver would)")
+                        f"measured has headroom. To give it some: {'; or '.join(savers)}")
     gap = f"{value(alt) / value(chosen) - 1:.1%} more"
     if value(alt) > value(chosen) * (1 + GIVE_WAY):
         return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; trial "
