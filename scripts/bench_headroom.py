@@ -78,7 +78,7 @@ def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
     b, _, spec, _, configs = bs.bench_space(bench)
     doc = bt.load_cache(Path(b["cache"]), None, log=lambda *a: None)
     table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit))
-    holdout = min(len(e.runs) for e in table.values()) >= 4  # as bench_search's --holdout auto
+    holdout = bs.held_out(table)  # as bench_search's --holdout auto, which the matrix uses
     reps = {name: [] for name in VARIANTS}
     truths = [bt.truth_for(table, s, holdout) for s in range(seeds)]
     for s in range(seeds):
@@ -141,7 +141,7 @@ def cell_sentence(bench: str, limit: str) -> str | None:
 def matrix_sweep(bench: str, limit: str) -> dict[str, Any] | None:
     """The matrix's sweep row of a cell (its `seeds` and `usd` figures), None where not run."""
     path = bench_matrix.result_path(bench, limit)
-    return bench_matrix._row(json.loads(path.read_text()), "sweep") if path.is_file() else None
+    return bench_matrix.row(json.loads(path.read_text()), "sweep") if path.is_file() else None
 
 
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:

@@ -55,7 +55,7 @@ def run_all(benches: list[str], limits: list[str], seeds: int) -> None:
             print(f"== {bench} at limit {limit}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
-def _row(data: dict[str, Any], kind: str) -> dict[str, Any] | None:
+def row(data: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((v for v in data["summary"].values() if v["kind"] == kind
                  and v.get("trials_budget") in (None, TRIALS)), None)
 
@@ -75,15 +75,15 @@ def cell(r: dict[str, Any] | None, seeds: int, trials: bool = False) -> str:
 def misses(data: dict[str, Any]) -> list[str]:
     """The targets (ACCURACY, BOUND_SLACK, REGRET_MAX) the sweep's cell misses; [] when it
     meets them all, or when no config fits."""
-    sweep, seeds = _row(data, "sweep"), data["seeds"]
+    sweep, seeds = row(data, "sweep"), data["seeds"]
     if sweep is None:
         return ["not replayed"]
     right = sweep["usd"]["right"]
-    bound = _row(data, "oracle")
+    bound = row(data, "oracle")
     need = min(ACCURACY * seeds // 60, bound["usd"]["right"] - BOUND_SLACK) if bound else ACCURACY * seeds // 60
     out = [f"accuracy {right}/{seeds} < {need}"] if right < need else []
     for kind in ("random", "heuristic_n"):
-        other = _row(data, kind)
+        other = row(data, kind)
         if other is not None and right < other["usd"]["right"]:
             out.append(f"below {HEAD[kind]} ({other['usd']['right']}/{seeds})")
     worst = sweep["usd"]["regret_max"]
@@ -98,7 +98,7 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     missed = misses(data)
     if not missed:
         return []
-    ref = _row(data, "exhaustive")
+    ref = row(data, "exhaustive")
     ref_s = (f"; the reference gets {cell(ref, data['seeds'])}" if ref is not None else "")
     import bench_headroom  # here: it reads this module's targets at import
 
@@ -154,7 +154,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                 rows.append([bl.limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))
             else:
                 rows.append([bl.limit_label(data)]
-                            + [cell(_row(data, k), data["seeds"], k == "heuristic") for k in KINDS])
+                            + [cell(row(data, k), data["seeds"], k == "heuristic") for k in KINDS])
                 missed += target_lines(bench, data)
             if place:
                 places.append(f"- limit {bl.limit_label(data)}: {bl.place_sentence(place)}")

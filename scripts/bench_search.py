@@ -271,6 +271,16 @@ def bench_space(bench: str, runner: str | None = None, repeats: int | None = Non
     return b, ns, spec, ms, bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
 
 
+# A truth with this many runs per config is judged on held-out runs (--holdout auto): each seed
+# observes half of a config's runs and is judged on the other half.
+HOLDOUT_MIN_RUNS = 4
+
+
+def held_out(table) -> bool:
+    """Whether `--holdout auto` judges this truth on held-out runs (HOLDOUT_MIN_RUNS)."""
+    return min(len(e.runs) for e in table.values()) >= HOLDOUT_MIN_RUNS
+
+
 def limited_table(b: dict[str, Any], doc, configs, spec, limit_arg):
     """(table, limit bytes, quantile, whether the bench's own fixed limit) for `limit_arg`: a
     quantile, None (no limit) or "default" (the bench's own)."""
@@ -335,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     table, limit, quantile, fixed_limit = limited_table(b, doc, configs, spec, args.limit)
     baselines = bl.baseline_keys(ms, spec, configs)
     runs_per_config = min(len(e.runs) for e in table.values())
-    holdout = args.holdout == "yes" or (args.holdout == "auto" and runs_per_config >= 4)
+    holdout = args.holdout == "yes" or (args.holdout == "auto" and held_out(table))
     seeds = list(range(args.seeds))
     truths = [bt.truth_for(table, s, holdout) for s in seeds]
 

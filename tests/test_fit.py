@@ -424,8 +424,8 @@ def _bench_replay(monkeypatch, request, bench: str, quantile: float):
     b, _, spec, _, configs = bs.bench_space(bench)
     doc = bt.load_cache(Path(b["cache"]), None)
     table, limit, _, _ = bs.limited_table(b, doc, configs, spec, quantile)
-    # Judged on held-out runs where the truth has 4 or more per config, as bench_search does.
-    return table, spec, limit, min(len(e.runs) for e in table.values()) >= 4
+    # Judged on held-out runs where the truth has enough per config, as bench_search does.
+    return table, spec, limit, bs.held_out(table)
 
 
 def _replayed(replay, seed: int):
