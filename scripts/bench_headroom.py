@@ -197,7 +197,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    bl.add_cell_args(ap, list(bs.BENCHES), "headroom", "headroom", bs.RESULTS, bs.ROOT / "benchmarks" / "sections")
+    bl.add_cell_args(ap, list(bs.BENCHES), "headroom", "headroom", bs.RESULTS, bs.ROOT / "benchmarks" / "sections",
+                     default=bs.measured_benches())
     ap.add_argument("--seeds", type=int, default=60)
     ap.add_argument("--jobs", type=int, default=2, help="cells replayed at once (processes; 1: in this process)")
     args = ap.parse_args(argv)

@@ -166,10 +166,13 @@ def cell_results(bench: str, limits: list[str], path_of: Callable[[str, str], Pa
         yield limit, path, json.loads(path.read_text()) if path.is_file() else None
 
 
-def add_cell_args(ap, benches: list[str], name: str, what: str, results: Path, sections: Path) -> None:
+def add_cell_args(ap, benches: list[str], name: str, what: str, results: Path, sections: Path,
+                  default: list[str] | None = None) -> None:
     """The flags of a script that replays cells (bench x limit) into `<what>_<bench>_limit<Q>.json`
-    and writes one section (`name`): --benches, --limits, --summary-only, --json-out, --md-out."""
-    ap.add_argument("--benches", nargs="*", default=list(benches), choices=sorted(benches))
+    and writes one section (`name`): --benches (`default`: all of `benches`), --limits,
+    --summary-only, --json-out, --md-out."""
+    ap.add_argument("--benches", nargs="*", default=list(benches if default is None else default),
+                    choices=sorted(benches))
     ap.add_argument("--limits", nargs="*", default=list(LIMITS), type=lambda s: limit_name(parse_limit(s)))
     ap.add_argument("--summary-only", action="store_true",
                     help=f"only write the section, from the committed {what}_<bench>_limit<Q>.json")

@@ -7,11 +7,15 @@ optimum (pick accuracy), and what it cost to get there, for each strategy on a m
 
 Benches (`--bench`): `cpu40` (the 40-config space of issue #8: 1-2 ranks, global batch 8),
 `big` (252 configs on 2 ranks: precision, checkpointing, ZeRO 0-3, offload, FSDP2, micro-batch 1-32,
-TP 1-2; global batch 32) and `ds` (DeepSpeed-style: ZeRO 0-3 x micro-batch 1-32 x
-accumulation 1-2, fp32, 2 ranks). Ground truth: scripts/bench_truth.py (every config measured
-in rounds, raw runs in benchmarks/results/truth_*.json); with 4 or more runs per config each
-replay seed observes half of a config's runs and is judged on the median of the other half
-(held out: bench_truth's docstring says why).
+TP 1-2; global batch 32), `ds` (DeepSpeed-style: ZeRO 0-3 x micro-batch 1-32 x accumulation 1-2,
+fp32, 2 ranks), `mem` and `gpt390` (GPT models whose states decide what fits on 2 CPU ranks) and
+`h200` (the 1.3B GPT on one H200, measured only where a GPU is lent: `scripts/gpu_check.sh
+--truth-only --truth-s 300` runs `--bench h200 --measure-only --deadline-s 300 --cache
+OUT/truth_h200_pool.json` there; replays of it anywhere see that GPU). Ground truth:
+scripts/bench_truth.py (every config measured in rounds, raw runs in
+benchmarks/results/truth_*.json); with 4 or more runs per config each replay seed observes half
+of a config's runs and is judged on the median of the other half (held out: bench_truth's
+docstring says why).
 
 Strategies: autotune's own run the shipped code (scripts/bench_replay.py): `run_sweep` with a
 TrialRunner answering from the table, and the pick is the report's cheapest and fastest
@@ -90,18 +94,64 @@ BENCHES: dict[str, dict[str, Any]] = {
                    mem_limit_bytes=GPT390_LIMIT_BYTES, cpu_bf16="native",
                    title="The 389.5M GPT (2 ranks, fp32, AdamW, accumulation 1: ZeRO 0/2/3 x FSDP2 x "
                          "offload x micro-batch 1 and 4, no checkpointing)"),
+    # One H200 filled by the 1.3B GPT (preset 1b) at seq_len 2048 (issue 28's GPU truth):
+    # activations, not the model states (~21 GB), decide what fits. Measured on a GPU only
+    # (`scripts/gpu_check.sh --truth-s S`); replays on any machine see the GPU it ran on
+    # (device "cuda": as_truth_machine). A GPU's runs differ by well under 1% (the GPU check's
+    # short and long runs of one config: 0.998), so one run per config is its truth.
+    "h200": dict(space=ROOT / "benchmarks" / "search_space_h200.yaml", seq_len=2048, global_batch=0,
+                 preset="1b", trial=dict(warmup_steps=1, measure_steps=3, max_measure_steps=3, timeout_s=300.0),
+                 cache=RESULTS / "truth_h200_pool.json", runner="pool", mem_limit_quantile=0.7,
+                 device="cuda", cpu_bf16=None,
+                 title="The 1.3B GPT on one H200 (seq_len 2048, bf16, accumulation 1: micro-batch 4-32 x "
+                       "checkpointing x FSDP2 with CPU offload)"),
 }
 SHIPPED = "autotune sweep (as shipped)"
 
 
-def as_truth_machine(cpu_bf16: str) -> None:
+def as_truth_machine(b: dict[str, Any]) -> None:
     """Replays see the machine their truth was measured on: this process's hardware
-    fingerprint (autotune.run.hardware.local_hardware) reports that CPU's bf16."""
+    fingerprint (autotune.run.hardware.local_hardware) reports a CPU truth's bf16 (the bench's
+    `cpu_bf16`; its CPU count and memory are this machine's, as they were when its figures were
+    replayed), and a CUDA truth's whole machine as its runs recorded it: its GPUs, their memory
+    and the host, so that a GPU's truth replays on a CPU machine as the space it ran on."""
     import autotune.contract.hardware as host
-    from autotune.run.hardware import local_hardware
+    import autotune.run.hardware as hwmod
 
-    host.cpu_bf16 = lambda: cpu_bf16
-    local_hardware.cache_clear()
+    if b.get("device") == "cuda":
+        hw = truth_hardware(Path(b["cache"]))
+        if hw is None:
+            print(f"{shown_path(Path(b['cache']))} holds no run measured on a GPU, and this bench's "
+                  "truth is measured on one. To fix: run `scripts/gpu_check.sh --truth-only --truth-s 300` "
+                  "on a CUDA machine and commit the truth file it writes.", file=sys.stderr)
+            raise SystemExit(2)
+        gpus = (hw.device_name, hw.device_count, hw.device_memory_bytes, hw.driver_version, hw.cuda_version)
+        hwmod._nvml_gpus = lambda: gpus
+        hwmod.host_fingerprint = lambda: hw
+        host.cpu_bf16 = lambda: hw.cpu_bf16
+    else:
+        host.cpu_bf16 = lambda: b["cpu_bf16"]
+    hwmod.local_hardware.cache_clear()
+
+
+def truth_hardware(cache: Path):
+    """The HardwareFingerprint a truth's first CUDA run recorded, or None (no file, no such run)."""
+    from autotune.contract import DeviceKind, HardwareFingerprint
+
+    if not cache.is_file():
+        return None
+    for entry in json.loads(cache.read_text()).get("entries", {}).values():
+        for result in entry.get("results", []):
+            hw = result.get("hardware")
+            if hw and hw.get("device_kind") == DeviceKind.cuda.value:
+                return HardwareFingerprint.model_validate(hw)
+    return None
+
+
+def measured_benches() -> list[str]:
+    """The benches whose truth file is here: the ones a matrix replays by default (the GPU's is
+    measured only where one is lent)."""
+    return [name for name, b in BENCHES.items() if Path(b["cache"]).is_file()]
 
 
 def strategies(args, default_trials: int) -> list[tuple[str, str, int | None]]:
@@ -249,23 +299,27 @@ def summary_section(paths: list[Path]) -> str:
 
 
 def bench_space(bench: str, runner: str | None = None, repeats: int | None = None,
-                max_wait_s: float = 900.0, measure: bool = False):
+                max_wait_s: float = 900.0, measure: bool = False, **stand_in: Any):
     """(bench definition, trial settings, spec, machine space, configs) of a bench. Replays
-    (not `measure`) see the machine its truth was measured on (as_truth_machine)."""
+    (not `measure`) see the machine its truth was measured on (as_truth_machine). `stand_in`
+    (cache, preset, seq_len, deadline_s) measures into another file: a dry run's or a lent
+    GPU's output folder."""
     from autotune.search.machine import MachineSpace
 
     b = dict(BENCHES[bench])
     if runner is not None and runner != b["runner"]:
         # Runs of another runner are another truth: never mixed into (or overwriting) this one.
         b["cache"], b["runner"] = RESULTS / f"truth_{bench}_{runner}.json", runner
+    b.update({k: v for k, v in stand_in.items() if v is not None and k != "deadline_s"})
     trial = {"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, "timeout_s": 300.0,
              **b.get("trial", {})}  # a bench's own trial settings (mem: a 124M model, fewer steps)
     ns = argparse.Namespace(preset=b.get("preset", "tiny"), seq_len=b["seq_len"], global_batch=b["global_batch"] or None,
                             space=b["space"], min_measure_s=bt.TrialConfig().min_measure_s, **trial,
                             cache=b["cache"], runner=b["runner"],
-                            repeats=repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=max_wait_s)
+                            repeats=repeats or 3, remeasure=False, max_busy=1.0, max_wait_s=max_wait_s,
+                            deadline_s=stand_in.get("deadline_s"))
     if not measure:
-        as_truth_machine(b["cpu_bf16"])
+        as_truth_machine(b)
     spec = bt.make_spec(ns)
     ms = MachineSpace.for_spec(spec)
     return b, ns, spec, ms, bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
@@ -308,6 +362,15 @@ def main(argv: list[str] | None = None) -> int:
                          "ground truth was measured with; another runner measures into its own file)")
     ap.add_argument("--max-wait-s", type=float, default=900.0,
                     help="with --measure: before each run, wait at most this long for a quiet machine")
+    ap.add_argument("--measure-only", action="store_true",
+                    help="measure missing runs, then stop without replaying (what a lent GPU runs)")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="with --measure-only: start no run after this many seconds (the runs done are kept)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="with --measure-only: the truth file to top up (default: the bench's own)")
+    ap.add_argument("--preset", default=None,
+                    help="with --measure-only and --cache: another model (a dry run's stand-in)")
+    ap.add_argument("--seq-len", type=int, default=None, help="with --preset: its sequence length")
     ap.add_argument("--limit", type=bl.parse_limit, default="default", metavar="Q",
                     help="memory limit per rank: a quantile of the measured peaks (0.1 ... 0.9) or "
                          "none; the results go to search_<bench>_limit<Q>.json unless --json-out "
@@ -324,10 +387,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from autotune.spec import BudgetSpec
 
+    stand_in = dict(cache=args.cache, preset=args.preset, seq_len=args.seq_len, deadline_s=args.deadline_s)
+    if not args.measure_only and any(v is not None for v in stand_in.values()):
+        ap.error("--cache, --preset, --seq-len and --deadline-s go with --measure-only")
+    if (args.preset or args.seq_len) and args.cache is None:
+        ap.error("--preset and --seq-len measure a stand-in: name its file with --cache, so that it "
+                 "never tops up the bench's own truth")
     ctx, _ = start_run()
-    b, ns, spec, ms, configs = bench_space(args.bench, args.runner, args.repeats, args.max_wait_s, args.measure)
-    if args.measure:
-        bt.measure(configs, spec, ms, ns)
+    measure = args.measure or args.measure_only
+    b, ns, spec, ms, configs = bench_space(args.bench, args.runner, args.repeats, args.max_wait_s, measure,
+                                           **stand_in)
+    if measure:
+        doc = bt.measure(configs, spec, ms, ns)
+        if args.measure_only:
+            n_runs = sum(len(e["results"]) for e in doc["entries"].values())
+            print(f"{args.bench}: {len(doc['entries'])} of {len(configs)} configs measured, {n_runs} runs, "
+                  f"in {shown_path(Path(b['cache']))}")
+            return 0
     doc = bt.load_cache(Path(b["cache"]), None)
     missing = [bt.config_key(v) for _, v in configs if bt.config_key(v) not in doc["entries"]]
     if missing:

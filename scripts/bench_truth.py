@@ -248,8 +248,10 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
     if not todo:
         return doc
     runner = RUNNERS[args.runner]()
+    deadline_s = getattr(args, "deadline_s", None)
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
-        _measure_todo(doc, todo, runner, spec, ms, args, cache, log)
+        _measure_todo(doc, todo, runner, spec, ms, args, cache, log, deadline)
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
@@ -257,11 +259,17 @@ def measure(configs, spec, ms, args, log=print) -> dict[str, Any]:
     return doc
 
 
-def _measure_todo(doc, todo, runner, spec, ms, args, cache: Path, log) -> None:
+def _measure_todo(doc, todo, runner, spec, ms, args, cache: Path, log, deadline: float | None = None) -> None:
+    """Runs `todo` in order, saving after each; none starts after `deadline` (time.monotonic():
+    a lent GPU's time is counted, and what ran by then is kept)."""
     from autotune.contract import write_json_atomic
 
     with tempfile.TemporaryDirectory(prefix="bench_truth_") as tmp:
         for i, (rep, values) in enumerate(todo):
+            if deadline is not None and time.monotonic() >= deadline:
+                log(f"  deadline reached: {len(todo) - i} of {len(todo)} runs not measured; "
+                    "the same command measures them later", flush=True)
+                return
             cfg = trial_config(values, spec, ms, seed=spec.seed)
             entry = doc["entries"].setdefault(config_key(values), {
                 "config": cfg.model_dump(mode="json"), "results": [], "runs_meta": []})

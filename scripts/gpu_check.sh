@@ -8,6 +8,7 @@
 #   scripts/gpu_check.sh --dry-run            # the same pipeline on CPU, tiny preset (a test)
 #
 #   scripts/gpu_check.sh --python python3 --wheels .whl   # offline GPU node: its own torch, no venv
+#   scripts/gpu_check.sh --truth-only --truth-s 300       # only the H200 ground truth, 5 minutes
 #
 # Options: --dry-run, --out DIR (default $OUT, else ./gpu_check_out), --preset NAME (small),
 # --trials N (8), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
@@ -17,7 +18,12 @@
 # missing packages from these wheel files, offline, into OUT/site; for machines without an index),
 # --long-steps N (measured steps of the long rerun of the best config; 0 skips it; 100),
 # --trial-timeout S (each trial's timeout; 240 on a GPU), --no-compile (skip the compile
-# trials), --compile-only (only the compile trials: no sweep, no other direct trials).
+# trials), --compile-only (only the compile trials: no sweep, no other direct trials),
+# --truth-s S (after the check, measure issue 28's GPU ground truth for S seconds: the `h200`
+# bench of scripts/bench_search.py, topping up benchmarks/results/truth_h200_pool.json into
+# OUT/truth_h200_pool.json; no run starts after S, and every run is saved as it ends: commit
+# the file and replay it anywhere with `scripts/bench_matrix.py --benches h200`),
+# --truth-repeats N (runs per config the truth is topped up to; 2), --truth-only (only that).
 # Writes into the output folder: gpu_check_summary.json, gpu_check_report.md, report.txt
 # (autotune report), sweep.log, nvidia_smi.txt, spec.yaml, space.yaml, runs/ (trial folders),
 # extra/ (direct trials: fp8, ZeRO, the long rerun), compile/ (compile trials) and
@@ -40,8 +46,11 @@ LONG_STEPS=100
 TRIAL_TIMEOUT_S=""
 COMPILE=1
 COMPILE_ONLY=0
+TRUTH_S=0
+TRUTH_REPEATS=2
+TRUTH_ONLY=0
 
-usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -58,12 +67,18 @@ while [[ $# -gt 0 ]]; do
     --trial-timeout) TRIAL_TIMEOUT_S="$2"; shift ;;
     --no-compile) COMPILE=0 ;;
     --compile-only) COMPILE_ONLY=1 ;;
+    --truth-s) TRUTH_S="$2"; shift ;;
+    --truth-repeats) TRUTH_REPEATS="$2"; shift ;;
+    --truth-only) TRUTH_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_check: unknown option '$1'. To fix: see --help." >&2; exit 2 ;;
   esac
   shift
 done
 
+for n in "$TRUTH_S" "$TRUTH_REPEATS"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "gpu_check: --truth-s and --truth-repeats take whole numbers, got '$n'. To fix: e.g. --truth-s 300 --truth-repeats 2." >&2; exit 2; }
+done
 STARTED="$(date +%s)"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
@@ -210,6 +225,30 @@ print("\n".join(lines))
 PYEOF
 }
 
+measure_truth() {
+  # Issue 28's GPU ground truth: every config of the h200 bench (benchmarks/search_space_h200.yaml)
+  # measured with the sweep's pooled trials, round by round, until TRUTH_S seconds have passed.
+  # It tops up the committed truth (copied into the output folder, where a lent machine's
+  # files come back from even when its command is stopped). The dry run measures a stand-in
+  # (the tiny preset at seq_len 64, on CPU) into a file of its own.
+  local file="$OUT_DIR/truth_h200_pool.json" standin=()
+  if [[ "$DRY_RUN" == 1 ]]; then
+    file="$OUT_DIR/truth_h200_dry_run.json"; standin=(--preset tiny --seq-len 64)
+  elif [[ -f "$ROOT/benchmarks/results/truth_h200_pool.json" && ! -f "$file" ]]; then
+    cp "$ROOT/benchmarks/results/truth_h200_pool.json" "$file"
+  fi
+  echo "gpu_check: the h200 ground truth for at most $TRUTH_S s into $file"
+  "$PY" "$ROOT/scripts/bench_search.py" --bench h200 --measure-only --repeats "$TRUTH_REPEATS" \
+    --max-wait-s 0 --deadline-s "$TRUTH_S" --cache "$file" "${standin[@]}" 2>&1 | tee "$OUT_DIR/truth.log" \
+    || echo "gpu_check: the ground truth's measurement exited non-zero (see truth.log)" >&2
+}
+
+if [[ "$TRUTH_ONLY" == 1 ]]; then
+  if [[ "$TRUTH_S" == 0 ]]; then TRUTH_S=300; fi
+  measure_truth
+  exit 0
+fi
+
 if [[ "$COMPILE_ONLY" == 1 ]]; then
   rm -rf "$OUT_DIR/compile"
   compile_trials
@@ -315,3 +354,4 @@ if [[ "$DRY_RUN" == 1 ]]; then MODE=dry-run; fi
 "$PY" "$ROOT/scripts/gpu_check_summary.py" --runs "$OUT_DIR/runs" --extra "$OUT_DIR/extra" \
   --out "$OUT_DIR" --mode "$MODE" --started "$STARTED"
 echo "gpu_check: done in $(( $(date +%s) - STARTED )) s; summary: $OUT_DIR/gpu_check_summary.json"
+if [[ "$TRUTH_S" != 0 ]]; then measure_truth; fi

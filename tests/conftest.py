@@ -48,14 +48,17 @@ def run_cli(tmp_path):
 
 @pytest.fixture
 def truth_machine_undone(monkeypatch, request):
-    """Benchmark replays report the bf16 of the machine their truth was measured on
-    (scripts/bench_search.as_truth_machine); this undoes that after the test, so that later
-    tests see this machine's."""
+    """Benchmark replays report the machine their truth was measured on (a CPU truth's bf16, a
+    GPU truth's whole machine: scripts/bench_search.as_truth_machine); this undoes that after
+    the test, so that later tests see this machine's."""
     import autotune.contract.hardware as host
-    from autotune.run.hardware import local_hardware
+    import autotune.run.hardware as hwmod
 
     monkeypatch.setattr(host, "cpu_bf16", host.cpu_bf16)
-    request.addfinalizer(local_hardware.cache_clear)
+    # A GPU truth's replay reports that machine's GPUs and host (as_truth_machine).
+    monkeypatch.setattr(hwmod, "_nvml_gpus", hwmod._nvml_gpus)
+    monkeypatch.setattr(hwmod, "host_fingerprint", hwmod.host_fingerprint)
+    request.addfinalizer(hwmod.local_hardware.cache_clear)
 
 
 @pytest.fixture(scope="session")
