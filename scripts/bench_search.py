@@ -449,8 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             "optimum_place": bl.optimum_place(table, baselines, ms, spec), "preset": ns.preset,
             "note": b.get("note"), "peaks_by_sharding": peaks_by_sharding(table),
             "default_trials": default_trials, "summary": summary, "replay_s": time.monotonic() - t0,
-            "truth": truth_facts(table, doc, truths), "space": str(Path(b["space"]).relative_to(ROOT)),
-            "cache": str(Path(b["cache"]).relative_to(ROOT)), "seq_len": b["seq_len"],
+            "truth": truth_facts(table, doc, truths), "space": shown_path(Path(b["space"])),
+            "cache": shown_path(Path(b["cache"])), "seq_len": b["seq_len"],
             "global_batch": b["global_batch"] or None}
     write_outputs(args.json_out, args.md_out, data, render(data))
     return 0

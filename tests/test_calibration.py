@@ -55,6 +55,18 @@ def test_fit_with_few_points_is_a_constant_not_an_extrapolated_slope():
     assert fit_calibration([], "hw") is None
 
 
+def test_a_fit_that_would_predict_a_peak_below_zero_is_no_fit():
+    # The analytic figure 50-200x the measured peak, with spread: even the smallest slope allowed
+    # leaves a constant so negative that the fit predicts a negative peak for a trial it was
+    # fitted on. Found replaying a stand-in truth whose trials ran a smaller model than the
+    # spec's; before, the sweep stopped there with a math domain error.
+    pts = [CalibrationPoint(a * 1000 * MB, m * MB, "ddp") for a, m in ((20, 400), (40, 410), (80, 420))]
+    assert fit_calibration(pts, "hw") is None
+    # The same spread with the analytic figure near the peaks fits as before.
+    near = [CalibrationPoint(a * MB, m * MB, "ddp") for a, m in ((200, 400), (400, 610), (800, 1020))]
+    assert fit_calibration(near, "hw") is not None
+
+
 def test_fit_minimises_relative_error():
     # Noisy points: the fit's median relative error is small and never worse than the raw model.
     import random
