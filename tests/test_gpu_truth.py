@@ -98,3 +98,14 @@ def test_a_gpu_bench_without_its_truth_says_how_to_measure_it(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "missing.json holds no run measured on a GPU" in err
     assert "scripts/gpu_check.sh --truth-only --truth-s 300" in err
+
+
+@pytest.mark.parametrize("argv, says", [(["--python-version", "three"], "--python-version takes 3.N, got 'three'"),
+                                        (["--wheel-dir", "x"], "unknown option '--wheel-dir'")])
+def test_the_gpu_wheel_script_refuses_bad_flags_before_downloading(tmp_path, argv, says):
+    # Its download itself needs PyPI (the wheels for a GPU machine without an index); its
+    # flags are checked before any of it, and nothing is written.
+    out = tmp_path / "whl"
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_wheels.sh"), "--out", str(out), *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and says in done.stderr and not out.exists()
