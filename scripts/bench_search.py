@@ -100,7 +100,7 @@ BENCHES: dict[str, dict[str, Any]] = {
     # (device "cuda": as_truth_machine). A GPU's runs differ by well under 1% (the GPU check's
     # short and long runs of one config: 0.998), so one run per config is its truth.
     "h200": dict(space=ROOT / "benchmarks" / "search_space_h200.yaml", seq_len=2048, global_batch=0,
-                 preset="1b", trial=dict(warmup_steps=1, measure_steps=3, max_measure_steps=3, timeout_s=300.0),
+                 preset="1b", trial=dict(warmup_steps=1, measure_steps=3, max_measure_steps=3, timeout_s=180.0),
                  cache=RESULTS / "truth_h200_pool.json", runner="pool", mem_limit_quantile=0.7,
                  device="cuda", cpu_bf16=None,
                  title="The 1.3B GPT on one H200 (seq_len 2048, bf16, accumulation 1: micro-batch 4-32 x "

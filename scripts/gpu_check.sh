@@ -15,7 +15,8 @@
 # --no-fp8 (skip torchao and the fp8 trial), --no-install (use the venv as it is),
 # --python PY (run with this interpreter as it is, e.g. an image's python3 that holds a CUDA
 # torch, no venv: a venv made from a venv would not see that torch), --wheels DIR (install the
-# missing packages from these wheel files, offline, into OUT/site; for machines without an index:
+# missing packages from these wheel files, offline, into a temporary folder (not the output:
+# a lent machine returns only a few files from it); for machines without an index:
 # scripts/gpu_wheels.sh downloads them where pip reaches PyPI),
 # --long-steps N (measured steps of the long rerun of the best config; 0 skips it; 100),
 # --trial-timeout S (each trial's timeout; 240 on a GPU), --no-compile (skip the compile
@@ -51,7 +52,7 @@ TRUTH_S=0
 TRUTH_REPEATS=2
 TRUTH_ONLY=0
 
-usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -112,8 +113,10 @@ if [[ -n "$PYTHON" ]]; then
   PY="$(command -v "$PYTHON")"
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
   if [[ -n "$WHEELS" ]]; then
-    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$OUT_DIR/site" "$WHEELS"/*.whl
-    export PYTHONPATH="$PYTHONPATH:$OUT_DIR/site"
+    SITE="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_site.XXXXXX")"
+    trap 'rm -rf "$SITE"' EXIT
+    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --upgrade --target "$SITE" "$WHEELS"/*.whl
+    export PYTHONPATH="$PYTHONPATH:$SITE"
   fi
   AUTOTUNE=("$PY" -m autotune.cli)
 else
