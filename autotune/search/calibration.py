@@ -181,9 +181,8 @@ def fit_calibration(points: list[CalibrationPoint], hardware: str) -> Calibratio
                          max_under_prediction=0.0, basis=basis)
     preds = [fit.predict(p.analytic_bytes, p.engine, p.ranks)[0] for p in points]
     if min(preds) <= 0:
-        # The analytic figure overestimates these peaks so far that even the smallest slope
-        # allowed leaves a negative constant: the fit does not describe this machine's trials
-        # (a workload the analytic model misreads), and no fit is better than a wrong one.
+        # The analytic figure overestimates these peaks so far that even the smallest slope leaves
+        # a negative constant: the fit does not describe these trials; no fit beats a wrong one.
         return None
     fit.median_rel_error = statistics.median(abs(q - p.measured_bytes) / p.measured_bytes
                                              for q, p in zip(preds, points))
