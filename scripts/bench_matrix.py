@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_limits as bl  # noqa: E402
 import bench_resample  # noqa: E402
 import bench_search as bs  # noqa: E402
-from bench_common import markdown_table, shown_path, write_outputs  # noqa: E402
+import bench_truth as bt  # noqa: E402
+from bench_common import ROOT, markdown_table, shown_path, write_outputs  # noqa: E402
 
 KINDS = ("sweep", "random", "heuristic_n", "heuristic", "oracle", "exhaustive", "first_baseline", "baselines")
 TRIALS = 8
@@ -107,6 +108,13 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     return [f"- `{bench}` at {bl.limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
 
 
+def truth_rounds(cache: str) -> str:
+    """" Measured in 6 rounds: rounds 1-3 on ..." for the truth file a cell names (from its runs'
+    records, so the sentence follows the committed file); "" where they record no rounds."""
+    rounds = bt.rounds_dates(bt.load_cache(ROOT / cache, None, log=lambda *a: None))
+    return f" Measured in {rounds}." if rounds else ""
+
+
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
     lines = ["## Search under memory limits (`scripts/bench_matrix.py`)", "",
              f"Every space replayed at `--trials {TRIALS}` under a per-rank memory limit at the 0.1 ... "
@@ -148,7 +156,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                 about = [f"{data['n_configs']} configs, {data['runs_per_config']}+ runs per config "
                          f"(`{data['cache']}`), judged on "
                          + ("held-out runs" if data["holdout"] else "the same runs a replay observes (in-sample)")
-                         + "." + (f" {bs.BENCHES[bench]['note']}" if bs.BENCHES[bench].get("note") else "")]
+                         + "." + truth_rounds(data["cache"])
+                         + (f" {bs.BENCHES[bench]['note']}" if bs.BENCHES[bench].get("note") else "")]
             place = data.get("optimum_place") or {}
             if place and place.get("optimum") is None:
                 rows.append([bl.limit_label(data), "no config fits"] + ["-"] * (len(KINDS) - 1))

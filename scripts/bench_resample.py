@@ -7,9 +7,10 @@ noise.
     .venv/bin/python scripts/bench_resample.py --benches mem --limits none --datasets 10 --seeds 6
 
 Why: a cell of scripts/bench_matrix.py replays 60 seeds against one measured truth. With 6
-rounds per config a seed observes 3 of them and is judged on the other 3, so its 60 seeds are
-at most 20 different splits of the same 36-72 runs. Within one truth a config's observed and
-held-out halves are not independent: they share its 6 figures, so a config that looks lucky in
+rounds per config (as the 124M and 389.5M truths had until 2026-12-03) a seed observes 3 of them
+and is judged on the other 3, so its 60 seeds are at most 20 different splits of the same runs.
+Within one truth a config's observed and
+held-out halves are not independent: they share its figures, so a config that looks lucky in
 its observed half is unlucky in its held-out half by construction. Where two configs are within
 a run's noise of each other, a cell's figure then says as much about how that one truth's runs
 happened to fall as about the strategy (the reference, which measures everything the seed may
@@ -121,8 +122,9 @@ def cell_sentence(bench: str, limit: str) -> str | None:
 
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
     lines = ["## How far a matrix cell moves with its truth's runs (`scripts/bench_resample.py`)", "",
-             "A cell of the matrix above is 60 seeds against one measured truth; with 6 rounds per "
-             "config its seeds are at most 20 different splits of the same runs, and within one truth "
+             "A cell of the matrix above is 60 seeds against one measured truth; a seed observes half "
+             "of its R rounds, so its seeds are at most C(R, R/2) different splits of the same runs (20 "
+             "for 6 rounds, 70 for 8, 252 for 10), and within one truth "
              "a config's observed and held-out halves share its runs (a half that looks lucky leaves "
              "an unlucky one). So each cell of the benches judged on held-out runs is replayed again "
              "on truths resampled from the committed one: its measurement rounds drawn with "

@@ -79,9 +79,8 @@ BENCHES: dict[str, dict[str, Any]] = {
     "mem": dict(space=ROOT / "benchmarks" / "search_space_mem.yaml", seq_len=64, global_batch=0,
                 preset="small", trial=dict(warmup_steps=1, measure_steps=2, max_measure_steps=2, timeout_s=900.0), cache=RESULTS / "truth_mem_pool.json", runner="pool",
                 mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
-                note="Measured on an otherwise idle machine in 6 rounds, 3 on 2026-12-01 and 3 on 2026-12-02 "
-                     "(each run records the load before it; the truth measured under other agents' load is "
-                     "in git before this one). Its trials "
+                note="Measured on an otherwise idle machine (each run records the load before it; the "
+                     "truth measured under other agents' load is in git before this one). Its trials "
                      "measure 2 steps of a 124M model, so tokens/s still differ by several percent between runs.",
                 title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
                       "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),

@@ -449,6 +449,29 @@ def rounds_of(table: dict[str, Entry]) -> list[Any]:
     return sorted(set.intersection(*each)) if each else []
 
 
+def rounds_dates(doc: dict[str, Any]) -> str | None:
+    """When a ground truth's rounds were measured, from its runs' records: "6 rounds: rounds 1-3
+    on 2026-12-01, 4-6 on 2026-12-02" (a round's date: its first run's). None where its runs
+    record no rounds (the oldest truths)."""
+    first: dict[Any, str] = {}
+    for entry in doc.get("entries", {}).values():
+        for m in entry.get("runs_meta") or []:
+            rnd, at = (m or {}).get("round"), (m or {}).get("started_utc")
+            if rnd is not None and at:
+                first[rnd] = min(first.get(rnd, at), at)
+    if not first:
+        return None
+    spans: list[list[Any]] = []  # [first round, last round, date], in time order
+    for rnd, at in sorted(first.items(), key=lambda kv: kv[1]):
+        if spans and spans[-1][2] == at[:10]:
+            spans[-1][1] = rnd
+        else:
+            spans.append([rnd, rnd, at[:10]])
+    parts = [f"{a + 1}" + (f"-{b + 1}" if b != a else "") + f" on {d}" for a, b, d in spans]
+    n = len(first)
+    return f"{n} round{'s' * (n > 1)}: " + ("rounds " if n > 1 else "round ") + ", ".join(parts)
+
+
 def resampled(table: dict[str, Entry], rounds: list[Any], mem_limit_bytes: int | None) -> dict[str, Entry]:
     """The table as if its rounds had been `rounds` (drawn with replacement from rounds_of:
     the bootstrap of bench_resample): every config gets its runs of those rounds, renumbered

@@ -394,6 +394,21 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
         "No config of the space fits")
 
 
+def test_a_truths_rounds_are_dated_by_their_first_run():
+    """bench_truth.rounds_dates: consecutive rounds of one day share a span, in time order; a
+    round's date is its first run's; a truth whose runs record no rounds has none."""
+    def doc(*runs):
+        return {"entries": {"a": {"runs_meta": [{"round": r, "started_utc": at} for r, at in runs[::2]]},
+                            "b": {"runs_meta": [{"round": r, "started_utc": at} for r, at in runs[1::2]]}}}
+
+    d = doc((0, "2026-12-01 18:40:07"), (0, "2026-12-01 18:39:00"), (1, "2026-12-01 23:59:59"),
+            (1, "2026-12-02 00:00:10"), (2, "2026-12-02 09:00:00"), (2, "2026-12-02 09:01:00"),
+            (3, "2026-12-03 05:37:00"), (3, "2026-12-03 05:38:00"))
+    assert bench_truth.rounds_dates(d) == "4 rounds: rounds 1-2 on 2026-12-01, 3 on 2026-12-02, 4 on 2026-12-03"
+    assert bench_truth.rounds_dates(doc((0, "2026-12-01 18:40:07"))) == "1 round: round 1 on 2026-12-01"
+    assert bench_truth.rounds_dates({"entries": {"a": {"runs_meta": [{}], "results": [{}]}}}) is None
+
+
 def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp_path, monkeypatch,
                                                                             truth_machine_undone):
     """`bench_matrix.py`: one result file per (bench, limit), and the section regenerates from
@@ -412,6 +427,10 @@ def test_the_matrix_replays_each_limit_into_its_own_file_and_summarises_them(tmp
     assert json.loads((tmp_path / "search_ds_limitnone.json").read_text())["mem_limit_bytes"] is None
     first = md_out.read_text()
     assert "### `ds`" in first and "| none |" in first and "Where the optimum lies" in first
+    # When the truth's rounds ran, from its own runs' records (the committed file's first run).
+    doc = bench_truth.load_cache(SCRIPTS.parent / low["cache"], None, log=lambda *a: None)
+    day = min(m["started_utc"] for e in doc["entries"].values() for m in e["runs_meta"])[:10]
+    assert f"Measured in {bench_truth.rounds_dates(doc)}." in first and "rounds 1-" in first and day in first
     md_out.unlink()
     assert bench_matrix.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first
