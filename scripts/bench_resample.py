@@ -9,12 +9,12 @@ noise.
 Why: a cell of scripts/bench_matrix.py replays 60 seeds against one measured truth. With 6
 rounds per config (as the 124M and 389.5M truths had until 2026-12-03) a seed observes 3 of them
 and is judged on the other 3, so its 60 seeds are at most 20 different splits of the same runs.
-Within one truth a config's observed and
-held-out halves are not independent: they share its figures, so a config that looks lucky in
-its observed half is unlucky in its held-out half by construction. Where two configs are within
-a run's noise of each other, a cell's figure then says as much about how that one truth's runs
-happened to fall as about the strategy (the reference, which measures everything the seed may
-observe, got 10/60 on the 124M space without a limit while the first baseline alone got 43).
+Within one truth a config's observed and held-out halves are not independent: they share its
+figures, so a config that looks lucky in its observed half is unlucky in its held-out half by
+construction. Where two configs are within a run's noise of each other, a cell's figure then
+says as much about how that one truth's runs happened to fall as about the strategy (the
+reference, which measures everything the seed may observe, got 10/60 on the 124M space without
+a limit while the first baseline alone got 43).
 
 What: for each bench with held-out truth (ds, mem, gpt390) and each limit of the matrix,
 `--datasets` truths are drawn by resampling the measurement rounds with replacement (the same

@@ -461,13 +461,18 @@ def rounds_dates(doc: dict[str, Any]) -> str | None:
                 first[rnd] = min(first.get(rnd, at), at)
     if not first:
         return None
-    spans: list[list[Any]] = []  # [first round, last round, date], in time order
-    for rnd, at in sorted(first.items(), key=lambda kv: kv[1]):
-        if spans and spans[-1][2] == at[:10]:
-            spans[-1][1] = rnd
-        else:
-            spans.append([rnd, rnd, at[:10]])
-    parts = [f"{a + 1}" + (f"-{b + 1}" if b != a else "") + f" on {d}" for a, b, d in spans]
+    by_date: dict[str, list[Any]] = {}
+    for rnd, at in first.items():
+        by_date.setdefault(at[:10], []).append(rnd)
+    parts = []
+    for day in sorted(by_date):  # a day's rounds as runs of consecutive numbers: "1-3, 5"
+        spans: list[list[Any]] = []
+        for rnd in sorted(by_date[day]):
+            if spans and spans[-1][1] + 1 == rnd:
+                spans[-1][1] = rnd
+            else:
+                spans.append([rnd, rnd])
+        parts.append(", ".join(f"{a + 1}" + (f"-{b + 1}" if b != a else "") for a, b in spans) + f" on {day}")
     n = len(first)
     return f"{n} round{'s' * (n > 1)}: " + ("rounds " if n > 1 else "round ") + ", ".join(parts)
 

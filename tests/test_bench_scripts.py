@@ -395,7 +395,7 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
 
 
 def test_a_truths_rounds_are_dated_by_their_first_run():
-    """bench_truth.rounds_dates: consecutive rounds of one day share a span, in time order; a
+    """bench_truth.rounds_dates: consecutive rounds of one day share a span, days in order; a
     round's date is its first run's; a truth whose runs record no rounds has none."""
     def doc(*runs):
         return {"entries": {"a": {"runs_meta": [{"round": r, "started_utc": at} for r, at in runs[::2]]},
@@ -406,6 +406,11 @@ def test_a_truths_rounds_are_dated_by_their_first_run():
             (3, "2026-12-03 05:37:00"), (3, "2026-12-03 05:38:00"))
     assert bench_truth.rounds_dates(d) == "4 rounds: rounds 1-2 on 2026-12-01, 3 on 2026-12-02, 4 on 2026-12-03"
     assert bench_truth.rounds_dates(doc((0, "2026-12-01 18:40:07"))) == "1 round: round 1 on 2026-12-01"
+    # Rounds topped up out of order on one day keep their own numbers.
+    d = doc((0, "2026-12-01 10:00:00"), (0, "2026-12-01 10:01:00"), (2, "2026-12-01 11:00:00"),
+            (2, "2026-12-01 11:01:00"), (1, "2026-12-02 09:00:00"), (1, "2026-12-02 09:01:00"),
+            (3, "2026-12-01 12:00:00"), (3, "2026-12-01 12:01:00"))
+    assert bench_truth.rounds_dates(d) == "4 rounds: rounds 1, 3-4 on 2026-12-01, 2 on 2026-12-02"
     assert bench_truth.rounds_dates({"entries": {"a": {"runs_meta": [{}], "results": [{}]}}}) is None
 
 
