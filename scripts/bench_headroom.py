@@ -8,12 +8,14 @@ under each variant of the rule.
 
 The rule (autotune.report.picks.with_headroom): a recommended config whose runs give one more
 run less than autotune.search.verdict.P_HEADROOM chance of fitting gives way to the best config
-with that headroom, where it costs at most autotune.report.picks.GIVE_WAY more. The rule reads
+with that headroom, where it costs at most autotune.report.picks.GIVE_WAY more (GIVE_WAY_AFTER_OOM
+where some of its own runs ran out of memory). The rule reads
 only the report: the sweep launches the same trials under every variant, so each seed's study
 is replayed once (bench_replay.replay_sweep, the matrix's sweep row: 8 trials, 60 seeds) and its
 report is built again per variant. Judged as the matrix is (bench_search.summarize, by cost).
-Variants: the rule off, the shipped constants, P_HEADROOM at 0.8 and 0.95, and GIVE_WAY at 10%,
-25% and any cost. Raw results: benchmarks/results/headroom_<bench>_limit<Q>.json (each seed's
+Variants: the rule off, the shipped constants, P_HEADROOM at 0.8 and 0.95, the give-way after
+an OOM at GIVE_WAY's 3% (no gate), 25% and any cost, and one give-way for every pick (flat) at
+10%, 25% and any cost. Raw results: benchmarks/results/headroom_<bench>_limit<Q>.json (each seed's
 pick under each variant). The shipped column must equal the matrix's sweep cell (same replay);
 the section says where it does not.
 """
@@ -39,11 +41,12 @@ from bench_common import markdown_table, shown_path  # noqa: E402
 
 TRIALS = bench_matrix.TRIALS
 SHIPPED = "shipped"
-# name -> (P_HEADROOM, GIVE_WAY); None: the shipped value.
-VARIANTS: dict[str, tuple[float | None, float | None]] = {
-    "rule off": (0.0, None), SHIPPED: (None, None), "P_HEADROOM 0.8": (0.8, None),
-    "P_HEADROOM 0.95": (0.95, None), "GIVE_WAY 10%": (None, 0.10), "GIVE_WAY 25%": (None, 0.25),
-    "GIVE_WAY any": (None, math.inf)}
+# name -> (P_HEADROOM, GIVE_WAY, GIVE_WAY_AFTER_OOM); None: the shipped value.
+VARIANTS: dict[str, tuple[float | None, float | None, float | None]] = {
+    "rule off": (0.0, None, None), SHIPPED: (None, None, None), "P_HEADROOM 0.8": (0.8, None, None),
+    "P_HEADROOM 0.95": (0.95, None, None), "after an OOM 3%": (None, None, 0.03),
+    "after an OOM 25%": (None, None, 0.25), "after an OOM any": (None, None, math.inf),
+    "flat 10%": (None, 0.10, 0.10), "flat 25%": (None, 0.25, 0.25), "flat any": (None, math.inf, math.inf)}
 
 
 def result_path(bench: str, limit: str) -> Path:
@@ -51,18 +54,19 @@ def result_path(bench: str, limit: str) -> Path:
 
 
 @contextmanager
-def rule(p_headroom: float | None, give_way: float | None):
+def rule(p_headroom: float | None, give_way: float | None, after_oom: float | None = None):
     """The report's headroom constants set for the block (None keeps the shipped value)."""
     from autotune.report import picks
     from autotune.search import verdict
 
-    old = verdict.P_HEADROOM, picks.GIVE_WAY
+    old = verdict.P_HEADROOM, picks.GIVE_WAY, picks.GIVE_WAY_AFTER_OOM
     verdict.P_HEADROOM = old[0] if p_headroom is None else p_headroom
     picks.GIVE_WAY = old[1] if give_way is None else give_way
+    picks.GIVE_WAY_AFTER_OOM = old[2] if after_oom is None else after_oom
     try:
-        yield verdict.P_HEADROOM, picks.GIVE_WAY
+        yield verdict.P_HEADROOM, picks.GIVE_WAY, picks.GIVE_WAY_AFTER_OOM
     finally:
-        verdict.P_HEADROOM, picks.GIVE_WAY = old
+        verdict.P_HEADROOM, picks.GIVE_WAY, picks.GIVE_WAY_AFTER_OOM = old
 
 
 def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
@@ -84,15 +88,16 @@ def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
     for s in range(seeds):
         rep = br.replay_sweep(table, spec, make_sampler(s, worker=0), s, TRIALS, limit_bytes, holdout,
                               keep_study=True)
-        for name, (p, g) in VARIANTS.items():
-            with rule(p, g):
+        for name, consts in VARIANTS.items():
+            with rule(*consts):
                 pick_usd, _ = br.report_picks(rep.study)
             reps[name].append(br.Replay(steps=rep.steps, pick_usd=pick_usd))
     out = {}
-    for name, (p, g) in VARIANTS.items():
-        with rule(p, g) as (p_used, g_used):
+    for name, consts in VARIANTS.items():
+        with rule(*consts) as (p_used, g_used, oom_used):
             usd = bs.summarize(reps[name], truths)["usd"]
-        out[name] = {"p_headroom": p_used, "give_way": g_used, "picks": [r.pick_usd for r in reps[name]],
+        out[name] = {"p_headroom": p_used, "give_way": g_used, "give_way_after_oom": oom_used,
+                     "picks": [r.pick_usd for r in reps[name]],
                      "right": usd["right"], "regret_max": usd["regret_max"], "no_pick": usd["no_pick"]}
     return {"bench": bench, "limit_arg": limit, "mem_limit_bytes": limit_bytes, "seeds": seeds,
             "trials": TRIALS, "holdout": holdout, "cache": str(Path(b["cache"]).relative_to(bs.ROOT)),
@@ -174,14 +179,16 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
     lines = ["## The headroom rule's constants (`scripts/bench_headroom.py`)", "",
              "A recommended config whose runs give one more run less than `P_HEADROOM` chance of "
              "fitting gives way to the best config with that headroom where it costs at most "
-             "`GIVE_WAY` more (`autotune.report.picks.with_headroom`). The rule reads only the "
+             "`GIVE_WAY` more, or `GIVE_WAY_AFTER_OOM` where some of its own runs ran out of memory "
+             "(`autotune.report.picks.with_headroom`). The rule reads only the "
              f"report, so each seed's sweep of the matrix ({' / '.join(sorted(sizes))}) is replayed once and "
              "its pick read under each variant: pick accuracy by cost (worst cost regret), judged "
              "as the matrix is. Regenerate: `scripts/bench_headroom.py`, or `--summary-only` from "
              "`benchmarks/results/headroom_<bench>_limit<Q>.json`. A tight pick whose truth "
              "does not fit and one whose truth fits look alike in the runs a sweep observes (one more "
-             "run fits with about the same chance), so a larger `GIVE_WAY` rescues the first kind only "
-             "by giving up the second; the rule off shows what the rule buys.", "",
+             "run fits with about the same chance), so a larger flat give-way rescues the first kind only "
+             "by giving up the second; a pick whose own runs ran out of memory is a measured risk, "
+             "and the give-way after an OOM reads only those. The rule off shows what the rule buys.", "",
              markdown_table(["cell"] + names, rows) if rows else "No cell differs between variants.", "",
              f"The same under every variant: {', '.join(same) or 'none'}.", "",
              "Against the shipped constants, each variant moves: "

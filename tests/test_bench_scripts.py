@@ -548,18 +548,20 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
     from autotune.report import picks
     from autotune.search import verdict
 
-    shipped = (verdict.P_HEADROOM, picks.GIVE_WAY)
+    shipped = (verdict.P_HEADROOM, picks.GIVE_WAY, picks.GIVE_WAY_AFTER_OOM)
     monkeypatch.setattr(bs, "RESULTS", tmp_path)
     md_out, json_out = tmp_path / "h.md", tmp_path / "h.json"
     argv = ["--benches", "ds", "--limits", "0.3", "--seeds", "7", "--jobs", "1",
             "--md-out", str(md_out), "--json-out", str(json_out)]
     assert bh.main(argv) == 0
-    assert (verdict.P_HEADROOM, picks.GIVE_WAY) == shipped
+    assert (verdict.P_HEADROOM, picks.GIVE_WAY, picks.GIVE_WAY_AFTER_OOM) == shipped
     raw = json.loads((tmp_path / "headroom_ds_limit0.3.json").read_text())
     v = raw["variants"]
     assert set(v) == set(bh.VARIANTS) and all(len(x["picks"]) == 7 for x in v.values())
-    assert (v["shipped"]["p_headroom"], v["shipped"]["give_way"]) == shipped
-    assert v["rule off"]["p_headroom"] == 0.0 and v["GIVE_WAY any"]["give_way"] == math.inf
+    assert (v["shipped"]["p_headroom"], v["shipped"]["give_way"], v["shipped"]["give_way_after_oom"]) == shipped
+    assert v["rule off"]["p_headroom"] == 0.0 and v["flat any"]["give_way"] == math.inf
+    assert v["after an OOM any"]["give_way_after_oom"] == math.inf == v["flat any"]["give_way_after_oom"]
+    assert v["after an OOM any"]["give_way"] == picks.GIVE_WAY
     b, _, spec, _, configs = bs.bench_space("ds")
     doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
     table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.3)
@@ -571,7 +573,7 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
 
     launched = []
     for p_headroom in (None, 1.0):
-        with bh.rule(p_headroom, math.inf):
+        with bh.rule(p_headroom, math.inf, math.inf):
             rep = bench_replay.replay_sweep(table, spec, make_sampler(6, worker=0), 6, bh.TRIALS,
                                             raw["mem_limit_bytes"], raw["holdout"])
         launched.append([st.key for st in rep.steps])

@@ -347,6 +347,38 @@ def test_a_pick_without_headroom_gives_way_to_one_within_the_tolerance_that_has_
     assert unlimited == {} and with_headroom(tight, [tight, option(3, 102.0)], unlimited, "cost") == (tight, None)
 
 
+def test_a_pick_whose_own_runs_ran_out_of_memory_gives_way_further(tmp_path, monkeypatch):
+    """Micro-batch 4 fit twice (580, 585 MiB) and ran out of memory once against a 600 MiB
+    limit: its median fits, so it may be recommended, but its long run's risk is measured, not
+    a spread's tail. Micro-batch 2 (500 MiB) has headroom. Costing 6% more (past GIVE_WAY, within
+    GIVE_WAY_AFTER_OOM), micro-batch 2 is recommended; costing 12% more, micro-batch 4 stays,
+    and the note says how many of its runs ran out of memory. With the give-way after an OOM
+    set to GIVE_WAY, the 6% alternative would not have been taken: the OOM is what moved it."""
+    from autotune.report import picks
+    from autotune.report.schema import OptionRow
+    from autotune.search.verdict import P_HEADROOM, runs_fit
+
+    spec = _spec(tmp_path, 600 * MB)
+    ctx = _study_with(spec, tmp_path, [(4, "none", 580 * MB, "ok"), (4, "none", 640 * MB, "oom"),
+                                       (4, "none", 585 * MB, "ok"), (2, "none", 500 * MB, "ok"),
+                                       (2, "none", 505 * MB, "ok")], limit=600 * MB)
+    fits = runs_fit(ctx.study.get_trials())
+    assert fits[0].recommendable and fits[0].oom_runs == 1 and fits[0].p_run < P_HEADROOM
+    assert fits[3].headroom and picks.GIVE_WAY < 0.06 < picks.GIVE_WAY_AFTER_OOM < 0.12
+
+    def option(trial, usd):
+        return OptionRow.model_construct(trial=trial, usd=usd, hours=usd / 10,
+                                         config=TrialRecord.of(ctx.study.get_trials()[trial]).config)
+
+    tight = option(0, 100.0)
+    for usd, expected in ((106.0, 3), (112.0, 0)):
+        chosen, note = picks.with_headroom(tight, [tight, option(3, usd)], fits, "cost")
+        assert chosen.trial == expected, note
+        assert "1 of trial 0's 3 runs ran out of memory" in note and f"{usd / 100 - 1:.1%} more" in note
+    monkeypatch.setattr(picks, "GIVE_WAY_AFTER_OOM", picks.GIVE_WAY)
+    assert picks.with_headroom(tight, [tight, option(3, 106.0)], fits, "cost")[0] is tight
+
+
 def test_the_margin_comes_from_the_calibrations_own_errors():
     """A config predicted 3% under the limit: with a calibration that has been right within 1%
     it is likely to fit; with one that has erred by 15% it is a coin toss. One predicted 5%
@@ -549,6 +581,33 @@ def test_a_knife_edge_pick_gives_way_to_a_config_with_headroom_within_the_tolera
     for seed in (6, 42, 58):
         pick = _replayed(replay, seed)[1]
         assert pick == "g2-tp1-mb16-acc2-fp32-ckpt:none-z0-off:none" and table[pick].oom
+
+
+def test_a_pick_that_ran_out_of_memory_in_the_sweep_gives_way_end_to_end(monkeypatch, request):
+    """The 389.5M truth at the 0.5 quantile of its peaks (6,438 MiB per rank), seed 45: ZeRO 3
+    without offload at micro-batch 4 peaks at 6,433 MiB in its median run, and two of the four
+    runs the sweep made of it ran out of memory. The two that fit were fast ones, so it is the
+    cheapest config measured; ZeRO 3 + offload (5,678 MiB, headroom) costs 3.5% more on those
+    runs, past GIVE_WAY. Because the tight pick's own runs ran out of memory, it gives way
+    (GIVE_WAY_AFTER_OOM), and the config with headroom is the seed's optimum on held-out runs,
+    where the tight one costs 35% more. With the give-way after an OOM at GIVE_WAY, it would not."""
+    from autotune.report import picks
+    from autotune.search.verdict import runs_fit
+
+    replay = _bench_replay(monkeypatch, request, "gpt390", 0.5)
+    tight = "g2-tp1-mb4-acc1-fp32-ckpt:none-z3-off:none"
+    launched, pick, truth, study = _replayed(replay, 45)
+    assert pick == GPT390_BEST and truth.within(pick, "usd", 0.03)
+    import bench_truth as bt
+
+    assert launched.count(tight) == 4
+    first = next(t for t in study.trials if TrialRecord.of(t).status in ("ok", "oom")
+                 and bt.cfg_key(TrialRecord.of(t).trial_config()) == tight)
+    fit = runs_fit(study.get_trials())[first.number]
+    assert fit.recommendable and fit.oom_runs == 2 and fit.runs == 4
+    monkeypatch.setattr(picks, "GIVE_WAY_AFTER_OOM", picks.GIVE_WAY)
+    _, pick, truth, _ = _replayed(replay, 45)
+    assert pick == tight and truth.usd[pick] > truth.best_usd * 1.10
 
 
 def test_a_tight_pick_that_keeps_its_place_says_what_headroom_would_cost(monkeypatch, request):
