@@ -128,7 +128,8 @@ def cell_sentence(bench: str, limit: str) -> str | None:
         return None
     data = json.loads(path.read_text())
     v = data["variants"]
-    gains = [n for n in VARIANTS if n != SHIPPED and _better(v[n], v[SHIPPED])]
+    # A file replayed before a variant was added lacks it: that variant is not read from it.
+    gains = [n for n in VARIANTS if n != SHIPPED and n in v and _better(v[n], v[SHIPPED])]
     if not gains:
         return None
     best = max(gains, key=lambda n: (v[n]["right"], -v[n]["regret_max"]))
@@ -136,7 +137,7 @@ def cell_sentence(bench: str, limit: str) -> str | None:
     for other in sorted(bs.RESULTS.glob("headroom_*_limit*.json")):
         if other != path:
             o = json.loads(other.read_text())
-            if _better(o["variants"][SHIPPED], o["variants"][best]):
+            if best in o["variants"] and _better(o["variants"][SHIPPED], o["variants"][best]):
                 worse.append(f"{o['bench']} {o['limit_arg']}")
     return (f"the headroom rule with {best} would get {cell_text(v[best], data['seeds'])} here, and do worse in "
             f"{len(worse)} other cell{'s' if len(worse) != 1 else ''} ({', '.join(worse) or 'none'}; "
