@@ -562,6 +562,8 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
     assert v["rule off"]["p_headroom"] == 0.0 and v["flat any"]["give_way"] == math.inf
     assert v["after an OOM any"]["give_way_after_oom"] == math.inf == v["flat any"]["give_way_after_oom"]
     assert v["after an OOM any"]["give_way"] == picks.GIVE_WAY
+    gate_off = f"after an OOM {picks.GIVE_WAY:.0%}"  # named and set from the shipped GIVE_WAY
+    assert v[gate_off]["give_way_after_oom"] == picks.GIVE_WAY == v[gate_off]["give_way"]
     b, _, spec, _, configs = bs.bench_space("ds")
     doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
     table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.3)
@@ -583,3 +585,10 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
     md_out.unlink()
     assert bh.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first
+    # A file replayed before a variant was added lacks it: the section says so and counts it as
+    # meeting no target, rather than failing.
+    del raw["variants"]["flat 25%"]
+    (tmp_path / "headroom_ds_limit0.3.json").write_text(json.dumps(raw))
+    assert bh.main(argv + ["--summary-only"]) == 0
+    older = md_out.read_text()
+    assert "not replayed" in older and "flat 25% 0" in older and "**flat 25%**: no cell" in older
