@@ -465,12 +465,19 @@ def test_matrix_lists_each_target_a_cell_misses_beside_the_reference(tmp_path, m
     assert bench_matrix.misses(short) == ["accuracy 52/60 < 55", "worst regret 37% > 10%"]
     line, = bench_matrix.target_lines("gpt390", short)
     assert line.startswith("- `gpt390` at 0.7 (7,168 MiB): accuracy 52/60 < 55") and line.endswith(
-        "the reference gets 52/60 (37%).")
+        "the reference gets 52/60 (37%), the bound 60/60 (0%).")
+    assert not bench_matrix.bound_misses_regret(short)
+    # Where the bound, told the 2 best configs, also picks worse than 10%, the line says so.
+    short["summary"]["oracle"]["usd"]["regret_max"] = 0.13
+    assert bench_matrix.bound_misses_regret(short)
+    line, = bench_matrix.target_lines("gpt390", short)
+    assert line.endswith("the bound 60/60 (13%), over 10% too (told the 2 best configs, it still picks from noisy runs).")
+    short["summary"]["oracle"]["usd"]["regret_max"] = 0.0
     rows = [{"right": r, "regret_max": w, "no_pick": 0} for r, w in ((30, 0.05), (45, 0.2), (60, 0.0))]
     (tmp_path / "resample_gpt390_limit0.7.json").write_text(json.dumps(
         {"datasets": 3, "seeds": 60, "per_dataset": {"sweep": rows, "exhaustive": rows[::-1]}}))
     line, = bench_matrix.target_lines("gpt390", short)
-    assert line.endswith("the reference gets 52/60 (37%); on 3 resampled truths the sweep gets 45/60 "
+    assert line.endswith("the reference gets 52/60 (37%), the bound 60/60 (0%); on 3 resampled truths the sweep gets 45/60 "
                          "[33-57] and a worst regret within 10% in 67% of them, the reference 45/60 [33-57].")
 
 
