@@ -139,8 +139,9 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              "sweep: random search (Optuna RandomSampler, 8 trials), the DeepSpeed-style heuristic "
              "(`scripts/bench_replay.py`: for each setting of the other dimensions, ZeRO stages then FSDP2, "
              "a binary search for the largest micro-batch that fits), stopped after the sweep's 8 trials "
-             "and run to its own end (its cell adds the median trials it ran), the bound (told the seed's 2 best configs, 8 trials re-measuring "
-             "them), the sweep's first baseline alone, and its baselines alone "
+             "and run to its own end (its cell adds the median trials it ran), the bound (told the "
+             "seed's 2 best configs, 8 trials re-measuring them), the sweep's first baseline alone, "
+             "and its baselines alone "
              "(`autotune.search.strategy.baseline_params`, each measured once, the best that fits "
              "recommended). The reference is no strategy either: every config measured with every "
              "run the seed may observe, the best median picked; where the truth is held-out runs, "
@@ -149,7 +150,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              f"{ACCURACY}/60, or the bound minus {BOUND_SLACK} where noise caps the bound lower; "
              f"never below random or the heuristic at {TRIALS} trials; a worst regret of at most "
              f"{REGRET_MAX:.0%}. The cells that miss one are listed at the end, each beside the "
-             "reference and the bound. Regenerate: `scripts/bench_matrix.py` (replays, about a minute of CPU per cell) or "
+             "reference and the bound. Regenerate: `scripts/bench_matrix.py` (replays, about a "
+             "minute of CPU per cell) or "
              "`scripts/bench_matrix.py --summary-only` (this section from the committed "
              "`benchmarks/results/search_<bench>_limit<Q>.json`).", ""]
     raw: dict[str, Any] = {}
@@ -184,8 +186,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             if place:
                 places.append(f"- limit {bl.limit_label(data)}: {bl.place_sentence(place)}")
         title = bs.BENCHES[bench]["title"]
-        lines += [f"### `{bench}`: {title}", "", *about, "", markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows),
-                  "", *places, ""]
+        table = markdown_table(["limit (quantile)"] + [HEAD[k] for k in KINDS], rows)
+        lines += [f"### `{bench}`: {title}", "", *about, "", table, "", *places, ""]
     lines += ["Cells short of a target:", "", *missed, ""] if missed else ["Every cell meets the targets.", ""]
     if missed:
         lines += [f"{len(missed)} cells miss a target; in {len(capped)} of them ({', '.join(capped) or 'none'}) the "
