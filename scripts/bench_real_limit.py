@@ -204,8 +204,14 @@ def judge_gpt390(doc: dict) -> dict:
     cheapest = doc["cheapest"]
     regret = (table[cheapest].usd / fits[best].usd - 1) if cheapest in fits else None
     truth_runs = {k: len(e.runs) for k, e in table.items()}
+    # What the truth's runs measured, and how they ran (its rounds' runner), beside what this
+    # sweep's own runs measured: whether the sweep's runs ranked the configs as the truth does.
+    truth_tps = {k: statistics.median(m.result.tokens_per_s for m in e.runs if m.result.tokens_per_s)
+                 for k, e in table.items() if any(m.result.tokens_per_s for m in e.runs)}
+    runners = sorted({str(m.meta.get("runner")) for e in table.values() for m in e.runs if m.meta.get("runner")})
     return {**doc, "truth_best": best, "truth_best_usd": fits[best].usd, "truth_fitting": sorted(fits),
-            "truth_runs": truth_runs, "cheapest_regret": regret,
+            "truth_runs": truth_runs, "truth_tokens_per_s": truth_tps, "truth_runners": runners,
+            "cheapest_regret": regret,
             "passed": regret is not None and regret <= WITHIN and not doc["build_over_limit_trials"]}
 
 
@@ -238,6 +244,23 @@ def case_gpt390(args) -> dict:
 # -- the section ----------------------------------------------------------------------------
 
 
+def measured_line(d: dict) -> str:
+    """The pick's and the truth's best config's tokens/s: this sweep's runs (not the reused
+    ones) against the truth's median. On CPU, trials under a memory limit run in fresh ranks
+    (a pooled rank's peak would carry its earlier trials': autotune.run.pool); the truth's
+    rounds name their runner."""
+    def runs(key: str) -> str:
+        tps = [r["tokens_per_s"] for r in d["trials"] if r["key"] == key and r["tokens_per_s"]
+               and r.get("reused_from") is None]
+        return ", ".join(f"{x:.1f}" for x in tps) or "none"
+
+    keys = list(dict.fromkeys([d["cheapest"], d["truth_best"]]))
+    truth = d["truth_tokens_per_s"]
+    shown = "; ".join(f"`{k}` {runs(k)} here, {truth[k]:.1f} in the truth" for k in keys if k in truth)
+    return (f"- Tokens/s per run (this sweep's fresh ranks) against the truth's median (runner: "
+            f"{', '.join(d.get('truth_runners') or ['not recorded'])}): {shown}.")
+
+
 def section(docs: list[dict]) -> str:
     lines = ["## Real sweeps under a memory limit (`scripts/bench_real_limit.py`)", "",
              "The shipped CLI, `autotune sweep SPEC --trials 8`, run as a user would on this machine "
@@ -265,6 +288,8 @@ def section(docs: list[dict]) -> str:
                              f"{max(d['truth_runs'].values())}; the pick `{d['cheapest']}` has "
                              f"{d['truth_runs'].get(d['cheapest'], 0)}, the best `{d['truth_best']}` "
                              f"{d['truth_runs'].get(d['truth_best'], 0)}.")
+            if d.get("truth_tokens_per_s"):
+                lines.append(measured_line(d))
             lines.append("- Cheapest pick's cost against it (the truth's runs): "
                          + ("does not fit" if reg is None else f"{reg:+.1%}")
                          + f"; trials whose build went over the limit: {len(d['build_over_limit_trials'])}.")

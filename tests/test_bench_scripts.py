@@ -502,6 +502,14 @@ def test_real_limit_section_counts_reused_trials_apart_from_launched_ones():
            "criterion": "c", "context": {"date_utc": "d", "git_commit": "g"}}
     text = bench_real_limit.section([doc])
     assert "1 launched (0 out of memory), 1 held back, 1 reused" in text
+    # The gpt390 case shows the pick's and the truth's best config's runs beside the truth's
+    # median; a reused trial repeats a measurement and is not shown again.
+    gpt = dict(doc, case="gpt390", cheapest="k", truth_best="b", truth_tokens_per_s={"k": 9.0, "b": 11.0},
+               truth_runners=["pool"], trials=rows + [dict(row, key="b", trial=3, tokens_per_s=12.5,
+                                                           reused_from=None)])
+    assert bench_real_limit.measured_line(gpt) == (
+        "- Tokens/s per run (this sweep's fresh ranks) against the truth's median (runner: pool): "
+        "`k` 10.0 here, 9.0 in the truth; `b` 12.5 here, 11.0 in the truth.")
 
 
 def test_a_resampled_truth_draws_whole_rounds_and_the_section_regenerates(tmp_path, monkeypatch,
