@@ -9,12 +9,12 @@ under each variant of the rule.
 The rule (autotune.report.picks.with_headroom): a recommended config whose runs give one more
 run less than autotune.search.verdict.P_HEADROOM chance of fitting gives way to the best config
 with that headroom, where it costs at most autotune.report.picks.GIVE_WAY more (GIVE_WAY_AFTER_OOM
-where some of its own runs ran out of memory). The rule reads
-only the report: the sweep launches the same trials under every variant, so each seed's study
-is replayed once (bench_replay.replay_sweep, the matrix's sweep row: 8 trials, 60 seeds) and its
-report is built again per variant. Judged as the matrix is (bench_search.summarize, by cost).
-Variants: the rule off, the shipped constants, P_HEADROOM at 0.8 and 0.95, the give-way after
-an OOM at GIVE_WAY (no gate: the rule before the gate), 25% and any cost, and one give-way for every pick (flat) at
+where some of its own runs ran out of memory). The rule reads only the report: the sweep
+launches the same trials under every variant, so each seed's study is replayed once
+(bench_replay.replay_sweep, the matrix's sweep row: 8 trials, 60 seeds) and its report is built
+again per variant. Judged as the matrix is (bench_search.summarize, by cost). Variants: the rule
+off, the shipped constants, P_HEADROOM at 0.8 and 0.95, the give-way after an OOM at GIVE_WAY
+(no gate: the rule before the gate), 25% and any cost, and one give-way for every pick (flat) at
 10%, 25% and any cost. Raw results: benchmarks/results/headroom_<bench>_limit<Q>.json (each seed's
 pick under each variant). The shipped column must equal the matrix's sweep cell (same replay);
 the section says where it does not.
