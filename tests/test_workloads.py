@@ -125,6 +125,37 @@ def test_meta_build_is_materialised_with_the_models_own_init_same_weights_each_t
     assert torch.all(a.blocks[0].ln1.weight == 1)
 
 
+# Run in a fresh interpreter, as a rank starts: what the worker imports before the build,
+# then the build on the meta device and its materialisation; prints the modules it imported.
+_BUILD_IMPORTS = """
+import json, sys, torch
+import trials.measure
+from autotune.contract import TrialConfig
+from trials.workloads.build import build_workload, import_workload_modules
+from trials.workloads.materialize import ensure_materialized
+cfg = TrialConfig.model_validate_json(sys.argv[1])
+import_workload_modules(cfg)
+before = set(sys.modules)
+built = build_workload(cfg, torch.device("cpu"), deferred=True)
+ensure_materialized(built.model, torch.device("cpu"), built.init_module)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+@pytest.mark.parametrize("workload", [None, HFWorkload(model_type="llama", config_overrides=LLAMA)],
+                         ids=["gpt", "hf llama"])
+def test_the_build_imports_nothing_the_worker_did_not_import_before_it(workload):
+    """A trial's build time and build memory are the model's: every module the build needs
+    (torch._dynamo, which a meta-device init op pulls in; a transformers model's modeling
+    module and what it imports) is imported before it, by import_workload_modules."""
+    import subprocess
+
+    cfg = tiny(**({"workload": workload} if workload else {}))
+    out = subprocess.run([sys.executable, "-c", _BUILD_IMPORTS, cfg.model_dump_json()],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
 def test_entry_point_may_return_a_meta_model_with_its_init():
     wl = EntryPointWorkload(entry_point="entry_points:build_meta", python_path=[FIXTURES])
     deferred = build_workload(tiny(workload=wl), CPU, deferred=True)
