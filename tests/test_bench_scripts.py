@@ -607,3 +607,16 @@ def test_the_headroom_variants_read_one_replay_and_the_shipped_one_is_the_report
     assert bh.main(argv + ["--summary-only"]) == 0
     older = md_out.read_text()
     assert "not replayed" in older and "flat 25% 0" in older and "**flat 25%**: no cell" in older
+
+
+def test_the_scale_section_says_when_its_builds_counted_an_import():
+    """The committed scale runs predate the worker importing torch._dynamo before the build:
+    their section says what their build figures include; a file from a newer run does not."""
+    import bench_scale
+
+    data = json.loads((SCRIPTS.parent / "benchmarks/results/scale.json").read_text())
+    assert "build_counts_imports" not in data  # measured before 6418a4b
+    assert "counted the import of torch._dynamo" in bench_scale.render(data)
+    assert "torch._dynamo" not in bench_scale.render({**data, "build_counts_imports": False})
+    section = (SCRIPTS.parent / "benchmarks/sections/scale.md").read_text()
+    assert section == bench_scale.render(data) + "\n"
