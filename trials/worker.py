@@ -21,6 +21,7 @@ every rank's view -> result.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -213,14 +214,21 @@ def run(cfg, t_start: float, keep_group: bool = False):
         from trials.compile import note_compile
 
         note_compile(result, warmup_times_s)
-    if world > 1 and not keep_group:
-        dist.destroy_process_group()
     if keep_group:
         # The process runs another trial next (trials/pool.py): an engine that keeps state
         # beyond its own references (DeepSpeed's hooks, buffers, caches) releases it here.
         close = getattr(engine, "close", None)
         if callable(close):
             close()
+    elif world > 1:
+        # The engine goes first. DDP's Reducer holds the process group and its binding frees
+        # it holding the GIL: as the last holder, gloo's destructor would join a thread that
+        # waits for the GIL to free a finished collective's tensors, a deadlock (pytorch
+        # issue 56297; 1 in ~12 fp16 2-rank trials here). The group's own binding, which
+        # destroy_process_group leaves last, releases the GIL first.
+        del engine, model, steps, built
+        gc.collect()
+        dist.destroy_process_group()
     return result
 
 
