@@ -100,10 +100,11 @@ for name in $ONLY; do
     memory) run_one memory bench_memory "${MEMORY_ARGS[@]}" ;;
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
     pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
+    pool_scale) run_one pool_scale bench_pool_scale ;;  # ~22 min: pooled vs fresh trials of the 389.5M GPT
     real_limit)  # real sweeps under a memory limit (~25 min; the gpt390 truth first: bench_search --bench gpt390 --measure)
       "$PY" scripts/bench_real_limit.py > "$RESULTS/real_limit.log" 2>&1 || {
         echo "run_benchmarks: bench_real_limit failed; see $RESULTS/real_limit.log" >&2; exit 1; } ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, resample, headroom, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool." >&2; exit 2 ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, resample, headroom, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool, pool_scale." >&2; exit 2 ;;
   esac
 done
 
@@ -121,7 +122,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_matrix resample headroom real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool observations; do
+  for name in search search_matrix resample headroom real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool pool_scale observations; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

@@ -620,3 +620,28 @@ def test_the_scale_section_says_when_its_builds_counted_an_import():
     assert "torch._dynamo" not in bench_scale.render({**data, "build_counts_imports": False})
     section = (SCRIPTS.parent / "benchmarks/sections/scale.md").read_text()
     assert section == bench_scale.render(data) + "\n"
+
+
+def test_pool_scale_judges_pooled_against_fresh_runs_and_its_section_is_its_raw_file():
+    """scripts/bench_pool_scale.py: a pooled median outside the fresh runs' range, or another
+    ranking of the configs, is said; the committed section is the render of the committed runs."""
+    import bench_pool_scale as bps
+
+    names = list(bps.CONFIGS)
+    runs = [{"config": n, "runner": r, "round": i, "tokens_per_s": tps, "peak_bytes": 1000}
+            for n, fresh, pooled in zip(names, ([10, 12], [20, 22], [30, 32]), ([11, 11], [40, 40], [31, 33]))
+            for r, tpss in (("fresh", fresh), ("pool", pooled)) for i, tps in enumerate(tpss)]
+    s = bps.summarize(runs, {})
+    within = {n: s["per_config"][n]["pool_within_fresh_range"] for n in names}
+    assert within == {names[0]: True, names[1]: False, names[2]: True}
+    assert s["per_config"][names[1]]["tokens_per_s_ratio"] == pytest.approx(40 / 21)
+    # Pairs are one round's two runs: 11/10 and 11/12 straddle 1; 40/20 and 40/22 do not.
+    assert s["per_config"][names[0]]["paired_ratios"] == pytest.approx([1.1, 11 / 12])
+    straddle = {n: s["per_config"][n]["paired_ratios_straddle_1"] for n in names}
+    assert straddle == {names[0]: True, names[1]: False, names[2]: False}
+    assert not s["same_ranking"] and s["rank_pool"][0] == names[1] and s["rank_fresh"][0] == names[2]
+
+    data = json.loads((SCRIPTS.parent / "benchmarks/results/pool_scale.json").read_text())
+    assert bps.summarize(data["runs"], data["truth_tokens_per_s"]) == data["summary"]
+    section = (SCRIPTS.parent / "benchmarks/sections/pool_scale.md").read_text()
+    assert section == bps.render(data) + "\n"
