@@ -3,6 +3,7 @@ configs (the gpt390 bench: 2 CPU ranks, fp32, AdamW, micro-batch 4), each run bo
 alternated in one run.
 
     .venv/bin/python scripts/bench_pool_scale.py            # 3 rounds x 3 configs x 2 runners, ~22 min
+    .venv/bin/python scripts/bench_pool_scale.py --add-rounds     # 3 more rounds, added to the raw file
     .venv/bin/python scripts/bench_pool_scale.py --summary-only   # the section from its raw file
 
 Why: the gpt390 ground truth is measured with the worker pool (what `autotune sweep` runs),
@@ -44,7 +45,7 @@ CONFIGS = {"FSDP2 full_shard": "g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none-fsdp:
 RUNNERS = ("fresh", "pool")
 
 
-def measure(rounds: int, log=print) -> list[dict]:
+def measure(rounds: int, first_round: int = 0, log=print) -> list[dict]:
     """Every config once per runner per round, back to back; returns one record per run."""
     _, _, spec, ms, configs = bs.bench_space("gpt390", None, None, 900.0, False)
     by_key = {bt.config_key(v): v for _, v in configs}
@@ -52,7 +53,7 @@ def measure(rounds: int, log=print) -> list[dict]:
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench_pool_scale_") as tmp:
-            for r in range(rounds):
+            for r in range(first_round, first_round + rounds):
                 for i, (name, key) in enumerate(CONFIGS.items()):
                     order = RUNNERS if (r + i) % 2 == 0 else tuple(reversed(RUNNERS))
                     for runner in order:
@@ -113,7 +114,10 @@ def summarize(runs: list[dict], truth: dict[str, float]) -> dict:
 def render(data: dict) -> str:
     s = data["summary"]
     n_runs = len(data["runs"])
-    lines = ["## Pooled trials at scale (`scripts/bench_pool_scale.py`)", "", *context_lines(data["context"]), "",
+    added = [f"- Rounds added: {c['date_utc']}, commit `{c['git_commit']}`, load average at start "
+             + " / ".join(f"{x:.2f}" for x in c.get("load_avg_at_start") or []) for c in data.get("contexts_added", [])]
+    lines = ["## Pooled trials at scale (`scripts/bench_pool_scale.py`)", "", *context_lines(data["context"]),
+             *added, "",
              (f"The 389.5M GPT's leading configs (the `gpt390` bench's trials: 2 CPU ranks, fp32, AdamW, "
               f"micro-batch 4, seq_len 64, 1 warm-up + 2 measured steps), each run in fresh ranks (a "
               f"launcher per trial, as a sweep under a CPU memory limit runs them) and in the worker pool "
@@ -161,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--summary-only", action="store_true", help="the section from --json-out's raw runs")
+    ap.add_argument("--add-rounds", action="store_true",
+                    help="measure --rounds more rounds and add them to --json-out's runs")
     ap.add_argument("--json-out", default=str(RAW))
     ap.add_argument("--md-out", default=str(SECTION))
     args = ap.parse_args(argv)
@@ -171,10 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.json_out, args.md_out, data, render(data))
         return 0
     ctx, _ = start_run()
-    runs = measure(args.rounds)
-    truth = truth_tokens_per_s()
-    data = {"context": ctx, "rounds": args.rounds, "configs": CONFIGS, "runs": runs,
-            "truth_tokens_per_s": truth, "summary": summarize(runs, truth)}
+    if args.add_rounds:
+        # Topped up: the earlier rounds stay, the new ones follow with their own context.
+        data = json.loads(Path(args.json_out).read_text())
+        data["runs"] += measure(args.rounds, first_round=data["rounds"])
+        data["rounds"] += args.rounds
+        data["contexts_added"] = [*data.get("contexts_added", []), ctx]
+    else:
+        data = {"context": ctx, "rounds": args.rounds, "configs": CONFIGS, "runs": measure(args.rounds),
+                "truth_tokens_per_s": truth_tokens_per_s()}
+    data["summary"] = summarize(data["runs"], data["truth_tokens_per_s"])
     write_outputs(args.json_out, args.md_out, data, render(data))
     return 0
 
