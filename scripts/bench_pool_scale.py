@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -108,7 +109,35 @@ def summarize(runs: list[dict], truth: dict[str, float]) -> dict:
         per_config[name] = row
     order = {r: sorted(CONFIGS, key=lambda n: -per_config[n][r]["median"]) for r in RUNNERS}
     return {"per_config": per_config, "rank_fresh": order["fresh"], "rank_pool": order["pool"],
-            "same_ranking": order["fresh"] == order["pool"]}
+            "same_ranking": order["fresh"] == order["pool"], "between_configs": between_configs(runs)}
+
+
+def between_configs(runs: list[dict]) -> list[dict]:
+    """What a pick compares is configs, so what matters is whether the runner shifts one config
+    against another: per round, (pooled/fresh of A) / (pooled/fresh of B), A's pairs against B's
+    measured minutes apart in the same round. Above 1: the pool favours A over B."""
+    ratio: dict = {}
+    for x in runs:
+        ratio.setdefault((x["config"], x["round"]), {})[x["runner"]] = x["tokens_per_s"]
+    out = []
+    names = list(CONFIGS)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            rounds = [r for (n, r) in sorted(ratio) if n == a
+                      and len(ratio[(a, r)]) == 2 and len(ratio.get((b, r), {})) == 2]
+            per_round = [(ratio[(a, r)]["pool"] / ratio[(a, r)]["fresh"])
+                         / (ratio[(b, r)]["pool"] / ratio[(b, r)]["fresh"]) for r in rounds]
+            out.append({"a": a, "b": b, "per_round": per_round, "median": statistics.median(per_round),
+                        "above_1": sum(v > 1 for v in per_round), "below_1": sum(v < 1 for v in per_round),
+                        # Two-sided sign test: the chance of rounds this one-sided with no shift.
+                        "sign_test_p": _sign_test(per_round)})
+    return out
+
+
+def _sign_test(values: list[float]) -> float:
+    n = sum(v != 1 for v in values)
+    k = min(sum(v > 1 for v in values), sum(v < 1 for v in values))
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
 
 
 def render(data: dict) -> str:
@@ -154,10 +183,23 @@ def render(data: dict) -> str:
                    "sides of 1 (" + (", ".join(straddle) or "none") + "): there, a difference between "
                    "the runners is not resolved from the noise of two runs of 2 measured steps; a config "
                    "whose pairs all lie on one side leans that way in this run.")]
+    lines += ["", ("Between configs (what a pick compares), per round: (pooled / fresh of A) / (pooled / fresh "
+                   "of B); above 1, the pool favours A over B against fresh ranks. The sign test is two-sided "
+                   "(the chance of rounds this one-sided if the runner shifted neither)."), ""]
+    lines.append(markdown_table(["A", "B", "median", "rounds above 1", "rounds below 1", "sign test p"],
+                                [[c["a"], c["b"], f"{c['median']:.3f}", c["above_1"], c["below_1"],
+                                  f"{c['sign_test_p']:.3f}"] for c in s["between_configs"]]))
+    shifted = [c for c in s["between_configs"] if c["sign_test_p"] < 0.05]
+    if shifted:
+        lines += ["", " ".join(
+            f"In {max(c['above_1'], c['below_1'])} of {len(c['per_round'])} rounds the pool favoured "
+            f"{c['a'] if c['median'] > 1 else c['b']} over {c['b'] if c['median'] > 1 else c['a']} "
+            f"(median x{max(c['median'], 1 / c['median']):.3f}, sign test p {c['sign_test_p']:.3f}): a truth "
+            "measured pooled and a sweep run in fresh ranks can rank these two differently by that much."
+            for c in shifted)]
     if drift:
-        lines[-1] += (f" This run's fresh medians are {min(drift):.2f} to {max(drift):.2f} x the committed "
-                      "truth's: the machine's speed on another day, which the truth's cost ratios between "
-                      "configs (what a pick is judged by) do not carry.")
+        lines += ["", (f"This run's fresh medians are {min(drift):.2f} to {max(drift):.2f} x the committed "
+                       "truth's (pooled, measured on other days).")]
     return "\n".join(lines)
 
 

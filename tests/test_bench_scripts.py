@@ -640,6 +640,12 @@ def test_pool_scale_judges_pooled_against_fresh_runs_and_its_section_is_its_raw_
     straddle = {n: s["per_config"][n]["paired_ratios_straddle_1"] for n in names}
     assert straddle == {names[0]: True, names[1]: False, names[2]: False}
     assert not s["same_ranking"] and s["rank_pool"][0] == names[1] and s["rank_fresh"][0] == names[2]
+    # Between configs, per round: A's pooled/fresh over B's (round 0: 1.1 / 2, round 1: (11/12) / (40/22)).
+    first = s["between_configs"][0]
+    assert (first["a"], first["b"]) == (names[0], names[1])
+    assert first["per_round"] == pytest.approx([0.55, (11 / 12) / (40 / 22)])
+    assert (first["above_1"], first["below_1"], first["sign_test_p"]) == (0, 2, 0.5)
+    assert bps._sign_test([1.1] * 6) == pytest.approx(2 / 64) and bps._sign_test([1.0, 1.0]) == 1.0
 
     data = json.loads((SCRIPTS.parent / "benchmarks/results/pool_scale.json").read_text())
     assert bps.summarize(data["runs"], data["truth_tokens_per_s"]) == data["summary"]
