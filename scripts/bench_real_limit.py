@@ -261,6 +261,26 @@ def measured_line(d: dict) -> str:
             f"{', '.join(d.get('truth_runners') or ['not recorded'])}): {shown}.")
 
 
+def runner_shift_line(pick: str, best: str, path: Path = RESULTS / "pool_scale.json") -> str | None:
+    """Where the pick and the truth's best differ: how the runner shifts one against the other at
+    this scale (scripts/bench_pool_scale.py, per round: pooled/fresh of one over the other's),
+    since this sweep ran fresh ranks and the truth is pooled. None where not measured."""
+    if pick == best or not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    name = {key: n for n, key in data["configs"].items()}
+    for c in data["summary"]["between_configs"]:
+        if {name.get(pick), name.get(best)} == {c["a"], c["b"]}:
+            best_over_pick = c["median"] if name.get(best) == c["a"] else 1 / c["median"]
+            above = c["above_1"] if name.get(best) == c["a"] else c["below_1"]
+            return (f"- The runners: the pool measured the truth's best against this pick x{best_over_pick:.3f} "
+                    f"of what fresh ranks measured (median of {len(c['per_round'])} back-to-back rounds, "
+                    f"{above} of them above 1, sign test p {c['sign_test_p']:.3f}; `scripts/bench_pool_scale.py`), "
+                    f"so part of the cost gap below may be the truth's runner, not the pick; the verdict "
+                    f"stays judged by the committed (pooled) truth.")
+    return None
+
+
 def section(docs: list[dict]) -> str:
     lines = ["## Real sweeps under a memory limit (`scripts/bench_real_limit.py`)", "",
              "The shipped CLI, `autotune sweep SPEC --trials 8`, run as a user would on this machine "
@@ -290,6 +310,9 @@ def section(docs: list[dict]) -> str:
                              f"{d['truth_runs'].get(d['truth_best'], 0)}.")
             if d.get("truth_tokens_per_s"):
                 lines.append(measured_line(d))
+            shift = runner_shift_line(d["cheapest"], d["truth_best"])
+            if shift:
+                lines.append(shift)
             lines.append("- Cheapest pick's cost against it (the truth's runs): "
                          + ("does not fit" if reg is None else f"{reg:+.1%}")
                          + f"; trials whose build went over the limit: {len(d['build_over_limit_trials'])}.")

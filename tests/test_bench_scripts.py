@@ -651,3 +651,18 @@ def test_pool_scale_judges_pooled_against_fresh_runs_and_its_section_is_its_raw_
     assert bps.summarize(data["runs"], data["truth_tokens_per_s"]) == data["summary"]
     section = (SCRIPTS.parent / "benchmarks/sections/pool_scale.md").read_text()
     assert section == bps.render(data) + "\n"
+
+
+def test_the_real_check_names_the_runners_shift_between_its_pick_and_the_truths_best(tmp_path):
+    """bench_real_limit: a sweep in fresh ranks judged by a pooled truth says how the runner
+    shifts the two configs (bench_pool_scale's per-round ratio), seen from the truth's best."""
+    import bench_real_limit as brl
+
+    path = tmp_path / "pool_scale.json"
+    assert brl.runner_shift_line("p", "b", path) is None  # not measured
+    path.write_text(json.dumps({"configs": {"P": "p", "B": "b"}, "summary": {"between_configs": [
+        {"a": "P", "b": "B", "per_round": [0.8, 0.9, 1.1], "median": 0.9, "above_1": 1, "below_1": 2,
+         "sign_test_p": 1.0}]}}))
+    line = brl.runner_shift_line("p", "b", path)
+    assert f"x{1 / 0.9:.3f}" in line and "median of 3 back-to-back rounds, 2 of them above 1" in line
+    assert brl.runner_shift_line("b", "b", path) is None  # the pick is the best: nothing to explain
