@@ -59,6 +59,7 @@ def measure(rounds: int, first_round: int = 0, log=print) -> list[dict]:
                     order = RUNNERS if (r + i) % 2 == 0 else tuple(reversed(RUNNERS))
                     for runner in order:
                         cfg = bt.trial_config(by_key[key], spec, ms, seed=spec.seed)
+                        load1_before = bt._load1()
                         t0 = time.monotonic()
                         res = runners[runner](cfg, Path(tmp) / f"r{r}_{i}_{runner}")
                         if not res.ok:
@@ -67,7 +68,7 @@ def measure(rounds: int, first_round: int = 0, log=print) -> list[dict]:
                         rec = {"round": r, "config": name, "key": key, "runner": runner,
                                "tokens_per_s": res.tokens_per_s, "step_times_s": res.step_times_s,
                                "peak_bytes": bt.emulated_peak(res), "wall_s": round(time.monotonic() - t0, 1),
-                               "load1_before": os.getloadavg()[0]}
+                               "load1_before": load1_before}
                         runs.append(rec)
                         log(json.dumps(rec), flush=True)
     finally:
