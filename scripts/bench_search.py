@@ -324,6 +324,16 @@ def bench_space(bench: str, runner: str | None = None, repeats: int | None = Non
     return b, ns, spec, ms, bt.enumerate_space(ms.restricted, spec.batch.global_batch_samples)
 
 
+def only_configs(configs, keys: list[str], error):
+    """The configs of the space named by `keys`; `error` (argparse's) names any key not in it."""
+    known = {bt.config_key(v) for _, v in configs}
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        error(f"--configs: not in this bench's space: {', '.join(unknown)} "
+              f"(its configs are named like {sorted(known)[0]})")
+    return [(p, v) for p, v in configs if bt.config_key(v) in set(keys)]
+
+
 # A truth with this many runs per config is judged on held-out runs (--holdout auto): each seed
 # observes half of a config's runs and is judged on the other half.
 HOLDOUT_MIN_RUNS = 4
@@ -367,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --measure-only: start no run after this many seconds (the runs done are kept)")
     ap.add_argument("--cache", type=Path, default=None,
                     help="with --measure-only: the truth file to top up (default: the bench's own)")
+    ap.add_argument("--configs", nargs="+", default=None, metavar="KEY",
+                    help="with --measure-only: measure only these configs (bench_truth.config_key names, "
+                         "e.g. the ones that fit under a limit)")
     ap.add_argument("--preset", default=None,
                     help="with --measure-only and --cache: another model (a dry run's stand-in)")
     ap.add_argument("--seq-len", type=int, default=None, help="with --preset: its sequence length")
@@ -387,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.spec import BudgetSpec
 
     stand_in = dict(cache=args.cache, preset=args.preset, seq_len=args.seq_len, deadline_s=args.deadline_s)
-    if not args.measure_only and any(v is not None for v in stand_in.values()):
-        ap.error("--cache, --preset, --seq-len and --deadline-s go with --measure-only")
+    if not args.measure_only and (any(v is not None for v in stand_in.values()) or args.configs):
+        ap.error("--cache, --preset, --seq-len, --deadline-s and --configs go with --measure-only")
     if (args.preset or args.seq_len) and args.cache is None:
         ap.error("--preset and --seq-len measure a stand-in: name its file with --cache, so that it "
                  "never tops up the bench's own truth")
@@ -396,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     measure = args.measure or args.measure_only
     b, ns, spec, ms, configs = bench_space(args.bench, args.runner, args.repeats, args.max_wait_s, measure,
                                            **stand_in)
+    if args.configs:
+        configs = only_configs(configs, args.configs, ap.error)
     if measure:
         doc = bt.measure(configs, spec, ms, ns)
         if args.measure_only:

@@ -101,7 +101,9 @@ for name in $ONLY; do
     scale) run_one scale bench_scale "${SCALE_ARGS[@]}" ;;
     pool) run_one pool bench_pool "${POOL_ARGS[@]}" ;;
     pool_scale) run_one pool_scale bench_pool_scale ;;  # ~22 min: pooled vs fresh trials of the 389.5M GPT
-    real_limit)  # real sweeps under a memory limit (~25 min; the gpt390 truth first: bench_search --bench gpt390 --measure)
+    real_limit)  # real sweeps under a memory limit (~25 min; the gpt390 truths first: bench_search --bench gpt390 --measure,
+      # and the fitting configs in fresh ranks, the sweep's runner, which judges the pick: --measure-only --runner launcher
+      # --repeats 8 --configs KEY... (~40 min; scripts/bench_real_limit.py FRESH_TRUTH)
       "$PY" scripts/bench_real_limit.py > "$RESULTS/real_limit.log" 2>&1 || {
         echo "run_benchmarks: bench_real_limit failed; see $RESULTS/real_limit.log" >&2; exit 1; } ;;
     *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, resample, headroom, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool, pool_scale." >&2; exit 2 ;;

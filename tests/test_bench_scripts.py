@@ -666,3 +666,67 @@ def test_the_real_check_names_the_runners_shift_between_its_pick_and_the_truths_
     line = brl.runner_shift_line("p", "b", path)
     assert f"x{1 / 0.9:.3f}" in line and "median of 3 back-to-back rounds, 2 of them above 1" in line
     assert brl.runner_shift_line("b", "b", path) is None  # the pick is the best: nothing to explain
+    # Beside a truth measured in fresh ranks: whether it measured the gap as the pooled truth did.
+    same = brl.runner_shift_line("p", "b", path, fresh={"tokens_per_s": {"p": 10.0, "b": 11.0}},
+                                 pooled_tps={"p": 10.0, "b": 11.05})
+    assert "x1.100 of the pick's tokens/s, the pooled truth x1.105" in same and "not borne out" in same
+    shifted = brl.runner_shift_line("p", "b", path, fresh={"tokens_per_s": {"p": 10.0, "b": 10.0}},
+                                    pooled_tps={"p": 10.0, "b": 11.05})
+    assert "part of the pooled truth's gap is its runner" in shifted
+
+
+def test_the_real_check_is_judged_by_a_truth_measured_with_the_sweeps_runner(tmp_path, monkeypatch):
+    """bench_real_limit: where a truth measured in fresh ranks (the sweep's runner under a CPU
+    limit) holds every config that fits, the verdict is the pick's regret against it, with a
+    bootstrap interval; without one, the pooled truth judges as before."""
+    import bench_real_limit as brl
+
+    doc = json.loads((SCRIPTS.parent / "benchmarks/results/real_limit_gpt390.json").read_text())
+    pooled = json.loads((SCRIPTS.parent / "benchmarks/results/truth_gpt390_pool.json").read_text())
+    fits = doc["truth_fitting"]
+    pick, best = doc["cheapest"], doc["truth_best"]
+    path = tmp_path / "truth_gpt390_launcher.json"
+
+    def write(entries):
+        path.write_text(json.dumps({"identity": pooled["identity"], "entries": entries}))
+
+    # The pooled truth's own runs of the configs that fit: the same regret as the pooled judge.
+    write({k: pooled["entries"][k] for k in fits})
+    fresh = brl.fresh_judge(doc, fits, path)
+    pooled_regret = brl.judge_gpt390({**doc, "build_over_limit_trials": []})["cheapest_regret"]
+    assert fresh["best"] == best and fresh["regret"] == pytest.approx(pooled_regret)
+    lo, hi = fresh["regret_interval_90"]
+    assert lo <= fresh["regret"] <= hi and lo < hi
+    assert f"{fresh['regret']:+.1%}" in brl.fresh_line(pick, fresh)
+    # A truth that lacks a config that fits cannot say which is best: no verdict from it.
+    write({k: pooled["entries"][k] for k in fits if k != best})
+    assert brl.fresh_judge(doc, fits, path) is None
+    # Where the sweep's runner measured the pick as fast as the best, the verdict follows it.
+    write({**{k: pooled["entries"][k] for k in fits}, pick: pooled["entries"][best] | {"config": pooled["entries"][pick]["config"]}})
+    monkeypatch.setattr(brl, "FRESH_TRUTH", path)
+    judged = brl.judge_gpt390({**doc, "build_over_limit_trials": []})
+    assert judged["fresh_truth"]["regret"] <= 0.0 and judged["passed"] and "the sweep's runner" in judged["criterion"]
+    assert judged["cheapest_regret"] == pytest.approx(pooled_regret)  # the pooled figure stays shown
+    monkeypatch.setattr(brl, "FRESH_TRUTH", tmp_path / "missing.json")
+    judged = brl.judge_gpt390({**doc, "build_over_limit_trials": []})
+    assert judged["fresh_truth"] is None and judged["passed"] is (pooled_regret <= brl.WITHIN)
+
+
+def test_a_new_real_limit_run_keeps_what_the_earlier_runs_picked(tmp_path):
+    """bench_real_limit: a run of a case replaces its raw file, and carries the earlier runs'
+    picks and verdicts forward, so a new run never hides an earlier outcome."""
+    import bench_real_limit as brl
+
+    path = tmp_path / "real_limit_gpt390.json"
+    assert brl.earlier_runs(path) == []
+    first = {"context": {"date_utc": "d1", "git_commit": "c1"}, "cheapest": "a", "fastest": "a",
+             "passed": False, "cheapest_regret": 0.102, "fresh_truth": {"regret": 0.08}}
+    path.write_text(json.dumps(first))
+    second = {**first, "context": {"date_utc": "d2", "git_commit": "c2"}, "cheapest": "b", "passed": True,
+              "cheapest_regret": 0.01, "fresh_truth": None, "earlier": brl.earlier_runs(path)}
+    path.write_text(json.dumps(second))
+    runs = brl.earlier_runs(path)
+    assert [(r["date_utc"], r["cheapest"], r["passed"]) for r in runs] == [("d1", "a", False), ("d2", "b", True)]
+    assert brl.earlier_line(runs) == (
+        "- Earlier runs of this case: d1 (`c1`): cheapest `a` (pooled truth +10.2%, fresh-rank truth +8.0%), no; "
+        "d2 (`c2`): cheapest `b` (pooled truth +1.0%), yes.")
