@@ -374,6 +374,13 @@ def earlier_line(runs: list[dict]) -> str:
     return "- Earlier runs of this case: " + "; ".join(one(r) for r in runs) + "."
 
 
+def tally_line(d: dict) -> str:
+    """How many runs of this case passed, this one and the earlier ones: one run's verdict
+    depends on its trials' noise."""
+    passed = [r["passed"] for r in d.get("earlier", [])] + [d["passed"]]
+    return f"- Runs of this case so far: {sum(passed)} of {len(passed)} passed."
+
+
 def fresh_line(pick: str, f: dict) -> str:
     """The pick against the truth measured with the sweep's runner (`fresh_judge`)."""
     runs = sorted(set(f["runs"].values()))
@@ -438,6 +445,7 @@ def section(docs: list[dict]) -> str:
             lines.append(f"- Load average (1 min) before and after the sweep: {d['load1_before']}, {d['load1_after']}.")
         lines.append(f"- {d['criterion']}: **{'yes' if d['passed'] else 'no'}**.")
         if d.get("earlier"):
+            lines.append(tally_line(d))
             lines.append(earlier_line(d["earlier"]))
         lines.append("")
     return "\n".join(lines)

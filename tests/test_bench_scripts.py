@@ -683,8 +683,11 @@ def test_the_real_check_is_judged_by_a_truth_measured_with_the_sweeps_runner(tmp
 
     doc = json.loads((SCRIPTS.parent / "benchmarks/results/real_limit_gpt390.json").read_text())
     pooled = json.loads((SCRIPTS.parent / "benchmarks/results/truth_gpt390_pool.json").read_text())
-    fits = doc["truth_fitting"]
-    pick, best = doc["cheapest"], doc["truth_best"]
+    fits, best = doc["truth_fitting"], doc["truth_best"]
+    # A pick that is not the truth's best: FSDP2 at mb4, which fits (the first run's pick).
+    pick = "g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none-fsdp:full_shard"
+    assert pick in fits and pick != best
+    doc = {**doc, "cheapest": pick}
     path = tmp_path / "truth_gpt390_launcher.json"
 
     def write(entries):
@@ -730,3 +733,4 @@ def test_a_new_real_limit_run_keeps_what_the_earlier_runs_picked(tmp_path):
     assert brl.earlier_line(runs) == (
         "- Earlier runs of this case: d1 (`c1`): cheapest `a` (pooled truth +10.2%, fresh-rank truth +8.0%), no; "
         "d2 (`c2`): cheapest `b` (pooled truth +1.0%), yes.")
+    assert brl.tally_line({"passed": False, "earlier": runs}) == "- Runs of this case so far: 1 of 3 passed."
