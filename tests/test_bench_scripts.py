@@ -734,3 +734,21 @@ def test_a_new_real_limit_run_keeps_what_the_earlier_runs_picked(tmp_path):
         "- Earlier runs of this case: d1 (`c1`): cheapest `a` (pooled truth +10.2%, fresh-rank truth +8.0%), no; "
         "d2 (`c2`): cheapest `b` (pooled truth +1.0%), yes.")
     assert brl.tally_line({"passed": False, "earlier": runs}) == "- Runs of this case so far: 1 of 3 passed."
+
+
+def test_measuring_part_of_a_space_names_a_config_not_in_it(capsys):
+    """bench_search --configs: only with --measure-only, and a key not in the bench's space is
+    named, with the form keys take, before anything is measured (exit 2)."""
+    import bench_search
+
+    with pytest.raises(SystemExit) as e:
+        bench_search.main(["--bench", "gpt390", "--configs", "g2-tp1-mb4-acc1-fp32-ckpt:none-z3-off:optimizer"])
+    assert e.value.code == 2 and "go with --measure-only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench_search.main(["--bench", "gpt390", "--measure-only", "--configs", "g2-mb99"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not in this bench's space: g2-mb99" in err and "g2-tp1-mb1-acc1-fp32" in err
+    known = [(None, v) for v in [dict(num_gpus=2, tp_degree=1, micro_batch_size=m, grad_accum_steps=1,
+                                      precision="fp32", checkpointing="none", zero_stage=0, offload="none")
+                                 for m in (1, 4)]]
+    assert bench_search.only_configs(known, ["g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none"], None) == known[1:]
