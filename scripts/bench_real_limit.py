@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_search as bs  # noqa: E402
 import bench_truth as bt  # noqa: E402
-from bench_common import ROOT, start_run, write_outputs  # noqa: E402
+from bench_common import ROOT, percentile, start_run, write_outputs  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 TRIALS = 8
@@ -170,8 +170,8 @@ def case_default(args) -> dict:
 
 # The gpt390 truth measured with the sweep's own runner (fresh ranks), for the configs that fit
 # under the limit: `scripts/bench_search.py --bench gpt390 --measure-only --runner launcher
-# --repeats 8 --configs KEY...` (bench_search names another runner's file so).
-FRESH_TRUTH = RESULTS / "truth_gpt390_launcher.json"
+# --repeats 8 --configs KEY...`.
+FRESH_TRUTH = bs.runner_truth_path("gpt390", "launcher")
 
 
 def gpt390_truth(limit: int | None, cache: Path | None = None, subset: bool = False):
@@ -207,6 +207,14 @@ def sharding_peaks(table) -> dict[str, list[int]]:
     return out
 
 
+def best_and_regret(table: dict, pick: str) -> tuple[str, float | None]:
+    """The cheapest config that fits (median cost), and the pick's cost over it (None: the pick
+    does not fit)."""
+    fits = {k: e for k, e in table.items() if e.usd is not None and not e.oom}
+    best = min(fits, key=lambda k: fits[k].usd)
+    return best, (table[pick].usd / fits[best].usd - 1 if pick in fits else None)
+
+
 def regret_interval(table: dict, pick: str, fits: list[str], draws: int = 2000,
                     seed: int = 0) -> tuple[float, float]:
     """A 90% bootstrap interval of the pick's cost regret against the best of `fits`: each
@@ -219,8 +227,7 @@ def regret_interval(table: dict, pick: str, fits: list[str], draws: int = 2000,
     for _ in range(draws):
         med = {k: statistics.median(rng.choices(v, k=len(v))) for k, v in usd.items()}
         regrets.append(med[pick] / min(med.values()) - 1)
-    regrets.sort()
-    return regrets[int(0.05 * draws)], regrets[int(0.95 * draws) - 1]
+    return percentile(regrets, 5), percentile(regrets, 95)
 
 
 def fresh_judge(doc: dict, fits_pooled: list[str], path: Path | None = None) -> dict | None:
@@ -232,33 +239,26 @@ def fresh_judge(doc: dict, fits_pooled: list[str], path: Path | None = None) -> 
     _, table, _ = gpt390_truth(doc["limit_bytes"], cache=path, subset=True)
     if not set(fits_pooled) <= set(table):
         return None
-    fits = sorted(k for k, e in table.items() if e.usd is not None and not e.oom)
-    best = min(fits, key=lambda k: table[k].usd)
     pick = doc["cheapest"]
-    shown = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    out = {"path": shown, "fitting": fits, "best": best,
-           "runs": {k: len(e.runs) for k, e in table.items()},
-           "tokens_per_s": {k: e.tokens_per_s for k, e in table.items()},
-           "measured_utc": sorted(str(m.meta.get("started_utc")) for e in table.values() for m in e.runs),
-           "regret": None, "regret_interval_90": None}
-    if pick in fits:
-        out["regret"] = table[pick].usd / table[best].usd - 1
-        out["regret_interval_90"] = list(regret_interval(table, pick, fits))
-    out["measured_utc"] = [out["measured_utc"][0], out["measured_utc"][-1]]
-    return out
+    best, regret = best_and_regret(table, pick)
+    fits = sorted(k for k, e in table.items() if e.usd is not None and not e.oom)
+    started = sorted(str(m.meta.get("started_utc")) for e in table.values() for m in e.runs)
+    return {"path": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
+            "fitting": fits, "best": best, "runs": {k: len(e.runs) for k, e in table.items()},
+            "tokens_per_s": {k: e.tokens_per_s for k, e in table.items()},
+            "measured_utc": [started[0], started[-1]], "regret": regret,
+            "regret_interval_90": None if regret is None else list(regret_interval(table, pick, fits))}
 
 
 def judge_gpt390(doc: dict) -> dict:
     """The sweep's picks against the ground truth as it stands (it may have gained runs since).
     The verdict is judged by the truth measured with the sweep's runner where one covers every
     config that fits (`fresh_judge`): on CPU a sweep under a limit runs each trial in fresh ranks,
-    as the long run itself will, and the pool shifts these configs against each other by ~10%
-    (benchmarks/results/pool_scale.json); else by the pooled truth."""
+    as the long run it picks for will, and a runner can shift configs against each other
+    (scripts/bench_pool_scale.py); else by the pooled truth."""
     _, table, _ = gpt390_truth(doc["limit_bytes"])
     fits = {k: e for k, e in table.items() if e.usd is not None and not e.oom}
-    best = min(fits, key=lambda k: fits[k].usd)
-    cheapest = doc["cheapest"]
-    regret = (table[cheapest].usd / fits[best].usd - 1) if cheapest in fits else None
+    best, regret = best_and_regret(table, doc["cheapest"])
     truth_runs = {k: len(e.runs) for k, e in table.items()}
     # What the truth's runs measured, and how they ran (its rounds' runner), beside what this
     # sweep's own runs measured: whether the sweep's runs ranked the configs as the truth does.

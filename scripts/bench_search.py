@@ -297,6 +297,11 @@ def summary_section(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def runner_truth_path(bench: str, runner: str) -> Path:
+    """Where a bench's truth measured with another runner than its own lives (never mixed in)."""
+    return RESULTS / f"truth_{bench}_{runner}.json"
+
+
 def bench_space(bench: str, runner: str | None = None, repeats: int | None = None,
                 max_wait_s: float = 900.0, measure: bool = False, **stand_in: Any):
     """(bench definition, trial settings, spec, machine space, configs) of a bench. Replays
@@ -308,7 +313,7 @@ def bench_space(bench: str, runner: str | None = None, repeats: int | None = Non
     b = dict(BENCHES[bench])
     if runner is not None and runner != b["runner"]:
         # Runs of another runner are another truth: never mixed into (or overwriting) this one.
-        b["cache"], b["runner"] = RESULTS / f"truth_{bench}_{runner}.json", runner
+        b["cache"], b["runner"] = runner_truth_path(bench, runner), runner
     b.update({k: v for k, v in stand_in.items() if v is not None and k != "deadline_s"})
     trial = {"warmup_steps": 2, "measure_steps": 5, "max_measure_steps": 15, "timeout_s": 300.0,
              **b.get("trial", {})}  # a bench's own trial settings (mem: a 124M model, fewer steps)
