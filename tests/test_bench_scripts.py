@@ -752,3 +752,69 @@ def test_measuring_part_of_a_space_names_a_config_not_in_it(capsys):
                                       precision="fp32", checkpointing="none", zero_stage=0, offload="none")
                                  for m in (1, 4)]]
     assert bench_search.only_configs(known, ["g2-tp1-mb4-acc1-fp32-ckpt:none-z0-off:none"], None) == known[1:]
+
+
+def test_the_race_block_sizes_each_replay_the_sweep_and_the_size_is_applied(tmp_path, monkeypatch,
+                                                                            truth_machine_undone):
+    """`bench_race_block.py`: each seed's sweep is replayed once per block size, and the size
+    reaches the sweep: no race block of a study holds more configs than the size it ran under,
+    and on the mem truth at its 0.7 limit, seed 57 launches other trials under blocks of 2 than
+    of 3 (the one seed of that cell whose pick they change at 8 trials: 60 seeds, the
+    committed race_block_mem_limit0.7.json). The shipped size is restored afterwards and the section
+    regenerates from the raw files alone."""
+    from collections import Counter
+
+    import bench_race_block as rb
+    import bench_search as bs
+
+    from autotune.record import TrialRecord
+    from autotune.search import racing
+    from autotune.search.study import make_sampler
+
+    shipped = racing.BLOCK_SIZE
+    monkeypatch.setattr(bs, "RESULTS", tmp_path)
+    md_out, json_out = tmp_path / "r.md", tmp_path / "r.json"
+    argv = ["--benches", "mem", "--limits", "0.7", "--seeds", "3", "--budgets", "8", "--jobs", "1",
+            "--md-out", str(md_out), "--json-out", str(json_out)]
+    assert rb.main(argv) == 0
+    assert racing.BLOCK_SIZE == shipped
+    raw = json.loads((tmp_path / "race_block_mem_limit0.7.json").read_text())
+    assert raw["shipped"] == shipped and list(raw["budgets"]) == ["8"]
+    assert set(raw["budgets"]["8"]) == {str(n) for n in rb.SIZES}
+    assert all(len(v["picks"]) == 3 for v in raw["budgets"]["8"].values())
+    b, _, spec, _, configs = bs.bench_space("mem")
+    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
+    table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.7)
+    launched, largest = {}, {}
+    for n in (2, 3):
+        with rb.block_size(n):
+            rep = bench_replay.replay_sweep(table, spec, make_sampler(57, worker=0), 57, 8,
+                                            raw["mem_limit_bytes"], raw["holdout"], keep_study=True)
+        launched[n] = [st.key for st in rep.steps]
+        blocks = Counter(TrialRecord.of(t).race_block for t in rep.study.trials)
+        blocks.pop(None, None)
+        largest[n] = max(blocks.values())
+    assert racing.BLOCK_SIZE == shipped
+    assert launched[2] != launched[3] and len(launched[2]) == len(launched[3]) == 8
+    assert largest == {2: 2, 3: 3}
+    first = md_out.read_text()
+    assert "## The race's block size" in first and "(8 trials; the matrix's is 8; 3 seeds)" in first
+    assert f"At 8 trials, seeds right over the 1 cell: block 2 {raw['budgets']['8']['2']['right']}, " \
+           f"block {shipped} (shipped) {raw['budgets']['8'][str(shipped)]['right']}" in first
+    assert "16 trials" not in first  # only the budgets replayed are shown
+    md_out.unlink()
+    assert rb.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first
+    # Where a file has the matrix's seeds, its shipped column is checked against the matrix's
+    # sweep cell (the same replay), and a difference is named.
+    import bench_matrix
+
+    committed = (SCRIPTS.parent / "benchmarks/results/search_mem_limit0.7.json").read_text()
+    bench_matrix.result_path("mem", "0.7").write_text(committed)  # under tmp_path (bs.RESULTS)
+    matrix = bench_matrix.row(json.loads(committed), "sweep")
+    raw["seeds"] = matrix["seeds"]
+    raw["budgets"]["8"][str(shipped)]["right"] = matrix["usd"]["right"] - 1
+    (tmp_path / "race_block_mem_limit0.7.json").write_text(json.dumps(raw))
+    assert rb.main(argv + ["--summary-only"]) == 0
+    assert "**The shipped column at 8 trials differs from the matrix** (re-run `scripts/bench_matrix.py`): mem 0.7" \
+        in md_out.read_text()
