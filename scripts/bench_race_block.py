@@ -2,7 +2,7 @@
 cell of the memory-limit matrix replayed by the shipped sweep once per block size, judged as the
 matrix is, at the matrix's budget and at twice it.
 
-    .venv/bin/python scripts/bench_race_block.py                 # replay (~1 h of CPU), then the section
+    .venv/bin/python scripts/bench_race_block.py                 # replay (~1.6 h of CPU, 2 cells at a time), section
     .venv/bin/python scripts/bench_race_block.py --summary-only  # the section from committed results
     .venv/bin/python scripts/bench_race_block.py --benches mem --limits 0.7 --seeds 10
 
@@ -113,6 +113,17 @@ def _matrix_differs(bench: str, limit: str, data: dict[str, Any]) -> str | None:
     return f"{bench} {limit} (matrix {cell_text(m['usd'])})"
 
 
+def verdict(right: dict[tuple[str, str], int], budgets: list[int], names: list[str], shipped: str) -> str:
+    """Which size gets the most seeds right at each budget, and whether one beats the shipped
+    size at every budget (the only evidence that would change it)."""
+    best = {t: max(names, key=lambda n: (right[str(t), n], n == shipped)) for t in budgets}
+    beats = [n for n in names if n != shipped and budgets
+             and all(right[str(t), n] > right[str(t), shipped] for t in budgets)]
+    return ("Most seeds right: " + ", ".join(f"at {t} trials block {best[t]}" for t in budgets) + ". "
+            + (f"Block {' and '.join(beats)} gets more seeds right than the shipped {shipped} at every budget."
+               if beats else f"No size gets more seeds right than the shipped {shipped} at every budget."))
+
+
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
     shipped = str(racing.BLOCK_SIZE)
     names = [str(n) for n in SIZES]
@@ -166,6 +177,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                   + f"; cells meeting both flat targets (at least {bench_matrix.ACCURACY}/60 and a worst "
                   f"regret within {bench_matrix.REGRET_MAX:.0%}): "
                   + ", ".join(f"block {label[n]} {met[str(t), n]}" for n in names) + ".", ""]
+    lines += [verdict(right, budgets, names, shipped), ""]
     if unlike:
         lines += [f"**The shipped column at {TRIALS} trials differs from the matrix** (re-run "
                   "`scripts/bench_matrix.py`): " + "; ".join(unlike) + ".", ""]

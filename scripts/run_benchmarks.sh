@@ -93,7 +93,7 @@ for name in $ONLY; do
       run_one resample bench_resample ;;
     headroom)  # the headroom rule's constants on every matrix cell (~40 s of CPU per cell)
       run_one headroom bench_headroom ;;
-    race_block)  # the race's block size on every matrix cell (~30 s of CPU per cell)
+    race_block)  # the race's block size on every matrix cell (~3 min of CPU per cell)
       run_one race_block bench_race_block ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
     noise_levers) run_one noise_levers bench_noise_levers "${NOISE_LEVERS_ARGS[@]}" ;;

@@ -802,6 +802,14 @@ def test_the_race_block_sizes_each_replay_the_sweep_and_the_size_is_applied(tmp_
     assert f"At 8 trials, seeds right over the 1 cell: block 2 {raw['budgets']['8']['2']['right']}, " \
            f"block {shipped} (shipped) {raw['budgets']['8'][str(shipped)]['right']}" in first
     assert "16 trials" not in first  # only the budgets replayed are shown
+    # The verdict names a size only where it beats the shipped one at every budget.
+    right = {("8", "2"): 1, ("8", "3"): 2, ("8", "4"): 3, ("16", "2"): 1, ("16", "3"): 2, ("16", "4"): 3}
+    assert rb.verdict(right, [8, 16], ["2", "3", "4"], "3").endswith(
+        "Block 4 gets more seeds right than the shipped 3 at every budget.")
+    right["16", "4"] = 2  # a tie at one budget: the shipped size stays
+    assert rb.verdict(right, [8, 16], ["2", "3", "4"], "3") == (
+        "Most seeds right: at 8 trials block 4, at 16 trials block 3. "
+        "No size gets more seeds right than the shipped 3 at every budget.")
     md_out.unlink()
     assert rb.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first

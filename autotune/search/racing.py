@@ -50,7 +50,9 @@ TOLERANCE = 0.03
 # A rival stays in the race while its estimate, Z_RACE sds better, beats the leader by more
 # than TOLERANCE (set by the search benchmark's replays: scripts/bench_search.py).
 Z_RACE = 2.0
-# Configs per block: the leader and up to two rivals, measured back to back.
+# Configs per block: the leader and up to two rivals, measured back to back. Blocks of 2 and 4,
+# replayed on every memory-limit cell at 8 and 16 trials, get no more picks right at both
+# budgets (scripts/bench_race_block.py; docs/benchmarks.md, the race's block size).
 BLOCK_SIZE = 3
 METRICS = ("usd", "hours")
 
