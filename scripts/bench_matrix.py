@@ -18,6 +18,7 @@ only. The section lists the cells that miss issue 28's targets, each beside the 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -100,6 +101,29 @@ def bound_misses_regret(data: dict[str, Any]) -> bool:
     return bound is not None and bound["usd"]["regret_max"] > REGRET_MAX
 
 
+@functools.lru_cache(maxsize=None)
+def _limited_table(bench: str, limit_arg: str):
+    b, _, spec, _, configs = bs.bench_space(bench)
+    doc = bt.load_cache(ROOT / b["cache"], None, log=lambda *a: None)
+    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit_arg))
+    return table, limit_bytes
+
+
+def optimum_oom_runs(bench: str, data: dict[str, Any]) -> tuple[int, int] | None:
+    """(runs over the limit, runs) of the cell's optimum of all runs, read from its committed
+    truth: where a miss is a pick that passed over an optimum whose own runs often ran out of
+    memory, the cell's optimum is a gamble a long run would take. None without a limit, or
+    where the truth no longer gives the cell's limit (measured again since the replay)."""
+    key = (data.get("optimum_place") or {}).get("optimum")
+    if not key or not data.get("mem_limit_bytes") or bench not in bs.BENCHES:
+        return None
+    table, limit_bytes = _limited_table(bench, data["limit_arg"])
+    if limit_bytes != data["mem_limit_bytes"] or key not in table:
+        return None
+    runs = table[key].runs
+    return sum(1 for r in runs if r.oom), len(runs)
+
+
 def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     """A cell short of a target, beside what the reference (every config, every run a seed may
     observe) recommends there: where it misses too, the observable runs, not the search, decide."""
@@ -113,6 +137,9 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
         ref_s += f", the bound {cell(bound, data['seeds'])}" + (
             f", over {REGRET_MAX:.0%} too (told the 2 best configs, it still picks from noisy runs)"
             if bound_misses_regret(data) else "")
+    oom = optimum_oom_runs(bench, data)
+    if oom is not None:
+        ref_s += f"; the optimum of all runs ran out of memory in {oom[0]} of its {oom[1]} runs"
     import bench_headroom  # here: it reads this module's targets at import
 
     more = "".join(f"; {x}" for x in (bench_resample.cell_sentence(bench, data["limit_arg"]),

@@ -481,6 +481,29 @@ def test_matrix_lists_each_target_a_cell_misses_beside_the_reference(tmp_path, m
                          "[33-57] and a worst regret within 10% in 67% of them, the reference 45/60 [33-57].")
 
 
+def test_a_missed_cell_says_how_often_its_optimum_ran_out_of_memory():
+    """A miss beside an optimum whose own runs ran out of memory half the time is a pick that
+    passed over a gamble: the cell's line says how many of the optimum's runs of the committed
+    truth peaked over the limit. Not said without a limit, or where the truth no longer gives the
+    cell's limit (measured again since the replay)."""
+    import bench_matrix
+    import bench_search as bs
+
+    data = json.loads((SCRIPTS.parent / "benchmarks/results/search_mem_limit0.5.json").read_text())
+    key = data["optimum_place"]["optimum"]
+    b, _, spec, _, configs = bs.bench_space("mem")
+    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
+    table, limit, _, _ = bs.limited_table(b, doc, configs, spec, 0.5)
+    assert limit == data["mem_limit_bytes"]
+    over = sum(1 for m in table[key].runs if m.emulated_peak_bytes > limit)
+    assert 0 < over < len(table[key].runs)  # the knife edge this sentence is for
+    assert bench_matrix.optimum_oom_runs("mem", data) == (over, len(table[key].runs))
+    line, = bench_matrix.target_lines("mem", data)
+    assert f"; the optimum of all runs ran out of memory in {over} of its {len(table[key].runs)} runs" in line
+    assert bench_matrix.optimum_oom_runs("mem", {**data, "mem_limit_bytes": limit + 1}) is None
+    assert bench_matrix.optimum_oom_runs("mem", {**data, "mem_limit_bytes": None}) is None
+
+
 def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
     w = bench_truth.workload_for("gpt390m")
     assert w.preset is None and w.resolved_shape().num_params() == 389_526_528
