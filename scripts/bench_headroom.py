@@ -75,18 +75,10 @@ def rule(p_headroom: float | None, give_way: float | None, after_oom: float | No
 
 def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
     """Each seed's sweep replayed once; its pick by cost under every variant, judged."""
-    import warnings
-
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     from autotune.search.study import make_sampler
 
-    b, _, spec, _, configs = bs.bench_space(bench)
-    doc = bt.load_cache(Path(b["cache"]), None, log=lambda *a: None)
-    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit))
-    holdout = bs.held_out(table)  # as bench_search's --holdout auto, which the matrix uses
+    b = bs.BENCHES[bench]
+    spec, table, limit_bytes, holdout = bl.cell_truth(bench, limit)
     reps = {name: [] for name in VARIANTS}
     truths = [bt.truth_for(table, s, holdout) for s in range(seeds)]
     for s in range(seeds):

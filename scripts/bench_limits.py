@@ -4,6 +4,7 @@
     limit = limit_bytes(table, q)               # bytes per rank (None: no limit)
     keys = baseline_keys(ms, spec, configs)     # the shipped sweep's baselines, in its order
     place = optimum_place(table, keys, ms, spec)  # where the optimum lies among them
+    spec, table, limit, holdout = cell_truth("mem", "0.5")  # a matrix cell's truth, for replays
 
 A limit is a quantile of the configs' measured peaks (each config's median peak per rank, as
 `autotune.search.calibration.measured_peak_bytes` defines a peak), so "0.2" means: a device
@@ -148,6 +149,24 @@ def place_sentence(place: dict[str, Any]) -> str:
         where = (f"the optimum (`{place['optimum']}`) is not among the baselines; it is "
                  f"{place['moves']} local move{'s' if place['moves'] != 1 else ''} from the nearest")
     return f"Where the optimum lies: {where}; {fit}; {place['fits']} configs fit."
+
+
+def cell_truth(bench: str, limit: str):
+    """A matrix cell's truth, as its replays see it: (the bench's spec, the table under the
+    cell's limit, the limit in bytes, whether seeds are judged on held-out runs), with Optuna's
+    logging quiet for the replays that follow."""
+    import warnings
+
+    import bench_search as bs  # here: bench_search imports this module
+    import bench_truth as bt
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    b, _, spec, _, configs = bs.bench_space(bench)
+    doc = bt.load_cache(bs.ROOT / b["cache"], None, log=lambda *a: None)
+    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, parse_limit(limit))
+    return spec, table, limit_bytes, bs.held_out(table)  # held_out: as bench_search's --holdout auto
 
 
 def limit_label(data: dict[str, Any]) -> str:

@@ -103,9 +103,7 @@ def bound_misses_regret(data: dict[str, Any]) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _limited_table(bench: str, limit_arg: str):
-    b, _, spec, _, configs = bs.bench_space(bench)
-    doc = bt.load_cache(ROOT / b["cache"], None, log=lambda *a: None)
-    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit_arg))
+    _, table, limit_bytes, _ = bl.cell_truth(bench, limit_arg)
     return table, limit_bytes
 
 

@@ -62,18 +62,10 @@ def block_size(n: int):
 
 def replay_cell(bench: str, limit: str, seeds: int = 60, budgets: tuple[int, ...] = BUDGETS) -> dict[str, Any]:
     """Each seed's sweep replayed once per budget and block size; its pick by cost, judged."""
-    import warnings
-
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     from autotune.search.study import make_sampler
 
-    b, _, spec, _, configs = bs.bench_space(bench)
-    doc = bt.load_cache(Path(b["cache"]), None, log=lambda *a: None)
-    table, limit_bytes, _, _ = bs.limited_table(b, doc, configs, spec, bl.parse_limit(limit))
-    holdout = bs.held_out(table)  # as bench_search's --holdout auto, which the matrix uses
+    b = bs.BENCHES[bench]
+    spec, table, limit_bytes, holdout = bl.cell_truth(bench, limit)
     truths = [bt.truth_for(table, s, holdout) for s in range(seeds)]
     out: dict[str, dict[str, Any]] = {}
     for trials in budgets:
