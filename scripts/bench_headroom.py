@@ -100,15 +100,7 @@ def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
             "variants": out}
 
 
-def cell_text(v: dict[str, Any], seeds: int | None = None) -> str:
-    """`47 (4%)`: seeds right (of `seeds` where given) and the worst cost regret."""
-    worst = "inf" if v["regret_max"] == math.inf else f"{v['regret_max']:.0%}"
-    return f"{v['right']}{f'/{seeds}' if seeds else ''} ({worst})"
-
-
-def meets(v: dict[str, Any], seeds: int) -> bool:
-    """Issue 28's two flat targets for a cell: accuracy and worst regret (bench_matrix)."""
-    return v["right"] * 60 / seeds >= bench_matrix.ACCURACY and v["regret_max"] <= bench_matrix.REGRET_MAX
+cell_text = bench_matrix.figures_text
 
 
 def _better(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -140,12 +132,6 @@ def cell_sentence(bench: str, limit: str) -> str | None:
             "`scripts/bench_headroom.py`)")
 
 
-def matrix_sweep(bench: str, limit: str) -> dict[str, Any] | None:
-    """The matrix's sweep row of a cell (its `seeds` and `usd` figures), None where not run."""
-    path = bench_matrix.result_path(bench, limit)
-    return bench_matrix.row(json.loads(path.read_text()), "sweep") if path.is_file() else None
-
-
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
     names = list(VARIANTS)
     rows, same, raw, unlike, sizes = [], [], {}, [], set()
@@ -159,11 +145,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             sizes.add(f"{data['trials']} trials, {data['seeds']} seeds")
             v = data["variants"]
             for name in names:  # a file replayed before a variant was added lacks it
-                met[name] += name in v and meets(v[name], data["seeds"])
-            m = matrix_sweep(bench, limit)
-            if m is not None and m["seeds"] == data["seeds"] and \
-                    (m["usd"]["right"], m["usd"]["regret_max"]) != (v[SHIPPED]["right"], v[SHIPPED]["regret_max"]):
-                unlike.append(f"{bench} {limit} (matrix {cell_text(m['usd'])})")
+                met[name] += name in v and bench_matrix.meets_targets(v[name], data["seeds"])
+            unlike += [d for d in [bench_matrix.differs_from_sweep(bench, limit, data["seeds"], v[SHIPPED])] if d]
             for n in moves:
                 if n in v and cell_text(v[n]) != cell_text(v[SHIPPED]):
                     moves[n].append(f"{bench} {limit} {cell_text(v[SHIPPED])} -> {cell_text(v[n])}")

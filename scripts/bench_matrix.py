@@ -18,7 +18,7 @@ only. The section lists the cells that miss issue 28's targets, each beside the 
 from __future__ import annotations
 
 import argparse
-import functools
+import json
 import math
 import sys
 import time
@@ -101,10 +101,28 @@ def bound_misses_regret(data: dict[str, Any]) -> bool:
     return bound is not None and bound["usd"]["regret_max"] > REGRET_MAX
 
 
-@functools.lru_cache(maxsize=None)
-def _limited_table(bench: str, limit_arg: str):
-    _, table, limit_bytes, _ = bl.cell_truth(bench, limit_arg)
-    return table, limit_bytes
+def figures_text(v: dict[str, Any], seeds: int | None = None) -> str:
+    """`47 (4%)`: a variant's seeds right (of `seeds` where given) and worst cost regret, as the
+    studies of one constant across the matrix show them (bench_headroom, bench_race_block)."""
+    worst = "inf" if v["regret_max"] == math.inf else f"{v['regret_max']:.0%}"
+    return f"{v['right']}{f'/{seeds}' if seeds else ''} ({worst})"
+
+
+def meets_targets(v: dict[str, Any], seeds: int) -> bool:
+    """Issue 28's two flat targets for a variant's figures: accuracy and worst regret."""
+    return v["right"] * 60 / seeds >= ACCURACY and v["regret_max"] <= REGRET_MAX
+
+
+def differs_from_sweep(bench: str, limit: str, seeds: int, shipped: dict[str, Any]) -> str | None:
+    """Where a study's replay with the shipped constants (`shipped`: its figures over `seeds`)
+    disagrees with the matrix's sweep cell, which is the same replay: `big 0.3 (matrix 33 (8%))`.
+    None where they agree, or the matrix has no such cell (not run, other seeds)."""
+    path = result_path(bench, limit)
+    m = row(json.loads(path.read_text()), "sweep") if path.is_file() else None
+    if m is None or m["seeds"] != seeds or \
+            (m["usd"]["right"], m["usd"]["regret_max"]) == (shipped["right"], shipped["regret_max"]):
+        return None
+    return f"{bench} {limit} (matrix {figures_text(m['usd'])})"
 
 
 def optimum_oom_runs(bench: str, data: dict[str, Any]) -> tuple[int, int] | None:
@@ -115,7 +133,7 @@ def optimum_oom_runs(bench: str, data: dict[str, Any]) -> tuple[int, int] | None
     key = (data.get("optimum_place") or {}).get("optimum")
     if not key or not data.get("mem_limit_bytes") or bench not in bs.BENCHES:
         return None
-    table, limit_bytes = _limited_table(bench, data["limit_arg"])
+    _, table, limit_bytes, _ = bl.cell_truth(bench, data["limit_arg"])
     if limit_bytes != data["mem_limit_bytes"] or key not in table:
         return None
     runs = table[key].runs

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
-import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,27 +80,7 @@ def replay_cell(bench: str, limit: str, seeds: int = 60, budgets: tuple[int, ...
             "shipped": racing.BLOCK_SIZE, "budgets": out}
 
 
-def cell_text(v: dict[str, Any]) -> str:
-    """`47 (4%)`: seeds right and the worst cost regret."""
-    worst = "inf" if v["regret_max"] == math.inf else f"{v['regret_max']:.0%}"
-    return f"{v['right']} ({worst})"
-
-
-def _meets(v: dict[str, Any], seeds: int) -> bool:
-    """Issue 28's two flat targets for a cell (bench_matrix): accuracy and worst regret."""
-    return v["right"] * 60 / seeds >= bench_matrix.ACCURACY and v["regret_max"] <= bench_matrix.REGRET_MAX
-
-
-def _matrix_differs(bench: str, limit: str, data: dict[str, Any]) -> str | None:
-    """The matrix's sweep cell where the shipped size at the matrix's budget differs from it."""
-    path = bench_matrix.result_path(bench, limit)
-    m = bench_matrix.row(json.loads(path.read_text()), "sweep") if path.is_file() else None
-    ours = data["budgets"].get(str(TRIALS), {}).get(str(data["shipped"]))
-    if m is None or ours is None or m["seeds"] != data["seeds"]:
-        return None
-    if (m["usd"]["right"], m["usd"]["regret_max"]) == (ours["right"], ours["regret_max"]):
-        return None
-    return f"{bench} {limit} (matrix {cell_text(m['usd'])})"
+cell_text = bench_matrix.figures_text
 
 
 def verdict(right: dict[tuple[str, str], int], budgets: list[int], names: list[str], shipped: str) -> str:
@@ -135,12 +113,14 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             x = v.get(t, {}).get(n)
             texts.append(cell_text(x) if x else "not replayed")
             if x:
-                met[t, n] += _meets(x, data["seeds"])
+                met[t, n] += bench_matrix.meets_targets(x, data["seeds"])
                 right[t, n] += x["right"]
             ref = v.get(t, {}).get(shipped)
             if (t, n) in moves and x and ref and cell_text(x) != cell_text(ref):
                 moves[t, n].append(f"{bench} {limit} {cell_text(ref)} -> {cell_text(x)}")
-        unlike += [d for d in [_matrix_differs(bench, limit, data)] if d]
+        ours = v.get(str(TRIALS), {}).get(str(data["shipped"]))
+        if ours is not None:
+            unlike += [d for d in [bench_matrix.differs_from_sweep(bench, limit, data["seeds"], ours)] if d]
         # the same when each budget's sizes agree with that budget's first size
         if all(texts[i] == texts[i - i % len(names)] for i in range(len(texts))):
             same.append(f"{bench} {limit}")

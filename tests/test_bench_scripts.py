@@ -22,6 +22,7 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import bench_common  # noqa: E402
+import bench_limits  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_truth  # noqa: E402
 from autotune.contract import MemoryReport, TrialResult, TrialStatus  # noqa: E402
@@ -487,13 +488,10 @@ def test_a_missed_cell_says_how_often_its_optimum_ran_out_of_memory():
     truth peaked over the limit. Not said without a limit, or where the truth no longer gives the
     cell's limit (measured again since the replay)."""
     import bench_matrix
-    import bench_search as bs
 
     data = json.loads((SCRIPTS.parent / "benchmarks/results/search_mem_limit0.5.json").read_text())
     key = data["optimum_place"]["optimum"]
-    b, _, spec, _, configs = bs.bench_space("mem")
-    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
-    table, limit, _, _ = bs.limited_table(b, doc, configs, spec, 0.5)
+    _, table, limit, _ = bench_limits.cell_truth("mem", "0.5")
     assert limit == data["mem_limit_bytes"]
     over = sum(1 for m in table[key].runs if m.emulated_peak_bytes > limit)
     assert 0 < over < len(table[key].runs)  # the knife edge this sentence is for
@@ -805,9 +803,7 @@ def test_the_race_block_sizes_each_replay_the_sweep_and_the_size_is_applied(tmp_
     assert raw["shipped"] == shipped and list(raw["budgets"]) == ["8"]
     assert set(raw["budgets"]["8"]) == {str(n) for n in rb.SIZES}
     assert all(len(v["picks"]) == 3 for v in raw["budgets"]["8"].values())
-    b, _, spec, _, configs = bs.bench_space("mem")
-    doc = bench_truth.load_cache(Path(b["cache"]), None, log=lambda *a: None)
-    table, _, _, _ = bs.limited_table(b, doc, configs, spec, 0.7)
+    spec, table, _, _ = bench_limits.cell_truth("mem", "0.7")
     launched, largest = {}, {}
     for n in (2, 3):
         with rb.block_size(n):
