@@ -60,8 +60,9 @@ class Study:
     storage: str
     sweep_stdout: str
 
-    def cli(self, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = {**os.environ, "COLUMNS": "200", **(env or {})}
+    def cli(self, *args: str, timeout: float = 300, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+        # env: more variables; one set to None is left out (as COLUMNS is from a log's).
+        e = {k: v for k, v in {**os.environ, "COLUMNS": "200", **(env or {})}.items() if v is not None}
         return subprocess.run([sys.executable, "-m", "autotune.cli", *args, "--study", self.name,
                                "--storage", self.storage], cwd=self.folder, capture_output=True,
                               text=True, timeout=timeout, env=e)

@@ -72,3 +72,18 @@ def test_catalog_shows_every_gpu_and_offer_name_whole_at_80_columns(run_cli):
     table = lines[:lines.index(next(ln for ln in lines if ln.startswith("break-even")))] \
         if any(ln.startswith("break-even") for ln in lines) else lines
     assert all(len(ln) <= 80 for ln in table), max(table, key=len)
+
+
+def test_the_console_is_as_wide_as_columns_says_or_a_log_line(capsys, monkeypatch):
+    """stdout here is captured (not a terminal), as in a Slurm job's .out file: without a
+    $COLUMNS of digits (rich ignores any other) the console takes LOG_WIDTH_COLUMNS, so that
+    a log keeps each line whole; with one, that width, as on a terminal."""
+    from autotune.cli.common import LOG_WIDTH_COLUMNS, console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert not console().is_terminal and console().width == LOG_WIDTH_COLUMNS
+    assert console(stderr=True).width == LOG_WIDTH_COLUMNS
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert console().width == LOG_WIDTH_COLUMNS
+    monkeypatch.setenv("COLUMNS", "100")
+    assert console().width == 100

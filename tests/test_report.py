@@ -213,6 +213,21 @@ def test_report_never_cuts_an_offer_name(study, doc):
         assert offers <= words, (width, offers - words)
 
 
+def test_a_report_into_a_file_keeps_whole_lines(study):
+    """Into a file or a pipe with no $COLUMNS (a Slurm job's .out file, `| tee log`), rich
+    laid output out at 80 columns: the report dropped its per-setting columns and cut its prose
+    with an ellipsis. Now it is laid out at LOG_WIDTH_COLUMNS, as if COLUMNS said so."""
+    from autotune.cli.common import LOG_WIDTH_COLUMNS
+
+    log = study.cli("report", env={"COLUMNS": None})
+    wide = study.cli("report", env={"COLUMNS": str(LOG_WIDTH_COLUMNS)})
+    narrow = study.cli("report", env={"COLUMNS": "80"})
+    assert log.returncode == wide.returncode == narrow.returncode == 0, log.stderr
+    assert log.stdout == wide.stdout != narrow.stdout
+    assert "…" in narrow.stdout and "…" not in log.stdout
+    assert max(len(ln) for ln in log.stdout.splitlines()) > 80
+
+
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
     from autotune.errors import UserError
     from autotune.report.files import prepare_out_dir

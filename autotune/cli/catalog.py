@@ -62,8 +62,7 @@ def register(catalog_app: typer.Typer) -> None:
     ) -> None:
         """Turn SkyPilot's per-cloud catalogs (vms.csv) into offers: instance sizes, regions,
         on-demand (and spot) prices. Nothing is written when any input is bad."""
-        from rich.console import Console
-
+        from autotune.cli.common import console
         from autotune.pricing.load import load_catalog
         from autotune.pricing.skypilot import catalog_from_skypilot, write_catalog
 
@@ -79,7 +78,7 @@ def register(catalog_app: typer.Typer) -> None:
                         "gpus": sorted({o.gpu for o in result.offers}), "regions": regions,
                         "summary": list(result.summary())})
             return
-        c = Console(highlight=False)
+        c = console()
         for line in result.summary():
             c.print(line, soft_wrap=True)
         c.print(f"wrote {out}: {len(result.offers)} offers of "
