@@ -12,7 +12,7 @@ import pytest
 
 from autotune.contract import GPTWorkload, TrialResult, TrialStatus
 from autotune.record import TrialRecord
-from autotune.search.estimates import ConfigEstimate, RunModel, Run, how_sure
+from autotune.search.estimates import BOTH_REMEASURED_TRIALS, ConfigEstimate, RunModel, Run, how_sure
 
 
 def _config(key: str, runs: list[tuple[float, str]]) -> ConfigEstimate:
@@ -60,7 +60,19 @@ def test_the_sentence_says_how_sure():
         "not distinguishable from trial 7 (+1% ± 2%): either will do"
     wide = how_sure("faster", 3, 7, (0.05, -0.10, 0.20), 0.03)
     assert wide.startswith("not distinguishable from trial 7 with the runs so far") and "±" in wide
+    assert wide.endswith(f"a sweep of {BOTH_REMEASURED_TRIALS} or more --trials re-measures both")
     assert "only config" in how_sure("cheaper", 3, None, None, 0.03)
+
+
+def test_the_trials_the_sentence_names_are_the_fewest_that_re_measure_both():
+    """A sweep told `--trials 1` after "either may be the better one" had re-measured nothing
+    (its reserve was 0), and `--trials 2` one rival alone; the sentence named no number. Both
+    in one block needs a reserve of 2 (Racing.block: with 2 trials left, the leader and its rival)."""
+    from autotune.search.sweep import remeasure_reserve
+    from autotune.spec import SweepSpec
+
+    spec = SweepSpec()
+    assert remeasure_reserve(spec, BOTH_REMEASURED_TRIALS) >= 2 > remeasure_reserve(spec, BOTH_REMEASURED_TRIALS - 1)
 
 
 # ---------------------------------------------------------------------------------------

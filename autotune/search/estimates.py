@@ -44,6 +44,10 @@ PRIOR_WITHIN_SHARE = 1.0
 PRIOR_DOF = 3.0
 # Two-sided 90% normal quantile for the intervals shown ("4% +- 2%").
 Z_SHOWN = 1.645
+# The fewest --trials of a later sweep that re-measure a leader and its rival side by side: a
+# sweep re-measures in the last half of its trials by default (autotune.search.sweep.
+# remeasure_reserve) and a block of the two takes 2. Fewer re-measure one of them, or none.
+BOTH_REMEASURED_TRIALS = 4
 
 
 @dataclass
@@ -271,5 +275,5 @@ def how_sure(better: str, leader_trial: int, runner_trial: int | None,
     if -tolerance <= lo and hi <= tolerance:
         return f"not distinguishable from trial {runner_trial} ({est:+.0%} ± {pm:.0%}): either will do"
     return (f"not distinguishable from trial {runner_trial} with the runs so far ({better} by "
-            f"{est:.0%} ± {pm:.0%}): either may be the better one; more --trials would re-measure "
-            "both")
+            f"{est:.0%} ± {pm:.0%}): either may be the better one; a sweep of "
+            f"{BOTH_REMEASURED_TRIALS} or more --trials re-measures both")
