@@ -845,3 +845,27 @@ def test_the_race_block_sizes_each_replay_the_sweep_and_the_size_is_applied(tmp_
     assert rb.main(argv + ["--summary-only"]) == 0
     assert "**The shipped column at 8 trials differs from the matrix** (re-run `scripts/bench_matrix.py`): mem 0.7" \
         in md_out.read_text()
+
+
+def test_the_race_block_section_sets_the_budgets_side_by_side():
+    """`bench_race_block.py`'s paragraph on twice the budget, from the committed raw files: the
+    shipped size's seeds right summed at each budget, the cells that move by BUDGET_MOVE_SEEDS or
+    more named (big 0.5: 60 -> 42 at 16 trials, with its optimum's OOM runs from the committed
+    truth), a smaller move not; nothing with one budget."""
+    import bench_matrix
+    import bench_race_block as rb
+
+    shipped = "3"
+    found = [(b, q, path, json.loads(path.read_text())) for b, q in (("big", "0.5"), ("mem", "0.7"))
+             for path in [rb.result_path(b, q)]]
+    right = {(b, t): d["budgets"][t][shipped]["right"] for b, _, _, d in found for t in ("8", "16")}
+    assert right["big", "8"] - right["big", "16"] >= rb.BUDGET_MOVE_SEEDS
+    assert abs(right["mem", "8"] - right["mem", "16"]) < rb.BUDGET_MOVE_SEEDS
+    text = rb.budget_paragraph(found, [8, 16], shipped)
+    assert text.startswith(f"**16 trials against 8**, block {shipped} (shipped): seeds right over the 2 cells "
+                           f"{right['big', '8'] + right['mem', '8']} at 8 trials, "
+                           f"{right['big', '16'] + right['mem', '16']} at 16.")
+    ooms, runs = bench_matrix.optimum_oom_runs("big", json.loads(bench_matrix.result_path("big", "0.5").read_text()))
+    assert f"or more: big 0.5 {right['big', '8']} -> {right['big', '16']} (its optimum ran out of memory in " \
+           f"{ooms} of its {runs} runs). " in text and "mem 0.7" not in text
+    assert rb.budget_paragraph(found, [8], shipped) == ""
