@@ -87,3 +87,15 @@ def test_the_console_is_as_wide_as_columns_says_or_a_log_line(capsys, monkeypatc
     assert console().width == LOG_WIDTH_COLUMNS
     monkeypatch.setenv("COLUMNS", "100")
     assert console().width == 100
+
+
+def test_help_paragraphs_are_reflowed_at_80_columns(run_cli):
+    """Typer kept a docstring's own line breaks and then wrapped each line again at 80 columns,
+    so `autotune sweep --help` read "... Ctrl-C" / "finishes" / "the running trial ...". Its
+    help is now markdown: a paragraph is reflowed, and only its last line is short."""
+    p = run_cli("sweep", "--help", env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    lines = [ln.strip() for ln in p.stdout.split("╭")[0].splitlines()]
+    assert "Ctrl-C finishes the running trial" in " ".join(lines)
+    ragged = [ln for ln, nxt in zip(lines, lines[1:]) if ln and nxt and len(ln) < 60]
+    assert ragged == [], lines

@@ -19,7 +19,11 @@ import typer
 from autotune.cli.common import console
 from autotune.errors import EXIT_USER_ERROR, UserError
 
+# Markdown help: a docstring's paragraph is reflowed to the terminal's width (in typer's "rich"
+# mode its own line breaks stayed, each line wrapped again: one-word lines at 80 columns), and
+# `code` in it is shown as code.
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",
                   help="Pick the cheapest way to reach an LLM training target, by measuring it.")
 
 
