@@ -167,6 +167,14 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
         assert patch.min() < 0.9, f"no marker drawn at the Pareto point {m}"  # not white paper
     for name in ("throughput.png", "memory.png"):
         assert image.imread(out / name).shape[0] > 100
+    # The cheapest and fastest labels cover no plotted point (on main the cheapest's box hid
+    # the point of the default sweep's trial 3) and stay in the image.
+    assert len(meta["points"]) == len(rep["options"]) and meta["best_labels"]
+    height, width = pixels.shape[:2]
+    for b in meta["best_labels"]:
+        x0, y0, x1, y1 = b["box_px"]
+        assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height, b
+        assert not [q for q in meta["points"] if x0 <= q["x_px"] <= x1 and y0 <= q["y_px"] <= y1], b
     # Log axes (on main: linear unless the points spanned a decade) and every point named by
     # its trial number (on main: the cheapest and the fastest only), in the PNG and the page.
     trials = {o["trial"] for o in rep["options"]}
@@ -211,6 +219,32 @@ def test_report_never_cuts_an_offer_name(study, doc):
         assert all(len(ln) <= width for ln in lines), max(lines, key=len)
         words = {w.strip(",();") for ln in lines for w in ln.split()}
         assert offers <= words, (width, offers - words)
+
+
+def test_the_best_label_takes_the_first_corner_that_covers_no_point():
+    """The PNG's cheapest / fastest label goes below right of its point unless that covers a
+    plotted point; points placed in three of its four corners leave it the fourth (above left)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.report.plots import _place_best_label
+
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    fig.canvas.draw()
+    x, y = ax.transData.transform((50, 50))
+    pt = 100 / 72  # display pixels per point at 100 dpi
+    # Inside the boxes at 30-40 points right / left and 40 points below / above, as placed.
+    corners = {"below right": (x + 50 * pt, y - 47 * pt), "above right": (x + 50 * pt, y + 47 * pt),
+               "below left": (x - 50 * pt, y - 47 * pt)}
+    box = _place_best_label(fig, ax, (50, 50), "cheapest: #3 9.0 h, $0.8067", list(corners.values()), [])
+    assert box[2] < x and box[1] > y, box  # above left
+    assert not [c for c in corners.values() if box[0] <= c[0] <= box[2] and box[1] <= c[1] <= box[3]]
+    assert len(ax.texts) == 1  # the corners tried and not taken are gone
+    plt.close(fig)
 
 
 def test_a_report_into_a_file_keeps_whole_lines(study):

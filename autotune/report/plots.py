@@ -54,6 +54,13 @@ def not_plotted(doc: dict[str, Any]) -> str:
     return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
 
 
+# Where the PNG's cheapest / fastest label may go, in points from its point, in order of
+# preference: below right first (no option within limits is cheaper than the cheapest, so below
+# it is empty), then the other three corners. The first that covers no plotted point, stays
+# inside the plot and clears the other label is taken (_place_best_label).
+LABEL_OFFSETS_PT = ((30, -40), (30, 40), (-30, -40), (-30, 40))
+
+
 def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
     """(key, label, offset) of the points to name; one label when cheapest is also fastest."""
     c, f = doc["cheapest"], doc["fastest"]
@@ -179,13 +186,6 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     for hours, usd, text in point_labels(doc):
         ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8,
                     color="#333", zorder=5)
-    for key, label, dy in best_labels(doc):
-        o = doc[key]
-        if o:
-            ax.annotate(f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
-                        (o["hours"], o["usd"]), xytext=(30, dy), textcoords="offset points",
-                        arrowprops=dict(arrowstyle="->"), fontsize=9,
-                        bbox=dict(boxstyle="round", fc="white", ec="#999"))
     ax.set_xlabel("hours to target" + (" (log)" if axes["log_x"] else ""))
     ax.set_ylabel("dollars to target" + (" (log)" if axes["log_y"] else ""))
     sub = not_plotted(doc)
@@ -197,16 +197,59 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     fig.tight_layout()
     fig.canvas.draw()
     height = fig.canvas.get_width_height()[1]
+    points_px = [ax.transData.transform((o["hours"], o["usd"])) for o in opts]
+    boxes: list[dict[str, Any]] = []
+    for key, label, _ in best_labels(doc):
+        o = doc[key]
+        if o:
+            text = f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}"
+            x0, y0, x1, y1 = _place_best_label(fig, ax, (o["hours"], o["usd"]), text, points_px,
+                                               [b["box"] for b in boxes])
+            boxes.append({"key": key, "box": (x0, y0, x1, y1)})
     placed = []
     for o in front:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
         placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
                        "x_px": float(x_px), "y_px": float(height - y_px)})
     labels = [{"hours": h, "usd": u, "text": t} for h, u, t in point_labels(doc)]
+    # Pixels from the top-left, as "pareto": every plotted option, and the best labels' boxes.
+    points = [{"trial": o["trial"], "x_px": float(x), "y_px": float(height - y)} for o, (x, y) in zip(opts, points_px)]
+    best = [{"key": b["key"], "box_px": [b["box"][0], height - b["box"][3], b["box"][2], height - b["box"][1]]}
+            for b in boxes]
     fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}", "Description": json.dumps(
-        {"pareto": placed, "labels": labels, "log_x": axes["log_x"], "log_y": axes["log_y"]})})
+        {"pareto": placed, "labels": labels, "points": points, "best_labels": best,
+         "log_x": axes["log_x"], "log_y": axes["log_y"]})})
     plt.close(fig)
     return placed
+
+
+def _place_best_label(fig, ax, xy: tuple[float, float], text: str, points_px, taken) -> tuple[float, ...]:
+    """Annotate `xy` with `text` at the first of LABEL_OFFSETS_PT whose box covers none of
+    `points_px` (display pixels), lies inside the axes and clears the boxes in `taken`; where
+    none does, at the one that covers the fewest. Returns the box (x0, y0, x1, y1, display)."""
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    best = None
+    for dx, dy in LABEL_OFFSETS_PT:
+        a = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points", ha="left" if dx > 0 else "right",
+                        va="top" if dy < 0 else "bottom", arrowprops=dict(arrowstyle="->"), fontsize=9,
+                        bbox=dict(boxstyle="round", fc="white", ec="#999"), zorder=6)
+        a.draw(renderer)  # lays the box out around the text (savefig draws everything again)
+        box = a.get_bbox_patch().get_window_extent(renderer)
+        covered = sum(1 for x, y in points_px if box.x0 - 6 <= x <= box.x1 + 6 and box.y0 - 6 <= y <= box.y1 + 6)
+        out = not (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1)
+        clash = any(box.x0 < t[2] and t[0] < box.x1 and box.y0 < t[3] and t[1] < box.y1 for t in taken)
+        score = covered + 1000 * (out or clash)
+        if best is None or score < best[0]:
+            if best is not None:
+                best[1].remove()
+            best = (score, a, (box.x0, box.y0, box.x1, box.y1))
+        else:
+            a.remove()
+        if score == 0:
+            break
+    assert best is not None
+    return best[2]
 
 
 def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
