@@ -198,14 +198,7 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     fig.canvas.draw()
     height = fig.canvas.get_width_height()[1]
     points_px = [ax.transData.transform((o["hours"], o["usd"])) for o in opts]
-    boxes: list[dict[str, Any]] = []
-    for key, label, _ in best_labels(doc):
-        o = doc[key]
-        if o:
-            text = f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}"
-            x0, y0, x1, y1 = _place_best_label(fig, ax, (o["hours"], o["usd"]), text, points_px,
-                                               [b["box"] for b in boxes])
-            boxes.append({"key": key, "box": (x0, y0, x1, y1)})
+    boxes = _best_labels_png(fig, ax, doc, points_px)
     placed = []
     for o in front:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
@@ -221,6 +214,19 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
          "log_x": axes["log_x"], "log_y": axes["log_y"]})})
     plt.close(fig)
     return placed
+
+
+def _best_labels_png(fig, ax, doc: dict[str, Any], points_px) -> list[dict[str, Any]]:
+    """The cheapest and fastest labels (best_labels), each placed by _place_best_label;
+    returns [{"key", "box": (x0, y0, x1, y1) in display pixels}]."""
+    boxes: list[dict[str, Any]] = []
+    for key, label, _ in best_labels(doc):
+        o = doc[key]
+        if o:
+            text = f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}"
+            box = _place_best_label(fig, ax, (o["hours"], o["usd"]), text, points_px, [b["box"] for b in boxes])
+            boxes.append({"key": key, "box": box})
+    return boxes
 
 
 def _place_best_label(fig, ax, xy: tuple[float, float], text: str, points_px, taken) -> tuple[float, ...]:
