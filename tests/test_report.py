@@ -247,6 +247,51 @@ def test_the_best_label_takes_the_first_corner_that_covers_no_point():
     plt.close(fig)
 
 
+def test_every_png_text_lies_inside_its_figure(doc, tmp_path, monkeypatch):
+    """On the default sweep's report, the throughput plot's title (no scaling) ran past the
+    7-inch figure and the memory plot's past its right edge (long FSDP + offload + TP labels
+    push the bars right); the GPU axis had ticks at 1.2 and 1.4 GPUs. Every title, label and
+    annotation of the three PNGs now lies inside its figure, and the GPU ticks are whole."""
+    import copy
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.report.plots import write_pngs
+
+    outside: list[tuple[str, str]] = []  # (figure title, text) of each text out of its figure
+    gpu_ticks: list[float] = []
+
+    def check_then_close(fig=None):
+        renderer = fig.canvas.get_renderer()
+        page = fig.bbox
+        for ax in fig.axes:
+            title = ax.get_title("center") + ax.get_title("right")
+            (x_lo, x_hi), (y_lo, y_hi) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+            ticks = [t for t in ax.get_xticklabels() if x_lo <= t.get_position()[0] <= x_hi] + \
+                [t for t in ax.get_yticklabels() if y_lo <= t.get_position()[1] <= y_hi]  # those shown
+            for t in [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *ticks]:
+                box = t.get_window_extent(renderer)
+                if t.get_text() and t.get_visible() and not (page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1
+                                                             and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1):
+                    outside.append((title, t.get_text()))
+            if ax.get_xlabel().startswith("GPUs"):
+                gpu_ticks.extend(ax.get_xticks())
+        close(fig)
+        checked.append(fig)
+
+    close, checked = plt.close, []
+    monkeypatch.setattr(plt, "close", check_then_close)
+    wide = copy.deepcopy({**doc, "scaling": []})
+    for t in wide["trials"]:  # labels as long as the default space's longest
+        t["config"].update(fsdp="shard_grad_op", offload="optimizer_params", tp_degree=2)
+    write_pngs(wide, tmp_path)
+    assert len(checked) == 3 and outside == []
+    assert gpu_ticks and all(float(x).is_integer() for x in gpu_ticks), gpu_ticks
+
+
 def test_a_report_into_a_file_keeps_whole_lines(study):
     """Into a file or a pipe with no $COLUMNS (a Slurm job's .out file, `| tee log`), rich
     laid output out at 80 columns: the report dropped its per-setting columns and cut its prose

@@ -10,6 +10,7 @@ the HTML page's interactive figures (autotune.report.figures): colours, axes, la
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -273,11 +274,13 @@ def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
         for s in sc:
             ax.annotate(f"{100 * s['scaling_efficiency']:.0f}%", (s["num_gpus"], s["tokens_per_s"]),
                         xytext=(0, 8), textcoords="offset points", ha="center", fontsize=9)
+    if done:  # GPU counts are whole: no tick at 1.2 GPUs
         ax.set_xticks(sorted({gpus_of(t["config"]) for t in done}))
     ax.set_ylim(bottom=0)
     ax.set_xlabel("GPUs (ranks)")
     ax.set_ylabel("tokens/s (measured)")
-    ax.set_title(SCALING_TITLE if sc else NO_SCALING_TITLE, fontsize=11)
+    # Wrapped: the title without scaling ran past the 7-inch figure's right edge.
+    ax.set_title("\n".join(textwrap.wrap(SCALING_TITLE if sc else NO_SCALING_TITLE, 80)), fontsize=11)
     ax.grid(True, alpha=0.3)
     if done:
         ax.legend(fontsize=8)
@@ -288,9 +291,12 @@ def _png_throughput(doc: dict[str, Any], path: Path, plt) -> None:
 
 def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
     rows = memory_rows(doc)
-    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.9 + 0.45 * len(rows))), dpi=100)
-    gib = 1024 ** 3
     labels = [mem_label(t) for t in rows]
+    # Wider with longer config labels (~0.075 inch a character at this size), so that the bars
+    # keep about 5 inches; the labels of FSDP, offload and TP configs run to 70+ characters.
+    width_in = max(9.0, 5.0 + 0.075 * max((len(label) for label in labels), default=0))
+    fig, ax = plt.subplots(figsize=(width_in, max(2.5, 0.9 + 0.45 * len(rows))), dpi=100)
+    gib = 1024 ** 3
     used = [(mem_used(t) or 0) / gib for t in rows]
     free = [(t["headroom_bytes"] or 0) / gib for t in rows]
     ax.barh(labels, used, color="#D55E00", label="measured peak")
@@ -303,7 +309,9 @@ def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
             ax.plot(t["predicted_peak_mem_bytes"] / gib, i, "kD", label="predicted peak" if i == 0 else None)
     ax.invert_yaxis()
     ax.set_xlabel("GiB")
-    ax.set_title("Memory per config: measured peak and headroom per rank", fontsize=11)
+    # At the bars' right edge, extending left over the labels: centred over the bars, it ran
+    # past the figure's right edge where the labels are long.
+    ax.set_title("Memory per config: measured peak and headroom per rank", fontsize=11, loc="right")
     if rows:
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
