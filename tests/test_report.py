@@ -221,6 +221,16 @@ def test_report_never_cuts_an_offer_name(study, doc):
         assert offers <= words, (width, offers - words)
 
 
+def test_labels_of_points_whose_markers_overlap_are_one_label():
+    """On the default sweep's report, trials 2 and 12 (19.2 h; $1.71 and $1.72) were drawn
+    as "#2" over "#12". Points within NEAR_PX pixels share a label, at the first, numbers in order."""
+    from autotune.report.plots import NEAR_PX, merge_near
+
+    labels = [(1.0, 1.0, "#12"), (1.0, 1.0 + NEAR_PX / 200, "#2 #7"), (1.0, 1.0 + NEAR_PX / 50, "#3")]
+    assert merge_near(labels, lambda h, u: (100 * h, 100 * u)) == [(1.0, 1.0, "#2 #7 #12"), labels[2]]
+    assert merge_near(labels, lambda h, u: (100 * h, 100 * u), near_px=0) == labels
+
+
 def test_the_best_label_takes_the_first_corner_that_covers_no_point():
     """The PNG's cheapest / fastest label goes below right of its point unless that covers a
     plotted point; points placed in three of its four corners leave it the fourth (above left)."""

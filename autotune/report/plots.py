@@ -55,6 +55,30 @@ def not_plotted(doc: dict[str, Any]) -> str:
     return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
 
 
+# Points of the PNG closer than this (display pixels) share one label: their markers (90 pt^2,
+# ~9 px across) overlap, and two labels there were drawn over each other ("#2" on "#12").
+NEAR_PX = 9.0
+
+
+Label = tuple[float, float, str]  # (hours, dollars, "#3 #7")
+
+
+def merge_near(labels: list[Label], to_px, near_px: float = NEAR_PX) -> list[Label]:
+    """point_labels with the labels of points within `near_px` of an earlier one (`to_px`:
+    (hours, usd) -> display pixels) joined onto that one's: "#2 #12" once, at the first."""
+    out: list[tuple[float, float, str, Any]] = []
+    for hours, usd, text in labels:
+        px = to_px(hours, usd)
+        i = next((i for i, (*_, q) in enumerate(out) if abs(q[0] - px[0]) <= near_px and abs(q[1] - px[1]) <= near_px),
+                 None)
+        if i is None:
+            out.append((hours, usd, text, px))
+        else:
+            h, u, t, q = out[i]
+            out[i] = (h, u, " ".join(sorted({*t.split(), *text.split()}, key=lambda n: int(n[1:]))), q)
+    return [(h, u, t) for h, u, t, _ in out]
+
+
 # Where the PNG's cheapest / fastest label may go, in points from its point, in order of
 # preference: below right first (no option within limits is cheaper than the cheapest, so below
 # it is empty), then the other three corners. The first that covers no plotted point, stays
@@ -184,9 +208,6 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
         ax.axhline(lim["max_usd"], color="#D55E00", linestyle="-.", label="budget")
     axes = pareto_axes(doc)
     _set_pareto_axes(ax, axes)
-    for hours, usd, text in point_labels(doc):
-        ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8,
-                    color="#333", zorder=5)
     ax.set_xlabel("hours to target" + (" (log)" if axes["log_x"] else ""))
     ax.set_ylabel("dollars to target" + (" (log)" if axes["log_y"] else ""))
     sub = not_plotted(doc)
@@ -199,13 +220,16 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     fig.canvas.draw()
     height = fig.canvas.get_width_height()[1]
     points_px = [ax.transData.transform((o["hours"], o["usd"])) for o in opts]
+    named = merge_near(point_labels(doc), lambda h, u: ax.transData.transform((h, u)))
+    for hours, usd, text in named:
+        ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8, color="#333", zorder=5)
     boxes = _best_labels_png(fig, ax, doc, points_px)
     placed = []
     for o in front:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
         placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
                        "x_px": float(x_px), "y_px": float(height - y_px)})
-    labels = [{"hours": h, "usd": u, "text": t} for h, u, t in point_labels(doc)]
+    labels = [{"hours": h, "usd": u, "text": t} for h, u, t in named]
     # Pixels from the top-left, as "pareto": every plotted option, and the best labels' boxes.
     points = [{"trial": o["trial"], "x_px": float(x), "y_px": float(height - y)} for o, (x, y) in zip(opts, points_px)]
     best = [{"key": b["key"], "box_px": [b["box"][0], height - b["box"][3], b["box"][2], height - b["box"][1]]}
