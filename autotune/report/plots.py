@@ -87,7 +87,10 @@ LABEL_OFFSETS_PT = ((30, -40), (30, 40), (-30, -40), (-30, 40))
 
 
 def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(key, label, offset) of the points to name; one label when cheapest is also fastest."""
+    """(key, label, offset) of the points to name; one label when cheapest is also fastest.
+    The offset is the HTML figure's (plotly's `ay`, pixels down: the cheapest's label below
+    its point, as the PNG's first choice); the PNG places its labels by what they cover
+    (_place_best_label, LABEL_OFFSETS_PT)."""
     c, f = doc["cheapest"], doc["fastest"]
     if c and f and (c["trial"], c["offer"]) == (f["trial"], f["offer"]):
         return [("cheapest", "cheapest and fastest", 40)]
