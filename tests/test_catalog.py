@@ -45,6 +45,11 @@ def test_lookups_and_did_you_mean():
         cat.gpu_type("h100-sxn")
     with pytest.raises(UserError, match="did you mean 'runpod-h100-sxm'"):
         cat.offer("runpod-h100-smx")
+    # A family name alone offers every type of the family, not the nearest spelling ('h200').
+    with pytest.raises(UserError, match=r"unknown GPU type 'h100' \(did you mean 'h100-sxm' or 'h100-pcie'\?\)"):
+        cat.gpu_type("h100")
+    with pytest.raises(UserError, match="did you mean 'a100-80gb', 'a100-80gb-pcie' or 'a100-40gb'"):
+        cat.gpu_type("A100")
     assert cat.match_device("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert cat.match_device("NVIDIA A100-SXM4-40GB") == "a100-40gb"
     assert cat.match_device("Some Other GPU") is None
@@ -76,6 +81,19 @@ def _write(tmp_path, data) -> str:
 
 def _base() -> dict:
     return yaml.safe_load(DEFAULT_CATALOG.read_text())
+
+
+@pytest.mark.parametrize("typed, hint", [
+    ("H200", " (did you mean 'h200'?)"),          # the same name in other case
+    ("h1", " (did you mean 'h100-sxm' or 'h100-pcie'?)"),  # every name it starts
+    ("h100-smx", " (did you mean 'h100-sxm'?)"),  # a typo: the closest spelling
+    ("h", ""),                                    # one letter says too little
+    ("tpu-v5", ""),                               # nothing near
+])
+def test_did_you_mean_offers_names_the_user_likely_meant(typed, hint):
+    from autotune.names import did_you_mean
+
+    assert did_you_mean(typed, ["h200", "h100-sxm", "h100-pcie", "l4"]) == hint
 
 
 @pytest.mark.parametrize("mutate, message", [

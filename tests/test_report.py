@@ -392,6 +392,12 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     assert p.returncode == 0, p.stderr
     bill = next(out.glob("*.md")).read_text()
     assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
+    # An offer typed wrong: one message naming the offer it may be, and no folder written.
+    typo = tmp_path / "typo"
+    p = study.cli("export", "--pick", "cheapest", "--out", str(typo), "--offer", "aws-c7i-ondemnd")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "--offer 'aws-c7i-ondemnd': no completed trial is priced on it (did you mean 'aws-c7i-ondemand'?)" in p.stderr
+    assert not typo.exists()
 
 
 def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):

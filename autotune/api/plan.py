@@ -111,12 +111,9 @@ def gpu_memory_bytes(name: str) -> int:
     gpus = {k.lower(): k for k in cat.gpus}
     key = gpus.get(name.lower())
     if key is None:
-        import difflib
+        from autotune.names import did_you_mean
 
-        close = [g for g in gpus if g.startswith(name.lower())] or difflib.get_close_matches(
-            name.lower(), list(gpus), n=1)
-        hint = f" (did you mean {' or '.join(repr(gpus[c]) for c in close)}?)" if close else ""
-        raise UserError(f"--gpu '{name}' is not in the catalog{hint}",
+        raise UserError(f"--gpu '{name}' is not in the catalog{did_you_mean(name, list(cat.gpus))}",
                         fix=f"use one of: {', '.join(sorted(cat.gpus))}")
     mem = cat.gpus[key].memory_bytes
     if not mem:

@@ -115,11 +115,9 @@ def model_from_gpt_shape(shape: GPTShape, name: str = "gpt") -> ModelShape:
 def model_from_preset(name: str) -> ModelShape:
     """A built-in GPT preset (`autotune.contract.GPT_PRESETS`) by name."""
     if name not in GPT_PRESETS:
-        import difflib
+        from autotune.names import did_you_mean
 
-        close = difflib.get_close_matches(name, GPT_PRESETS, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise UserError(f"unknown model preset '{name}'{hint}",
+        raise UserError(f"unknown model preset '{name}'{did_you_mean(name, list(GPT_PRESETS))}",
                         fix=f"use one of {', '.join(GPT_PRESETS)} or a path to a config.json")
     return model_from_gpt_shape(GPT_PRESETS[name], name=name)
 

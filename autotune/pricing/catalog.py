@@ -23,7 +23,6 @@ An offer and what it rents are in autotune/pricing/offers.py.
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import fnmatch
 import re
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 
 from autotune.errors import UserError, format_validation_error, load_yaml_file
+from autotune.names import catalog_name, did_you_mean
 from autotune.pricing.offers import CatalogModel, Offer, check_date
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "data" / "catalog.yaml"
@@ -102,7 +102,6 @@ class Catalog(CatalogModel):
         if self.schema_version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"`schema_version` {self.schema_version} is not one of "
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
-        from autotune.names import catalog_name
 
         for key in self.gpus:
             catalog_name(key)
@@ -112,9 +111,7 @@ class Catalog(CatalogModel):
                 raise ValueError(f"offer name '{o.name}' appears twice")
             seen.add(o.name)
             if o.gpu not in self.gpus:
-                close = difflib.get_close_matches(o.gpu, list(self.gpus), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ValueError(f"offer '{o.name}': unknown gpu '{o.gpu}'{hint}")
+                raise ValueError(f"offer '{o.name}': unknown gpu '{o.gpu}'{did_you_mean(o.gpu, list(self.gpus))}")
         return self
 
     # -- lookups -------------------------------------------------------------------------
@@ -215,8 +212,7 @@ def check_names(asked: list[str], known: list[str], flag: str, what: str) -> Non
 
 
 def _did_you_mean(name: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    return did_you_mean(name, choices, cutoff=0.5)
 
 
 def read_catalog(path: str | Path) -> Catalog:

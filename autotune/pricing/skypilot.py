@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import difflib
 import math
 import os
 import re
@@ -35,6 +34,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from autotune.errors import UserError, format_validation_error
+from autotune.names import did_you_mean
 from autotune.pricing.catalog import SCHEMA_VERSION, Catalog
 from autotune.pricing.offers import Offer
 
@@ -150,8 +150,7 @@ class _Names:
 
     def hint(self, name: str) -> str:
         choices = list(ACCELERATOR_TYPES) + list(self.catalog.gpus)
-        close = difflib.get_close_matches(name, choices, n=1, cutoff=0.8)
-        return f" (did you mean '{close[0]}'?)" if close else ""
+        return did_you_mean(name, choices, cutoff=0.8)
 
 
 @dataclass

@@ -6,13 +6,13 @@ fastest or a trial number) and the offer, and the names of the files it writes.
 
 from __future__ import annotations
 
-import difflib
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.contract import Launcher, TrialConfig
 from autotune.errors import UserError
+from autotune.names import did_you_mean
 from autotune.record import TrialRecord
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
@@ -49,9 +49,8 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     if offer is not None:
         known = sorted({o["offer"] for o in options})
         if offer not in known:
-            close = difflib.get_close_matches(offer, known, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise UserError(f"--offer '{offer}': no completed trial is priced on it.{hint}",
+            raise UserError(f"--offer '{offer}': no completed trial is priced on it"
+                            f"{did_you_mean(offer, known)}.",
                             fix=f"use one of: {', '.join(known) or '(none: no priced trial yet)'}")
         options = [o for o in options if o["offer"] == offer]
     p = pick.strip().lower()
