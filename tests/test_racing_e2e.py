@@ -38,6 +38,12 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
         tuple(sorted(n for n in (t["number"] for t in launched)
                      if n == first or doc["trials"][n]["config"] == doc["trials"][first]["config"]))
         for first in firsts}
+    # The sweep's progress names each re-measurement and the trial whose config it measures again.
+    for t in launched[2:]:
+        first = next(n for n in firsts if doc["trials"][n]["config"] == t["config"])
+        assert f"trial {t['number']:>3}  re-measures #{first}: ok" in p.stdout, p.stdout
+    for t in launched[:2]:
+        assert f"trial {t['number']:>3}  ok" in p.stdout, p.stdout
     (cost, time) = doc["picks"]
     assert cost["trial"] == doc["cheapest"]["trial"] and len(cost["runs"]) == 2
     blocks = {r["block"] for r in cost["runs"]}

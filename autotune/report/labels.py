@@ -67,15 +67,19 @@ def outcome_line(o, width: int) -> str:
 
     r, cfg = o.result, config_summary(o.config.model_dump(mode="json"))
     money = f"  {fmt_hours(o.hours)}, {fmt_usd(o.usd)}" if r.ok and o.hours is not None else ""
+    # A re-measurement says whose config it measures again: the same config twice in the
+    # progress is the race between rivals within noise, not a search going round in circles.
+    again = f"re-measures #{o.repeat_of}: " if o.repeat_of is not None else ""
     if o.reused_from is not None:
         keep, prose = f"  trial {o.number:>3}  reused #{o.reused_from}: {r.status.value}{money}  ", cfg
     elif r.ok:
-        keep = (f"  trial {o.number:>3}  ok{money}  {r.tokens_per_s:,.0f} tok/s  "
+        keep = (f"  trial {o.number:>3}  {again}ok{money}  {r.tokens_per_s:,.0f} tok/s  "
                 f"({r.wall_s or 0:.0f}s)  ")
         prose = f"{cfg}  mem {fmt_bytes(r.peak_mem_bytes)}"
     else:
         first = (r.error or "").splitlines()[0] if r.error else ""
-        keep, prose = f"  trial {o.number:>3}  {r.status.value}  ", f"{cfg}  {r.error_type or ''}: {first}"
+        keep = f"  trial {o.number:>3}  {again}{r.status.value}  "
+        prose = f"{cfg}  {r.error_type or ''}: {first}"
     return clip(keep, prose, width)
 
 

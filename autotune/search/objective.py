@@ -48,6 +48,7 @@ class TrialOutcome:
     usd: float | None
     offer: str | None
     reused_from: int | None = None
+    repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured
 
 
 class TrialCrashed(Exception):
@@ -282,7 +283,8 @@ class Objective:
         if score is not None:
             TrialRecord.write(trial, score=score)
         self.on_trial(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
-                                   score.usd if score else None, score.offer if score else None))
+                                   score.usd if score else None, score.offer if score else None,
+                                   repeat_of=trial.user_attrs.get("repeat_of")))
         if result.status is TrialStatus.crash:
             set_constraints(trial, self.spec, feasible=False)
             raise TrialCrashed(f"trial {trial.number} crashed: {result.error_type}: {result.error}")
