@@ -51,7 +51,8 @@ def test_fit_with_few_points_is_a_constant_not_an_extrapolated_slope():
     assert flat.scale == 1.0 and flat.basis.startswith("constant per engine")
     # an engine never measured borrows the largest known constant (the cautious side)
     pred, basis = one.predict(10 * MB, "deepspeed")
-    assert pred == 330 * MB and "no deepspeed trial yet" in basis
+    assert pred == 330 * MB and basis == "calibrated on 1 trial; no deepspeed trial yet, so ddp's constant (the largest)"
+    assert flat.predict(10 * MB, "ddp")[1].startswith("calibrated on 3 trials (constant per engine")
     assert fit_calibration([], "hw") is None
 
 

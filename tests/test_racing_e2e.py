@@ -39,9 +39,10 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
                      if n == first or doc["trials"][n]["config"] == doc["trials"][first]["config"]))
         for first in firsts}
     # The sweep's progress names each re-measurement and the trial whose config it measures again.
-    for t in launched[2:]:
-        first = next(n for n in firsts if doc["trials"][n]["config"] == t["config"])
-        assert f"trial {t['number']:>3}  re-measures #{first}: ok" in p.stdout, p.stdout
+    again = {t["number"]: next(n for n in firsts if doc["trials"][n]["config"] == t["config"])
+             for t in launched[2:]}
+    for n, first in again.items():
+        assert f"trial {n:>3}  re-measures #{first}: ok" in p.stdout, p.stdout
     for t in launched[:2]:
         assert f"trial {t['number']:>3}  ok" in p.stdout, p.stdout
     (cost, time) = doc["picks"]
@@ -58,3 +59,5 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
     rep = run_cli("report", "--study", "race", cwd=tmp_path)
     flat = " ".join(rep.stdout.split())
     assert "how sure: " + " ".join(cost["how_sure"].split()) in flat and "2 run(s)" in flat, rep.stdout
+    # Its table of trials says the same of each re-measurement.
+    assert all(f"ok (re-measures #{first})" in rep.stdout for first in again.values()), rep.stdout

@@ -108,10 +108,15 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
 
 
 def _ended(r: dict[str, Any]) -> str:
-    """One word for how a trial ended: its status when it completed, else state: status."""
-    if r["state"] == "COMPLETE":
-        return r["status"] or "ok"
-    return r["state"].lower() + (f": {r['status']}" if r["status"] else "")
+    """How a trial ended: its status when it completed, else state: status; and whose config
+    it measured again (a re-measurement) or took the figures of (reused)."""
+    ended = (r["status"] or "ok") if r["state"] == "COMPLETE" else (
+        r["state"].lower() + (f": {r['status']}" if r["status"] else ""))
+    if r.get("repeat_of") is not None:
+        return f"{ended} (re-measures #{r['repeat_of']})"
+    if r.get("reused_from") is not None:
+        return f"{ended} (reused #{r['reused_from']})"
+    return ended
 
 
 def trials_table(rows: list[dict[str, Any]], title: str, width: int):

@@ -108,12 +108,12 @@ class CalibrationFit(BaseModel):
 
     def predict(self, analytic_bytes: float, engine: str, ranks: int = 1) -> tuple[int, str]:
         """Calibrated peak per rank and a phrase saying what it rests on."""
+        on = f"calibrated on {self.n_points} trial{'' if self.n_points == 1 else 's'}"
         if engine in self.constant_bytes:
-            c, basis = self.constant_bytes[engine], f"calibrated on {self.n_points} trials ({self.basis})"
+            c, basis = self.constant_bytes[engine], f"{on} ({self.basis})"
         else:  # no trial of this engine yet: the largest known constant (the cautious side)
             known = max(self.constant_bytes, key=lambda e: self.constant_bytes[e])
-            c = self.constant_bytes[known]
-            basis = f"calibrated on {self.n_points} {known} trials; no {engine} trial yet"
+            c, basis = self.constant_bytes[known], f"{on}; no {engine} trial yet, so {known}'s constant (the largest)"
         if ranks > 1 and self.distributed_bytes is not None:
             c += self.distributed_bytes
         return int(round(c + self.scale * analytic_bytes)), basis
