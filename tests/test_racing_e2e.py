@@ -61,3 +61,6 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
     assert "how sure: " + " ".join(cost["how_sure"].split()) in flat and "2 run(s)" in flat, rep.stdout
     # Its table of trials says the same of each re-measurement.
     assert all(f"ok (re-measures #{first})" in rep.stdout for first in again.values()), rep.stdout
+    from autotune.report.html import _trials_table  # the HTML page's table of trials, on this study
+
+    assert all(f"ok (re-measures #{first})" in _trials_table(doc["trials"]) for first in again.values())

@@ -18,7 +18,7 @@ from typing import Any
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
 from autotune.report.files import check_parent, write_files, write_text_atomic
-from autotune.report.labels import config_summary, mfu_text, zero_summary
+from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
 
@@ -84,7 +84,8 @@ def _trials_table(rows: list[dict[str, Any]]) -> str:
             "offer", "reason") + (("slot", "beside") if side else ())
     out = ["<table><tr>" + "".join(f"<th class='l'>{h}</th>" for h in head) + "</tr>"]
     for t in rows:
-        cells: tuple[Any, ...] = (t["number"], t["state"], t["status"] or "-", config_summary(t["config"]),
+        status = (t["status"] or "-") + origin_note(t)
+        cells: tuple[Any, ...] = (t["number"], t["state"], status, config_summary(t["config"]),
                  f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "-",
                  fmt_bytes(t["peak_mem_bytes"]) if t["peak_mem_bytes"] else "not measured",
                  fmt_bytes(t["predicted_peak_mem_bytes"]) if t["predicted_peak_mem_bytes"] else "-",

@@ -43,6 +43,16 @@ def zero_summary(cfg: dict[str, Any]) -> str:
     return f"{cfg['zero_stage']}{off_text}"
 
 
+def origin_note(row: dict[str, Any]) -> str:
+    """' (re-measures #N)' for a deliberate re-measurement of trial N's config, ' (reused #N)'
+    for a trial that took trial N's figures, else "" (a report's trial row)."""
+    if row.get("repeat_of") is not None:
+        return f" (re-measures #{row['repeat_of']})"
+    if row.get("reused_from") is not None:
+        return f" (reused #{row['reused_from']})"
+    return ""
+
+
 def mem_summary(peak: int | None, source: str | None, headroom: int | None) -> str:
     if not peak:
         return "not measured"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
-from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, zero_summary
+from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 
 if TYPE_CHECKING:
@@ -109,14 +109,10 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
 
 def _ended(r: dict[str, Any]) -> str:
     """How a trial ended: its status when it completed, else state: status; and whose config
-    it measured again (a re-measurement) or took the figures of (reused)."""
+    it measured again or reused (`labels.origin_note`)."""
     ended = (r["status"] or "ok") if r["state"] == "COMPLETE" else (
         r["state"].lower() + (f": {r['status']}" if r["status"] else ""))
-    if r.get("repeat_of") is not None:
-        return f"{ended} (re-measures #{r['repeat_of']})"
-    if r.get("reused_from") is not None:
-        return f"{ended} (reused #{r['reused_from']})"
-    return ended
+    return ended + origin_note(r)
 
 
 def trials_table(rows: list[dict[str, Any]], title: str, width: int):
