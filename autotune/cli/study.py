@@ -50,7 +50,7 @@ def copy(
         None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
     as_json: bool = typer.Option(False, "--json", help="print what was copied as one JSON document"),
 ) -> None:
-    """Copy STUDY from SRC_URL to DST_URL (Optuna copy_study) plus its trial folders."""
+    """Copy the study named by --study from SRC_URL to DST_URL (Optuna copy_study), plus its trial folders."""
 
     from autotune.run.storage import resolve_storage
 
