@@ -38,5 +38,14 @@ def fmt_usd(x: float | None) -> str:
     return "-" if x is None else (f"${x:,.2f}" if x >= 1 else f"${x:.4f}")
 
 
+def fmt_usd_range(low: float, high: float) -> str:
+    """Both ends of a dollar range at one precision: "$0.91 to $1.11" (cents once the range
+    reaches a dollar, where fmt_usd alone would print "$0.9057 to $1.11"), unless cents would
+    show the low end as $0.00."""
+    if high >= 1 and low >= 0.01:
+        return f"${low:,.2f} to ${high:,.2f}"
+    return f"{fmt_usd(low)} to {fmt_usd(high)}"
+
+
 def fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"

@@ -46,3 +46,20 @@ def test_the_readmes_quick_start_spec_is_the_example_file():
     block = readme.split("# examples/llama7b-8gpu/spec.yaml\n", 1)[1].split("```", 1)[0]
     shown = yaml.safe_load(block)
     assert shown == yaml.safe_load((EXAMPLE / "spec.yaml").read_text())
+
+
+def test_the_readmes_cpu_demo_is_a_real_sweeps_output():
+    """The README quotes the default sweep's output as docs/default_sweep.txt recorded it
+    (scripts/readme_demo.py runs the sweep and writes both), trial lines and short answer
+    alike; the record says when, at which commit and on which machine."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from readme_demo import LOG, logged_output, quoted_output
+
+    log = LOG.read_text()
+    assert "- Run: " in log and "commit `" in log and "- Machine: " in log
+    quoted = quoted_output((REPO / "README.md").read_text())
+    assert quoted is not None and quoted == logged_output(log)
+    trial_lines = [ln for ln in quoted.splitlines() if ln.startswith("  trial ")]
+    assert len(trial_lines) == 8 and "\nPick: trial " in quoted and "Next: autotune export" in quoted

@@ -425,7 +425,7 @@ def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):
     sure = {"by": "cost", "trial": pick["trial"], "offer": pick["offer"], "value_low": pick["usd"] * 0.9,
             "value_high": pick["usd"] * 1.1, "how_sure": "cheaper than trial 1 by 4% ± 2% (3 runs each)"}
     shown = "\n".join(lines({**doc, "picks": [sure]}))
-    from autotune.format import fmt_usd
+    from autotune.format import fmt_usd_range
 
-    assert f"(90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})" in shown
+    assert f"(90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})" in shown
     assert "cheaper than trial 1 by 4%" in shown

@@ -187,3 +187,12 @@ def test_hours_read_the_same_everywhere():
         ["-", "30.0 min", "12.2 h", "3.0 d", "1,250.0 d"]
     assert fmt_hours(72, days_beside=True) == "72.0 h (3.0 d)"
     assert fmt_hours(12, days_beside=True) == "12.0 h"
+
+
+def test_a_dollar_range_reads_at_one_precision():
+    from autotune.format import fmt_usd_range
+
+    assert fmt_usd_range(0.9057, 1.11) == "$0.91 to $1.11"  # fmt_usd alone: "$0.9057 to $1.11"
+    assert fmt_usd_range(1234.5, 1500) == "$1,234.50 to $1,500.00"
+    assert fmt_usd_range(0.0012, 0.0015) == "$0.0012 to $0.0015"  # under a dollar: fmt_usd's
+    assert fmt_usd_range(0.004, 2.5) == "$0.0040 to $2.50"  # cents would show $0.00

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
+from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd, fmt_usd_range
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 
@@ -235,7 +235,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
         # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
         sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
                      and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
-        interval = (f" (90%: {fmt_usd(sure['value_low'])} to {fmt_usd(sure['value_high'])})"
+        interval = (f" (90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})"
                     if sure and sure.get("value_low") is not None else "")
         lines.append((f"Pick: trial {pick['trial']} on {pick['offer']}", "bold"))
         lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
