@@ -175,6 +175,12 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
         x0, y0, x1, y1 = b["box_px"]
         assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height, b
         assert not [q for q in meta["points"] if x0 <= q["x_px"] <= x1 and y0 <= q["y_px"] <= y1], b
+    # Nor does a point's "#n" label cover another point (on the README's run "#1" lay under #0's marker).
+    for m in meta["labels"]:
+        x0, y0, x1, y1 = m["box_px"]
+        own = {int(n) for n in m["text"].replace("#", "").split()}
+        assert not [q for q in meta["points"] if q["trial"] not in own
+                    and x0 <= q["x_px"] <= x1 and y0 <= q["y_px"] <= y1], (m, meta["points"])
     # Log axes (on main: linear unless the points spanned a decade) and every point named by
     # its trial number (on main: the cheapest and the fastest only), in the PNG and the page.
     trials = {o["trial"] for o in rep["options"]}
@@ -239,7 +245,7 @@ def test_the_best_label_takes_the_first_corner_that_covers_no_point():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from autotune.report.plots import _place_best_label
+    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
 
     fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
     ax.set_xlim(0, 100)
@@ -250,10 +256,37 @@ def test_the_best_label_takes_the_first_corner_that_covers_no_point():
     # Inside the boxes at 30-40 points right / left and 40 points below / above, as placed.
     corners = {"below right": (x + 50 * pt, y - 47 * pt), "above right": (x + 50 * pt, y + 47 * pt),
                "below left": (x - 50 * pt, y - 47 * pt)}
-    box = _place_best_label(fig, ax, (50, 50), "cheapest: #3 9.0 h, $0.8067", list(corners.values()), [])
+    box = _place_label(fig, ax, (50, 50), "cheapest: #3 9.0 h, $0.8067", LABEL_OFFSETS_PT,
+                       list(corners.values()), [], **BEST_LABEL_STYLE)
     assert box[2] < x and box[1] > y, box  # above left
     assert not [c for c in corners.values() if box[0] <= c[0] <= box[2] and box[1] <= c[1] <= box[3]]
     assert len(ax.texts) == 1  # the corners tried and not taken are gone
+    plt.close(fig)
+
+
+def test_a_points_label_moves_off_a_neighbouring_marker():
+    """A point's "#n" label goes above right of it unless a neighbour's marker is there (on the
+    README's run, "#1" was drawn under trial 0's marker); then to the next free corner."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.report.plots import _point_labels_png
+
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    fig.canvas.draw()
+    x, y = ax.transData.transform((50, 50))
+    alone = _point_labels_png(fig, ax, [(50.0, 50.0, "#1")], [(x, y)])[0]
+    assert alone[0] > x and alone[1] > y  # above right
+    neighbour = ax.transData.inverted().transform(((alone[0] + alone[2]) / 2, (alone[1] + alone[3]) / 2))
+    boxes = _point_labels_png(fig, ax, [(50.0, 50.0, "#1"), (*neighbour, "#0")],
+                              [(x, y), ax.transData.transform(neighbour)])
+    nx, ny = ax.transData.transform(neighbour)
+    assert not (boxes[0][0] - 6 <= nx <= boxes[0][2] + 6 and boxes[0][1] - 6 <= ny <= boxes[0][3] + 6), boxes
+    assert boxes[0][2] < x and boxes[0][1] > y  # above left: the next corner
     plt.close(fig)
 
 

@@ -82,15 +82,20 @@ def merge_near(labels: list[Label], to_px, near_px: float = NEAR_PX) -> list[Lab
 # Where the PNG's cheapest / fastest label may go, in points from its point, in order of
 # preference: below right first (no option within limits is cheaper than the cheapest, so below
 # it is empty), then the other three corners. The first that covers no plotted point, stays
-# inside the plot and clears the other label is taken (_place_best_label).
+# inside the plot and clears the other labels is taken (_place_label).
 LABEL_OFFSETS_PT = ((30, -40), (30, 40), (-30, -40), (-30, 40))
+BEST_LABEL_STYLE: dict[str, Any] = dict(arrowprops=dict(arrowstyle="->"), fontsize=9, zorder=6,
+                                        bbox=dict(boxstyle="round", fc="white", ec="#999"))
+# Where a point's "#3" label may go, in points from it: above right first, then the other corners.
+POINT_LABEL_OFFSETS_PT = ((5, 4), (-5, 4), (5, -4), (-5, -4))
+POINT_LABEL_STYLE: dict[str, Any] = dict(fontsize=8, color="#333", zorder=5)
 
 
 def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
     """(key, label, offset) of the points to name; one label when cheapest is also fastest.
     The offset is the HTML figure's (plotly's `ay`, pixels down: the cheapest's label below
     its point, as the PNG's first choice); the PNG places its labels by what they cover
-    (_place_best_label, LABEL_OFFSETS_PT)."""
+    (_place_label, LABEL_OFFSETS_PT)."""
     c, f = doc["cheapest"], doc["fastest"]
     if c and f and (c["trial"], c["offer"]) == (f["trial"], f["offer"]):
         return [("cheapest", "cheapest and fastest", 40)]
@@ -224,19 +229,18 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     height = fig.canvas.get_width_height()[1]
     points_px = [ax.transData.transform((o["hours"], o["usd"])) for o in opts]
     named = merge_near(point_labels(doc), lambda h, u: ax.transData.transform((h, u)))
-    for hours, usd, text in named:
-        ax.annotate(text, (hours, usd), xytext=(7, 5), textcoords="offset points", fontsize=8, color="#333", zorder=5)
-    boxes = _best_labels_png(fig, ax, doc, points_px)
+    label_boxes = _point_labels_png(fig, ax, named, points_px)
+    boxes = _best_labels_png(fig, ax, doc, points_px, label_boxes)
     placed = []
     for o in front:
         x_px, y_px = ax.transData.transform((o["hours"], o["usd"]))
         placed.append({"trial": o["trial"], "offer": o["offer"], "hours": o["hours"], "usd": o["usd"],
                        "x_px": float(x_px), "y_px": float(height - y_px)})
-    labels = [{"hours": h, "usd": u, "text": t} for h, u, t in named]
+    labels = [{"hours": h, "usd": u, "text": t, "box_px": _top_left(b, height)}
+              for (h, u, t), b in zip(named, label_boxes)]
     # Pixels from the top-left, as "pareto": every plotted option, and the best labels' boxes.
     points = [{"trial": o["trial"], "x_px": float(x), "y_px": float(height - y)} for o, (x, y) in zip(opts, points_px)]
-    best = [{"key": b["key"], "box_px": [b["box"][0], height - b["box"][3], b["box"][2], height - b["box"][1]]}
-            for b in boxes]
+    best = [{"key": b["key"], "box_px": _top_left(b["box"], height)} for b in boxes]
     fig.savefig(path, dpi=100, metadata={"Title": f"autotune Pareto: {doc['study']}", "Description": json.dumps(
         {"pareto": placed, "labels": labels, "points": points, "best_labels": best,
          "log_x": axes["log_x"], "log_y": axes["log_y"]})})
@@ -244,32 +248,52 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     return placed
 
 
-def _best_labels_png(fig, ax, doc: dict[str, Any], points_px) -> list[dict[str, Any]]:
-    """The cheapest and fastest labels (best_labels), each placed by _place_best_label;
-    returns [{"key", "box": (x0, y0, x1, y1) in display pixels}]."""
+def _top_left(box: tuple[float, ...], height: float) -> list[float]:
+    """A display box (x0, y0, x1, y1; y up) in image pixels from the top left (y down)."""
+    return [box[0], height - box[3], box[2], height - box[1]]
+
+
+def _point_labels_png(fig, ax, named: list[Label], points_px) -> list[tuple[float, ...]]:
+    """Each point's "#3" label at the first of POINT_LABEL_OFFSETS_PT that covers no other
+    point's marker and no label placed before it; returns their boxes (display pixels)."""
+    boxes: list[tuple[float, ...]] = []
+    for hours, usd, text in named:
+        x, y = ax.transData.transform((hours, usd))
+        others = [q for q in points_px if abs(q[0] - x) > NEAR_PX or abs(q[1] - y) > NEAR_PX]
+        boxes.append(_place_label(fig, ax, (hours, usd), text, POINT_LABEL_OFFSETS_PT, others, boxes,
+                                  **POINT_LABEL_STYLE))
+    return boxes
+
+
+def _best_labels_png(fig, ax, doc: dict[str, Any], points_px, label_boxes) -> list[dict[str, Any]]:
+    """The cheapest and fastest labels (best_labels), each placed by _place_label clear of the
+    points, the points' labels and each other; returns [{"key", "box": display pixels}]."""
     boxes: list[dict[str, Any]] = []
     for key, label, _ in best_labels(doc):
         o = doc[key]
         if o:
             text = f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}"
-            box = _place_best_label(fig, ax, (o["hours"], o["usd"]), text, points_px, [b["box"] for b in boxes])
+            box = _place_label(fig, ax, (o["hours"], o["usd"]), text, LABEL_OFFSETS_PT, points_px,
+                               [*label_boxes, *(b["box"] for b in boxes)], **BEST_LABEL_STYLE)
             boxes.append({"key": key, "box": box})
     return boxes
 
 
-def _place_best_label(fig, ax, xy: tuple[float, float], text: str, points_px, taken) -> tuple[float, ...]:
-    """Annotate `xy` with `text` at the first of LABEL_OFFSETS_PT whose box covers none of
-    `points_px` (display pixels), lies inside the axes and clears the boxes in `taken`; where
-    none does, at the one that covers the fewest. Returns the box (x0, y0, x1, y1, display)."""
+def _place_label(fig, ax, xy: tuple[float, float], text: str, offsets, points_px, taken,
+                 **style) -> tuple[float, ...]:
+    """Annotate `xy` with `text` at the first of `offsets` (points; the text leans away from
+    the point) whose box covers none of `points_px` (display pixels, with a marker's radius of
+    margin), lies inside the axes and clears the boxes in `taken`; where none does, at the one
+    that covers the fewest. Returns the box (x0, y0, x1, y1, display pixels)."""
     renderer = fig.canvas.get_renderer()
     inside = ax.get_window_extent(renderer)
     best = None
-    for dx, dy in LABEL_OFFSETS_PT:
+    for dx, dy in offsets:
         a = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points", ha="left" if dx > 0 else "right",
-                        va="top" if dy < 0 else "bottom", arrowprops=dict(arrowstyle="->"), fontsize=9,
-                        bbox=dict(boxstyle="round", fc="white", ec="#999"), zorder=6)
+                        va="top" if dy < 0 else "bottom", **style)
         a.draw(renderer)  # lays the box out around the text (savefig draws everything again)
-        box = a.get_bbox_patch().get_window_extent(renderer)
+        patch = a.get_bbox_patch()
+        box = (patch if patch is not None else a).get_window_extent(renderer)
         covered = sum(1 for x, y in points_px if box.x0 - 6 <= x <= box.x1 + 6 and box.y0 - 6 <= y <= box.y1 + 6)
         out = not (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1)
         clash = any(box.x0 < t[2] and t[0] < box.x1 and box.y0 < t[3] and t[1] < box.y1 for t in taken)
