@@ -187,8 +187,10 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
     assert meta["log_x"] and meta["log_y"]
     assert {int(n) for m in meta["labels"] for n in m["text"].replace("#", "").split()} == trials
     assert figure["layout"]["xaxis"]["type"] == "log" and figure["layout"]["yaxis"]["type"] == "log"
-    texts = next(t for t in figure["data"] if t.get("mode") == "text")["text"]
+    named = next(t for t in figure["data"] if t.get("mode") == "text")
+    texts = named["text"]
     assert {int(n) for t in texts for n in t.replace("#", "").split()} == trials
+    assert len(named["textposition"]) == len(texts)  # a side per label (text_positions)
 
 
 def test_scaling_efficiency_compares_only_trials_that_differ_in_gpu_count():
@@ -288,6 +290,22 @@ def test_a_points_label_moves_off_a_neighbouring_marker():
     assert not (boxes[0][0] - 6 <= nx <= boxes[0][2] + 6 and boxes[0][1] - 6 <= ny <= boxes[0][3] + 6), boxes
     assert boxes[0][2] < x and boxes[0][1] > y  # above left: the next corner
     plt.close(fig)
+
+
+def test_the_html_pages_point_labels_take_the_side_free_of_other_points():
+    """The plotly page names each point above right of it, unless another point lies there or
+    the text would leave the plot: then the next free side (the page's plot area assumed)."""
+    from autotune.report.figures import PLOT_AREA_PX, text_positions
+
+    ax = {"x": (1.0, 100.0), "y": (1.0, 100.0), "log_x": False, "log_y": False}
+    per_px = 99.0 / PLOT_AREA_PX[0], 99.0 / PLOT_AREA_PX[1]
+    alone = [(50.0, 50.0, "#1")]
+    assert text_positions(alone, ax) == ["top right"]
+    # A neighbour 15 px right and 10 px up of #1: on #1's "top right" text.
+    near = alone + [(50.0 + 15 * per_px[0], 50.0 + 10 * per_px[1], "#0")]
+    assert text_positions(near, ax)[0] == "top left"
+    # At the plot's right edge the text goes left.
+    assert text_positions([(100.0, 50.0, "#12")], ax) == ["top left"]
 
 
 def test_every_png_text_lies_inside_its_figure(doc, tmp_path, monkeypatch):

@@ -79,9 +79,9 @@ def pareto_figure(doc: dict[str, Any]):
     _add_limits(fig, doc["limits"], ax)
     log_x, log_y = ax["log_x"], ax["log_y"]
     labels = point_labels(doc)
-    if labels:  # every point named by its trial number
+    if labels:  # every point named by its trial number, on the side free of other points
         fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="text",
-                                 text=[t for _, _, t in labels], textposition="top right",
+                                 text=[t for _, _, t in labels], textposition=text_positions(labels, ax),
                                  textfont=dict(size=11, color="#333"), hoverinfo="skip", showlegend=False))
     for key, label, ay in best_labels(doc):
         o = doc[key]
@@ -103,6 +103,40 @@ def pareto_figure(doc: dict[str, Any]):
         template="plotly_white", height=520, legend=dict(title="platform"),
         margin=dict(l=70, r=30, t=80, b=60))
     return fig
+
+
+# The HTML Pareto plot's drawing area, assumed for placing labels (the browser lays the page
+# out and its width follows the window): about 900 x 380 pixels inside a 520-pixel figure.
+PLOT_AREA_PX = (900.0, 380.0)
+TEXT_POSITIONS = ("top right", "top left", "bottom right", "bottom left")
+
+
+def text_positions(labels: list[tuple[float, float, str]], ax: dict[str, Any]) -> list[str]:
+    """Each "#3" label's plotly textposition: the first of TEXT_POSITIONS whose text (11-pixel
+    font, ~7 pixels a character) covers no other point's marker and stays in the plot area."""
+    width, height = PLOT_AREA_PX
+
+    def px(value: float, lo_hi: tuple[float, float], log: bool, size: float) -> float:
+        lo, hi = lo_hi
+        if log:
+            value, lo, hi = math.log10(value), math.log10(lo), math.log10(hi)
+        return (value - lo) / ((hi - lo) or 1.0) * size
+
+    pts = [(px(h, ax["x"], ax["log_x"], width), px(u, ax["y"], ax["log_y"], height)) for h, u, _ in labels]
+    out = []
+    for (x, y), (_, _, text) in zip(pts, labels):
+        w, h = 7.0 * len(text) + 4, 14.0
+        for pos in TEXT_POSITIONS:
+            x0 = x + 6 if pos.endswith("right") else x - 6 - w
+            y0 = y + 4 if pos.startswith("top") else y - 4 - h
+            covers = any(x0 - 6 <= qx <= x0 + w + 6 and y0 - 6 <= qy <= y0 + h + 6
+                         for qx, qy in pts if (qx, qy) != (x, y))
+            if not covers and 0 <= x0 and x0 + w <= width and 0 <= y0 and y0 + h <= height:
+                out.append(pos)
+                break
+        else:
+            out.append(TEXT_POSITIONS[0])
+    return out
 
 
 def _plotly_range(lo: float, hi: float, log: bool) -> list[float]:
