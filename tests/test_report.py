@@ -239,21 +239,29 @@ def test_labels_of_points_whose_markers_overlap_are_one_label():
     assert merge_near(labels, lambda h, u: (100 * h, 100 * u), near_px=0) == labels
 
 
-def test_the_best_label_takes_the_first_corner_that_covers_no_point():
-    """The PNG's cheapest / fastest label goes below right of its point unless that covers a
-    plotted point; points placed in three of its four corners leave it the fourth (above left)."""
+@pytest.fixture
+def blank_axes():
+    """A drawn 10 x 6 inch figure at 100 dpi with axes 0-100 both ways, and the display pixel
+    of (50, 50): where the PNG's label placement is tried."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
-
     fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
     ax.set_xlim(0, 100)
     ax.set_ylim(0, 100)
     fig.canvas.draw()
-    x, y = ax.transData.transform((50, 50))
+    yield fig, ax, tuple(ax.transData.transform((50, 50)))
+    plt.close(fig)
+
+
+def test_the_best_label_takes_the_first_corner_that_covers_no_point(blank_axes):
+    """The PNG's cheapest / fastest label goes below right of its point unless that covers a
+    plotted point; points placed in three of its four corners leave it the fourth (above left)."""
+    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
+
+    fig, ax, (x, y) = blank_axes
     pt = 100 / 72  # display pixels per point at 100 dpi
     # Inside the boxes at 30-40 points right / left and 40 points below / above, as placed.
     corners = {"below right": (x + 50 * pt, y - 47 * pt), "above right": (x + 50 * pt, y + 47 * pt),
@@ -263,24 +271,14 @@ def test_the_best_label_takes_the_first_corner_that_covers_no_point():
     assert box[2] < x and box[1] > y, box  # above left
     assert not [c for c in corners.values() if box[0] <= c[0] <= box[2] and box[1] <= c[1] <= box[3]]
     assert len(ax.texts) == 1  # the corners tried and not taken are gone
-    plt.close(fig)
 
 
-def test_a_points_label_moves_off_a_neighbouring_marker():
+def test_a_points_label_moves_off_a_neighbouring_marker(blank_axes):
     """A point's "#n" label goes above right of it unless a neighbour's marker is there (on the
     README's run, "#1" was drawn under trial 0's marker); then to the next free corner."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from autotune.report.plots import _point_labels_png
 
-    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
-    ax.set_xlim(0, 100)
-    ax.set_ylim(0, 100)
-    fig.canvas.draw()
-    x, y = ax.transData.transform((50, 50))
+    fig, ax, (x, y) = blank_axes
     alone = _point_labels_png(fig, ax, [(50.0, 50.0, "#1")], [(x, y)])[0]
     assert alone[0] > x and alone[1] > y  # above right
     neighbour = ax.transData.inverted().transform(((alone[0] + alone[2]) / 2, (alone[1] + alone[3]) / 2))
@@ -289,7 +287,6 @@ def test_a_points_label_moves_off_a_neighbouring_marker():
     nx, ny = ax.transData.transform(neighbour)
     assert not (boxes[0][0] - 6 <= nx <= boxes[0][2] + 6 and boxes[0][1] - 6 <= ny <= boxes[0][3] + 6), boxes
     assert boxes[0][2] < x and boxes[0][1] > y  # above left: the next corner
-    plt.close(fig)
 
 
 def test_the_html_pages_point_labels_take_the_side_free_of_other_points():
