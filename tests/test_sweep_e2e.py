@@ -19,9 +19,10 @@ trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 3, timeout_s: 180}
 study: e2e
 """
 
-# Two ranks on every trial: the 2-rank DDP path is the one that must not break.
+# Two ranks on every trial: the 2-rank DDP path is the one that must not break (no machine
+# here offers 4096 ranks: the sweep says it leaves them out).
 SPACE = """
-num_gpus: [2]
+num_gpus: [2, 4096]
 micro_batch_size: [1, 2, 4]
 grad_accum_steps: [1, 2]
 precision: [fp32]
@@ -42,6 +43,7 @@ def test_sweep_then_resume(tmp_path, run_cli):
     p = run_cli("sweep", "spec.yaml", "--trials", "3", env={"COLUMNS": "80"})
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("  trial ") >= 3, p.stdout  # one progress line per finished trial
+    assert "\n  not offered on this machine: num_gpus 4096\n" in p.stdout, p.stdout
     # The end of the sweep is a short answer at 80 columns (on main: 216 lines for the default
     # sweep): the pick, the Pareto set in short, the next command; names never folded.
     lines = p.stdout.splitlines()

@@ -129,7 +129,8 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
               f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
     if rs.dropped:
         con.print("  not offered on this machine: " + "; ".join(
-            f"{k} {[getattr(v, 'value', v) for v in vs]}" for k, vs in rs.dropped.items()), soft_wrap=True)
+            f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items()),
+            soft_wrap=True, markup=False)
     prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
 
 
