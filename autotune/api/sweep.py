@@ -93,7 +93,8 @@ def prebuild(session: Session, note: Callable[[str], None]) -> None:
     from autotune.contract import Offload
     from autotune.run.launch import prebuild_deepspeed_ops
 
-    note("DeepSpeed ops: building once, outside any trial's timeout (cached after)...")
+    # Said before it starts: a first build takes minutes on a small machine, a cached one seconds.
+    note("DeepSpeed ops: loading them, or building them once if not cached (minutes), before any trial...")
     ok, log = prebuild_deepspeed_ops(session.hardware.device_kind,
                                      offload=any(o is not Offload.none for o in session.restricted.offload))
     if not ok:
