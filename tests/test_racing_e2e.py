@@ -56,6 +56,10 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
     # the full report lists the runs too.
     flat = " ".join(p.stdout.split())
     assert " ".join(cost["how_sure"].split()) in flat and "(90%: $" in flat, p.stdout
+    # The estimate beside the runs it comes from (it nets out a block's shared spell, so it may
+    # lie outside them).
+    lo, hi = sorted(r["tokens_per_s"] for r in cost["runs"])
+    assert f"{cost['tokens_per_s']:,.0f} tokens/s estimated from 2 runs ({lo:,.0f} to {hi:,.0f})" in flat, p.stdout
     rep = run_cli("report", "--study", "race", cwd=tmp_path)
     flat = " ".join(rep.stdout.split())
     assert "how sure: " + " ".join(cost["how_sure"].split()) in flat and "2 run(s)" in flat, rep.stdout

@@ -243,6 +243,11 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
         if sure and sure.get("how_sure"):
             lines.append((clip("  ", sure["how_sure"], width), None))
         tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
+        if sure and len(sure.get("runs") or []) > 1:
+            # The estimate nets out the spells a block of runs shared (autotune.search.estimates),
+            # so it can lie outside its own runs: they are shown beside it.
+            measured = sorted(r["tokens_per_s"] for r in sure["runs"])
+            tps += f" estimated from {len(measured)} runs ({measured[0]:,.0f} to {measured[-1]:,.0f})"
         lines.append((clip("  ", f"{config_summary(pick['config'])}; {tps}", width), None))
         lines.append((clip("  ", mfu_text(pick), width), None))
         fast = doc["fastest"]
