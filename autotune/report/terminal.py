@@ -137,6 +137,16 @@ def trials_table(rows: list[dict[str, Any]], title: str, width: int):
     return fit_table(title, cols, out, width)
 
 
+def _tokens_text(pick: dict[str, Any], sure: dict[str, Any] | None) -> str:
+    """The pick's tokens/s; with several runs, the runs beside it: the estimate nets out the
+    spells a block of runs shared (autotune.search.estimates), so it can lie outside them."""
+    tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
+    if sure and len(sure.get("runs") or []) > 1:
+        measured = sorted(r["tokens_per_s"] for r in sure["runs"])
+        tps += f" estimated from {len(measured)} runs ({measured[0]:,.0f} to {measured[-1]:,.0f})"
+    return tps
+
+
 def _limits_line(limits: dict[str, Any]) -> str:
     parts = []
     if limits["max_usd"] is not None:
@@ -242,13 +252,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
                            f", {pick['basis_kind']}; cheapest within limits", width), "bold"))
         if sure and sure.get("how_sure"):
             lines.append((clip("  ", sure["how_sure"], width), None))
-        tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
-        if sure and len(sure.get("runs") or []) > 1:
-            # The estimate nets out the spells a block of runs shared (autotune.search.estimates),
-            # so it can lie outside its own runs: they are shown beside it.
-            measured = sorted(r["tokens_per_s"] for r in sure["runs"])
-            tps += f" estimated from {len(measured)} runs ({measured[0]:,.0f} to {measured[-1]:,.0f})"
-        lines.append((clip("  ", f"{config_summary(pick['config'])}; {tps}", width), None))
+        lines.append((clip("  ", f"{config_summary(pick['config'])}; {_tokens_text(pick, sure)}", width), None))
         lines.append((clip("  ", mfu_text(pick), width), None))
         fast = doc["fastest"]
         if fast and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"]):
