@@ -53,6 +53,9 @@ def logged_output(log_text: str) -> str:
 
 
 def main() -> int:
+    if quoted_output(README.read_text()) is None:  # before anything is run or written
+        print(f"README.md has no {BEGIN} ... {END} block: add one where the demo goes", file=sys.stderr)
+        return 2
     ctx = run_context()
     autotune = Path(sys.executable).with_name("autotune")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_") and k != "COLUMNS"}
@@ -73,10 +76,6 @@ def main() -> int:
     LOG.write_text("\n".join(["# The README's default sweep (scripts/readme_demo.py)", "",
                               *context_lines(ctx), "", OUTPUT_MARK, output, ""]))
     text = README.read_text()
-    old = quoted_output(text)
-    if old is None:
-        print(f"README.md has no {BEGIN} ... {END} block: add one where the demo goes", file=sys.stderr)
-        return 2
     start, end = text.index(BEGIN), text.index(END) + len(END)
     README.write_text(text[:start] + readme_block(output) + text[end:])
     print(f"wrote {LOG.relative_to(REPO)}, the README's block and docs/{', docs/'.join(PLOTS)}")

@@ -34,6 +34,10 @@ from autotune.errors import UserError, format_validation_error, load_yaml_file
 from autotune.names import catalog_name, did_you_mean
 from autotune.pricing.offers import CatalogModel, Offer, check_date
 
+# How close a mistyped offer, GPU, provider or region must be to a catalog name to be offered
+# for it (difflib's ratio): catalog names are short, so looser than difflib's 0.6.
+NAME_CUTOFF = 0.5
+
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "data" / "catalog.yaml"
 # 3 added instance sizes (`instances`) and `regions` to offers; a version-2 file is a valid
 # version-3 file, so both are read.
@@ -119,7 +123,7 @@ class Catalog(CatalogModel):
     def gpu_type(self, name: str) -> GPUType:
         if name in self.gpus:
             return self.gpus[name]
-        raise UserError(f"unknown GPU type '{name}'{_did_you_mean(name, list(self.gpus))}",
+        raise UserError(f"unknown GPU type '{name}'{did_you_mean(name, list(self.gpus), cutoff=NAME_CUTOFF)}",
                         fix=f"use one of {', '.join(self.gpus)} (list them: autotune catalog)")
 
     def offer(self, name: str) -> Offer:
@@ -127,7 +131,7 @@ class Catalog(CatalogModel):
             if o.name == name:
                 return o
         names = [o.name for o in self.offers]
-        raise UserError(f"unknown offer '{name}'{_did_you_mean(name, names)}",
+        raise UserError(f"unknown offer '{name}'{did_you_mean(name, names, cutoff=NAME_CUTOFF)}",
                         fix="list the offers with: autotune catalog")
 
     def offers_for(self, gpu: str, num_gpus: int | None = None) -> list[Offer]:
@@ -206,13 +210,9 @@ def check_names(asked: list[str], known: list[str], flag: str, what: str) -> Non
     for name in asked:
         if not any(matches(k, [name]) for k in known):
             raise UserError(f"{flag} '{name}': no offer in the catalog has that {what}"
-                            f"{_did_you_mean(name, known)}",
+                            f"{did_you_mean(name, known, cutoff=NAME_CUTOFF)}",
                             fix=f"use one of {', '.join(known) or '(none: the offers state no ' + what + ')'}"
                                 f" (shell patterns such as 'us-*' work too)")
-
-
-def _did_you_mean(name: str, choices: list[str]) -> str:
-    return did_you_mean(name, choices, cutoff=0.5)
 
 
 def read_catalog(path: str | Path) -> Catalog:
