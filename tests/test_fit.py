@@ -121,8 +121,8 @@ def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]], limit: in
                       precision="fp32", checkpointing=ckpt, zero_stage=0, offload="none")
         cfg = trial_config_for(values, spec, ctx.machine, 1, seed=0)
         study.add_trial(optuna.trial.create_trial(
-            state=optuna.trial.TrialState.PRUNED if status == "oom" else optuna.trial.TrialState.COMPLETE,
-            values=None if status == "oom" else [1.0, 1.0],
+            state=optuna.trial.TrialState.PRUNED if status in ("oom", "prescreened") else optuna.trial.TrialState.COMPLETE,
+            values=None if status in ("oom", "prescreened") else [1.0, 1.0],
             user_attrs=TrialRecord.attrs(config=cfg.model_dump(mode="json"), hardware=hw.key(),
                                          config_key=config_key(cfg, hw.key()), status=status,
                                          peak_mem_bytes=peak if status == "ok" else None,
@@ -182,6 +182,38 @@ def test_a_boundary_is_scanned_down_by_measuring_not_by_the_likeliest_fit(tmp_pa
     assert choose_probe(boundary).key == "mb2"  # the likeliest-to-fit rule would skip 4 and 6
     boundary[-1].p_fit = P_SCAN / 2  # all but ruled out: the scan moves on to 4
     assert scan_probe(boundary).key == "mb4"
+
+
+def test_a_setting_only_ever_held_back_is_scanned_down_from_its_held_back_micro_batch(tmp_path):
+    """Micro-batch 8 without checkpointing was held back by the prescreen and never measured;
+    micro-batch 8 with full checkpointing fits. The setting without checkpointing has no measured
+    boundary, yet its held-back micro-batch is its ceiling: the scan goes below it (4, 2, 1
+    without checkpointing), not above it. Once a calibration would launch it after all (the
+    model gives it P_FITS or more), it caps nothing."""
+    from autotune.search.fit import Candidate, FitModel, open_boundaries, scan_probe
+    from autotune.search.objective import trial_config_for
+
+    spec = _spec(tmp_path, 600 * MB)
+    ctx = _study_with(spec, tmp_path, [(8, "full", 400 * MB, "ok"), (8, "none", 0, "prescreened")])
+    guard = MemoryGuard(ctx.hardware, 600 * MB)
+    guard.load(ctx.study)
+    fits = FitModel.from_study(ctx, guard)
+    assert [c.micro_batch_size for c in fits.held_back.values()] == [8]
+
+    def cand(mb: int, ckpt: str) -> Candidate:
+        values = dict(num_gpus=1, tp_degree=1, micro_batch_size=mb, grad_accum_steps=1, precision="fp32",
+                      checkpointing=ckpt, zero_stage=0, offload="none")
+        cfg = trial_config_for(values, spec, ctx.machine, 1, seed=0)
+        return Candidate({"micro_batch_size": mb}, values, cfg, f"mb{mb}-{ckpt}", 0.9)
+
+    pool = [cand(1, "none"), cand(4, "none"), cand(12, "none"), cand(16, "full")]
+    # The model still finds it unlikely to fit (its own prediction is not the point here).
+    fits.p_fit = lambda cfg, key=None: 0.01 if key in fits.held_back else 0.9
+    boundary = open_boundaries(fits, pool)
+    assert [c.key for c in boundary] == ["mb1-none", "mb4-none", "mb16-full"]  # 16-full: above a fit
+    assert scan_probe(boundary).key == "mb4-none"  # fewest savers first, the largest below the ceiling
+    fits.p_fit = lambda cfg, key=None: 0.9  # a calibration that would launch it now: no ceiling
+    assert [c.key for c in open_boundaries(fits, pool)] == ["mb16-full"]
 
 
 def test_only_what_may_beat_a_config_that_fits_is_worth_a_probe(tmp_path):
@@ -540,6 +572,25 @@ def test_a_lone_pick_on_one_run_is_measured_again_and_the_scan_takes_the_faster_
         assert pick == best and truth.within(pick, "usd", 0.03)
     monkeypatch.setattr(machine, "preferred_precision", lambda hw: machine.Precision.fp32)
     assert all(_replayed(replay, seed)[1] != best for seed in (0, 4))
+
+
+def test_a_setting_whose_large_micro_batches_were_only_held_back_is_scanned_below_them(monkeypatch, request):
+    """The H200 truth (the 1.3B GPT on one H200, benchmarks/results/truth_h200_pool.json) at the
+    0.9 quantile of its peaks (about 90 GiB usable): without checkpointing, micro-batch 32 and 16
+    are held back by the prescreen (analytic lower bounds of 168 and 95 GiB), and micro-batch 32
+    with full checkpointing fits. Micro-batch 8 without checkpointing is the optimum, 13% faster.
+    The fit rule scans down from the held-back micro-batch 16 and measures it next. Without
+    held-back ceilings the setting has no measured boundary, and the sweep never tries it (at
+    c651cf5 it picked the checkpointed config in 60 of 60 seeds)."""
+    from autotune.search import fit
+
+    replay = _bench_replay(monkeypatch, request, "h200", 0.9)
+    best = "g1-tp1-mb8-acc1-bf16-ckpt:none-z0-off:none"
+    for seed in (0, 1):
+        launched, pick, truth, _ = _replayed(replay, seed)
+        assert best in launched[:2] and pick == best and truth.within(pick, "usd", 0.03)
+    monkeypatch.setattr(fit.FitModel, "held_back", property(lambda s: {}, lambda s, v: None), raising=False)
+    assert all(best not in _replayed(replay, s)[0] for s in (0, 1))
 
 
 def test_runs_on_both_sides_of_the_limit_are_measured_until_a_third_run_settles_them(monkeypatch, request):
