@@ -593,6 +593,23 @@ def test_a_setting_whose_large_micro_batches_were_only_held_back_is_scanned_belo
     assert all(best not in _replayed(replay, s)[0] for s in (0, 1))
 
 
+def test_below_a_held_back_ceiling_what_the_model_rules_out_is_not_scanned(monkeypatch, request):
+    """The H200 truth at the 0.2 quantile (about 27 GiB): every DDP config is held back, and only
+    FSDP2 with offload fits. Below the held-back DDP micro-batches the model gives every config
+    almost no chance (P_SCAN), and it has not been shown wrong there, so the scan does not spend
+    trials on them: the sweep picks within 3% of the optimum. Scanned anyway (P_SCAN at 0), the
+    DDP configs below the ceiling run out of memory one after another."""
+    from autotune.search import fit
+
+    replay = _bench_replay(monkeypatch, request, "h200", 0.2)
+    for seed in (0, 1):
+        launched, pick, truth, _ = _replayed(replay, seed)
+        assert pick and truth.within(pick, "usd", 0.03)
+        assert not any("fsdp:" not in k for k in launched)  # no DDP config launched: none fits
+    monkeypatch.setattr(fit, "P_SCAN", 0.0)
+    assert all(any("fsdp:" not in k for k in _replayed(replay, s)[0]) for s in (0, 1))
+
+
 def test_runs_on_both_sides_of_the_limit_are_measured_until_a_third_run_settles_them(monkeypatch, request):
     """The cpu40 truth at the 0.2 quantile of its peaks (368.9 MiB per rank): the optimum, 2
     ranks at micro-batch 2, peaked at 370.1, 368.8 and 368.8 MiB, so its typical peak fits by
