@@ -7,7 +7,10 @@ and how far the calibrated prediction was from the measured peak on configs it h
 Run-to-run: every ground truth's configs with two or more measured peaks (sd of log peak).
 Model error on CPU: benchmarks/results/memory.json's leave-one-out predictions; on GPU: the
 H200 sweep's calibrated predictions (benchmarks/results/gpu_check.json, `sweep_predicted_bytes`,
-made before each trial from the trials before it) against the NVML device peak.
+made before each trial from the trials before it) against the NVML device peak, and leave-one-out
+predictions over the H200 ground truth's configs (benchmarks/results/truth_h200_pool.json: the
+shipped calibration fitted on every other config, as the sweep fits it) against the peak the
+prescreen's limit is about (autotune.search.calibration.measured_peak_bytes).
 """
 
 from __future__ import annotations
@@ -65,7 +68,38 @@ def gpu_model_errors() -> dict:
             "machine": d["context"].get("machine")}
 
 
-def render(spreads: list[dict], cpu: dict, gpu: dict) -> str:
+def truth_model_errors(path: Path) -> dict | None:
+    """Leave-one-out calibrated predictions over a GPU truth's measured configs, and how far the
+    analytic figure (the prescreen's lower bound before any calibration) was from each peak."""
+    from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult
+    from autotune.search.calibration import CalibrationPoint, MemoryGuard, fit_calibration, measured_peak_bytes
+
+    if not path.is_file():
+        return None
+    rows = []
+    for entry in json.loads(path.read_text())["entries"].values():
+        cfg = TrialConfig.model_validate(entry["config"])
+        for raw in entry["results"]:
+            result = TrialResult.model_validate(raw)
+            peak, _ = measured_peak_bytes(result)
+            if result.ok and peak:
+                hw = HardwareFingerprint.model_validate(raw["hardware"])
+                verdict = MemoryGuard(hw).predict(cfg)  # no fit: the analytic figure
+                rows.append((CalibrationPoint(verdict.predicted_bytes, peak, verdict.engine, len(rows),
+                                              cfg.num_gpus * cfg.num_nodes), hw.key()))
+    if len(rows) < 3:
+        return None
+    errs, analytic = [], []
+    for i, (p, hw_key) in enumerate(rows):
+        fit = fit_calibration([q for j, (q, _) in enumerate(rows) if j != i], hw_key)
+        errs.append(math.log(p.measured_bytes / fit.predict(p.analytic_bytes, p.engine, p.ranks)[0]))
+        analytic.append(math.log(p.measured_bytes / p.analytic_bytes))
+    return {"file": shown_path(path), "n": len(errs), "rms": math.sqrt(statistics.fmean(e * e for e in errs)),
+            "max_abs": max(abs(e) for e in errs), "analytic_over_n": sum(a < 0 for a in analytic),
+            "analytic_over_max": -min(analytic)}
+
+
+def render(spreads: list[dict], cpu: dict, gpu: dict, h200: dict | None = None) -> str:
     lines = ["### Memory: how peaks vary between runs, and how far the calibrated model errs", "",
              "The fit model (`autotune/search/fit.py`) weighs a config's chance to fit the limit "
              "with two spreads, each a prior until the study's own trials replace it. "
@@ -79,7 +113,12 @@ def render(spreads: list[dict], cpu: dict, gpu: dict) -> str:
               f"predictions (max {cpu['max_abs']:.3f}; `benchmarks/results/memory.json`, {cpu['date']}); "
               + (f"GPU {gpu['rms']:.3f} over {gpu['n']} calibrated predictions of the H200 sweep "
                  f"(max {gpu['max_abs']:.3f}; `benchmarks/results/gpu_check.json`, {gpu['date']})."
-                 if gpu["rms"] is not None else "GPU: not measured."), "",
+                 if gpu["rms"] is not None else "GPU: not measured.")
+              + (f" On the H200 ground truth (`{h200['file']}`), leave-one-out over its {h200['n']} "
+                 f"measured configs: {h200['rms']:.3f} (max {h200['max_abs']:.3f}). There the analytic "
+                 f"figure, which the prescreen takes for a lower bound before any calibration, was over "
+                 f"the measured peak in {h200['analytic_over_n']} of {h200['n']} configs, by at most "
+                 f"{h200['analytic_over_max']:.3f} (log)." if h200 else ""), "",
               f"Priors in the code: run-to-run sd {PRIOR_SD_RUN[DeviceKind.cpu]} (CPU) / "
               f"{PRIOR_SD_RUN[DeviceKind.cuda]} (GPU: an allocator's peak repeats; not measured here, "
               f"an assumption); model error sd {PRIOR_SD_MODEL[DeviceKind.cpu]} (CPU) / "
@@ -94,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md-out", type=Path, default=None)
     args = ap.parse_args(argv)
     spreads = [s for s in (run_spread(p) for p in TRUTHS) if s]
-    md = render(spreads, cpu_model_errors(), gpu_model_errors())
+    md = render(spreads, cpu_model_errors(), gpu_model_errors(), truth_model_errors(RESULTS / "truth_h200_pool.json"))
     if args.md_out:
         args.md_out.write_text(md + "\n")
     print(md)

@@ -419,8 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     if measure:
         doc = bt.measure(configs, spec, ms, ns)
         if args.measure_only:
-            n_runs = sum(len(e["results"]) for e in doc["entries"].values())
-            print(f"{args.bench}: {len(doc['entries'])} of {len(configs)} configs measured, {n_runs} runs, "
+            # Of the configs asked for (--configs: a part of the space); the file may hold more.
+            keys = [bt.config_key(v) for _, v in configs]
+            n_done = sum(k in doc["entries"] for k in keys)
+            n_runs = sum(len(doc["entries"][k]["results"]) for k in keys if k in doc["entries"])
+            print(f"{args.bench}: {n_done} of {len(configs)} configs measured, {n_runs} runs, "
                   f"in {shown_path(Path(b['cache']))}")
             return 0
     doc = bt.load_cache(Path(b["cache"]), None)

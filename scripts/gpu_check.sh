@@ -8,7 +8,8 @@
 #   scripts/gpu_check.sh --dry-run            # the same pipeline on CPU, tiny preset (a test)
 #
 #   scripts/gpu_check.sh --python python3 --wheels .whl   # offline GPU node: its own torch, no venv
-#   scripts/gpu_check.sh --truth-only --truth-s 300       # only the H200 ground truth, 5 minutes
+#   scripts/gpu_check.sh --truth-only --truth-s 300       # only the H200 ground truth, 5 minutes of it
+#                                                         # (a round of its 16 configs: about 12)
 #
 # Options: --dry-run, --out DIR (default $OUT, else ./gpu_check_out), --preset NAME (small),
 # --trials N (8), --venv DIR (.venv-gpu-check; the dry run uses .venv when it exists),
