@@ -329,7 +329,7 @@ class MemoryGuard:
             basis += f"; error sd {sd:.1%} (log) from this machine's calibration errors"
             p = 1.0 if limit is None else normal_cdf(math.log(limit / max(1, predicted)) / sd)
         if limit is not None and analytic > limit:
-            p = 0.0  # even the lower bound is over
+            p = 0.0  # even the analytic figure is over (no strict bound: docs/benchmarks.md, memory)
         if self.margin:
             basis += f"; fixed headroom {self.margin:.0%} below the limit (memory.safety_margin)"
         return Verdict(p >= P_HOLD or not self.enabled, est, int(predicted), limit, self.margin, basis,

@@ -289,8 +289,8 @@ def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candida
     largest micro-batches were only ever held back is scanned down from them, as DeepSpeed's
     autotuner scans down from the largest micro-batch. (On the H200 truth at the 0.9 limit,
     micro-batch 32 and 16 without checkpointing were held back; the setting was never
-    measured, so its micro-batch 8, the optimum, 13% faster than the checkpointed pick, was
-    never tried.)"""
+    measured, so its micro-batch 8, the optimum, faster than the checkpointed pick, was never
+    tried: docs/benchmarks.md, the search matrix.)"""
     failed: dict[tuple, int] = {}
     fitted: dict[tuple, int] = {}
     measured_groups = set()
@@ -309,7 +309,7 @@ def open_boundaries(fits: FitModel, candidates: list[Candidate]) -> list[Candida
         group = (saver_setting(c.cfg), c.cfg.checkpointing)
         # Below a ceiling that was only held back, the model has not been shown wrong: what it
         # all but rules out (P_SCAN) is no boundary to scan (on the H200 truth at the 0.2 limit,
-        # a scan below held-back DDP configs spent 4 of 8 trials on out-of-memory runs).
+        # a scan below held-back DDP configs spent the budget on out-of-memory runs).
         if group not in measured_groups and c.p_fit < P_SCAN:
             continue
         if (group in failed or group in fitted) and not outpaced(fits, c.cfg) \
