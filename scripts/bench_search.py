@@ -102,6 +102,11 @@ BENCHES: dict[str, dict[str, Any]] = {
                  preset="1b", trial=dict(warmup_steps=1, measure_steps=3, max_measure_steps=3, timeout_s=180.0),
                  cache=RESULTS / "truth_h200_pool.json", runner="pool", mem_limit_quantile=0.7,
                  device="cuda", cpu_bf16=None,
+                 note="One run per config: a round of the 16 configs took about 12 minutes of the GPU "
+                      "(its FSDP2 + offload runs 67-91 s each), and a session is lent 15. A dedicated GPU's "
+                      "runs of one config differ by well under 1% (the GPU check's 10-step and 100-step "
+                      "runs of one config: 0.998, `benchmarks/results/gpu_check.json`), so its replays "
+                      "judge in-sample.",
                  title="The 1.3B GPT on one H200 (seq_len 2048, bf16, accumulation 1: micro-batch 4-32 x "
                        "checkpointing x FSDP2 with CPU offload)"),
 }
