@@ -220,8 +220,9 @@ class NewSettingRule:
 class FitRule:
     """Never give up while a config may fit. Once memory binds (a trial ran out of memory or a
     proposal was held back), after every trial (once the queue has run): a saver setting whose
-    largest fitting micro-batch is not known yet is scanned, down from its smallest failure or
-    up from its largest fit (found by measuring, as DeepSpeed's autotuner scans); a saver
+    largest fitting micro-batch is not known yet is scanned, down from its smallest failure (or
+    held-back config: fit.open_boundaries) or up from its largest fit (found by measuring, as
+    DeepSpeed's autotuner scans); a saver
     setting not tried yet that is likely to fit is probed (engines differ in speed), or one that
     may fit and is as promising as the cheapest config measured; when nothing tried so far fits,
     the untried config most likely to fit is. Only what may beat a config that already fits is
