@@ -61,6 +61,24 @@ def truth_machine_undone(monkeypatch, request):
     request.addfinalizer(hwmod.local_hardware.cache_clear)
 
 
+# As this test session found it: the trials' own compile cache follows it (trials/compile.py
+# keeps a user's TORCHINDUCTOR_CACHE_DIR).
+_INDUCTOR_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+
+
+@pytest.fixture(autouse=True)
+def _inductor_cache_dir_as_found():
+    """A test that runs torch's Inductor in this process leaves TORCHINDUCTOR_CACHE_DIR set to
+    Inductor's default in os.environ (torch._inductor.runtime.cache_dir_utils sets it), and
+    every trial launched by a later test would inherit it as the user's own cache: each test
+    starts with the variable as the session found it, in whatever order the tests run."""
+    if _INDUCTOR_CACHE_DIR is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE_DIR
+    yield
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server on 127.0.0.1 for this test session (tests/pg.py).
@@ -79,3 +97,53 @@ def postgres():
         yield server
     finally:
         server.stop()
+
+
+# --- two test files at a time (pytest-xdist: pyproject.toml's addopts) ---------------------
+# Much of the suite waits rather than computes: trials import torch and DeepSpeed, start
+# process groups and pools, sleep through timeouts. One file at a time leaves a core idle for
+# a third of the run (vmstat over a whole run). `--dist loadfile` runs each file whole on one
+# worker, so that its module fixtures (test_engines' 16 real trials, test_scale's 389.5M GPT)
+# run once. (xdist's loadgroup would also keep test_launchers beside test_engines, whose
+# trials it shares, but it does not group under pytest 9: it renames a node attribute that
+# pytest 9 no longer reads. Where the two land on different workers, test_launchers runs its
+# 3 trials itself.)
+# At most two workers: most trials use 2 ranks each. The files that hold GBs per rank are
+# marked `alone` (test_scale's DDP run of the 389.5M GPT holds about 7 GB on each of its 2
+# ranks: beside another file's trials it ran this 24 GiB machine out of memory).
+MAX_WORKERS = 2
+# The files that take minutes go first (`--no-loadscope-reorder` keeps this order), so that
+# neither worker is left with one of them at the end (`pytest --durations=0`, summed per file).
+LONGEST_FIRST = ["test_scale", "test_engines", "test_export", "test_pool", "test_safety",
+                 "test_faults", "test_compile"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _alone_or_beside(request, tmp_path_factory):
+    """A file marked `alone` runs with no other file beside it; other files may run two at a
+    time. A lock shared by this session's workers: exclusive for an `alone` file, shared
+    otherwise, held for the whole file (its module fixtures included: autouse fixtures of a
+    scope are set up before the others of it)."""
+    import fcntl
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        yield  # one process: nothing runs beside anything
+        return
+    # The workers' base folders (popen-gw0, popen-gw1) share this session's parent folder.
+    lock = tmp_path_factory.getbasetemp().parent / "alone.lock"
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pytest_xdist_auto_num_workers(config):
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(rank)))

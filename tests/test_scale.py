@@ -16,7 +16,7 @@ import pytest
 from autotune.contract import (FSDPMode, GPTShape, GPTWorkload, HFWorkload, MemorySource,
                                TrialConfig, TrialStatus)
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 # The model: 389,526,528 parameters.
 GPT_389M = GPTShape(n_layers=12, d_model=1536, n_heads=12, vocab_size=32000, max_seq_len=256)
