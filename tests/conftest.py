@@ -115,7 +115,7 @@ MAX_WORKERS = 2
 # The files that take minutes go first (`--no-loadscope-reorder` keeps this order), so that
 # neither worker is left with one of them at the end (`pytest --durations=0`, summed per file).
 LONGEST_FIRST = ["test_scale", "test_engines", "test_export", "test_pool", "test_safety",
-                 "test_faults", "test_compile"]
+                 "test_faults", "test_compile", "test_scale_sweep"]
 
 
 @pytest.fixture(scope="module", autouse=True)
