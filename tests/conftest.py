@@ -101,16 +101,18 @@ def postgres():
 
 # --- two test files at a time (pytest-xdist: pyproject.toml's addopts) ---------------------
 # Much of the suite waits rather than computes: trials import torch and DeepSpeed, start
-# process groups and pools, sleep through timeouts. One file at a time leaves a core idle for
-# a third of the run (vmstat over a whole run). `--dist loadfile` runs each file whole on one
+# process groups and pools, sleep through timeouts: one file at a time leaves the cores idle
+# for part of the run (vmstat, sampled during it). `--dist loadfile` runs each file whole on one
 # worker, so that its module fixtures (test_engines' 16 real trials, test_scale's 389.5M GPT)
 # run once. (xdist's loadgroup would also keep test_launchers beside test_engines, whose
 # trials it shares, but it does not group under pytest 9: it renames a node attribute that
 # pytest 9 no longer reads. Where the two land on different workers, test_launchers runs its
 # 3 trials itself.)
-# At most two workers: most trials use 2 ranks each. The files that hold GBs per rank are
-# marked `alone` (test_scale's DDP run of the 389.5M GPT holds about 7 GB on each of its 2
-# ranks: beside another file's trials it ran this 24 GiB machine out of memory).
+# At most two workers: most trials use 2 ranks each. A file that holds GBs per rank is marked
+# `alone`: test_scale's DDP run of the 389.5M GPT holds about 7 GB on each of its 2 ranks, so
+# beside another file's trials (test_scale_sweep's hold about 2.4 GB per rank) little of a
+# 24 GiB machine would be left; a first try that ran its trials on both workers at once ran
+# this machine out of memory.
 MAX_WORKERS = 2
 # The files that take minutes go first (`--no-loadscope-reorder` keeps this order), so that
 # neither worker is left with one of them at the end (`pytest --durations=0`, summed per file).
