@@ -8,6 +8,9 @@ the lone trial's, so it loads what that trial compiled (the cache a study keeps)
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from autotune.contract import HardwareFingerprint, Precision, TrialConfig
 from autotune.search.space import (SearchSpace, capabilities_for, enumerate_configs, load_space,
                                    restrict, steps)
 
+REPO = Path(__file__).resolve().parent.parent
 H100x8 = HardwareFingerprint(device_kind="cuda", device_name="NVIDIA H100 80GB HBM3", device_count=8)
 
 
@@ -79,6 +83,36 @@ def test_accelerate_trials_compile_through_its_dynamo_backend(tmp_path):
         return argv[argv.index("--dynamo_backend") + 1]
 
     assert (backend(False), backend(True)) == ("no", "inductor")
+
+
+# A fresh process, as a pooled trial runs: it imports its workload (a transformers model class,
+# which imports Inductor) before trials.compile. Prints what that import left in the variable.
+_CACHE_PROBE = """
+import json, os, sys
+from pathlib import Path
+from transformers import LlamaForCausalLM
+before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+from trials.compile import use_study_cache
+print(json.dumps({"before": before, "folder": use_study_cache(Path(sys.argv[1]))}))
+"""
+
+
+@pytest.mark.parametrize("users_folder", [None, "my_cache"])
+def test_a_trial_that_imports_its_workload_first_still_caches_in_the_study(tmp_path, users_folder):
+    """Inductor writes its default folder into TORCHINDUCTOR_CACHE_DIR when it is imported: that
+    is not the user's cache, and the study's is used. A folder the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    if users_folder:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / users_folder)
+    result_path = tmp_path / "study" / "trial_0" / "result.json"
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(result_path)], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if users_folder is None:
+        assert got["before"] is not None  # the premise: the import set it
+        assert got["folder"] == str((tmp_path / "study" / "compile_cache").resolve())
+    else:
+        assert got["folder"] == str(tmp_path / users_folder)
 
 
 # ------------------------------------------------------------------------------------------

@@ -19,8 +19,24 @@ from pathlib import Path
 
 import torch
 
-# Set by whoever launched the worker (the user's own cache): it is kept as it is.
-_USER_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+
+def _users_cache_dir() -> str | None:
+    """TORCHINDUCTOR_CACHE_DIR as whoever launched the worker set it (the user's own cache,
+    kept as it is), or None. Inductor writes its default folder into os.environ the first
+    time it is imported (torch._inductor.runtime.cache_dir_utils.cache_dir), and importing a
+    transformers model class imports it: a pooled trial imports its workload before this
+    module. So the default folder counts as Inductor's own, not the user's; a user who chose
+    exactly that folder gets the study's instead."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if folder is None:
+        return None  # (without importing Inductor, which takes a second)
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return None if os.path.abspath(folder) == os.path.abspath(default_cache_dir()) else folder
+
+
+# Read once, when this module is first imported: later, the variable holds the study's folder.
+_USER_CACHE_DIR = _users_cache_dir()
 # The study's folder (the parent of every trial's folder) holds this one.
 CACHE_FOLDER = "compile_cache"
 
