@@ -61,24 +61,6 @@ def truth_machine_undone(monkeypatch, request):
     request.addfinalizer(hwmod.local_hardware.cache_clear)
 
 
-# As this test session found it: the trials' own compile cache follows it (trials/compile.py
-# keeps a user's TORCHINDUCTOR_CACHE_DIR).
-_INDUCTOR_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-
-
-@pytest.fixture(autouse=True)
-def _inductor_cache_dir_as_found():
-    """A test that runs torch's Inductor in this process leaves TORCHINDUCTOR_CACHE_DIR set to
-    Inductor's default in os.environ (torch._inductor.runtime.cache_dir_utils sets it), and
-    every trial launched by a later test would inherit it as the user's own cache: each test
-    starts with the variable as the session found it, in whatever order the tests run."""
-    if _INDUCTOR_CACHE_DIR is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE_DIR
-    yield
-
-
 @pytest.fixture(scope="session")
 def postgres():
     """A real PostgreSQL server on 127.0.0.1 for this test session (tests/pg.py).
