@@ -85,31 +85,35 @@ def test_accelerate_trials_compile_through_its_dynamo_backend(tmp_path):
     assert (backend(False), backend(True)) == ("no", "inductor")
 
 
-# A fresh process, as a pooled trial runs: it imports its workload (a transformers model class,
-# which imports Inductor) before trials.compile. Prints what that import left in the variable.
+# A fresh process, as a pooled trial runs (trials/pool.py): it imports its workload's modules
+# (torch._dynamo among them, which imports Inductor) before trials.compile. Prints what that
+# import left in the variable, and the folder the trial then caches in.
 _CACHE_PROBE = """
 import json, os, sys
 from pathlib import Path
-from transformers import LlamaForCausalLM
+from autotune.contract import TrialConfig
+from trials.workloads.build import import_workload_modules
+import_workload_modules(TrialConfig(workload={"kind": sys.argv[2], "model_type": "llama"}
+                                    if sys.argv[2] == "hf" else {"kind": "gpt", "preset": "tiny"}))
 before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
 from trials.compile import use_study_cache
 print(json.dumps({"before": before, "folder": use_study_cache(Path(sys.argv[1]))}))
 """
 
 
-@pytest.mark.parametrize("users_folder", [None, "my_cache"])
-def test_a_trial_that_imports_its_workload_first_still_caches_in_the_study(tmp_path, users_folder):
+@pytest.mark.parametrize("kind,users_folder", [("gpt", None), ("hf", None), ("gpt", "my_cache")])
+def test_a_trial_that_imports_its_workload_first_still_caches_in_the_study(tmp_path, kind, users_folder):
     """Inductor writes its default folder into TORCHINDUCTOR_CACHE_DIR when it is imported: that
     is not the user's cache, and the study's is used. A folder the user set is kept."""
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     if users_folder:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / users_folder)
     result_path = tmp_path / "study" / "trial_0" / "result.json"
-    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(result_path)], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE, str(result_path), kind], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=300, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if users_folder is None:
-        assert got["before"] is not None  # the premise: the import set it
+        assert got["before"] is not None  # the premise: the workload's imports set it
         assert got["folder"] == str((tmp_path / "study" / "compile_cache").resolve())
     else:
         assert got["folder"] == str(tmp_path / users_folder)

@@ -23,10 +23,11 @@ import torch
 def _users_cache_dir() -> str | None:
     """TORCHINDUCTOR_CACHE_DIR as whoever launched the worker set it (the user's own cache,
     kept as it is), or None. Inductor writes its default folder into os.environ the first
-    time it is imported (torch._inductor.runtime.cache_dir_utils.cache_dir), and importing a
-    transformers model class imports it: a pooled trial imports its workload before this
-    module. So the default folder counts as Inductor's own, not the user's; a user who chose
-    exactly that folder gets the study's instead."""
+    time it is imported (torch._inductor.runtime.cache_dir_utils.cache_dir), and a pooled
+    trial imports its workload's modules before this one (torch._dynamo and a transformers
+    model class each import Inductor: trials/pool.py, trials.workloads.build). So the default
+    folder counts as Inductor's own, not the user's; a user who chose exactly that folder
+    gets the study's instead."""
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if folder is None:
         return None  # (without importing Inductor, which takes a second)
