@@ -198,6 +198,13 @@ def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_c
         hours[t["number"]] = 0.1 + (1.0e6 / t["tokens_per_s"] + compile_s) / 3600
         assert t["hours"] == pytest.approx(hours[t["number"]], rel=1e-3)
     assert doc["fastest"]["trial"] == min(hours, key=hours.get)
+    # The compiled trial ran in the sweep's worker pool, which imports the workload (and with it
+    # Inductor) before trials.compile, and it cached in the study's folder all the same.
+    runs = study_dir / "autotune_runs" / "compile"
+    compiled = [r for r in (json.loads(f.read_text()) for f in runs.glob("trial_*/result.json"))
+                if r["observations"].get("compiled")]
+    assert compiled and all(r["observations"].get("pool") for r in compiled)
+    assert {r["observations"]["compile"]["cache_dir"] for r in compiled} == {str((runs / "compile_cache").resolve())}
     assert "compiled" in p.stdout  # the config label in the sweep's own lines
 
 
