@@ -53,6 +53,35 @@ def test_single_runs_take_the_prior_noise_and_repeats_replace_it():
     assert learnt.configs["b"].tokens_per_s == pytest.approx(1100 * 1.007, rel=0.01)
 
 
+def test_the_level_is_that_of_the_runs_while_the_comparisons_stay_the_polishs():
+    """Three configs measured alone, then again back to back in one block that ran slow (the
+    pick by 2.5%, the others by 21.6% and 16.1%), and one config measured once. The polish nets
+    the block's spell out (its median, 16.1%) against the lone runs, which put the pick 7% above
+    both of its runs (the README's sweep at 971383c). The level moves to that of the runs: every
+    estimate by the same factor, so no comparison changes."""
+    d = {"p": math.log(30042 / 30799), "q": -0.216, "s": -0.161}
+    lone = {"p": 30799.0, "q": 28000.0, "s": 26000.0}
+    configs = {k: _config(k, [(lone[k], f"t{k}"), (lone[k] * math.exp(d[k]), "r")]) for k in lone}
+    configs["u"] = _config("u", [(25000.0, "tu")])
+    model = RunModel.from_runs(configs, 0.10)
+    est = {k: c.tokens_per_s for k, c in model.configs.items()}
+    # The polish by hand: the block's effect e is the median of the three offsets, and each
+    # config's estimate the mean (in log) of its lone run and its block run net of e.
+    e = sorted(d.values())[1]
+    polish = {k: lone[k] * math.exp((d[k] - e) / 2) for k in lone} | {"u": 25000.0}
+    assert polish["p"] > max(r.tokens_per_s for r in configs["p"].runs)  # above both its runs
+    factors = {k: est[k] / polish[k] for k in est}
+    # (10 passes of the polish stop within 1e-4 of its fixed point, which the hand figures are)
+    assert max(factors.values()) == pytest.approx(min(factors.values()), rel=1e-3)  # one factor
+    # ... the one that makes the re-measured configs' runs average to their estimates (each has
+    # one lone run and one in the block, so the factor is exp(e / 2) and each estimate is the
+    # geometric mean of its own two runs).
+    assert factors["p"] == pytest.approx(math.exp(e / 2), rel=1e-3)
+    for k in ("p", "q", "s"):
+        assert est[k] == pytest.approx(math.sqrt(math.prod(r.tokens_per_s for r in configs[k].runs)), rel=1e-9)
+    assert math.exp(model.compare("u", "p").log_diff) == pytest.approx(polish["p"] / polish["u"], rel=1e-3)
+
+
 def test_the_sentence_says_how_sure():
     assert how_sure("cheaper", 3, 7, (0.04, 0.02, 0.06), 0.03) == \
         "cheaper than the runner-up (trial 7) by 4% ± 2%"
@@ -206,3 +235,39 @@ def test_once_the_race_starts_the_reserve_goes_to_repeats_not_new_rivals(tmp_pat
 
     raced = {r.repeat_of for _, r in launched[first_repeat:-1]}
     assert runs(last.repeat_of) == min(runs(f) for f in raced)
+
+
+def test_the_report_prices_every_config_at_the_level_of_the_studys_runs(spec, tmp_path):
+    """Lone runs at each config's speed, re-measurements back to back 15% slower. The pick and
+    its raced rival are measured twice, micro 1 once; each option (micro 1's too) is priced at
+    the level of the study's runs, so the report's ranking is the model's, and the pick's
+    tokens/s is that of its own runs, not of its lone one."""
+    from autotune.report.build import build_report
+    from autotune.search.study import DIRECTIONS, make_sampler
+    from autotune.search.sweep import run_sweep
+
+    true_tps = {**TRUE_TPS, 4: 3300.0}
+    seen: set[int] = set()
+
+    def run(cfg, trial_dir, on_start=None) -> TrialResult:
+        mb = cfg.micro_batch_size
+        slow = 0.85 if mb in seen else 1.0
+        seen.add(mb)
+        return TrialResult(status=TrialStatus.ok, tokens_per_s=true_tps[mb] * slow, wall_s=10.0, world_size=1)
+
+    study = optuna.create_study(directions=DIRECTIONS, sampler=make_sampler(0, worker=0))
+    run_sweep(spec, study, 9, tmp_path / "runs", runner=run)
+    doc = build_report(study)
+    by_mb = {TrialRecord.of(study.trials[o.trial]).config["micro_batch_size"]: o for o in doc.options}
+    runs = {mb: len(o.runs) for mb, o in by_mb.items()}
+    assert runs == {4: 2, 2: 2, 1: 1}, runs
+    # Each raced config has one run alone and one in the slow block. (rel 1e-3: 10 passes of the
+    # polish stop within 1e-4 of its fixed point.)
+    level = math.sqrt(0.85)
+    assert by_mb[4].tokens_per_s == pytest.approx(3300.0 * level, rel=1e-3)
+    assert by_mb[2].tokens_per_s == pytest.approx(1100.0 * level, rel=1e-3)
+    assert by_mb[1].tokens_per_s == pytest.approx(1000.0 * level, rel=1e-3)  # measured once
+    assert by_mb[1].hours > by_mb[2].hours > by_mb[4].hours
+    (cost, _) = doc.picks
+    assert cost.trial == doc.cheapest.trial == by_mb[4].trial
+    assert cost.tokens_per_s == pytest.approx(math.sqrt(3300.0 * 3300.0 * 0.85), rel=1e-3)

@@ -9,6 +9,7 @@ Pareto set marked.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from autotune.pricing.catalog import Catalog
@@ -48,7 +49,10 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
     the options are priced at its estimate over all of them."""
     if row.state != "COMPLETE":
         return []
-    several = estimate is not None and len(estimate.runs) > 1
+    # A config measured once is priced at its run, unless the study's level moved its estimate
+    # (autotune.search.estimates._level_shift): every config on one level, as the model ranks them.
+    several = estimate is not None and (len(estimate.runs) > 1 or not math.isclose(
+        estimate.tokens_per_s, estimate.runs[0].tokens_per_s, rel_tol=1e-9))
     bills = bills_for_trial(trial, catalog, estimate.tokens_per_s if several else None)
     if bills is None:
         if row.hours is None or row.usd is None or row.offer is None:

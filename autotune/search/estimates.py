@@ -16,11 +16,13 @@ autotune.search.racing) share part of it. So the log tokens/s of a run is
 
 mu is estimated robustly by a median polish over (config, block): within a block, configs are
 compared as paired ratios (the spell cancels), and medians keep one far-off run from
-outweighing the others (`_median_polish`). Its uncertainty is that of the generalised least
-squares estimate under the model: runs in different blocks (the single runs of exploration)
-compare with the whole variance tau2 + sigma2, runs in one block with sigma2. Both variances
-are estimated from the study's own repeats, shrunk toward a prior with PRIOR_DOF pseudo-runs:
-the spread of one config's runs gives tau2 + sigma2, the residual within blocks gives sigma2.
+outweighing the others (`_median_polish`). The polish fixes the comparisons; the level they share
+is that of the study's runs (`_level_shift`), since a long run is projected from it. Its
+uncertainty is that of the generalised least squares estimate under the model: runs in
+different blocks (the single runs of exploration) compare with the whole variance
+tau2 + sigma2, runs in one block with sigma2. Both variances are estimated from the study's
+own repeats, shrunk toward a prior with PRIOR_DOF pseudo-runs: the spread of one config's runs
+gives tau2 + sigma2, the residual within blocks gives sigma2.
 """
 
 from __future__ import annotations
@@ -201,6 +203,26 @@ def _median_polish(runs: list[tuple[int, Run]], n_configs: int, passes: int = 10
     return mu
 
 
+def _level_shift(runs: list[tuple[int, Run]], mu: list[float]) -> float:
+    """The one offset (log) that puts every estimate at the level of the runs behind it.
+
+    The polish measures a block's spell against the runs measured alone (their effect is 0), so
+    its levels are those of the lone runs. Where the re-measuring blocks ran slower (or faster)
+    than the lone runs, every re-measured config then sits above (below) most of its own runs, and
+    a long run projected from it, which runs under the conditions runs do, would be too fast
+    (slow). So the levels are shifted, all by the same offset, until the runs of the configs
+    measured more than once average, in log, to their estimates. Comparisons, and so the ranking,
+    the races and the margins, are the polish's and do not move. The runs of a config measured
+    once do not count toward the offset (the polish set its estimate to its run, so it says
+    nothing of the level), but its estimate moves with the others. docs/benchmarks.md ("The
+    pick's projected tokens/s") replays how far each rule's level lies from held-out runs."""
+    counts: dict[int, int] = {}
+    for ci, _ in runs:
+        counts[ci] = counts.get(ci, 0) + 1
+    offsets = [math.log(r.tokens_per_s) - mu[ci] for ci, r in runs if counts[ci] > 1]
+    return sum(offsets) / len(offsets) if offsets else 0.0
+
+
 class RunModel:
     """Every config's throughput estimate on one hardware, from all its runs (see module)."""
 
@@ -240,6 +262,8 @@ class RunModel:
         vinv = np.linalg.inv(v)
         cov = np.linalg.inv(x.T @ vinv @ x)
         mu = _median_polish(runs, p)
+        shift = _level_shift(runs, mu)
+        mu = [m + shift for m in mu]
         for k, i in index.items():
             configs[k].log_tps = float(mu[i])
             configs[k].log_sd = math.sqrt(max(float(cov[i, i]), 0.0))
