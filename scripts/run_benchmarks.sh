@@ -6,7 +6,7 @@
 # Measuring a ground truth again, with the sweep's worker pool on an otherwise idle machine:
 # `scripts/bench_search.py --bench ds --measure --repeats 16` (~25 min per 8 rounds added), `--bench big --measure
 # --repeats 3` (~1 h; runs are added to the committed truths), `--bench mem --measure --repeats 6` (GPT small,
-# 12 configs, ~6 min per round added), `--bench gpt390 --measure --repeats 6` (the 389.5M GPT, ~15 min per round added); every space under memory limits: ONLY=search_matrix, its held-out cells on resampled truths: ONLY=resample, the headroom rule's constants on every cell: ONLY=headroom, and the race's block size on every cell: ONLY=race_block; the side by side with DeepSpeed's
+# 12 configs, ~6 min per round added), `--bench gpt390 --measure --repeats 6` (the 389.5M GPT, ~15 min per round added); every space under memory limits: ONLY=search_matrix, its held-out cells on resampled truths: ONLY=resample, the headroom rule's constants on every cell: ONLY=headroom, the race's block size on every cell: ONLY=race_block, and the pick's projected tokens/s on every cell: ONLY=level; the side by side with DeepSpeed's
 # tuner runs on request (~30 min):
 # ONLY=deepspeed_tuner; so do the interleaved noise pairs (ONLY=noise) and the noise levers
 # (ONLY=noise_levers).
@@ -86,6 +86,7 @@ for name in $ONLY; do
       "$PY" scripts/bench_resample.py --summary-only --json-out "$RESULTS/resample.json" --md-out "$SECTIONS/resample.md" > /dev/null
       "$PY" scripts/bench_headroom.py --summary-only --json-out "$RESULTS/headroom.json" --md-out "$SECTIONS/headroom.md" > /dev/null
       "$PY" scripts/bench_race_block.py --summary-only --json-out "$RESULTS/race_block.json" --md-out "$SECTIONS/race_block.md" > /dev/null
+      "$PY" scripts/bench_level.py --summary-only --json-out "$RESULTS/level.json" --md-out "$SECTIONS/level.md" > /dev/null
       "$PY" scripts/bench_real_limit.py --summary-only > /dev/null ;;
     search_matrix)  # every space at every memory limit (~1 min of CPU per space and limit)
       run_one search_matrix bench_matrix ;;
@@ -95,6 +96,8 @@ for name in $ONLY; do
       run_one headroom bench_headroom ;;
     race_block)  # the race's block size on every matrix cell (~3 min of CPU per cell)
       run_one race_block bench_race_block ;;
+    level)  # the pick's projected tokens/s against its truth on every matrix cell (~10 s of CPU per cell)
+      run_one level bench_level ;;
     noise) run_one noise bench_noise "${NOISE_ARGS[@]}" ;;
     noise_levers) run_one noise_levers bench_noise_levers "${NOISE_LEVERS_ARGS[@]}" ;;
     deepspeed_tuner) run_one deepspeed_tuner bench_deepspeed_tuner "${DS_TUNER_ARGS[@]}" ;;
@@ -109,7 +112,7 @@ for name in $ONLY; do
       # --repeats 8 --configs KEY... (~40 min; scripts/bench_real_limit.py FRESH_TRUTH)
       "$PY" scripts/bench_real_limit.py > "$RESULTS/real_limit.log" 2>&1 || {
         echo "run_benchmarks: bench_real_limit failed; see $RESULTS/real_limit.log" >&2; exit 1; } ;;
-    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, resample, headroom, race_block, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool, pool_scale." >&2; exit 2 ;;
+    *) echo "run_benchmarks: unknown benchmark '$name'. To fix: ONLY takes search, search_matrix, resample, headroom, race_block, level, real_limit, noise, noise_levers, deepspeed_tuner, overhead, fidelity, memory, scale, pool, pool_scale." >&2; exit 2 ;;
   esac
 done
 
@@ -127,7 +130,7 @@ done
   echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
-  for name in search search_matrix resample headroom race_block real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool pool_scale observations; do
+  for name in search search_matrix resample headroom race_block level real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool pool_scale observations; do
     if [[ -f "$SECTIONS/$name.md" ]]; then cat "$SECTIONS/$name.md"; else echo "## $name: not run yet"; fi
     echo
   done

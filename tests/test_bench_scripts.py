@@ -869,3 +869,46 @@ def test_the_race_block_section_sets_the_budgets_side_by_side():
     assert f"or more: big 0.5 {right['big', '8']} -> {right['big', '16']} (its optimum ran out of memory in " \
            f"{ooms} of its {runs} runs). " in text and "mem 0.7" not in text
     assert rb.budget_paragraph(found, [8], shipped) == ""
+
+
+def test_the_level_benchmark_reads_the_reports_pick_three_ways_and_judges_them_on_held_out_runs(
+        tmp_path, monkeypatch, truth_machine_undone):
+    """`bench_level.py` on the gpt390 truth at its 0.7 limit: the shipped level is the report's
+    pick's tokens/s, the rule before is it less the model's level shift, the own runs' level is
+    their geometric mean; each is judged against the median of the pick's held-out runs, and the
+    section regenerates from the raw file alone."""
+    import bench_level as bv
+    import bench_search as bs
+
+    monkeypatch.setattr(bs, "RESULTS", tmp_path)
+    md_out, json_out = tmp_path / "l.md", tmp_path / "l.json"
+    argv = ["--benches", "gpt390", "--limits", "0.7", "--seeds", "6", "--jobs", "1",
+            "--md-out", str(md_out), "--json-out", str(json_out)]
+    assert bv.main(argv) == 0
+    raw = json.loads((tmp_path / "level_gpt390_limit0.7.json").read_text())
+    assert raw["holdout"] and len(raw["picks"]) == 6
+    spec, table, limit_bytes, holdout = bench_limits.cell_truth("gpt390", "0.7")
+    from autotune.report.build import build_report
+    from autotune.report.picks import run_models
+    from autotune.search.study import make_sampler
+
+    shifted = 0
+    for p in raw["picks"]:
+        rep = bench_replay.replay_sweep(table, spec, make_sampler(p["seed"], worker=0), p["seed"], bv.TRIALS,
+                                        limit_bytes, holdout, keep_study=True)
+        pick = next(x for x in build_report(rep.study).picks if x.by == "cost")
+        assert (p["pick"], p["trial"]) == (rep.pick_usd, pick.trial)
+        assert p["levels"]["shipped"] == pytest.approx(pick.tokens_per_s, rel=1e-12)
+        assert p["runs"] == [r.tokens_per_s for r in pick.runs]
+        assert p["levels"]["own runs"] == pytest.approx(math.exp(statistics.fmean(math.log(x) for x in p["runs"])))
+        (model,) = [m for _, m in run_models(rep.study.trials)]
+        assert p["levels"]["lone runs"] * math.exp(model.level_shift) == pytest.approx(p["levels"]["shipped"])
+        shifted += model.level_shift != 0.0
+        held = [m.result.tokens_per_s for m in table[p["pick"]].split(p["seed"], True)[1] if m.result.ok]
+        assert p["truth_tokens_per_s"] == statistics.median(held)
+    assert shifted  # a seed whose races moved the level: the rules differ there
+    first = md_out.read_text()
+    assert "| `gpt390` 0.7" in first and "held-out" in first and "the smallest mean error" in first
+    md_out.unlink()
+    assert bv.main(argv + ["--summary-only"]) == 0
+    assert md_out.read_text() == first

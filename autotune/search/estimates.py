@@ -227,8 +227,9 @@ class RunModel:
     """Every config's throughput estimate on one hardware, from all its runs (see module)."""
 
     def __init__(self, configs: dict[str, ConfigEstimate], noise: Noise, cov: Any, index: dict[str, int],
-                 blocks: dict[str, set[str]]):
+                 blocks: dict[str, set[str]], level_shift: float = 0.0):
         self.configs, self.noise, self._cov, self._index, self._blocks = configs, noise, cov, index, blocks
+        self.level_shift = level_shift  # log: every estimate's move from the lone runs' level
 
     @classmethod
     def fit(cls, trials, hw: HardwareFingerprint, prior_sd: float | None = None) -> "RunModel":
@@ -267,7 +268,7 @@ class RunModel:
         for k, i in index.items():
             configs[k].log_tps = float(mu[i])
             configs[k].log_sd = math.sqrt(max(float(cov[i, i]), 0.0))
-        return cls(configs, noise, cov, index, blocks)
+        return cls(configs, noise, cov, index, blocks, shift)
 
     def compare(self, a: str, b: str) -> Comparison:
         i, j = self._index[a], self._index[b]
