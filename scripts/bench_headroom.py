@@ -22,8 +22,6 @@ the section says where it does not.
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import math
 import sys
@@ -183,14 +181,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    bl.add_cell_args(ap, list(bs.BENCHES), "headroom", "headroom", bs.RESULTS, bs.ROOT / "benchmarks" / "sections",
-                     default=bs.measured_benches())
-    ap.add_argument("--seeds", type=int, default=60)
-    ap.add_argument("--jobs", type=int, default=2, help="cells replayed at once (processes; 1: in this process)")
-    args = ap.parse_args(argv)
-    bl.replay_cells(args, functools.partial(replay_cell, seeds=args.seeds), result_path, section, args.jobs)
-    return 0
+    return bl.seeded_cells_main(argv, "headroom", __doc__, replay_cell, result_path, section)
 
 
 if __name__ == "__main__":

@@ -221,3 +221,21 @@ def replay_cells(args, replay: Callable[[str, str], dict[str, Any]], path_of: Ca
                 print(f"== {bench} at limit {limit}: {secs:.0f} s", file=sys.stderr, flush=True)
     md, raw = section(args.benches, args.limits)
     write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)
+
+
+def seeded_cells_main(argv: list[str] | None, name: str, doc: str | None,
+                      replay: Callable[..., dict[str, Any]], path_of: Callable[[str, str], Path],
+                      section: Callable[[list[str], list[str]], tuple[str, dict[str, Any]]]) -> int:
+    """The command line of a script that replays each matrix cell's seeds once (`replay(bench,
+    limit, seeds=...)`) into `<name>_<bench>_limit<Q>.json` and writes the section `name`:
+    add_cell_args, --seeds and --jobs."""
+    import bench_search as bs  # here: bench_search imports this module
+
+    ap = argparse.ArgumentParser(description=(doc or name).splitlines()[0])
+    add_cell_args(ap, list(bs.BENCHES), name, name, bs.RESULTS, bs.ROOT / "benchmarks" / "sections",
+                  default=bs.measured_benches())
+    ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=2, help="cells replayed at once (processes; 1: in this process)")
+    args = ap.parse_args(argv)
+    replay_cells(args, functools.partial(replay, seeds=args.seeds), path_of, section, args.jobs)
+    return 0

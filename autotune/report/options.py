@@ -50,10 +50,10 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
     if row.state != "COMPLETE":
         return []
     # A config measured once is priced at its run, unless the study's level moved its estimate
-    # (autotune.search.estimates._level_shift): every config on one level, as the model ranks them.
-    several = estimate is not None and (len(estimate.runs) > 1 or not math.isclose(
+    # (autotune.search.estimates.RunModel.level_shift): every config on one level, as ranked.
+    at_estimate = estimate is not None and (len(estimate.runs) > 1 or not math.isclose(
         estimate.tokens_per_s, estimate.runs[0].tokens_per_s, rel_tol=1e-9))
-    bills = bills_for_trial(trial, catalog, estimate.tokens_per_s if several else None)
+    bills = bills_for_trial(trial, catalog, estimate.tokens_per_s if at_estimate else None)
     if bills is None:
         if row.hours is None or row.usd is None or row.offer is None:
             return []
@@ -74,7 +74,7 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
             price_date=b.get("price_date", info.get("price_date")),
             hours=float(b["hours"]), usd=float(b["usd"]), gpu_hours=b.get("gpu_hours"),
             basis=b.get("basis") or "measured", basis_kind=basis_kind(b.get("basis") or "measured"),
-            tokens_per_s=estimate.tokens_per_s if several else row.tokens_per_s, mfu=row.mfu, hfu=row.hfu,
+            tokens_per_s=estimate.tokens_per_s if at_estimate else row.tokens_per_s, mfu=row.mfu, hfu=row.hfu,
             peak_mem_bytes=row.peak_mem_bytes,
             peak_mem_source=row.peak_mem_source, headroom_bytes=row.headroom_bytes,
             sensitivity=Sensitivity(**{k: sens.get(k) for k in Sensitivity.model_fields})
