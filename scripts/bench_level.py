@@ -56,8 +56,9 @@ def pick_levels(study) -> dict[str, Any] | None:
     model = next(m for _, m in run_models(study.get_trials(deepcopy=False))
                  if any(pick.trial in e.trials for e in m.configs.values()))
     own = math.exp(sum(math.log(x) for x in runs) / len(runs))
-    return {"trial": pick.trial, "runs": runs, "levels": {
-        "shipped": pick.tokens_per_s, "lone runs": pick.tokens_per_s / math.exp(model.level_shift), "own runs": own}}
+    return {"trial": pick.trial, "runs": runs, "interval": [pick.tokens_per_s_low, pick.tokens_per_s_high],
+            "levels": {"shipped": pick.tokens_per_s, "lone runs": pick.tokens_per_s / math.exp(model.level_shift),
+                       "own runs": own}}
 
 
 def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:
@@ -99,6 +100,21 @@ def errors(data: dict[str, Any]) -> dict[str, list[tuple[float, bool]]]:
     return out
 
 
+def covered(data: dict[str, Any]) -> tuple[int, int, int] | None:
+    """How often the report's 90% interval of the pick's tokens/s holds the truth: (seeds
+    inside, truth below it, seeds judged); None for a file replayed before intervals were kept."""
+    judged = [p for p in data["picks"] if p.get("pick") and p.get("truth_tokens_per_s")]
+    if any("interval" not in p for p in judged):
+        return None
+    inside = sum(p["interval"][0] <= p["truth_tokens_per_s"] <= p["interval"][1] for p in judged)
+    below = sum(p["truth_tokens_per_s"] < p["interval"][0] for p in judged)
+    return inside, below, len(judged)
+
+
+def coverage_text(c: tuple[int, int, int] | None) -> str:
+    return "not kept" if c is None else f"{c[0]}/{c[2]} ({c[1]} below)"
+
+
 def figures(errs: list[tuple[float, bool]]) -> str:
     if not errs:
         return "no pick"
@@ -109,6 +125,7 @@ def figures(errs: list[tuple[float, bool]]) -> str:
 def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]:
     rows, raw = [], {}
     pooled: dict[bool, dict[str, list[tuple[float, bool]]]] = {h: {r: [] for r in RULES} for h in (True, False)}
+    cover: dict[bool, tuple[int, int, int] | None] = {h: (0, 0, 0) for h in (True, False)}
     for bench in benches:
         for limit, path, data in bl.cell_results(bench, limits, result_path):
             if data is None:
@@ -117,8 +134,12 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
             errs = errors(data)
             for r in RULES:
                 pooled[data["holdout"]][r] += errs[r]
+            c, total = covered(data), cover[data["holdout"]]
+            # (one file without intervals, and the total is not kept either)
+            cover[data["holdout"]] = None if c is None or total is None else (
+                total[0] + c[0], total[1] + c[1], total[2] + c[2])
             rows.append([f"`{bench}` {bl.limit_label(data)}", "held-out" if data["holdout"] else "in-sample",
-                         len(errs["shipped"])] + [figures(errs[r]) for r in RULES])
+                         len(errs["shipped"])] + [figures(errs[r]) for r in RULES] + [coverage_text(c)])
     totals = []
     for held in (True, False):
         p = pooled[held]
@@ -128,7 +149,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
         best = min(RULES, key=lambda r: mean[r])
         totals.append(f"Over the {'held-out' if held else 'in-sample'} cells' {len(p['shipped'])} picks: "
                       + ", ".join(f"{r} {figures(p[r])}" for r in RULES)
-                      + f"; the smallest mean error: {best}.")
+                      + f"; the smallest mean error: {best}. The shown 90% interval holds the truth in "
+                      + coverage_text(cover[held]) + ".")
     lines = ["## The pick's projected tokens/s (`scripts/bench_level.py`)", "",
              "The report prices its pick at the config's estimate over its runs. Each seed's sweep of the "
              f"matrix ({TRIALS} trials) is replayed once and its pick by cost read three ways: the shipped "
@@ -137,9 +159,13 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              "alone (the rule before), and the geometric mean of the pick's own runs. Each cell: the mean |log "
              "error| of the level against the picked config's truth (the median tokens/s of its held-out runs, "
              "or of all its runs in-sample, where the own runs are part of the truth), the largest, and how many "
-             "seeds' level lies outside the pick's own runs. Regenerate: `scripts/bench_level.py`, or "
+             "seeds' level lies outside the pick's own runs. Beside them, how often the 90% interval the report "
+             "shows for the pick's tokens/s holds that truth, and how often the truth lies below it (a pick is "
+             "the best of several noisy estimates, so its truth tends to be lower; and the truth is itself the "
+             "median of a few runs, not the config's expected speed). Regenerate: `scripts/bench_level.py`, or "
              "`--summary-only` from `benchmarks/results/level_<bench>_limit<Q>.json`.", "",
-             markdown_table(["cell", "judged", "picks"] + list(RULES), rows), ""] + totals + [""]
+             markdown_table(["cell", "judged", "picks"] + list(RULES) + ["90% interval holds the truth"], rows),
+             ""] + totals + [""]
     return "\n".join(lines), raw
 
 

@@ -900,6 +900,7 @@ def test_the_level_benchmark_reads_the_reports_pick_three_ways_and_judges_them_o
         assert (p["pick"], p["trial"]) == (rep.pick_usd, pick.trial)
         assert p["levels"]["shipped"] == pytest.approx(pick.tokens_per_s, rel=1e-12)
         assert p["runs"] == [r.tokens_per_s for r in pick.runs]
+        assert p["interval"] == [pick.tokens_per_s_low, pick.tokens_per_s_high]  # the one the report shows
         assert p["levels"]["own runs"] == pytest.approx(math.exp(statistics.fmean(math.log(x) for x in p["runs"])))
         (model,) = [m for _, m in run_models(rep.study.trials)]
         assert p["levels"]["lone runs"] * math.exp(model.level_shift) == pytest.approx(p["levels"]["shipped"])
@@ -909,6 +910,8 @@ def test_the_level_benchmark_reads_the_reports_pick_three_ways_and_judges_them_o
     assert shifted  # a seed whose races moved the level: the rules differ there
     first = md_out.read_text()
     assert "| `gpt390` 0.7" in first and "held-out" in first and "the smallest mean error" in first
+    inside, below, judged = bv.covered(raw)
+    assert judged == 6 and f"holds the truth in {inside}/6 ({below} below)" in first
     md_out.unlink()
     assert bv.main(argv + ["--summary-only"]) == 0
     assert md_out.read_text() == first
