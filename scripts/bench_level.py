@@ -55,10 +55,9 @@ def pick_levels(study) -> dict[str, Any] | None:
     runs = [r.tokens_per_s for r in pick.runs]
     model = next(m for _, m in run_models(study.get_trials(deepcopy=False))
                  if any(pick.trial in e.trials for e in m.configs.values()))
-    own = math.exp(sum(math.log(x) for x in runs) / len(runs))
     return {"trial": pick.trial, "runs": runs, "interval": [pick.tokens_per_s_low, pick.tokens_per_s_high],
             "levels": {"shipped": pick.tokens_per_s, "lone runs": pick.tokens_per_s / math.exp(model.level_shift),
-                       "own runs": own}}
+                       "own runs": statistics.geometric_mean(runs)}}
 
 
 def replay_cell(bench: str, limit: str, seeds: int = 60) -> dict[str, Any]:

@@ -901,7 +901,7 @@ def test_the_level_benchmark_reads_the_reports_pick_three_ways_and_judges_them_o
         assert p["levels"]["shipped"] == pytest.approx(pick.tokens_per_s, rel=1e-12)
         assert p["runs"] == [r.tokens_per_s for r in pick.runs]
         assert p["interval"] == [pick.tokens_per_s_low, pick.tokens_per_s_high]  # the one the report shows
-        assert p["levels"]["own runs"] == pytest.approx(math.exp(statistics.fmean(math.log(x) for x in p["runs"])))
+        assert p["levels"]["own runs"] == pytest.approx(statistics.geometric_mean(p["runs"]))
         (model,) = [m for _, m in run_models(rep.study.trials)]
         assert p["levels"]["lone runs"] * math.exp(model.level_shift) == pytest.approx(p["levels"]["shipped"])
         shifted += model.level_shift != 0.0

@@ -49,6 +49,11 @@ def test_rivals_within_noise_are_measured_again_and_the_report_says_how_sure(tmp
     assert cost["trial"] == doc["cheapest"]["trial"] and len(cost["runs"]) == 2
     blocks = {r["block"] for r in cost["runs"]}
     assert None in blocks and len(blocks) == 2  # the first run alone, the repeat in a block
+    # Both configs have one run alone and one in the same block, so the estimate at the level of
+    # the study's runs (autotune.search.estimates._level_shift) is the geometric mean of its own
+    # two (within the polish's convergence), whatever spell the block ran in.
+    own = [r["tokens_per_s"] for r in cost["runs"]]
+    assert cost["tokens_per_s"] == pytest.approx((own[0] * own[1]) ** 0.5, rel=1e-3)
     assert cost["tokens_per_s_low"] < cost["tokens_per_s"] < cost["tokens_per_s_high"]
     assert cost["runner_up"] in firsts - {cost["trial"]}
     assert f"trial {cost['runner_up']}" in cost["how_sure"]

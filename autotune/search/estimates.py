@@ -28,6 +28,7 @@ gives tau2 + sigma2, the residual within blocks gives sigma2.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,9 +217,7 @@ def _level_shift(runs: list[tuple[int, Run]], mu: list[float]) -> float:
     once do not count toward the offset (the polish set its estimate to its run, so it says
     nothing of the level), but its estimate moves with the others. docs/benchmarks.md ("The
     pick's projected tokens/s") replays how far each rule's level lies from held-out runs."""
-    counts: dict[int, int] = {}
-    for ci, _ in runs:
-        counts[ci] = counts.get(ci, 0) + 1
+    counts = Counter(ci for ci, _ in runs)
     offsets = [math.log(r.tokens_per_s) - mu[ci] for ci, r in runs if counts[ci] > 1]
     return sum(offsets) / len(offsets) if offsets else 0.0
 
