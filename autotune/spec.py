@@ -227,14 +227,24 @@ class SweepSpec(_Spec):
             for part in parents:
                 node = node.setdefault(part, {})
             node[leaf] = value
-        flags = ", ".join(f"{k}={v!r}" for k, v in updates.items() if v is not None)
         try:
             spec = SweepSpec.model_validate(data)
         except ValidationError as exc:
             raise UserError(format_validation_error("command line", exc),
-                            fix=f"correct the option ({flags})") from None
+                            fix=f"correct the option ({_flags_shown(updates, exc)})") from None
         spec.source = self.source
         return spec
+
+
+def _flags_shown(updates: dict[str, Any], exc: ValidationError) -> str:
+    """The options an error names: those the validation failed on (all given, if it failed
+    elsewhere), each value as a terminal may show it: a storage URL's password masked."""
+    from autotune.run.redact import redact_url
+
+    failed = {".".join(str(p) for p in err.get("loc", ())) for err in exc.errors()}
+    given = {k: v for k, v in updates.items() if v is not None}
+    named = {k: v for k, v in given.items() if k in failed} or given
+    return ", ".join(f"{k}={(redact_url(v) if isinstance(v, str) else v)!r}" for k, v in named.items())
 
 
 def load_spec(path: str | Path) -> SweepSpec:

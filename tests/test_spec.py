@@ -88,3 +88,41 @@ def test_overrides_follow_the_spec_rules():
         with pytest.raises(UserError) as exc:
             spec.with_overrides(**updates)
         assert f"`{field}`" in str(exc.value) and "command line" in str(exc.value)
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("postgresql://u:SECRETPASS@127.0.0.1:1/db", "SECRETPASS"),
+    ("postgresql://u@127.0.0.1:1/db?password=qu3ry-secret", "qu3ry-secret"),
+    ("postgresql://admin@corp:Sup3r%40Secret@127.0.0.1:1/db", "Sup3r"),
+])
+def test_a_bad_option_beside_a_storage_url_never_shows_its_password(cli, tmp_path, monkeypatch, url, secret):
+    """The error for a bad option names the option that failed; the storage URL given beside
+    it, by flag, file or environment, shows no form of its password (the message listed every
+    option with its value, the URL's password included)."""
+    from autotune.run.storage import STORAGE_ENV
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    (tmp_path / "url.txt").write_text(url + "\n")
+    for given, env in ((["--storage", url], None), (["--storage-file", "url.txt"], None), ([], url)):
+        if env:
+            monkeypatch.setenv(STORAGE_ENV, env)
+        code, out, err = cli("sweep", "--trials", "1", "--max-gpu-hours", "-1", *given)
+        assert code == 2 and "budget.search_gpu_hours" in err and "Traceback" not in err
+        assert secret not in out + err and "storage=" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["url.txt"]  # nothing written
+
+
+def test_an_option_error_names_the_option_that_failed_and_masks_any_url_it_lists():
+    with pytest.raises(UserError) as exc:
+        SweepSpec().with_overrides(**{"storage": "postgresql://u:SECRETPASS@db/a", "budget.trials": 0})
+    assert str(exc.value).endswith("(budget.trials=0)")
+    from pydantic import ValidationError
+
+    from autotune.spec import _flags_shown
+
+    try:  # an error located on no option: every option given is listed, URLs masked
+        SweepSpec.model_validate({"budget": {"trials": "x"}})
+    except ValidationError as err:
+        shown = _flags_shown({"storage": "postgresql://u:SECRETPASS@db/a", "study": None}, err)
+    assert shown == "storage='postgresql://u:***@db/a'"
