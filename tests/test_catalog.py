@@ -106,6 +106,10 @@ def test_did_you_mean_offers_names_the_user_likely_meant(typed, hint):
      "price_usd_per_gpu_month"),
     (lambda d: d["gpus"]["h200"]["peak_tflops"].update(int8=1), "unknown precision"),
     (lambda d: d.update(date="yesterday"), "YYYY-MM-DD"),
+    # An infinite price passes every >= 0 check and priced bills at $nan (invalid JSON).
+    (lambda d: d["offers"][1].update(price_usd_per_gpu_hour=float("inf")), "finite number"),
+    (lambda d: d["offers"][1].update(storage_usd_per_gb_month=float("inf")), "finite number"),
+    (lambda d: d["gpus"]["h200"]["peak_tflops"].update(bf16=float("inf")), "finite number"),
 ])
 def test_bad_catalog_is_one_clear_error(tmp_path, mutate, message):
     d = _base()

@@ -24,7 +24,7 @@ Billing = Literal["second", "minute", "hour", "month"]
 
 
 class CatalogModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # `.inf` passes every >= 0 check
 
 
 def check_date(value: str, field: str) -> str:
