@@ -36,7 +36,11 @@ def test_shipped_catalog_is_complete_and_sourced():
         dt.date.fromisoformat(o.price_date)
     assert any(o.gpu == "cpu-core" for o in cat.offers)  # a CPU-only sweep prices honestly
     assert {o.pricing for o in cat.offers} >= {"on-demand", "spot", "own"}
-    assert cat.price_note() == f"example prices as of {cat.date}; check your provider"
+    dates = sorted(o.price_date for o in cat.offers)
+    assert cat.price_note() == f"example prices as of {dates[0]} to {dates[-1]}; check your provider"
+    # A note dates the prices it sits beside, not the catalog: the CPU offer's is its own.
+    cpu_date = cat.offer("aws-c7i-ondemand").price_date
+    assert cat.price_note(["aws-c7i-ondemand"]) == f"example prices as of {cpu_date}; check your provider"
 
 
 def test_lookups_and_did_you_mean():
@@ -65,12 +69,20 @@ def test_instance_sizes_decide_billed_gpus():
     assert cpu.billed_gpus(1) == 2 and cpu.billed_gpus(3) == 4
 
 
-def test_staleness_warning_after_90_days():
+def test_staleness_warning_after_90_days_of_the_prices_shown():
+    """The warning dates each price by its offer's price_date: a catalog checked recently can
+    still hold an old price, and a bill on a recent offer is not warned about an old one."""
     cat = load_catalog()
-    day = dt.date.fromisoformat(cat.date)
+    oldest = min(cat.offers, key=lambda o: o.price_date)
+    day = dt.date.fromisoformat(oldest.price_date)
     assert cat.stale_warning(day + dt.timedelta(days=90)) is None
     msg = cat.stale_warning(day + dt.timedelta(days=91))
-    assert msg and "91 days ago" in msg and "--catalog" in msg
+    assert msg and "91 days ago" in msg and oldest.name in msg and "--catalog" in msg
+    newer = max(cat.offers, key=lambda o: o.price_date)
+    later = dt.date.fromisoformat(newer.price_date) + dt.timedelta(days=90)
+    assert newer.price_date > oldest.price_date
+    assert cat.stale_warning(later, offers=[newer.name]) is None
+    assert oldest.name in (cat.stale_warning(later, offers=[newer.name, oldest.name]) or "")
 
 
 def _write(tmp_path, data) -> str:
@@ -133,10 +145,35 @@ def test_catalog_cli_in_process(cli, tmp_path):
     code, out, err = cli("catalog")
     assert code == 0 and "offers: valid" in out and "check your provider" in out
     old = _base()
-    old["date"] = "2020-01-01"
+    for o in old["offers"]:
+        o["price_date"] = "2020-01-01"
     code, out, err = cli("catalog", "--catalog", _write(tmp_path, old))
     assert code == 0 and "days ago" in err
     bad = _base()
     bad["offers"][1]["pricing"] = "spot"
     code, out, err = cli("catalog", "--catalog", _write(tmp_path, bad))
     assert code == 2 and "interruptions_per_node_month" in err and "Traceback" not in err
+
+
+def test_a_bill_is_dated_by_its_offers_price_not_the_catalogs(cli):
+    """`cost` on the CPU offer said 'example prices as of <the catalog's date>' beside a price
+    read long before; the note and the warning now date the prices the bills use."""
+    cat = load_catalog()
+    cpu = cat.offer("aws-c7i-ondemand")
+    code, out, err = cli("cost", "--gpu", "cpu-core", "--gpus", "2", "--tokens-per-s", "1000",
+                         "--target-tokens", "1e9")
+    assert code == 0, err
+    assert f"example prices as of {cpu.price_date}; check your provider" in out
+    old = (dt.date.today() - dt.date.fromisoformat(cpu.price_date)).days > 90
+    assert ("aws-c7i-ondemand as of" in err) == old, err
+
+
+def test_the_terminal_shows_each_offers_own_note_beside_its_bill(cli):
+    """An offer's note (a price older than the provider's last cut) reached only --json."""
+    cat = load_catalog()
+    p5 = cat.offer("aws-p5-ondemand")
+    assert p5.notes
+    code, out, err = cli("cost", "--gpu", "h100-sxm", "--gpus", "8", "--tokens-per-s", "100000",
+                         "--target-tokens", "1e10", "--offer", "aws-p5-ondemand")
+    assert code == 0, err
+    assert f"note on aws-p5-ondemand: {p5.notes}" in " ".join(out.split())

@@ -47,8 +47,9 @@ def _number(text: str | None, flag: str, integer: bool = False, allow_zero: bool
     return int(round(value)) if integer else value
 
 
-def _warn_stale(catalog) -> None:
-    msg = catalog.stale_warning()
+def _warn_stale(catalog, offers=None) -> None:
+    """The catalog's staleness warning for the prices shown (`offers`: names; None: all)."""
+    msg = catalog.stale_warning(offers=offers)
     if msg:
         console(stderr=True).print(f"[yellow]{msg}[/]", soft_wrap=True)
 
@@ -61,6 +62,16 @@ def rented(b) -> str:
     if b.nodes > 1:
         out += f" ({b.inter_node_gb_per_s:g} GB/s between nodes)" if b.inter_node_gb_per_s else ""
     return out
+
+
+def offer_notes(bills) -> list[str]:
+    """One line per offer shown with a note of its own (e.g. a price that predates a cut):
+    the JSON carried them, the terminal dropped them."""
+    seen: dict[str, list[str]] = {}
+    for b in bills:
+        if b.notes and b.offer not in seen:
+            seen[b.offer] = list(dict.fromkeys(b.notes))
+    return [f"note on {offer}: {'; '.join(notes)}" for offer, notes in seen.items()]
 
 
 def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
@@ -90,13 +101,16 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         console.print(f"[dim]skipped {s.offer}: {s.reason}[/]", soft_wrap=True)
     for a in job.assumptions:
         console.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
+    for line in offer_notes(bills):
+        console.print(f"[dim]{line}[/]", soft_wrap=True)
     from autotune.pricing.cost import breakevens
 
     gpus_in_bills = {b.gpu for b in bills}
     for be in breakevens(catalog):
         if catalog.offer(be.own).gpu in gpus_in_bills:
             console.print(f"break-even: {be.text}", soft_wrap=True)
-    console.print(catalog.price_note() + (f" ({catalog.source_file})" if catalog.source_file else ""))
+    note = catalog.price_note([b.offer for b in bills]) if bills else catalog.price_note()
+    console.print(note + (f" ({catalog.source_file})" if catalog.source_file else ""))
 
 
 def register(app: typer.Typer) -> None:
@@ -171,7 +185,7 @@ def cost(
                    checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
                    month_rest_used=month_rest_used)
     bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
-    _warn_stale(catalog)
+    _warn_stale(catalog, [b.offer for b in bills] or None)
     if as_json:
         sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
         return
@@ -284,11 +298,12 @@ def _register_plan(app: typer.Typer) -> None:
         for name in spec.platforms.offers or []:
             catalog.offer(name)
         result = plan(spec, catalog, hfu=mfu, gpu_types=gpu)
-        _warn_stale(catalog)
+        _warn_stale(catalog, [b.offer for b in result.bills] or None)
         fastest = sorted(result.bills, key=lambda b: (b.hours, b.usd))[:top]
         if as_json:
             doc = {"assumptions": result.assumptions, "configs": result.configs,
-                   "not_fitting": result.not_fitting, "price_note": catalog.price_note(),
+                   "not_fitting": result.not_fitting,
+                   "price_note": catalog.price_note([b.offer for b in result.bills] or None),
                    "why_none": result.why_none,
                    "bills": [b.as_dict() for b in result.bills[:top]],
                    "fastest": [b.as_dict() for b in fastest]}
@@ -321,4 +336,6 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
     else:
         c.print(result.why_none, soft_wrap=True)
-    c.print(catalog.price_note())
+    for line in offer_notes(result.bills[:top] + fastest[: min(top, 5)]):
+        c.print(f"[dim]{line}[/]", soft_wrap=True)
+    c.print(catalog.price_note([b.offer for b in result.bills] or None))

@@ -15,8 +15,9 @@ where bigger costs more), or enough of the largest one. `load_catalog(DIR)` impo
 SkyPilot catalog folder (autotune/pricing/skypilot.py) on top of the shipped GPU types.
 
 Prices are data, not code: every offer carries the date its price was read and its source,
-and the catalog as a whole carries a date; `stale_warning()` says when it is older than
-`STALE_AFTER_DAYS`. The shipped prices are examples; users override them with `--catalog FILE`.
+and the catalog as a whole carries a date; `stale_warning(offers=...)` says when a price shown
+is older than `STALE_AFTER_DAYS`, and `price_note(offers=...)` dates the prices shown. The
+shipped prices are examples; users override them with `--catalog FILE`.
 An offer and what it rents are in autotune/pricing/offers.py.
 """
 
@@ -26,7 +27,7 @@ import datetime as _dt
 import fnmatch
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Iterable, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -180,20 +181,36 @@ class Catalog(CatalogModel):
 
     # -- freshness -----------------------------------------------------------------------
 
-    def age_days(self, today: _dt.date | None = None) -> int:
-        return ((today or _dt.date.today()) - _dt.date.fromisoformat(self.date)).days
+    def price_dates(self, offers: Iterable[str] | None = None) -> tuple[str, str]:
+        """(oldest, newest) price_date of the named offers (None: every offer); the catalog's
+        own date where none is named."""
+        names = None if offers is None else set(offers)
+        dates = sorted(o.price_date for o in self.offers if names is None or o.name in names)
+        return (dates[0], dates[-1]) if dates else (self.date, self.date)
 
-    def stale_warning(self, today: _dt.date | None = None) -> str | None:
-        age = self.age_days(today)
+    def age_days(self, today: _dt.date | None = None, offers: Iterable[str] | None = None) -> int:
+        """Days since the oldest price of `offers` (None: of any offer) was read."""
+        return ((today or _dt.date.today()) - _dt.date.fromisoformat(self.price_dates(offers)[0])).days
+
+    def stale_warning(self, today: _dt.date | None = None, offers: Iterable[str] | None = None) -> str | None:
+        """A warning where a price shown (`offers`; None: any of the catalog) is older than
+        STALE_AFTER_DAYS: each offer's price_date, not the catalog's, dates its price."""
+        names = None if offers is None else list(offers)
+        age = self.age_days(today, names)
         if age <= STALE_AFTER_DAYS:
             return None
+        oldest = self.price_dates(names)[0]
+        which = sorted(o.name for o in self.offers if o.price_date == oldest and (names is None or o.name in names))
         where = self.source_file or "the catalog"
-        return (f"warning: {where} is dated {self.date}, {age} days ago (more than "
-                f"{STALE_AFTER_DAYS}): prices move; check your provider and update the file "
-                f"or pass --catalog FILE")
+        return (f"warning: {where} prices {', '.join(which) or 'its offers'} as of {oldest}, {age} "
+                f"days ago (more than {STALE_AFTER_DAYS}): prices move; check your provider and "
+                f"update the file or pass --catalog FILE")
 
-    def price_note(self) -> str:
-        return f"example prices as of {self.date}; check your provider"
+    def price_note(self, offers: Iterable[str] | None = None) -> str:
+        """e.g. 'example prices as of 2025-06-01; check your provider': the dates of the prices
+        priced (`offers`: their names; None: every offer of the catalog)."""
+        first, last = self.price_dates(offers)
+        return f"example prices as of {first if first == last else f'{first} to {last}'}; check your provider"
 
 
 def _norm(s: str) -> str:

@@ -158,7 +158,8 @@ def score_trial(result: TrialResult, cfg: TrialConfig, spec: SweepSpec, catalog:
     return ScoreRecord(hours=best.hours, usd=best.usd, offer=best.offer, tokens_to_target=best.tokens,
                  gpu_hours=best.gpu_hours, basis=best.throughput_basis,
                  usd_worst_case=best.usd_worst_case, hours_worst_case=best.hours_worst_case,
-                 pricing=best.pricing, target_basis=tp.target_basis, price_note=catalog.price_note(),
+                 pricing=best.pricing, target_basis=tp.target_basis,
+                 price_note=catalog.price_note(b.offer for b in bills),
                  bills=[_compact(b) for b in bills], pricing_inputs=tp.as_dict())
 
 
