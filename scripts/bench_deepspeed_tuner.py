@@ -218,7 +218,9 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
                          "reach_s": reach, "search_s": run["search_s"], "experiments": len(run["timeline"]),
                          "pick": run["pick"], "pick_truth": truth.get(run["pick"]),
                          "ds_max_train_batch": rep.get("ds_max_train_batch_size", OLD_MAX_TRAIN_BATCH),
-                         "pick_within": run["pick"] in good, "how_sure": run.get("how_sure"),
+                         # None: a pick outside the truth's space is not judged (no truth to judge it by)
+                         "pick_within": (run["pick"] in good) if run["pick"] in truth else None,
+                         "how_sure": run.get("how_sure"),
                          "outside_space": sum(1 for e in run["timeline"] if e.get("config") and e["config"] not in truth)})
         rr = rep.get("rerun") or {}
         if len(rr) == 2:
@@ -265,7 +267,7 @@ def render(ctx, raw, res, analyse_only: bool = False) -> str:
         [[r["repetition"], r.get("ds_max_train_batch", OLD_MAX_TRAIN_BATCH), r["tool"], "yes" if r["first"] else "no",
           # None: the tool ended without running a config within 3% of the best
           r["reach_s"] if r["reach_s"] is not None or r["search_s"] is None else "never", r["search_s"], r["experiments"],
-          r["outside_space"], r["pick"], "yes" if r["pick_within"] else "no", r["how_sure"] or "-"]
+          r["outside_space"], r["pick"], within_cell(r, res["reruns"]), r["how_sure"] or "-"]
          for r in res["rows"]]))
     lines += ["", "Both picks rerun, interleaved, with autotune's trial runner (tokens/s, median; paired "
               "ratio = first / second of each back-to-back pair, median):", ""]
@@ -273,6 +275,18 @@ def render(ctx, raw, res, analyse_only: bool = False) -> str:
                                 [[i, s["a"], s["a_median"], s["b"], s["b_median"], s["paired_ratio_median"]]
                                  for i, s in enumerate(res["reruns"]) if s]))
     return "\n".join(lines)
+
+
+def within_cell(row: dict, reruns: list) -> str:
+    """'yes' / 'no' against the truth; a pick outside the truth's space is not judged there,
+    and its rerun beside the other tool's pick (same runner, interleaved) says how it ran."""
+    if row["pick_within"] is not None:
+        return "yes" if row["pick_within"] else "no"
+    s = reruns[row["repetition"]] if row["repetition"] < len(reruns) else None
+    if not s or row["pick"] not in (s["a"], s["b"]) or not s["paired_ratio_median"]:
+        return "not judged: outside the truth's space"
+    ratio = s["paired_ratio_median"] if row["pick"] == s["a"] else 1 / s["paired_ratio_median"]
+    return f"not judged: outside the truth's space; rerun beside the other pick: {ratio:.3f}x its tokens/s"
 
 
 def main(argv: list[str] | None = None) -> int:
