@@ -253,7 +253,9 @@ def summary_section(paths: list[Path]) -> str:
              "space has 4 or more runs per config, each seed observes half of them and is judged "
              "on the median of the other half (held out, so that re-measuring cannot converge on "
              "the numbers it is judged by); the reference row measures every config with every "
-             "observable run: the best any search could recommend from those runs.", ""]
+             "observable run: the best any search could recommend from those runs. Each space is "
+             "replayed under its own per-rank memory limit (in its column's head: the space's "
+             "default); the next section replays every space at every limit, and with none.", ""]
     not_replayed = [f"Not replayed: `{d['bench']}` ({d['n_configs']} configs): {d['incomplete']}\n"
                     for d in all_datas if "incomplete" in d]
     if not datas:
@@ -264,7 +266,7 @@ def summary_section(paths: list[Path]) -> str:
                                                       if datas[0]["summary"][n]["kind"] in order else 99,
                                                       datas[0]["summary"][n].get("trials_budget") or 0))
     kinds = {n: datas[0]["summary"][n]["kind"] for n in names}
-    header = ["strategy"] + [f"{d['bench']}: {d['n_configs']} configs, "
+    header = ["strategy"] + [f"{d['bench']}: {d['n_configs']} configs, {space_limit(d)}, "
                              + ("held-out truth" if d.get("holdout") else "in-sample truth") for d in datas]
     rows = []
     for name in names:
@@ -300,6 +302,14 @@ def summary_section(paths: list[Path]) -> str:
                       "says little.", ""]
     lines += not_replayed
     return "\n".join(lines)
+
+
+def space_limit(d: dict[str, Any]) -> str:
+    """A replay's memory limit as a column head: 'limit 478 MiB (0.7 quantile)', 'no limit'."""
+    limit, q = d.get("mem_limit_bytes"), d.get("mem_limit_quantile")
+    if not limit:
+        return "no limit"
+    return f"limit {limit / 2**20:,.0f} MiB" + (f" ({q} quantile)" if q is not None else "")
 
 
 def runner_truth_path(bench: str, runner: str) -> Path:
