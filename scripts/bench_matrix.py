@@ -70,7 +70,7 @@ def cell(r: dict[str, Any] | None, seeds: int, trials: bool = False) -> str:
     worst = u["regret_max"]
     worst_s = "inf" if worst == math.inf else f"{worst:.0%}"
     extra = (f", {u['no_pick']} none" if u.get("no_pick") else "") + (
-        f"; {r['trials_median']:.0f} trials" if trials else "")
+        f"; {r['trials_median']:g} trials" if trials else "")  # a median of 8.5 read as 8
     return f"{u['right']}/{seeds} ({worst_s}{extra})"
 
 
