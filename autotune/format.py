@@ -34,6 +34,11 @@ def fmt_hours(h: float | None, days_beside: bool = False) -> str:
     return f"{h / 24:,.1f} d"
 
 
+def fmt_gpu_hours(x: float) -> str:
+    """GPU-hours without rounding a short run to 0 or 1: '1,234', '12.3', '0.55'."""
+    return f"{x:,.0f}" if x >= 100 else (f"{x:.1f}" if x >= 10 else f"{x:.2g}")
+
+
 def fmt_usd(x: float | None) -> str:
     return "-" if x is None else (f"${x:,.2f}" if x >= 1 else f"${x:.4f}")
 

@@ -177,3 +177,9 @@ def test_the_terminal_shows_each_offers_own_note_beside_its_bill(cli):
                          "--target-tokens", "1e10", "--offer", "aws-p5-ondemand")
     assert code == 0, err
     assert f"note on aws-p5-ondemand: {p5.notes}" in " ".join(out.split())
+
+
+def test_gpu_hours_of_a_short_run_are_not_rounded_to_nothing():
+    from autotune.format import fmt_gpu_hours
+
+    assert [fmt_gpu_hours(x) for x in (0.55, 0.004, 12.34, 34146.2)] == ["0.55", "0.004", "12.3", "34,146"]

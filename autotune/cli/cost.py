@@ -24,7 +24,7 @@ import typer
 from autotune.cli.catalog import provider_option, region_option
 from autotune.cli.common import console
 from autotune.errors import UserError
-from autotune.format import fmt_hours
+from autotune.format import fmt_gpu_hours, fmt_hours
 from autotune.report.labels import basis_kind
 
 COST_EPILOG = (
@@ -86,7 +86,7 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}, {b.region}): {gpus} x {b.gpu} "
                       f"on {rented(b)}  "
                       f"{b.tokens_per_s:,.0f} tok/s ({basis_kind(b.throughput_basis)}){eff}  "
-                      f"{fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  [bold]${b.usd:,.2f}[/]  "
+                      f"{fmt_hours(b.hours)}  {fmt_gpu_hours(b.gpu_hours)} GPU-h  [bold]${b.usd:,.2f}[/]  "
                       f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
     if bills and explain_lines:
         for line in explain(bills):
@@ -324,7 +324,8 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
     for b in result.bills[:top]:
         c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
                 f"{b.tokens_per_s:,.0f} tok/s "
-                f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  {b.gpu_hours:,.0f} GPU-h  "
+                f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  "
+                f"{fmt_gpu_hours(b.gpu_hours)} GPU-h  "
                 f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
     c.print("[bold]fastest[/]")
     for b in fastest[: min(top, 5)]:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from autotune.errors import UserError
 from autotune.estimate.scaling import CommModel, Measured, comm_s, fit_step_model, link_for, project, project_gpu_type
+from autotune.format import fmt_gpu_hours
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, JobSpec, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.offers import Offer
@@ -139,7 +140,7 @@ def explain(bills: list[Bill]) -> list[str]:
     def desc(b: Bill) -> str:
         eff = f", scaling efficiency {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
         cfg = f" [{b.config}]" if b.config else ""
-        return (f"{b.offer}{cfg}: {b.gpus_used} GPU(s), {b.hours:,.1f} h, {b.gpu_hours:,.0f} GPU-hours"
+        return (f"{b.offer}{cfg}: {b.gpus_used} GPU(s), {b.hours:,.1f} h, {fmt_gpu_hours(b.gpu_hours)} GPU-hours"
                 f"{eff}, ${b.usd:,.2f} (worst case ${b.usd_worst_case:,.2f})")
 
     lines = [f"cheapest: {desc(cheapest)}"]
@@ -147,7 +148,7 @@ def explain(bills: list[Bill]) -> list[str]:
         lines.append(f"fastest:  {desc(fastest)}")
         parts = []
         if fastest.gpu_hours > cheapest.gpu_hours * 1.005:
-            part = f"{fastest.gpu_hours:,.0f} GPU-hours against {cheapest.gpu_hours:,.0f}"
+            part = f"{fmt_gpu_hours(fastest.gpu_hours)} GPU-hours against {fmt_gpu_hours(cheapest.gpu_hours)}"
             if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
                     and fastest.gpus_used != cheapest.gpus_used):
                 part += (f" (at {fastest.gpus_used} GPUs each GPU delivers {fastest.scaling_efficiency:.0%} "
