@@ -151,8 +151,10 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
                  must_exist: bool = False):
     """An Optuna storage for `url` (None: the default SQLite file). UserError if unusable.
 
-    `must_exist`: for commands that only read (report, export, the source of a copy): a SQLite
-    or journal file that does not exist is an error, not a new empty file left behind."""
+    `must_exist`: for commands that only read (report, export, study status, the source of a
+    copy): a SQLite or journal file that does not exist is an error, not a new empty file left
+    behind; and a database without Optuna's tables (someone's app.db, an empty file, a server
+    database no sweep wrote) is an error too, read but never written: no table is created."""
     url = url or DEFAULT_STORAGE
     kind = storage_kind(url)
     if must_exist:
@@ -185,7 +187,11 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
         engine_kwargs = {"pool_pre_ping": True,
                          "connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
     try:
-        return _rdb_storage(url, engine_kwargs, hb)
+        if must_exist:
+            _check_optuna_tables(url, given, engine_kwargs)
+        return _rdb_storage(url, engine_kwargs, hb, create_tables=not must_exist)
+    except UserError:
+        raise
     except Exception as exc:  # unreachable server, wrong password, missing database, ...
         missing = _missing_module(exc)
         if missing:
@@ -210,7 +216,36 @@ def _check_exists(url: str, kind: str) -> None:
                             "the study's database")
 
 
-def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings, attempts: int = 4):
+# Tables every Optuna RDB storage holds; a database lacking them was not written by a sweep.
+_OPTUNA_TABLES = ("studies", "trials", "version_info", "alembic_version")
+
+
+def _check_optuna_tables(url: str, given: str, engine_kwargs: dict[str, Any]) -> None:
+    """UserError unless the database at `url` holds Optuna's tables. Only reads the catalog
+    (SQLite's schema, the server's information schema): the database is left as it was."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as conn:
+            tables = set(sqlalchemy.inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+    missing = [t for t in _OPTUNA_TABLES if t not in tables]
+    if len(missing) == len(_OPTUNA_TABLES):
+        raise UserError(f"storage {redact_url(given)} holds no autotune study (no Optuna tables)",
+                        fix="point --storage (or AUTOTUNE_STORAGE) at the database autotune sweep "
+                            "wrote")
+    if missing:
+        raise UserError(f"storage {redact_url(given)} is not a whole Optuna database (no table "
+                        f"{', '.join(missing)})",
+                        fix="point --storage (or AUTOTUNE_STORAGE) at the database autotune sweep "
+                            "wrote")
+
+
+def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings, attempts: int = 4,
+                 create_tables: bool = True):
+    """Optuna's RDBStorage; `create_tables=False` (read-only commands) creates no table."""
     import time
 
     import optuna
@@ -222,7 +257,8 @@ def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings,
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
                     url, engine_kwargs=engine_kwargs, heartbeat_interval=hb.interval_s,
-                    grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb))
+                    grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb),
+                    skip_table_creation=not create_tables)
         except Exception as exc:
             # Two machines opening a fresh database at once both create Optuna's tables; the
             # loser's CREATE fails with "already exists" (a unique violation in PostgreSQL's
