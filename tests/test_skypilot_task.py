@@ -46,6 +46,7 @@ def test_a_file_autotune_did_not_write_is_never_overwritten(cli, tmp_path, monke
     mine.write_text("# my own edits\n")
     code, out, err = cli("sweep", "spec.yaml", "--skypilot-task", "h200:8")
     assert code == 2 and "autotune did not write" in out + err, out + err
+    assert "--force" not in out + err  # sweep has no --force: the fix must not name one
     assert mine.read_text() == "# my own edits\n" and sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
     # A second write over autotune's own tasks is fine (its manifest says they are its own).
     mine.unlink()

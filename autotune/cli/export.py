@@ -34,7 +34,8 @@ def export(
     deadline_hours: Optional[float] = typer.Option(
         None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
     force: bool = typer.Option(
-        False, "--force", help="write into an --out folder that holds other files (they are kept)"),
+        False, "--force", help="write into an --out folder that holds other files (they are kept; one under a "
+                               "name the export writes is refused)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
     target: str = typer.Option(
@@ -48,7 +49,7 @@ def export(
     from autotune.names import check_study_name
     from autotune.report.build import collect
     from autotune.report.export import BILL_MD, EXPORT_TARGETS, plan_export, write_export
-    from autotune.report.files import prepare_out_dir
+    from autotune.report.files import check_out_path
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
@@ -59,7 +60,9 @@ def export(
                         fix="e.g. --for hf-trainer (Hugging Face Trainer) or leave it out")
     url = resolve_storage(storage, storage_file)
     st = open_study(url, check_study_name(study), create=False)
-    prepare_out_dir(out, force)  # refused before any work: nothing is written on a refusal
+    # The path itself before any work; what the folder holds once the files it gets are known
+    # (write_export). Nothing is written on a refusal.
+    check_out_path(out)
     doc = collect(st, max_usd=max_usd, deadline_hours=deadline_hours, storage_url=url,
                   providers=provider, regions=region)
     trials = {t.number: t for t in st.get_trials(deepcopy=False)}

@@ -57,16 +57,20 @@ def report(
     doc = collect(open_study(url, check_study_name(study), create=False), max_usd=max_usd,
                   deadline_hours=deadline_hours, storage_url=url, providers=provider, regions=region)
     if html is not None or out is not None:
-        from autotune.report.files import prepare_out_dir
-        from autotune.report.html import prepare_html_path, write_html, write_report_dir
+        from autotune.report.files import check_out_path, prepare_out_dir, write_files
+        from autotune.report.html import prepare_html_path, report_dir_files, write_html
 
-        # Check both targets before writing either: a refusal leaves nothing half-written.
+        # Check both targets before writing either: a refusal leaves nothing half-written. The
+        # folder's path first; what it holds once the names of its files are known.
         html_path = prepare_html_path(html, force) if html is not None else None
-        out_dir = prepare_out_dir(out, force) if out is not None else None
+        out_dir = check_out_path(out) if out is not None else None
+        files = report_dir_files(doc) if out_dir is not None else {}
+        if out_dir is not None:
+            prepare_out_dir(out_dir, force, names=files)
         if html_path is not None:
             write_html(doc, html_path)
         if out_dir is not None:
-            write_report_dir(doc, out_dir)
+            write_files(out_dir, files)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     else:

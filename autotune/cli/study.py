@@ -15,6 +15,7 @@ result) are copied from RUNS_DIR/STUDY to TO_RUNS_DIR/TO_STUDY and each copied t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ import typer
 
 from autotune.cli.common import console, storage_file_option, storage_option
 from autotune.errors import UserError
+from autotune.report.files import probe_writable, writing
 
 study_app = typer.Typer(no_args_is_help=True, help="Manage studies: copy one to another storage; "
                         "show its workers and their Slurm jobs.")
@@ -156,22 +158,22 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
         names = user_study_names(src)
         raise UserError(f"no study '{study}' in {redact_url(src_url)}",
                         fix=f"use one of: {', '.join(names) or '(none)'}")
+    src_runs, dst_runs = runs_dir / study, to_runs_dir / to_study
+    copy_folders = src_runs.resolve() != dst_runs.resolve() and src_runs.is_dir()
+    if copy_folders:  # checked before the destination storage is opened (which may create it)
+        _check_runs_dest(dst_runs)
     dst = open_storage(dst_url)
     if to_study in user_study_names(dst):
         if not _remove_incomplete_copy(dst, to_study):
             raise UserError(f"study '{to_study}' already exists in {redact_url(dst_url)}",
                             fix="pick another name with --to-study, or copy into another storage")
-    src_runs, dst_runs = runs_dir / study, to_runs_dir / to_study
-    copy_folders = src_runs.resolve() != dst_runs.resolve() and src_runs.is_dir()
-    if copy_folders and dst_runs.exists() and (not dst_runs.is_dir() or any(dst_runs.iterdir())):
-        raise UserError(f"trial folder '{dst_runs}' is not empty",
-                        fix="choose another --to-runs-dir or --to-study")
-    staged = None
-    if copy_folders:
-        if not dst_runs.parent.is_dir():
-            dst_runs.parent.mkdir(parents=True)
-        staged = Path(tempfile.mkdtemp(prefix=f".{to_study}.copying.", dir=dst_runs.parent))
+    staged: Path | None = None
+    made: list[Path] = []
     try:
+        if copy_folders:
+            made = _make_folders(dst_runs.parent)
+            with writing(dst_runs, "--to-runs-dir"):
+                staged = Path(tempfile.mkdtemp(prefix=f".{to_study}.copying.", dir=dst_runs.parent))
         folders = 0
         if staged is not None:
             # copyfile, not copy2: the copies get the permissions of any new file (the umask).
@@ -187,10 +189,35 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
     except BaseException:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
+        for folder in reversed(made):  # the folders this copy made, if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         _remove_incomplete_copy(dst, to_study)
         raise
     return {"trials": trials, "folders": folders, "src": redact_url(src_url),
             "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs)}
+
+
+def _check_runs_dest(dst_runs: Path) -> None:
+    """UserError unless the trial folders can be copied to `dst_runs`: an empty or new folder
+    under folders (not files) that can be written. Nothing is left created."""
+    if dst_runs.exists() and (not dst_runs.is_dir() or any(dst_runs.iterdir())):
+        raise UserError(f"trial folder '{dst_runs}' is not empty",
+                        fix="choose another --to-runs-dir or --to-study")
+    above = next(p for p in (dst_runs.parent, *dst_runs.parent.absolute().parents) if os.path.lexists(p))
+    if not above.is_dir():
+        raise UserError(f"--to-runs-dir: '{above}' is a file, not a folder (for the trial folders "
+                        f"'{dst_runs}')", fix="give --to-runs-dir a folder, or move that file away")
+    probe_writable(above, dst_runs, "--to-runs-dir")
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make `folder` and its missing parents; returns those made, outermost first."""
+    missing = [p for p in (folder, *folder.absolute().parents) if not os.path.lexists(p)][::-1]
+    with writing(folder, "--to-runs-dir"):
+        for p in missing:
+            p.mkdir()
+    return missing
 
 
 def _copy_trials(src, dst, study: str, to_study: str, dst_runs: Path, copied: set[str]) -> int:

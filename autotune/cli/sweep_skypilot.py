@@ -45,7 +45,7 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
     from autotune.report.files import prepare_out_dir, write_files
     from autotune.run.skypilot_task import resolve_gpu, skypilot_task, task_yaml
 
-    prepare_out_dir(folder, flag="--tasks-dir")  # never over a file autotune did not write
+    prepare_out_dir(folder, flag="--tasks-dir", force_flag=None)  # never over a file autotune did not write
     catalog = load_catalog(spec.platforms.catalog)
     argv = worker_argv(spec_file, spec.study, forwarded)
     tasks = {}

@@ -44,9 +44,12 @@ def trial(
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
     from autotune.report.files import next_numbered_dir, prepare_out_dir
 
-    out = next_numbered_dir(Path("autotune_runs/single"), "trial_") if out is None else \
-        prepare_out_dir(out, force)
-    result = run_trial(cfg, out)
+    if out is None:
+        out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
+        result = run_trial(cfg, out)
+    else:
+        out = prepare_out_dir(out, force)  # a folder that cannot be written: refused here
+        result = _run_in(cfg, out)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -74,3 +77,18 @@ def trial(
                 c.print(f"  note: {note}")
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _run_in(cfg, out: Path):
+    """run_trial in the user's --out folder: an OSError about a path in it (the folder made
+    read-only or removed since it was checked) is a UserError naming it; any other stays."""
+    from autotune.report.files import cannot_write
+    from autotune.run.launch import run_trial
+
+    try:
+        return run_trial(cfg, out)
+    except OSError as exc:
+        names = [Path(f) for f in (exc.filename, exc.filename2) if isinstance(f, (str, Path))]
+        if any(f == out or out in f.parents for f in names):
+            raise cannot_write(out, exc, "--out") from None
+        raise

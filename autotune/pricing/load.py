@@ -24,7 +24,13 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     type for are left out; `autotune catalog import --skypilot DIR` says which)."""
     p = Path(path) if path else DEFAULT_CATALOG
     if p.is_dir():
+        from autotune.errors import UserError
         from autotune.pricing.skypilot import catalog_from_skypilot
 
+        if not (p / "vms.csv").is_file() and not any(f.is_file() for f in p.glob("*/vms.csv")):
+            # Said here, not by the SkyPilot reader: that one's message names --skypilot.
+            raise UserError(f"catalog '{p}' is a folder, and it holds no vms.csv (nor do its sub-folders)",
+                            fix="give --catalog (or the spec's platforms.catalog) a catalog YAML file, or "
+                                "SkyPilot's catalog folder, e.g. ~/.sky/catalogs/v7 (it holds aws/vms.csv, ...)")
         return catalog_from_skypilot(p, read_catalog(DEFAULT_CATALOG), skip_unknown=True).catalog
     return read_catalog(p)

@@ -71,8 +71,10 @@ def render(plan: ExportPlan) -> dict[str, str]:
 
 def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
     """Every file into `out`, all or nothing; a folder holding files autotune did not write
-    needs `force`, and even then those files are kept (autotune.report.files)."""
+    needs `force`, and even then those files are kept: one under a name the export writes
+    (a launch.sh of the user's) is refused, `force` or not (autotune.report.files)."""
     from autotune.report.files import prepare_out_dir, write_files
 
-    out = prepare_out_dir(out, force)
-    return write_files(out, render(plan), executable={LAUNCH_SCRIPT})
+    files = render(plan)
+    out = prepare_out_dir(out, force, names=files)  # never over a file autotune did not write
+    return write_files(out, files, executable={LAUNCH_SCRIPT})

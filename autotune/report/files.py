@@ -8,26 +8,34 @@ The rules, for `report --out`, `export --out`, `trial --out` and `study copy`'s 
 - a new folder is made; an existing one is used only when it is empty or holds nothing but
   files autotune wrote there earlier and nobody changed since (listed, with their SHA-256, in
   its manifest `.autotune-files.json`); anything else needs `--force`;
-- with `--force`, autotune replaces only the files it writes now, and removes only files of its
-  own earlier run that are still exactly as it wrote them; every other file stays;
+- with `--force`, autotune replaces only files it wrote (those its manifest lists), and removes
+  only files of its own earlier run that are still exactly as it wrote them; every other file
+  stays, and a file it did not write under a name it writes is refused, `--force` or not;
 - every file is written to a temporary name first and renamed into place once all are written,
   so a failure leaves the old files (a new folder is staged whole and renamed into place);
+- a path the system will not let autotune write (read-only, no permission, a file where a
+  folder should be) is a UserError naming the path and the system's reason, found before any
+  work where it can be (a probe file, removed at once), and nothing is left behind;
 - permissions follow the umask, like any file the user makes.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from autotune.errors import UserError
 
 MANIFEST = ".autotune-files.json"
+WRITE_FIX = ("choose a path in a folder you can write to (check its permissions, that its file "
+             "system is not read-only and has space)")
 
 
 def umask() -> int:
@@ -41,6 +49,49 @@ def chmod_like_umask(path: Path, executable: bool = False) -> None:
     """mkstemp / mkdtemp make 0600 / 0700 entries; give them the mode the user expects."""
     base = 0o777 if executable or path.is_dir() else 0o666
     os.chmod(path, base & ~umask())
+
+
+def cannot_write(path: str | Path, exc: OSError, flag: str = "", parent: Path | None = None) -> UserError:
+    """The UserError for an OSError met writing the user's `path` (in folder `parent`)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    parent = Path(path).parent if parent is None else parent
+    if exc.errno == errno.ENOENT and parent.is_dir():  # /proc, say: a folder that makes no files
+        reason = f"folder '{parent}' takes no new files ({reason})"
+    return UserError(f"cannot write {flag + ' ' if flag else ''}'{path}': {reason}", fix=WRITE_FIX)
+
+
+@contextmanager
+def writing(path: str | Path, flag: str = "") -> Iterator[None]:
+    """Around file operations on the user's `path` only: their OSError becomes a UserError."""
+    try:
+        yield
+    except OSError as exc:
+        raise cannot_write(path, exc, flag) from None
+
+
+def probe_writable(folder: Path, path: str | Path, flag: str = "") -> None:
+    """UserError unless a file can be made in `folder` (to write `path`); the probe is removed."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".autotune-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise cannot_write(path, exc, flag, parent=folder) from None
+
+
+def check_parent(path: Path, flag: str = "") -> None:
+    """UserError unless `path`'s folder exists; a file in the way is called a file."""
+    if path.parent.is_dir():
+        return
+    named = f"{flag} {path}" if flag else str(path)
+    for above in (path.parent, *path.parent.parents):
+        if os.path.lexists(above):
+            if not above.is_dir():
+                raise UserError(f"'{above}' is a file, not a folder (for {named})",
+                                fix="give a path inside a folder, or move that file away")
+            break
+    raise UserError(f"folder '{path.parent}' does not exist (for {named})",
+                    fix="create it first or choose another path")
 
 
 def _sha256(path: Path) -> str | None:
@@ -65,24 +116,52 @@ def _ours_unchanged(folder: Path) -> set[str]:
             if (folder / name).is_file() and _sha256(folder / name) == digest}
 
 
-def prepare_out_dir(folder: str | Path, force: bool = False, flag: str = "--out") -> Path:
-    """Check that autotune may write into `folder` (see the module's rules); returns it
-    absolute. Nothing is created or changed here."""
-    folder = Path(folder).expanduser().resolve()  # '.' and '$PWD' alike: a real name
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"{flag} {folder} is a file", fix="give a folder path")
-    if not folder.parent.is_dir():
-        raise UserError(f"{flag} {folder}: folder '{folder.parent}' does not exist",
-                        fix="create it first or choose another path")
+def not_ours(folder: Path, names: Iterable[str]) -> list[str]:
+    """Those of `names` present in `folder` that autotune did not write there (not in its
+    manifest, or not a plain file): never replaced, even with --force."""
+    written = _manifest(folder)
+    return sorted(n for n in names if os.path.lexists(folder / n)
+                  and (n not in written or (folder / n).is_symlink() or not (folder / n).is_file()))
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def prepare_out_dir(folder: str | Path, force: bool = False, flag: str = "--out",
+                    names: Iterable[str] = (), force_flag: str | None = "--force") -> Path:
+    """Check that autotune may write `names` (and any other of its files) into `folder` (see
+    the module's rules); returns it absolute. Nothing is left created or changed here.
+    `force_flag`: the command's flag for `force`, named in the fix (None: it has none)."""
+    folder = check_out_path(folder, flag)
+    if folder.is_dir():
+        clash = not_ours(folder, names)
+        if clash:
+            raise UserError(
+                f"{flag} {folder} holds {_shown(clash)}, which autotune did not write and would "
+                "replace", fix=f"move {'it' if len(clash) == 1 else 'them'} out of the folder, or "
+                f"choose another {flag} (--force never replaces a file autotune did not write)")
     if folder.is_dir() and not force:
         ours = _ours_unchanged(folder) | {MANIFEST}
         foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
         if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise UserError(
-                f"{flag} {folder} holds files autotune did not write ({shown})",
-                fix="choose a new or empty folder, or add --force to write autotune's files into "
-                    "it (other files are kept)")
+                f"{flag} {folder} holds files autotune did not write or that changed since "
+                f"({_shown(foreign)})",
+                fix=f"choose a new or empty folder, or add {force_flag} to write autotune's files "
+                    "into it (other files are kept)" if force_flag else
+                    "choose a new or empty folder, or move those files out of it")
+    return folder
+
+
+def check_out_path(folder: str | Path, flag: str = "--out") -> Path:
+    """The checks of `prepare_out_dir` on the path alone, not what the folder holds: a folder
+    (not a file) in an existing folder, that autotune can write. Returns it absolute."""
+    folder = Path(folder).expanduser().resolve()  # '.' and '$PWD' alike: a real name
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UserError(f"{flag} {folder} is a file, not a folder", fix="give a folder path")
+    check_parent(folder, flag)
+    probe_writable(folder if folder.is_dir() else folder.parent, folder, flag)
     return folder
 
 
@@ -96,44 +175,63 @@ def write_files(folder: str | Path, files: Mapping[str, str | bytes],
         if Path(name).name != name or name in ("", ".", "..", MANIFEST):
             raise ValueError(f"not a plain file name: {name!r}")
     if not folder.exists():
+        check_parent(folder)
         # A new folder: stage it whole beside its final place, then one rename.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        with writing(folder):
+            tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
-            chmod_like_umask(tmp)
-            _write_all(tmp, files, executable, previous={})
-            os.rename(tmp, folder)
+            with writing(folder):
+                chmod_like_umask(tmp)
+            _write_all(tmp, files, executable, previous={}, shown=folder)
+            with writing(folder):
+                os.rename(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return sorted(folder / n for n in files)
+    clash = not_ours(folder, files)
+    if clash:
+        raise UserError(f"{folder} holds {_shown(clash)}, which autotune did not write",
+                        fix="move it out of the folder or write elsewhere: autotune never replaces "
+                            "a file it did not write")
     previous = {n: d for n, d in _manifest(folder).items() if n in _ours_unchanged(folder)}
-    _write_all(folder, files, executable, previous)
+    _write_all(folder, files, executable, previous, shown=folder)
     return sorted(folder / n for n in files)
 
 
+def _stage(folder: Path, name: str, data: bytes, executable: bool, shown: Path) -> Path:
+    """`data` in a new temporary file of `folder`, made for `name`; its OSError a UserError."""
+    with writing(shown / name):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            chmod_like_umask(Path(tmp), executable=executable)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return Path(tmp)
+
+
 def _write_all(folder: Path, files: Mapping[str, str | bytes], executable: set[str],
-               previous: dict[str, str]) -> None:
+               previous: dict[str, str], shown: Path) -> None:
+    """Stage every file in `folder`, then rename each into place (`shown`: the folder's name
+    in messages, where `folder` is a staging folder)."""
     staged: list[tuple[Path, Path]] = []
     try:
         for name, content in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-            staged.append((Path(tmp), folder / name))
-            with os.fdopen(fd, "wb") as f:
-                f.write(content.encode() if isinstance(content, str) else content)
-            chmod_like_umask(Path(tmp), executable=name in executable)
+            data = content.encode() if isinstance(content, str) else content
+            staged.append((_stage(folder, name, data, name in executable, shown), folder / name))
         digests = {final.name: _sha256(tmp) for tmp, final in staged}
         manifest = json.dumps({"written_by": "autotune", "files": digests}, indent=2, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", dir=folder)
-        staged.append((Path(tmp), folder / MANIFEST))
-        with os.fdopen(fd, "w") as f:
-            f.write(manifest + "\n")
-        chmod_like_umask(Path(tmp))
-    except BaseException:
+        staged.append((_stage(folder, MANIFEST, (manifest + "\n").encode(), False, shown), folder / MANIFEST))
+        with writing(shown):
+            while staged:
+                os.replace(*staged[0])
+                staged.pop(0)
+    finally:  # whatever was not renamed into place (all of it, on a failure while staging)
         for staged_tmp, _ in staged:
             staged_tmp.unlink(missing_ok=True)
-        raise
-    for staged_tmp, final in staged:
-        os.replace(staged_tmp, final)
     # Files of autotune's previous run into this folder that this run does not write again,
     # still exactly as autotune wrote them (a stale plot, say): those are ours to remove.
     for name in previous.keys() - files.keys():
@@ -152,22 +250,18 @@ def next_numbered_dir(parent: str | Path, prefix: str) -> Path:
     return (parent / f"{prefix}{n:04d}").resolve()
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """`text` at `path` (umask permissions), or the old file left as it was."""
-    check_parent(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        chmod_like_umask(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_text_atomic(path: Path, text: str, flag: str = "") -> Path:
+    """`text` at `path` (umask permissions), or the old file left as it was; a path that
+    cannot be written is a UserError naming it."""
+    check_parent(path, flag)
+    with writing(path, flag):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            chmod_like_umask(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
-
-
-def check_parent(path: Path) -> None:
-    if not path.parent.is_dir():
-        raise UserError(f"folder '{path.parent}' does not exist (for {path})",
-                        fix="create it first or choose another path")

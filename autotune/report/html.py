@@ -17,7 +17,7 @@ from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
-from autotune.report.files import check_parent, write_files, write_text_atomic
+from autotune.report.files import check_parent, probe_writable, write_files, write_text_atomic
 from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
@@ -207,13 +207,13 @@ GENERATOR_META = "<meta name='generator' content='autotune report'>"
 
 def prepare_html_path(path: str | Path, force: bool = False) -> Path:
     """Check that `report --html` may write `path`: a new file, a page autotune wrote, or
-    anything with --force. Nothing is written here."""
+    anything with --force, in a folder autotune can write. Nothing is left written here."""
     from autotune.errors import UserError
 
     path = Path(path).expanduser().resolve()
     if path.is_dir():
         raise UserError(f"--html {path} is a folder", fix="give a file path, or use --out FOLDER")
-    check_parent(path)
+    check_parent(path, "--html")
     if path.exists() and not force:
         try:
             ours = GENERATOR_META in path.read_text(encoding="utf-8", errors="replace")[:4096]
@@ -222,11 +222,22 @@ def prepare_html_path(path: str | Path, force: bool = False) -> Path:
         if not ours:
             raise UserError(f"--html {path} exists and is not a report autotune wrote",
                             fix="choose another file name, or add --force to replace it")
+    probe_writable(path.parent, path, "--html")
     return path
 
 
 def write_html(doc: dict[str, Any], path: str | Path) -> Path:
-    return write_text_atomic(Path(path), render_html(doc))
+    return write_text_atomic(Path(path), render_html(doc), "--html")
+
+
+def report_dir_files(doc: dict[str, Any]) -> dict[str, str | bytes]:
+    """What `report --out` writes, by name: report.html, report.json and the PNGs."""
+    with tempfile.TemporaryDirectory(prefix=".autotune-plots-") as plots:
+        write_pngs(doc, Path(plots))
+        files: dict[str, str | bytes] = {p.name: p.read_bytes() for p in sorted(Path(plots).iterdir())}
+    files["report.json"] = json.dumps(doc, indent=2, default=str) + "\n"
+    files["report.html"] = render_html(doc)
+    return files
 
 
 def write_report_dir(doc: dict[str, Any], folder: str | Path) -> Path:
@@ -234,10 +245,5 @@ def write_report_dir(doc: dict[str, Any], folder: str | Path) -> Path:
     `autotune.report.files.prepare_out_dir` first): all or nothing, and nothing else in the
     folder is touched."""
     folder = Path(folder)
-    with tempfile.TemporaryDirectory(prefix=".autotune-plots-") as plots:
-        write_pngs(doc, Path(plots))
-        files: dict[str, str | bytes] = {p.name: p.read_bytes() for p in sorted(Path(plots).iterdir())}
-    files["report.json"] = json.dumps(doc, indent=2, default=str) + "\n"
-    files["report.html"] = render_html(doc)
-    write_files(folder, files)
+    write_files(folder, report_dir_files(doc))
     return folder
