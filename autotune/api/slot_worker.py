@@ -115,7 +115,7 @@ def open_session(args: argparse.Namespace, slot: Slot):
 
     spec = load(json.loads(args.spec_json.read_text()))
     spec = spec.with_overrides(storage=resolve_storage(None, None, spec.storage))
-    session = prepare(spec)
+    session = prepare(spec, args.runs_dir)  # the parent's runs folder: this study's already
     if session.hardware.device_count != len(slot.devices):
         # The hardware is read after pinning: it must see the slot alone, or the space would
         # offer trials larger than the slot (NVML counts every GPU of the node unless the

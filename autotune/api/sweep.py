@@ -67,12 +67,14 @@ def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepS
     return base.with_overrides(**overrides)
 
 
-def prepare(spec: SweepSpec) -> Session:
-    """Check the space on this machine, the catalog's offers and the workload, then open (or
-    create) the study. Raises UserError before touching the study when any is wrong."""
+def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
+    """Check the space on this machine, the catalog's offers, the workload and the runs folder
+    RUNS_DIR/STUDY (`runs_dir`; None: not checked), then open (or create) the study and make
+    that folder the study's. Raises UserError before touching the study when any is wrong."""
     from autotune.pricing.load import load_catalog
     from autotune.record import TrialRecord
-    from autotune.run.preflight import check_workload
+    from autotune.run.preflight import check_runs_dir, check_workload, runs_folder_verdict, take_runs_folder
+    from autotune.run.storage import DEFAULT_STORAGE
     from autotune.search.machine import MachineSpace
     from autotune.search.study import open_study
 
@@ -81,7 +83,14 @@ def prepare(spec: SweepSpec) -> Session:
     for name in spec.platforms.offers or []:
         catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
     check_workload(spec)  # a workload that cannot build ends here, not in every trial
+    url = spec.storage or DEFAULT_STORAGE
+    # A runs folder that cannot be written, or holds another study's trial folders, ends here:
+    # before the storage (a new SQLite file) or a trial is created.
+    folder = check_runs_dir(Path(runs_dir), spec.study) if runs_dir is not None else None
+    verdict = runs_folder_verdict(folder, spec.study, url) if folder is not None else None
     st = open_study(spec.storage, spec.study, seed=spec.seed)
+    if folder is not None and verdict is not None:
+        take_runs_folder(st, folder, url, verdict)
     before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
     return Session(spec, machine, catalog, st, before)
 
@@ -186,7 +195,7 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
     fields = {k.replace("__", "."): v for k, v in overrides.items()}
     sp = load(spec, study=study, space=space, **fields)
     sp = sp.with_overrides(storage=resolve_storage(storage, None, sp.storage))  # as the CLI: $AUTOTUNE_STORAGE
-    session = prepare(sp)
+    session = prepare(sp, runs_dir)
     say = print if progress else (lambda *_: None)
     prebuild(session, lambda m: say(f"  {m}"))
 

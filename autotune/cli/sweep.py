@@ -90,7 +90,7 @@ def sweep(
         from autotune.api.side_by_side import check
 
         check(spec, side_by_side)  # storage and room for the slots, before the study is touched
-    session = prepare(spec)  # everything checked before the study is touched
+    session = prepare(spec, runs_dir)  # everything checked before the study is touched
     con = console(stderr=as_json)  # with --json, stdout holds the document alone
     _header(con, session, storage_url, n_trials)
     if side_by_side:  # each worker prints its own trial lines, prefixed with its slot

@@ -41,6 +41,7 @@ def worker_argv(spec_file: Optional[Path], study: str, runs_dir: Path, storage_f
 def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path], runs_dir: Path,
                    jobs: int, sbatch_args: list[str], forwarded: list[str]) -> dict:
     """Write the batch script, create the study, sbatch it `jobs` times; what was submitted."""
+    from autotune.run.preflight import check_runs_dir
     from autotune.run.slurm import batch_script, submit
     from autotune.run.storage import STORAGE_ENV, redact_url, storage_kind
     from autotune.search.study import open_study
@@ -49,6 +50,7 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
         raise UserError(f"Slurm workers cannot share the SQLite file {redact_url(spec.storage)}",
                         fix="give a PostgreSQL (or MySQL) URL every node reaches, by "
                             "--storage-file or AUTOTUNE_STORAGE")
+    check_runs_dir(runs_dir, spec.study)  # before the study is created (each worker checks its owner)
     study = open_study(spec.storage, spec.study, seed=spec.seed)
     folder = (runs_dir / spec.study / "slurm").resolve()
     folder.mkdir(parents=True, exist_ok=True)
