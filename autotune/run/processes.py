@@ -124,8 +124,8 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
         job = f" (Slurm job {ctl.slurm_job_id})" if ctl.slurm_job_id else ""
         why = (f"controller pid {ctl.pid} on {ctl.host}{job} died during the trial; a later sweep "
                f"failed it and killed {killed} leftover process(es)")
-        TrialRecord.write_stored(storage, t._trial_id, error=why, leftovers_killed=killed)
-        try:
+        try:  # two workers starting at once both find the dead trial: the first one fails it
+            TrialRecord.write_stored(storage, t._trial_id, error=why, leftovers_killed=killed)
             if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
