@@ -70,3 +70,20 @@ def test_unknown_offer_in_spec_fails_before_any_trial(tmp_path, run_cli):
     p = run_cli("sweep", str(spec), "--trials", "1")
     assert p.returncode == 2 and "aws-c7i-ondemnd" in p.stderr and "did you mean" in p.stderr
     assert not (tmp_path / "autotune.db").exists()
+
+
+def test_the_next_commands_printed_after_a_sweep_paste_as_one_word_per_value(tmp_path):
+    """The 'Next:' line is for pasting: a storage file or URL with a space, a quote or '$(...)'
+    stays one argument (it was written in bare and split, or ran, when pasted)."""
+    import shlex
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from autotune.cli.sweep import next_commands
+
+    odd = str(tmp_path / "a b'c $(touch pwned)")
+    for spec, storage_file, flag in ((SimpleNamespace(study="s1", storage="x"), Path(odd + ".txt"), "--storage-file"),
+                                     (SimpleNamespace(study="s1", storage=f"journal:///{odd}/j.log"), None, "--storage")):
+        line = next_commands(spec, storage_file)[0].removeprefix("Next: ")
+        words = shlex.split(line)
+        assert words[words.index(flag) + 1] == (str(storage_file) if storage_file else spec.storage)

@@ -233,3 +233,11 @@ def test_cli_storage_errors_exit_2_without_secrets(postgres, tmp_path, monkeypat
         assert "Traceback" not in text and "Hunter22x" not in text
         assert "S3cret" not in text  # tests.pg.PASSWORD, decoded or encoded
         assert len(text.strip().splitlines()) == 1, text
+
+
+def test_each_value_of_a_repeated_secret_key_is_scrubbed():
+    """`?password=A&password=B`: SQLAlchemy reads a tuple; each value is a secret of its own
+    (the tuple's repr was scrubbed, so a driver echoing B showed it)."""
+    url = "postgresql://u@db/x?password=S3CRETPW&password=S3CRETPW2"
+    text = redact_text("invalid sslmode value: \"S3CRETPW2\" (S3CRETPW)", url)
+    assert "S3CRETPW" not in text and "S3CRETPW" not in redact_url(url)

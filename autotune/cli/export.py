@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -83,4 +84,4 @@ def export(
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:
         con.print(f"  {p}")
-    con.print(f"run: {out / 'launch.sh'} train.py ...   (the bill: {out / BILL_MD})")
+    con.print(f"run: {shlex.quote(str(out / 'launch.sh'))} train.py ...   (the bill: {out / BILL_MD})")

@@ -206,16 +206,18 @@ def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_js
 def next_commands(spec, storage_file: Optional[Path]) -> list[str]:
     """The commands that go on from this sweep, with the study and storage that find it
     (never a password: a URL holding one is named through --storage-file or the variable)."""
+    from shlex import quote  # a line to paste: a path or URL with a space or a '$' stays one word
+
     from autotune.run.storage import STORAGE_ENV, redact_url, resolve_storage
 
-    where = "" if spec.study == "default" else f" --study {spec.study}"
+    where = "" if spec.study == "default" else f" --study {quote(spec.study)}"
     url = spec.storage
     if url != resolve_storage(None, None):  # what export / report find without flags
         if storage_file is not None:
-            where += f" --storage-file {storage_file}"
+            where += f" --storage-file {quote(str(storage_file))}"
         elif redact_url(url) != url:
             where += f" (with {STORAGE_ENV} set to this sweep's storage)"
         else:
-            where += f" --storage {url}"
+            where += f" --storage {quote(url)}"
     return [f"Next: autotune export --pick cheapest --out launch/{where}",
             f"More: autotune report{where} (--out report/: HTML and plots)"]

@@ -116,7 +116,9 @@ def url_secrets(url: str) -> list[str]:
     if parsed is not None:
         if parsed.password:
             found.append(str(parsed.password))
-        found += [str(parsed.query[k]) for k in _secret_query_keys(parsed)]
+        for k in _secret_query_keys(parsed):  # a repeated key holds a tuple: each value is a secret
+            v = parsed.query[k]
+            found += [str(x) for x in v] if isinstance(v, tuple) else [str(v)]
     else:
         found += _unclear_secrets(url)
     out: list[str] = []
