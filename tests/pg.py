@@ -64,6 +64,21 @@ class PostgresServer:
     def url(self) -> str:
         return self.url_for(PASSWORD)
 
+    def connect(self, dbname: str = "postgres"):
+        """A psycopg2 connection as the test user, autocommit."""
+        import psycopg2
+
+        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,
+                                dbname=dbname)
+        conn.autocommit = True
+        return conn
+
+    def create_database(self, name: str) -> None:
+        conn = self.connect()
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+        conn.close()
+
     def url_for(self, password: str, port: int | None = None) -> str:
         return (f"postgresql://{USER}:{quote(password, safe='')}@127.0.0.1:"
                 f"{port or self.port}/{DATABASE}")
@@ -83,14 +98,7 @@ class PostgresServer:
              "-c", "fsync=off"],  # fsync off: a throwaway test server, speed over durability
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready()
-        import psycopg2
-
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD,
-                                dbname="postgres")
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE {DATABASE}")
-        conn.close()
+        self.create_database(DATABASE)
         return self
 
     def _wait_ready(self, timeout_s: float = 60) -> None:

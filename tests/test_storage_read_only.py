@@ -124,31 +124,18 @@ def test_a_writing_command_still_creates_the_tables_in_an_empty_file(tmp_path):
 
 def _pg_database(pg, foreign_table: bool) -> tuple[str, str]:
     """A fresh database on the shared server, optionally holding an app's table; its URL."""
-    import psycopg2
-
-    from tests.pg import PASSWORD, USER
-
     db = f"ro{time.monotonic_ns()}"
-    conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user=USER, password=PASSWORD,
-                            dbname="postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {db}")
-    conn.close()
+    pg.create_database(db)
     if foreign_table:
-        conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user=USER, password=PASSWORD, dbname=db)
-        with conn, conn.cursor() as cur:
+        conn = pg.connect(db)
+        with conn.cursor() as cur:
             cur.execute("CREATE TABLE users (id integer)")
         conn.close()
     return db, pg.url.rsplit("/", 1)[0] + "/" + db
 
 
 def _pg_tables(pg, db: str) -> list[str]:
-    import psycopg2
-
-    from tests.pg import PASSWORD, USER
-
-    conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user=USER, password=PASSWORD, dbname=db)
+    conn = pg.connect(db)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
