@@ -151,3 +151,23 @@ def test_force_never_replaces_a_file_autotune_did_not_write(study, cli, tmp_path
     _one_clear_error(code, err, "report.json", "did not write")
     assert [p.name for p in (tmp_path / "rep").iterdir()] == ["report.json"]
     assert not (tmp_path / "r.html").exists()
+
+
+def test_trial_force_never_replaces_a_file_of_the_users_and_reruns_over_its_own(study, cli, tmp_path):
+    """`trial --out F --force` replaced a config.json or result.json of the user's in F (the
+    trial's files had no manifest); now it refuses them, and records its own files, so that
+    a rerun into the same folder, with or without --force, replaces just those."""
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "config.json").write_text("mine\n")
+    (out / "notes.txt").write_text("keep\n")
+    code, _, err = cli(*_command("trial", study, str(out)), "--force")
+    _one_clear_error(code, err, "config.json", "did not write")
+    assert (out / "config.json").read_text() == "mine\n"
+    (out / "config.json").unlink()
+    assert cli(*_command("trial", study, str(out)), "--force")[0] == 0
+    assert (out / "notes.txt").read_text() == "keep\n" and (out / "result.json").is_file()
+    code, _, err = cli(*_command("trial", study, str(out)))  # without --force: notes.txt is not its own
+    _one_clear_error(code, err, "notes.txt")
+    (out / "notes.txt").unlink()
+    assert cli(*_command("trial", study, str(out)))[0] == 0  # its own files alone: no --force needed

@@ -1,7 +1,8 @@
 """`autotune trial`: one trial outside any study, the small run before the long one.
 
     autotune trial config.json [--json]        # into the next autotune_runs/single/trial_NNNN
-    autotune trial config.json --out my_trial/ # a new or empty folder (--force: keep other files)
+    autotune trial config.json --out my_trial/ # a new or empty folder (--force: keep other files;
+                                               # a file of yours named as a trial file is refused)
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ def trial(
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
-    from autotune.report.files import next_numbered_dir, prepare_out_dir
+    from autotune.contract.trial_files import TRIAL_NAMES, own_output
+    from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
 
     if out is None:
         out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
         result = run_trial(cfg, out)
     else:
-        out = prepare_out_dir(out, force)  # a folder that cannot be written: refused here
+        # A folder that cannot be written, or a file of the user's under a name the trial
+        # writes (config.json, result.json, ...: replaced even with --force before), is refused.
+        out = prepare_out_dir(out, force, names=TRIAL_NAMES)
         result = _run_in(cfg, out)
+        note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or
+                           own_output(p.name)])
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:

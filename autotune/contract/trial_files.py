@@ -32,6 +32,8 @@ NODES = "nodes.json"
 # What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log
 # (exactly these names: a user's result_backup.json in the folder is not ours to delete).
 _OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
+# The files a trial's folder gets from its controller and rank 0, by fixed name.
+TRIAL_NAMES = (CONFIG, COMMAND, STDOUT, STDERR, RESULT, NODES)
 _FATAL_PREFIX, _FATAL_SUFFIX = "fatal.rank", ".log"
 
 QUEUE_PREFIX = "autotune-pool-"
@@ -77,6 +79,11 @@ def remove_own_outputs(trial_dir: Path) -> None:
     for stale in Path(trial_dir).iterdir():
         if _OWN_OUTPUT.fullmatch(stale.name) and stale.is_file():
             stale.unlink()
+
+
+def own_output(name: str) -> bool:
+    """Whether a file of this name in a trial's folder is one its ranks write."""
+    return bool(_OWN_OUTPUT.fullmatch(name))
 
 
 def rank_result_path(result_path: Path, rank: int) -> Path:

@@ -110,6 +110,16 @@ def _manifest(folder: Path) -> dict[str, str]:
         return {}
 
 
+def note_written(folder: Path, names: Iterable[str]) -> None:
+    """Add files autotune has just written into `folder` by other means (a trial's run) to its
+    manifest, so that a later --force may replace them and nothing else."""
+    files = {**_manifest(folder), **{n: d for n in names if (d := _sha256(folder / n)) is not None}}
+    manifest = json.dumps({"written_by": "autotune", "files": files}, indent=2, sort_keys=True)
+    with writing(folder / MANIFEST):
+        tmp = _stage(folder, MANIFEST, (manifest + "\n").encode(), False, folder)
+        os.replace(tmp, folder / MANIFEST)
+
+
 def _ours_unchanged(folder: Path) -> set[str]:
     """Entries of `folder` that autotune wrote and nobody changed since."""
     return {name for name, digest in _manifest(folder).items()
