@@ -195,3 +195,33 @@ def test_the_storage_label_holds_no_secret(tmp_path):
     assert "s3cret-pw" not in label and "db.lan" in label
     assert storage_label("sqlite:///x.db") == f"sqlite:///{Path('x.db').resolve()}"
     assert storage_label(f"journal://{tmp_path}/j.log") == f"journal://{tmp_path}/j.log"
+
+
+def test_a_study_moved_by_study_copy_takes_its_runs_folder_along(tmp_path):
+    """README's `study copy SRC - --dst-file F   # move a study (and its trial folders)`: same
+    name, same runs folder. The folder's trial numbers can go on in one study only: the copy
+    takes it over, and the source, if swept again there, is refused (the copy's first sweep
+    was refused before, and the message's advice left its trials' folders behind)."""
+    from autotune.cli.study import copy_study
+
+    runs, src, dst = tmp_path / "runs", f"sqlite:///{tmp_path / 'a.db'}", f"journal://{tmp_path}/j.log"
+    folder = runs / "s1"
+    (folder / "trial_0000").mkdir(parents=True)
+    st = _study(src, "s1", [folder / "trial_0000"])
+    take_runs_folder(st, folder, src, "new")
+    result = copy_study(src, dst, "s1", "s1", runs, runs)
+    assert result["moved_runs"] and result["folders"] == 0
+    assert runs_folder_verdict(folder, "s1", dst) == "ours"
+    with pytest.raises(UserError, match=r"belongs to study 's1' in journal://"):
+        runs_folder_verdict(folder, "s1", src)
+    assert (folder / "trial_0000").is_dir()
+
+
+def test_a_study_gone_from_its_storage_is_named_as_gone(tmp_path):
+    url, folder = f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "runs" / "s1"
+    (folder / "trial_0000").mkdir(parents=True)
+    take_runs_folder(_study(url, "s1", [folder / "trial_0000"]), folder, url, "new")
+    (tmp_path / "a.db").unlink()  # the study deleted; its folders stay
+    with pytest.raises(UserError, match=r"was written by an earlier study 's1' in .*a.db, which no "
+                                        r"longer holds it .*To fix: move '.*s1' and '.*s1.autotune-study.json'"):
+        runs_folder_verdict(folder, "s1", url)

@@ -72,7 +72,11 @@ def copy(
     console().print(
         f"copied study '{study}' ({result['trials']} trials) from {result['src']} to "
         f"{result['dst']} as '{result['to_study']}'; {result['folders']} trial folders -> "
-        f"{result['runs']}")
+        f"{result['runs']}", soft_wrap=True)
+    if result["moved_runs"]:
+        console().print(f"the trial folders in {result['runs']} now belong to the copy (a move): sweeps "
+                        f"of '{study}' in {result['src']} are refused there; give them another "
+                        "--runs-dir to go on", soft_wrap=True)
 
 
 @study_app.command("status")
@@ -186,6 +190,13 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
             staged = None
         to_id = dst.get_study_id_from_name(to_study)
         dst.set_study_system_attr(to_id, COPY_INCOMPLETE, False)
+        # One folder for source and copy (same runs folder, same name): a move. The folder's
+        # trial numbers can go on in one study only, so it goes with the copy.
+        moved_runs = not copy_folders and dst_runs.is_dir()
+        if moved_runs:
+            from autotune.run.preflight import take_runs_folder
+
+            take_runs_folder(optuna.load_study(study_name=to_study, storage=dst), dst_runs, dst_url, "adopt")
     except BaseException:
         if staged is not None:
             shutil.rmtree(staged, ignore_errors=True)
@@ -195,7 +206,8 @@ def copy_study(src_url: str, dst_url: str, study: str, to_study: str, runs_dir: 
         _remove_incomplete_copy(dst, to_study)
         raise
     return {"trials": trials, "folders": folders, "src": redact_url(src_url),
-            "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs)}
+            "dst": redact_url(dst_url), "to_study": to_study, "runs": str(dst_runs),
+            "moved_runs": moved_runs}
 
 
 def _check_runs_dest(dst_runs: Path) -> None:

@@ -203,6 +203,12 @@ def runs_folder_verdict(folder: Path, study: str, storage_url: str) -> Verdict:
     if storage is not None and copied and _points_into(storage, study_id, folder):
         return "adopt"
     here = f"study '{study}' in {storage_label(storage_url)}"
+    if owner is not None and (owner.get("study"), owner.get("storage")) == (study, storage_label(storage_url)):
+        raise UserError(f"runs folder '{folder}' was written by an earlier study '{study}' in "
+                        f"{owner.get('storage')}, which no longer holds it (deleted, or made anew); "
+                        "this sweep would overwrite its trial folders",
+                        fix=f"move '{folder}' and '{owner_file(folder)}' away (or delete them), or "
+                            "pass another --runs-dir (or --study) for this sweep")
     if owner is not None:
         theirs = f"study '{owner.get('study')}' in {owner.get('storage')}"
         raise UserError(f"runs folder '{folder}' belongs to {theirs} ('{owner_file(folder)}' "
