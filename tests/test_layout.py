@@ -267,7 +267,7 @@ def test_the_private_import_rule_finds_one():
 # The controller <-> worker file protocol: its names live in autotune/contract/trial_files.py.
 TRIAL_FILES_MODULE = "autotune/contract/trial_files.py"
 _TRIAL_FILE_NAME = re.compile(
-    r"(?<![\w.-])((config|result|command|nodes)\.json|std(out|err)\.log|fatal\.rank)|\.trial\.json"
+    r"(?<![\w.-])((config|result|command|nodes|launch)\.json|std(out|err)\.log|fatal\.rank)|\.trial\.json"
     r"|\.rank\*?\.json|rank\*?\.pid|^\.pid$|^autotune-pool-|^stop$")
 # A literal that is not the protocol's: Hugging Face's model folder holds a config.json too.
 NOT_THE_PROTOCOL = {

@@ -139,7 +139,7 @@ class GPTWorkload(ContractModel):
 
     kind: Literal["gpt"] = Field(default="gpt", description="Selects the built-in GPT workload.")
     preset: str | None = Field(default="tiny", description=(
-        "A named shape (tiny, mini, small, medium, large, 1b, 7b; `autotune estimate --help`); "
+        "A named shape (tiny, mini, small, medium, large, 1b, 7b); "
         "ignored when `shape` is given."))
     shape: GPTShape | None = Field(default=None, description="Explicit shape; wins over `preset`.")
 

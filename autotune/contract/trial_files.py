@@ -9,7 +9,8 @@ A trial's folder: config.json (the TrialConfig), command.json (the exact argv), 
 stderr.log (the launcher's output), result.json (rank 0's result, written atomically),
 result.rankN.json (a failed rank's own result), fatal.rankN.log (rank N's stack when a fatal
 signal killed it; every rank opens its file as it takes the trial), nodes.json (the per-node
-argvs of a multi-node trial started once per node).
+argvs of a multi-node trial started once per node), launch.json (a sweep's record of the
+launch: the launcher's process group and the controller, so that a later sweep can clean up).
 
 A pool's queue (a folder named autotune-pool-*): 000001.trial.json, 000002.trial.json, ...
 (the trials in order, each {"config": path, "result": path}), rankN.pid (each rank's pid, so
@@ -29,6 +30,7 @@ COMMAND = "command.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
 NODES = "nodes.json"
+LAUNCH = "launch.json"  # the sweep's record of the launch: process group and controller
 # What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log
 # (exactly these names: a user's result_backup.json in the folder is not ours to delete).
 _OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
@@ -71,6 +73,10 @@ class TrialFiles:
     @property
     def nodes(self) -> Path:
         return self.folder / NODES
+
+    @property
+    def launch(self) -> Path:
+        return self.folder / LAUNCH
 
 
 def remove_own_outputs(trial_dir: Path) -> None:

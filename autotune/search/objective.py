@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher, write_json_atomic
+from autotune.contract.trial_files import TrialFiles
 from autotune.record import LaunchRef, TrialRecord
 from autotune.run.processes import controller_record, start_ticks
 from autotune.run.runner import TrialRunner, as_runner
@@ -252,7 +253,7 @@ class Objective:
             # sweep can kill what this one leaves behind if it dies.
             launch = LaunchRef(pgid=pid, start_ticks=start_ticks(pid))
             TrialRecord.write(trial, launch=launch)
-            write_json_atomic(trial_dir / "launch.json", {
+            write_json_atomic(TrialFiles(trial_dir).launch, {
                 **launch.model_dump(mode="json"),
                 "controller": controller_record().model_dump(mode="json")})
 
