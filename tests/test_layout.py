@@ -21,7 +21,7 @@ MAX_LINES = 400
 # below it, never one above (autotune/errors.py, format.py and the contract are the floor).
 LAYERS = [
     {"autotune.contract"},
-    {"autotune.errors", "autotune.format", "autotune.names"},
+    {"autotune.errors", "autotune.format", "autotune.names", "autotune.paths"},
     {"autotune.estimate", "autotune.pricing", "autotune.record"},
     {"autotune.run", "autotune.spec"},
     {"autotune.search"},

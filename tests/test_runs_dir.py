@@ -129,6 +129,9 @@ def test_the_runs_folder_is_checked_without_creating_anything(tmp_path, monkeypa
     assert check_runs_dir(tmp_path / "new" / "runs", "s1") == tmp_path / "new" / "runs" / "s1"
     assert not (tmp_path / "new").exists()
     (tmp_path / "ro" / "s1").mkdir(parents=True)  # the owner file goes beside the folder
+    # Doubles for the permission check: tests run as root, for whom every folder is writable,
+    # and cannot mount a read-only file system. The real refusals run end to end through the
+    # CLI above (a file in the way) and in tests/test_output_paths.py (/proc refuses root too).
     monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != tmp_path / "ro")
     with pytest.raises(UserError, match=f"no permission to write in '{tmp_path / 'ro'}'"):
         check_runs_dir(tmp_path / "ro", "s1")

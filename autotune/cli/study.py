@@ -26,7 +26,7 @@ import typer
 
 from autotune.cli.common import console, storage_file_option, storage_option
 from autotune.errors import UserError
-from autotune.report.files import probe_writable, writing
+from autotune.paths import existing_ancestor, probe_writable, writing
 
 study_app = typer.Typer(no_args_is_help=True, help="Manage studies: copy one to another storage; "
                         "show its workers and their Slurm jobs.")
@@ -216,7 +216,7 @@ def _check_runs_dest(dst_runs: Path) -> None:
     if dst_runs.exists() and (not dst_runs.is_dir() or any(dst_runs.iterdir())):
         raise UserError(f"trial folder '{dst_runs}' is not empty",
                         fix="choose another --to-runs-dir or --to-study")
-    above = next(p for p in (dst_runs.parent, *dst_runs.parent.absolute().parents) if os.path.lexists(p))
+    above = existing_ancestor(dst_runs.parent)
     if not above.is_dir():
         raise UserError(f"--to-runs-dir: '{above}' is a file, not a folder (for the trial folders "
                         f"'{dst_runs}')", fix="give --to-runs-dir a folder, or move that file away")

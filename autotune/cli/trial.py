@@ -88,7 +88,7 @@ def trial(
 def _run_in(cfg, out: Path):
     """run_trial in the user's --out folder: an OSError about a path in it (the folder made
     read-only or removed since it was checked) is a UserError naming it; any other stays."""
-    from autotune.report.files import cannot_write
+    from autotune.paths import cannot_write
     from autotune.run.launch import run_trial
 
     try:

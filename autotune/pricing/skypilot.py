@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import errno
 import math
 import os
 import re
@@ -356,34 +355,25 @@ def write_catalog(catalog: Catalog, out: Path, header: str = "", force: bool = F
     A path that cannot be written is a UserError naming it and the system's reason."""
     import yaml
 
+    from autotune.paths import check_parent, writing
+
     if out.is_dir():
         raise UserError(f"--out '{out}' is a folder", fix="give a file name for --out, e.g. "
                         f"{out / 'my_prices.yaml'}")
     if out.exists() and not force:
         raise UserError(f"--out '{out}' exists", fix="give another --out, or --force to replace it")
-    if not out.parent.is_dir():
-        blocker = next((p for p in (out.parent, *out.parent.parents) if os.path.lexists(p)), None)
-        if blocker is not None and not blocker.is_dir():
-            raise UserError(f"--out '{out}': '{blocker}' is a file, not a folder",
-                            fix="give a path inside a folder, or move that file away")
-        raise UserError(f"folder '{out.parent}' does not exist", fix="create it, or give another --out")
+    check_parent(out, "--out")
     doc = catalog.model_dump(mode="json", exclude_none=True)
     text = header + yaml.safe_dump(doc, sort_keys=False, width=100)
     Catalog.model_validate(yaml.safe_load(text))  # what is written reads back
     tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    except BaseException as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):  # only file operations on `out` above
-            reason = exc.strerror or str(exc)
-            if exc.errno == errno.ENOENT:  # /proc, say: a folder that makes no files
-                reason = f"folder '{out.parent}' takes no new files ({reason})"
-            raise UserError(f"cannot write --out '{out}': {reason}",
-                            fix="choose a path in a folder you can write to (check its permissions, "
-                                "that its file system is not read-only and has space)") from None
-        raise
+    with writing(out, "--out"):  # only file operations on `out`: their OSError names it
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, out)
+        except BaseException:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            raise

@@ -21,21 +21,18 @@ The rules, for `report --out`, `export --out`, `trial --out` and `study copy`'s 
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Mapping
 
 from autotune.errors import UserError
+from autotune.paths import check_parent, probe_writable, writing
 
 MANIFEST = ".autotune-files.json"
-WRITE_FIX = ("choose a path in a folder you can write to (check its permissions, that its file "
-             "system is not read-only and has space)")
 
 
 def umask() -> int:
@@ -49,49 +46,6 @@ def chmod_like_umask(path: Path, executable: bool = False) -> None:
     """mkstemp / mkdtemp make 0600 / 0700 entries; give them the mode the user expects."""
     base = 0o777 if executable or path.is_dir() else 0o666
     os.chmod(path, base & ~umask())
-
-
-def cannot_write(path: str | Path, exc: OSError, flag: str = "", parent: Path | None = None) -> UserError:
-    """The UserError for an OSError met writing the user's `path` (in folder `parent`)."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    parent = Path(path).parent if parent is None else parent
-    if exc.errno == errno.ENOENT and parent.is_dir():  # /proc, say: a folder that makes no files
-        reason = f"folder '{parent}' takes no new files ({reason})"
-    return UserError(f"cannot write {flag + ' ' if flag else ''}'{path}': {reason}", fix=WRITE_FIX)
-
-
-@contextmanager
-def writing(path: str | Path, flag: str = "") -> Iterator[None]:
-    """Around file operations on the user's `path` only: their OSError becomes a UserError."""
-    try:
-        yield
-    except OSError as exc:
-        raise cannot_write(path, exc, flag) from None
-
-
-def probe_writable(folder: Path, path: str | Path, flag: str = "") -> None:
-    """UserError unless a file can be made in `folder` (to write `path`); the probe is removed."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".autotune-probe.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise cannot_write(path, exc, flag, parent=folder) from None
-
-
-def check_parent(path: Path, flag: str = "") -> None:
-    """UserError unless `path`'s folder exists; a file in the way is called a file."""
-    if path.parent.is_dir():
-        return
-    named = f"{flag} {path}" if flag else str(path)
-    for above in (path.parent, *path.parent.parents):
-        if os.path.lexists(above):
-            if not above.is_dir():
-                raise UserError(f"'{above}' is a file, not a folder (for {named})",
-                                fix="give a path inside a folder, or move that file away")
-            break
-    raise UserError(f"folder '{path.parent}' does not exist (for {named})",
-                    fix="create it first or choose another path")
 
 
 def _sha256(path: Path) -> str | None:

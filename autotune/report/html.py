@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
+from autotune.paths import check_parent, probe_writable
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
-from autotune.report.files import check_parent, probe_writable, write_files, write_text_atomic
+from autotune.report.files import write_files, write_text_atomic
 from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs

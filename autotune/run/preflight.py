@@ -131,18 +131,12 @@ def _check_writable(path: Path, folder: Path, runs_dir: Path) -> None:
 
 def storage_label(url: str) -> str:
     """The storage as a reader may see it: no password; a file storage by its absolute path."""
-    from autotune.run.storage import journal_path, redact_url, storage_kind
+    from autotune.run.storage import redact_url, storage_file, storage_kind
 
-    kind = storage_kind(url)
-    if kind == "journal":
-        return f"journal://{journal_path(url).resolve()}"
-    if kind == "sqlite":
-        from sqlalchemy.engine import make_url
-
-        db = make_url(url).database or ""
-        if db and db != ":memory:" and not db.startswith("file:"):
-            return f"sqlite:///{Path(db).resolve()}"
-    return redact_url(url)
+    path = storage_file(url)
+    if path is None:
+        return redact_url(url)
+    return f"{'journal://' if storage_kind(url) == 'journal' else 'sqlite:///'}{path.resolve()}"
 
 
 def owner_file(folder: Path) -> Path:
@@ -252,17 +246,9 @@ def take_runs_folder(study, folder: Path, storage_url: str, verdict: Verdict) ->
 def _stored_study(storage_url: str, study: str):
     """(the storage, the study's Optuna id) when the study exists there, else (None, None);
     a SQLite or journal file that does not exist is not created."""
-    from autotune.run.storage import journal_path, open_storage, storage_kind, user_study_names
+    from autotune.run.storage import open_storage, storage_file, user_study_names
 
-    kind = storage_kind(storage_url)
-    path: Path | None = None
-    if kind == "journal":
-        path = journal_path(storage_url)
-    elif kind == "sqlite":
-        from sqlalchemy.engine import make_url
-
-        db = make_url(storage_url).database or ""
-        path = Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+    path = storage_file(storage_url)
     if path is None:  # a server: opened as the sweep itself opens it, errors and all
         storage = open_storage(storage_url)
     elif not path.is_file():

@@ -158,7 +158,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
     url = url or DEFAULT_STORAGE
     kind = storage_kind(url)
     if must_exist:
-        _check_exists(url, kind)
+        _check_exists(url)
     if kind == "journal":
         path = journal_path(url)
         if not path.name:
@@ -203,13 +203,19 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
                             "credentials") from None
 
 
-def _check_exists(url: str, kind: str) -> None:
-    path: Path | None = None
+def storage_file(url: str) -> Path | None:
+    """The file a journal or SQLite storage lives in; None for a server, or SQLite in memory."""
+    kind = storage_kind(url)
     if kind == "journal":
-        path = journal_path(url)
-    elif kind == "sqlite":
+        return journal_path(url)
+    if kind == "sqlite":
         db = _sqlite_file(url)
-        path = Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+        return Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+    return None
+
+
+def _check_exists(url: str) -> None:
+    path = storage_file(url)
     if path is not None and not path.is_file():
         raise UserError(f"no study storage at '{path}' ({redact_url(url)})",
                         fix="run autotune sweep first, or point --storage (or AUTOTUNE_STORAGE) at "
