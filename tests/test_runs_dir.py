@@ -228,3 +228,33 @@ def test_a_study_gone_from_its_storage_is_named_as_gone(tmp_path):
     with pytest.raises(UserError, match=r"was written by an earlier study 's1' in .*a.db, which no "
                                         r"longer holds it .*To fix: move '.*s1' and '.*s1.autotune-study.json'"):
         runs_folder_verdict(folder, "s1", url)
+
+
+def test_a_server_database_refused_for_the_runs_folder_gets_no_tables(tmp_path, postgres):
+    """A real PostgreSQL server: a fresh, empty database given to a sweep whose runs folder is
+    another study's is refused, and the refusal leaves the database as it was: no Optuna
+    table. Once the folder is the server study's own, the same check reads the study there."""
+    src, folder = f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "runs" / "s1"
+    (folder / "trial_0000").mkdir(parents=True)
+    take_runs_folder(_study(src, "s1", [folder / "trial_0000"]), folder, src, "new")
+    postgres.create_database("runs_fresh")
+    fresh = postgres.url.rsplit("/", 1)[0] + "/runs_fresh"
+
+    def tables() -> set[str]:
+        conn = postgres.connect("runs_fresh")
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+                return {row[0] for row in cur.fetchall()}
+        finally:
+            conn.close()
+
+    with pytest.raises(UserError, match=r"belongs to study 's1' in sqlite:///.*a.db") as err:
+        runs_folder_verdict(folder, "s1", fresh)
+    assert "S3cret" not in str(err.value)
+    assert tables() == set()
+
+    other = tmp_path / "runs" / "s2"
+    assert runs_folder_verdict(other, "s2", fresh) == "new"
+    take_runs_folder(_study(fresh, "s2"), other, fresh, "new")
+    assert "studies" in tables() and runs_folder_verdict(other, "s2", fresh) == "ours"

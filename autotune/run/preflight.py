@@ -246,11 +246,14 @@ def take_runs_folder(study, folder: Path, storage_url: str, verdict: Verdict) ->
 def _stored_study(storage_url: str, study: str):
     """(the storage, the study's Optuna id) when the study exists there, else (None, None);
     a SQLite or journal file that does not exist is not created."""
-    from autotune.run.storage import open_storage, storage_file, user_study_names
+    from autotune.run.storage import NoOptunaTables, open_storage, storage_file, user_study_names
 
     path = storage_file(storage_url)
-    if path is None:  # a server: opened as the sweep itself opens it, errors and all
-        storage = open_storage(storage_url)
+    if path is None:  # a server: its errors are the sweep's own; read only, so that an empty
+        try:          # database refused here is left without Optuna's tables
+            storage = open_storage(storage_url, must_exist=True)
+        except NoOptunaTables:
+            return None, None
     elif not path.is_file():
         return None, None
     else:

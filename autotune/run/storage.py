@@ -226,6 +226,11 @@ def _check_exists(url: str) -> None:
 _OPTUNA_TABLES = ("studies", "trials", "version_info", "alembic_version")
 
 
+class NoOptunaTables(UserError):
+    """A database without any of Optuna's tables: it holds no study (a read-only command's
+    error; a sweep would create the tables)."""
+
+
 def _check_optuna_tables(url: str, given: str, engine_kwargs: dict[str, Any]) -> None:
     """UserError unless the database at `url` holds Optuna's tables. Only reads the catalog
     (SQLite's schema, the server's information schema): the database is left as it was."""
@@ -239,7 +244,7 @@ def _check_optuna_tables(url: str, given: str, engine_kwargs: dict[str, Any]) ->
         engine.dispose()
     missing = [t for t in _OPTUNA_TABLES if t not in tables]
     if len(missing) == len(_OPTUNA_TABLES):
-        raise UserError(f"storage {redact_url(given)} holds no autotune study (no Optuna tables)",
+        raise NoOptunaTables(f"storage {redact_url(given)} holds no autotune study (no Optuna tables)",
                         fix="point --storage (or AUTOTUNE_STORAGE) at the database autotune sweep "
                             "wrote")
     if missing:
