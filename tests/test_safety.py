@@ -314,11 +314,14 @@ def test_report_files_follow_the_umask(study, tmp_path):
     assert stat.S_IMODE((tmp_path / "r.html").stat().st_mode) == 0o640
     assert stat.S_IMODE((tmp_path / "rep").stat().st_mode) == 0o750
     assert {stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "rep").iterdir()} == {0o640}
-    # report --html over a page it wrote: fine; over a user's file: refused without --force.
+    # report --html over a page it wrote: fine; over a user's file: refused, --force or not
+    # (autotune never replaces a file it did not write).
     assert study.cli("report", "--html", str(tmp_path / "r.html")).returncode == 0
     (tmp_path / "user.html").write_text("<p>mine</p>")
-    p = study.cli("report", "--html", str(tmp_path / "user.html"))
-    assert p.returncode == 2 and (tmp_path / "user.html").read_text() == "<p>mine</p>"
+    for force in ([], ["--force"]):
+        p = study.cli("report", "--html", str(tmp_path / "user.html"), *force)
+        assert p.returncode == 2 and (tmp_path / "user.html").read_text() == "<p>mine</p>", p.stderr
+        assert "is not a report autotune wrote" in p.stderr and "Traceback" not in p.stderr
 
 
 # 10. a sweep whose trials all fail -------------------------------------------------------

@@ -37,8 +37,7 @@ def report(
     region: Optional[list[str]] = region_option(),
     force: bool = typer.Option(
         False, "--force",
-        help="write into an --out folder holding other files (they are kept), or over an --html file autotune did not "
-             "write"),
+        help="write into an --out folder holding other files (they are kept; a file of yours is never replaced)"),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
     from autotune.errors import require_extra
@@ -62,7 +61,7 @@ def report(
 
         # Check both targets before writing either: a refusal leaves nothing half-written. The
         # folder's path first; what it holds once the names of its files are known.
-        html_path = prepare_html_path(html, force) if html is not None else None
+        html_path = prepare_html_path(html) if html is not None else None
         out_dir = check_out_path(out) if out is not None else None
         files = report_dir_files(doc) if out_dir is not None else {}
         if out_dir is not None:

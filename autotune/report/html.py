@@ -202,27 +202,29 @@ def render_html(doc: dict[str, Any]) -> str:
 
 
 
-# Marks a page as autotune's own: `report --html PATH` replaces such a file without --force.
+# Marks a page as autotune's own: `report --html PATH` replaces only such a file.
 GENERATOR_META = "<meta name='generator' content='autotune report'>"
 
 
-def prepare_html_path(path: str | Path, force: bool = False) -> Path:
-    """Check that `report --html` may write `path`: a new file, a page autotune wrote, or
-    anything with --force, in a folder autotune can write. Nothing is left written here."""
+def prepare_html_path(path: str | Path) -> Path:
+    """Check that `report --html` may write `path`: a new file or a page autotune wrote, in a
+    folder autotune can write. A file of anyone else's is never replaced, as `--force` never
+    replaces one in an --out folder (autotune.report.files). Nothing is left written here."""
     from autotune.errors import UserError
 
     path = Path(path).expanduser().resolve()
     if path.is_dir():
         raise UserError(f"--html {path} is a folder", fix="give a file path, or use --out FOLDER")
     check_parent(path, "--html")
-    if path.exists() and not force:
+    if path.exists():
         try:
             ours = GENERATOR_META in path.read_text(encoding="utf-8", errors="replace")[:4096]
         except OSError:
             ours = False
         if not ours:
             raise UserError(f"--html {path} exists and is not a report autotune wrote",
-                            fix="choose another file name, or add --force to replace it")
+                            fix="choose another file name (autotune never replaces a file it did not "
+                                "write; move or delete it yourself if it is not needed)")
     probe_writable(path.parent, path, "--html")
     return path
 
