@@ -49,7 +49,10 @@ def test_sweep_then_resume(tmp_path, run_cli):
     lines = p.stdout.splitlines()
     end = lines[max(i for i, ln in enumerate(lines) if ln.startswith("Study 'e2e'")):]
     assert len(end) <= 25 and all(len(ln) <= 80 for ln in end), "\n".join(end)
-    assert any(ln.startswith("Pick: trial ") and ln.endswith(" on aws-c7i-ondemand") for ln in end), end
+    pick_at = next(i for i, ln in enumerate(end) if ln.startswith("Pick: trial "))
+    assert end[pick_at].endswith(" on aws-c7i-ondemand, cheapest within limits"), end
+    # The pick's hours and dollars are projected to the target; what was measured is tokens/s.
+    assert end[pick_at + 1].endswith(", from measured tokens/s"), end
     assert "MFU not computed: no peak for a CPU" in p.stdout
     assert end[-2] == "Next: autotune export --pick cheapest --out launch/ --study e2e"
 

@@ -247,9 +247,12 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
                      and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
         interval = (f" (90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})"
                     if sure and sure.get("value_low") is not None else "")
-        lines.append((f"Pick: trial {pick['trial']} on {pick['offer']}", "bold"))
+        lines.append((clip(f"Pick: trial {pick['trial']} on {pick['offer']}", ", cheapest within limits",
+                           width), "bold"))
+        # The hours and dollars are projected to the target; only the tokens/s behind them are
+        # measured (or projected from another GPU type, or estimated), so the line says which.
         lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
-                           f", {pick['basis_kind']}; cheapest within limits", width), "bold"))
+                           f", from {pick['basis_kind']} tokens/s", width), "bold"))
         if sure and sure.get("how_sure"):
             lines.append((clip("  ", sure["how_sure"], width), None))
         lines.append((clip("  ", f"{config_summary(pick['config'])}; {_tokens_text(pick, sure)}", width), None))
