@@ -69,7 +69,9 @@ for _ in range(engine.gradient_accumulation_steps()):  # one real optimizer step
 json.dump({"train_batch_size": engine.train_batch_size(), "micro": micro,
            "accum": engine.gradient_accumulation_steps(), "world_size": dist.get_world_size(),
            "zero_stage": engine.zero_optimization_stage(), "bf16": engine.bfloat16_enabled(),
-           "global_steps": engine.global_steps, "thp": os.environ.get("THP_MEM_ALLOC_ENABLE")},
+           "global_steps": engine.global_steps, "thp": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+           # DeepSpeed's CPU all-reduce buffers of this run, which launch.sh removes at its end
+           "shm": sorted(os.listdir("/dev/shm"))},
           open(os.path.join(args.out, f"rank{dist.get_rank()}.json"), "w"))
 dist.barrier()
 dist.destroy_process_group()  # a rank leaving with the group alive can abort the other (gloo)
@@ -86,8 +88,8 @@ def _run_launch_script(folder: Path, results: Path, *args: Path,
                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """launch.sh of an export, run in `results` with `args` (none: autotune's own worker)."""
     results.mkdir()
-    env = dict(os.environ, PYTHON=_venv_python(), MASTER_PORT=str(free_port()),
-               PYTHONPATH=str(Path(__file__).resolve().parent.parent), **(env or {}))
+    env = {**os.environ, "PYTHON": _venv_python(), "MASTER_PORT": str(free_port()),
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent), **(env or {})}
     return subprocess.run(["bash", str(folder / "launch.sh"), *map(str, args)], cwd=results,
                           capture_output=True, text=True, timeout=300, env=env)
 
@@ -103,11 +105,12 @@ def _ranks(results: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(results.glob("rank*.json"))]
 
 
-def _ranks_of_script(folder: Path, text: str, tmp_path: Path) -> list[dict]:
+def _ranks_of_script(folder: Path, text: str, tmp_path: Path,
+                     env: dict[str, str] | None = None) -> list[dict]:
     """Run a user's script `text` through the export's launch.sh on 2 ranks; each rank's JSON."""
     script, results = tmp_path / "user_script.py", tmp_path / "res"
     script.write_text(text + LEAVE)
-    run = _run_launch_script(folder, results, script, results)
+    run = _run_launch_script(folder, results, script, results, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     ranks = [json.loads(p.read_text()) for p in sorted(results.glob("rank*.json"))]
     assert len(ranks) == 2
@@ -162,7 +165,14 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
 
     cfg = trial["config"]
     assert cfg["num_gpus"] == 2
-    for r in _ranks_of_script(out, DEEPSPEED_SCRIPT, tmp_path):
+    port = str(free_port())
+    buffers = f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"
+    ranks = _ranks_of_script(out, DEEPSPEED_SCRIPT, tmp_path, env={"MASTER_PORT": port})
+    # DeepSpeed's CPU all-reduce made its shared-memory buffers (one per rank) and left them;
+    # launch.sh removed them once its launcher ended (they held RAM until reboot before).
+    assert len([n for n in ranks[0]["shm"] if Path(n).match(buffers)]) == 2, ranks[0]["shm"]
+    assert not list(Path("/dev/shm").glob(buffers))
+    for r in ranks:
         assert r["world_size"] == 2 and r["zero_stage"] == 2 and r["global_steps"] == 1
         assert r["bf16"] == (cfg["precision"] == "bf16")
         assert r["micro"] == cfg["micro_batch_size"] and r["accum"] == cfg["grad_accum_steps"]

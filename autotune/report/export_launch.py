@@ -13,6 +13,7 @@ from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, 
 from autotune.contract.rank_env import cpu_rank_env
 from autotune.report.export_bill import bill_line, config_line
 from autotune.report.export_plan import ACCELERATE_CONFIG, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan
+from autotune.run.shm import SHM_DIR, deepspeed_shm_pattern
 
 
 def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str]]:
@@ -133,6 +134,17 @@ def _launcher_lines(plan: ExportPlan) -> list[str]:
         lines.append(f'exec "$PYTHON" -m accelerate.commands.launch --config_file "$HERE/{ACCELERATE_CONFIG}"'
                      ' --num_machines "$NNODES" --machine_rank "$NODE_RANK" '
                      '--main_process_ip "$MASTER_ADDR" --main_process_port "$MASTER_PORT" "$@"')
+    if plan.cfg.device is DeviceKind.cpu and plan.cfg.zero_stage > 0:
+        # The buffers DeepSpeed's CPU all-reduce leaves in /dev/shm (autotune.run.shm) would
+        # hold their RAM until reboot: the launcher runs as a child instead of replacing the
+        # script, so that its end, however it comes, removes this run's.
+        buffers = deepspeed_shm_pattern('"$(id -u)"', '"$MASTER_PORT"')
+        lines = [
+            "# DeepSpeed's CPU all-reduce leaves its shared-memory buffers behind when the ranks",
+            "# exit; this run's are removed when the launcher ends, however it ends.",
+            f"remove_shm() {{ rm -f {SHM_DIR}/{buffers}; }}",
+            "trap remove_shm EXIT",
+        ] + [line.removeprefix("exec ") for line in lines]
     return lines
 
 
