@@ -15,6 +15,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -119,13 +120,25 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # postgres: SIGTERM = smart shutdown; SIGINT = fast
+            # SIGINT to the postmaster = fast shutdown: it disconnects the clients a test left
+            # open and removes its shared memory. SIGTERM (smart) waited for those clients, and
+            # the kill after the wait left the server's segments in /dev/shm, run after run.
+            self._signal_postmaster(signal.SIGINT)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _signal_postmaster(self, sig: int) -> None:
+        """The postmaster, not `runuser` above it (as root the server runs under runuser)."""
+        try:
+            pid = int((self.root / "data" / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, sig)
+        except (OSError, ValueError, IndexError):
+            assert self.proc is not None
+            self.proc.send_signal(sig)
 
     def __enter__(self) -> "PostgresServer":
         return self.start()
