@@ -1,19 +1,19 @@
 """Levers on run-to-run noise: would a longer measured window, or huge pages for the CPU
 allocator, make one trial's figure steadier?
 
-    .venv/bin/python scripts/bench_noise_levers.py --rounds 8      # measure (~6 min), then analyse
+    .venv/bin/python scripts/bench_noise_levers.py --rounds 8      # measure (~8 min), then analyse
     .venv/bin/python scripts/bench_noise_levers.py --analyse-only  # the committed raw runs only
 
-Why: the DeepSpeed-style space's two best configs are 4% apart and one run's sd of log
-tokens/s is ~0.06 there (docs/benchmarks.md, search section), so the sweep needs several runs of
-each to tell them apart. Two cheaper cures are possible. (1) If the noise were jitter of single
-steps, a longer window would average it out: then each of a run's 5-step windows would differ as
-much as whole runs do. If instead a run settles at its own level (where its fresh model's memory
-landed, which cores its ranks got) and holds it, windows within a run agree and only more runs
-help. (2) torch's CPU allocator backs large tensors with transparent huge pages when
-THP_MEM_ALLOC_ENABLE=1 (this kernel: THP "madvise"), which may change both level and spread.
-What it found (huge pages on, a window of 2 s or more) is what trials now do: TrialConfig's
-min_measure_s and autotune.contract.rank_env.
+Why: in the DeepSpeed-style space, the optimum and the cheapest config outside 3% of it are a few
+percent apart, less than one run's sd of log tokens/s there (docs/benchmarks.md, search section:
+the `ds` line gives both), so the sweep needs several runs of each to tell them apart. Two cheaper
+cures are possible. (1) If the noise were jitter of single steps, a longer window would average it
+out: then each of a run's 5-step windows would differ as much as whole runs do. If instead a run
+settles at its own level (where its fresh model's memory landed, which cores its ranks got) and
+holds it, windows within a run agree and only more runs help. (2) torch's CPU allocator backs large
+tensors with transparent huge pages when THP_MEM_ALLOC_ENABLE=1 (this kernel: THP "madvise"), which
+may change both level and spread. What it found (huge pages on, a window of 2 s or more) is what
+trials now do: TrialConfig's min_measure_s and autotune.contract.rank_env.
 
 Each round measures two close rivals of that space (micro-batch 8 and 16, accumulation 2,
 ZeRO 0, 2 ranks, fp32), each with huge pages off and on, for a fixed window of `--steps` steps,

@@ -203,10 +203,11 @@ def render(data, args) -> str:
                                  "tokens/s pooled/unpooled", "unpooled tokens/s spread",
                                  "unpooled peak MiB", "peak pooled/unpooled"], rows))
     lines += ["", ("Peaks are host RSS (CPU trials). A pooled peak includes what earlier trials' "
-                   "libraries built on first use and keep: measured, the first DeepSpeed ZeRO 1-3 "
-                   "trial in a process imports torch._inductor and networkx (about 590 modules, "
-                   "+45 MiB per rank, for good), which a fresh ZeRO-0 process never holds; that is "
-                   "most of the ZeRO-0 rows' excess. Nothing of a trial's own (model, optimizer, "
+                   "libraries built on first use and keep: the first DeepSpeed ZeRO 1-3 trial in a "
+                   "process imports torch._inductor and networkx for good (observed once, "
+                   "2026-11-30, not regenerated and with no raw file: about 590 modules, +45 MiB per "
+                   "rank), which a fresh ZeRO-0 process never holds; that is most of the ZeRO-0 "
+                   "rows' excess. Nothing of a trial's own (model, optimizer, "
                    "engine) is carried: tests/test_pool.py checks that the RSS at a trial's start "
                    "stops growing.")]
     lines += ["", ("Where a trial's time goes (median seconds, phases timed inside the ranks; *other* "

@@ -198,9 +198,10 @@ def _import_note(data: dict) -> str:
         return ""
     return ("In these runs a rank's build also counted the import of torch._dynamo, which a "
             "meta-device init op pulls in (the worker imports it before the build since "
-            "6418a4b): about 31 MiB and 0.9 s per rank on this CPU, most of the growth on the "
-            "smallest models (a 2-rank trial of the tiny GPT grew each rank by 37 MiB in 0.85-0.93 s "
-            "before that commit, by 6 MiB in 0.03-0.04 s after). ")
+            "6418a4b), most of the growth on the smallest models (observed once, 2026-12-03, in "
+            "an A/B of a 2-rank trial of the tiny GPT before and after that commit, not "
+            "regenerated and with no raw file: each rank grew by 37 MiB in 0.85-0.93 s before, "
+            "by 6 MiB in 0.03-0.04 s after). ")
 
 
 def _gib(x) -> str:

@@ -81,7 +81,8 @@ BENCHES: dict[str, dict[str, Any]] = {
                 mem_limit_quantile=None, mem_limit_bytes=MEM_LIMIT_BYTES, cpu_bf16="native",
                 note="Measured on an otherwise idle machine (each run records the load before it; the "
                      "truth measured under other agents' load is in git before this one). Its trials "
-                     "measure 2 steps of a 124M model, so tokens/s still differ by several percent between runs.",
+                     "measure 2 steps of a 124M model, so tokens/s still differ widely between runs (the "
+                     "run-to-run spread and one run's sd above).",
                 title="Memory-dominated space (GPT small, ~124M parameters, 2 ranks, fp32, accumulation 1: "
                       "ZeRO 0/2/3 x FSDP2 x offload x micro-batch 1 and 4, no checkpointing)"),
     # The 389.5M GPT (issue 28's "at scale"): the mem space's dimensions, ~3x the model; its

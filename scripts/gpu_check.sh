@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check: a short real `autotune sweep` on one CUDA GPU, with measured vs predicted memory
-# (allocator and NVML), MFU, one JSON summary and a markdown report. About 8 minutes on an
-# H100/H200-class card.
+# (allocator and NVML), MFU, one JSON summary and a markdown report. The committed run took about
+# 5 minutes on one H200 (6 sweep trials, packages from wheel files: benchmarks/results/gpu_check.json,
+# elapsed_s); the default 8 trials, or a venv to install, take longer.
 #
 #   scripts/gpu_check.sh                      # on a CUDA machine, from the repository root
 #   OUT=/tmp/out scripts/gpu_check.sh --preset medium --trials 10

@@ -39,7 +39,7 @@ mkdir -p "$RESULTS" "$SECTIONS" "$ROOT/docs"
 read -r -a SEARCH_ARGS <<< "${BENCH_SEARCH_ARGS:-}"
 read -r -a DS_TUNER_ARGS <<< "${BENCH_DS_TUNER_ARGS:---repeats 2}"
 read -r -a NOISE_ARGS <<< "${BENCH_NOISE_ARGS:---pairs 12}"
-# noise_levers (scripts/bench_noise_levers.py, ~6 min: longer windows, huge pages) runs on request
+# noise_levers (scripts/bench_noise_levers.py, ~8 min: longer windows, huge pages) runs on request
 read -r -a NOISE_LEVERS_ARGS <<< "${BENCH_NOISE_LEVERS_ARGS:---rounds 8}"
 read -r -a OVERHEAD_ARGS <<< "${BENCH_OVERHEAD_ARGS:-}"
 read -r -a FIDELITY_ARGS <<< "${BENCH_FIDELITY_ARGS:-}"
@@ -140,8 +140,8 @@ done
     cat "$ROOT/benchmarks/gpu_check_report.md"
   else
     echo "Not run on a GPU yet (no GPU machine was available to this project's sessions). The"
-    echo "script is ready: on a CUDA machine run \`scripts/gpu_check.sh\` (about 8 minutes on an"
-    echo "H100/H200-class card), then copy its \`gpu_check_report.md\` to"
+    echo "script is ready: on a CUDA machine run \`scripts/gpu_check.sh\` (about 5 minutes on one"
+    echo "H200 with 6 sweep trials), then copy its \`gpu_check_report.md\` to"
     echo "\`benchmarks/gpu_check_report.md\` and rerun this script. \`scripts/gpu_check.sh --dry-run\`"
     echo "runs the same pipeline on CPU with the tiny preset."
   fi

@@ -205,8 +205,8 @@ class NewSettingRule:
     more are left: a saver setting not tried yet, likely to fit and as promising as the
     cheapest config measured (autotune.search.fit.as_promising), is measured before the next
     race block. The race only ranks what has been measured, and engines differ in speed more
-    than any model here can say (the 389.5M truth: ZeRO 3 + offload 23% cheaper than ZeRO 3,
-    ZeRO 2 + offload 17% dearer than ZeRO 2); the trials left still race after it."""
+    than any model here can say (in the 389.5M GPT's truth, benchmarks/results/truth_gpt390_pool.json,
+    optimizer offload makes ZeRO 3 cheaper but ZeRO 2 dearer); the trials left still race after it."""
 
     def __init__(self, fit: "FitRule", racing: Racing):
         self.fit, self.racing = fit, racing

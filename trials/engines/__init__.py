@@ -49,7 +49,7 @@ def engine_class(cfg: TrialConfig):
 
         return FSDP2Engine
     if kind is EngineKind.deepspeed:
-        importlib.import_module("deepspeed")  # the engine imports it lazily; ~4 s, ~20 MB
+        importlib.import_module("deepspeed")  # the engine imports it lazily, at a cost in time and memory
 
         from trials.engines.deepspeed import DeepSpeedEngine
 

@@ -56,8 +56,8 @@ def import_workload_modules(cfg: TrialConfig) -> None:
 
     importlib.import_module("trials.workloads.materialize")
     # An init op on the meta device (nn.init.normal_ in a module's constructor) runs through
-    # torch._refs, whose first call imports torch._dynamo: in a rank, ~0.9 s and ~31 MiB of
-    # host RSS that the build would otherwise count as the model's (torch 2.13, 2-core CPU).
+    # torch._refs, whose first call imports torch._dynamo: time and host RSS that the build
+    # would otherwise count as the model's.
     importlib.import_module("torch._dynamo")
     if isinstance(cfg.workload, GPTWorkload):
         importlib.import_module("trials.workloads.gpt")
