@@ -153,6 +153,28 @@ def test_force_never_replaces_a_file_autotune_did_not_write(study, cli, tmp_path
     assert not (tmp_path / "r.html").exists()
 
 
+def test_catalog_import_force_replaces_only_an_earlier_import(cli, tmp_path):
+    """`catalog import --out F --force` replaced any F, a hand-kept price list included; now
+    only a catalog an earlier import wrote (its first line says so)."""
+    mine = tmp_path / "prices.yaml"
+    mine.write_text("offers: []  # my negotiated prices\n")
+    for force in ([], ["--force"]):
+        code, _, err = cli(*_command("catalog", (tmp_path, ""), str(mine)), *force)
+        _one_clear_error(code, err, "is not a catalog autotune imported", "never replaces")
+        assert mine.read_text() == "offers: []  # my negotiated prices\n"
+    imported = tmp_path / "imported.yaml"
+    code, _, err = cli(*_command("catalog", (tmp_path, ""), str(imported)))
+    assert code == 0, err
+    first = imported.read_text()
+    assert first.startswith("# Imported by `autotune catalog import --skypilot` on ")
+    code, _, err = cli(*_command("catalog", (tmp_path, ""), str(imported)))
+    _one_clear_error(code, err, "exists (an earlier import)", "--force")
+    imported.write_text(first + "# a line of mine\n")
+    code, _, err = cli(*_command("catalog", (tmp_path, ""), str(imported)), "--force")
+    assert code == 0, err
+    assert imported.read_text() == first
+
+
 def test_trial_force_never_replaces_a_file_of_the_users_and_reruns_over_its_own(study, cli, tmp_path):
     """`trial --out F --force` replaced a config.json or result.json of the user's in F (the
     trial's files had no manifest); now it refuses them, and records its own files, so that

@@ -4,6 +4,7 @@ written. Through the real CLI."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.pricing.catalog import STALE_AFTER_DAYS
 from autotune.pricing.load import load_catalog
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "skypilot"
@@ -48,7 +50,16 @@ def test_fixture_imports_as_offers_by_instance_region_and_price(cli, tmp_path):
     for o in cat.offers:  # dated and sourced, and honest about what the CSV lacks
         assert o.price_date == "2026-11-30" and "vms.csv" in o.price_source
         assert "not in it" in o.notes and o.billing == "hour"
-    assert cat.stale_warning() is None or "days ago" in cat.stale_warning()
+    # Staleness is dated from the offers' price_date, on the day asked: up to STALE_AFTER_DAYS
+    # later no warning; a day past it, one naming the file, the offers and the age.
+    priced = _dt.date.fromisoformat("2026-11-30")
+    assert cat.stale_warning(today=priced) is None
+    assert cat.stale_warning(today=priced + _dt.timedelta(days=STALE_AFTER_DAYS)) is None
+    late = STALE_AFTER_DAYS + 1
+    assert cat.stale_warning(today=priced + _dt.timedelta(days=late)) == (
+        f"warning: {out} prices {', '.join(sorted(offers))} as of 2026-11-30, {late} days ago "
+        f"(more than {STALE_AFTER_DAYS}): prices move; check your provider and update the file "
+        f"or pass --catalog FILE")
 
 
 def test_spot_prices_import_with_a_stated_interruption_rate(cli, tmp_path):
@@ -128,10 +139,16 @@ def test_bad_input_is_exit_2_and_nothing_written(cli, tmp_path, change, flags, m
 
 
 def test_an_existing_output_is_kept_unless_forced(cli, tmp_path):
-    out = tmp_path / "mine.yaml"
-    out.write_text("my prices\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my prices\n")
+    for force in ([], ["--force"]):  # a file autotune did not write is never replaced
+        code, _, err = _import(cli, FIXTURE, mine, "--skip-unknown", *force)
+        assert code == 2 and "exists" in err and mine.read_text() == "my prices\n"
+    out = tmp_path / "imported.yaml"
     code, _, err = _import(cli, FIXTURE, out, "--skip-unknown")
-    assert code == 2 and "exists" in err and out.read_text() == "my prices\n"
+    assert code == 0, err
+    code, _, err = _import(cli, FIXTURE, out, "--skip-unknown", "--keep-offers")
+    assert code == 2 and "exists" in err
     code, _, err = _import(cli, FIXTURE, out, "--skip-unknown", "--force", "--keep-offers")
     assert code == 0, err
     cat = load_catalog(out)

@@ -57,7 +57,8 @@ def register(catalog_app: typer.Typer) -> None:
             help="date the prices were fetched, YYYY-MM-DD (default: each vms.csv's modification date)"),
         keep_offers: bool = typer.Option(
             False, "--keep-offers", help="keep the base catalog's offers next to the imported ones"),
-        force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
+        force: bool = typer.Option(
+            False, "--force", help="replace --out if an earlier import wrote it (any other file is never replaced)"),
         as_json: bool = typer.Option(False, "--json", help="print what was imported as one JSON document"),
     ) -> None:
         """Turn SkyPilot's per-cloud catalogs (vms.csv) into offers: instance sizes, regions,

@@ -80,7 +80,7 @@ class ImportResult:
     unknown: Counter = field(default_factory=Counter)    # accelerator name -> rows (skipped)
 
     def header(self) -> str:
-        return (f"# Imported by `autotune catalog import --skypilot` on {_dt.date.today()} from\n"
+        return (f"{IMPORTED_MARK} --skypilot` on {_dt.date.today()} from\n"
                 + "".join(f"#   {f}\n" for f in self.files)
                 + f"# {self.rows} rows read, {len(self.offers)} offers written. {IMPORT_NOTE}.\n")
 
@@ -350,6 +350,18 @@ def _offers(seen: dict, files: list, dates: dict[str, str], spot_rate: float | N
     return offers
 
 
+# The first line of every catalog `catalog import` writes: --force replaces only such a file.
+IMPORTED_MARK = "# Imported by `autotune catalog import"
+
+
+def _imported(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readline().startswith(IMPORTED_MARK)
+    except OSError:
+        return False
+
+
 def write_catalog(catalog: Catalog, out: Path, header: str = "", force: bool = False) -> None:
     """Write `catalog` as YAML atomically (a temp file renamed over `out`): all or nothing.
     A path that cannot be written is a UserError naming it and the system's reason."""
@@ -360,8 +372,14 @@ def write_catalog(catalog: Catalog, out: Path, header: str = "", force: bool = F
     if out.is_dir():
         raise UserError(f"--out '{out}' is a folder", fix="give a file name for --out, e.g. "
                         f"{out / 'my_prices.yaml'}")
-    if out.exists() and not force:
-        raise UserError(f"--out '{out}' exists", fix="give another --out, or --force to replace it")
+    if out.exists():
+        if not _imported(out):
+            raise UserError(f"--out '{out}' exists and is not a catalog autotune imported",
+                            fix="give another --out (autotune never replaces a file it did not write; "
+                                "move or delete it yourself if it is not needed)")
+        if not force:
+            raise UserError(f"--out '{out}' exists (an earlier import)",
+                            fix="give another --out, or --force to replace that import")
     check_parent(out, "--out")
     doc = catalog.model_dump(mode="json", exclude_none=True)
     text = header + yaml.safe_dump(doc, sort_keys=False, width=100)
