@@ -69,14 +69,21 @@ def test_runs_the_engine_of_its_launcher(trial):
 
 def test_deepspeed_trials_leave_no_shared_memory_behind(launched, root):
     """DeepSpeed's CPU all-reduce makes a 66 MiB /dev/shm buffer per rank and never unlinks
-    it; the launcher removes the trial's once its ranks are gone (autotune.run.launch)."""
+    it; the launcher removes the trial's once its ranks are gone (autotune.run.launch) and says
+    how many it removed in the result's notes."""
     import os
     from pathlib import Path
 
-    assert launched["deepspeed"].status is TrialStatus.ok
+    r = launched["deepspeed"]
+    assert r.status is TrialStatus.ok
+    # One buffer per rank was made and removed: the 2 ranks' (were DeepSpeed to make none, or
+    # name them otherwise, the launcher would remove none and say nothing).
+    assert "removed 2 shared-memory buffers DeepSpeed's CPU all-reduce left in /dev/shm" in r.notes, r.notes
     argv = json.loads((root / "deepspeed" / "command.json").read_text())["argv"]
     port = argv[argv.index("--master_port") + 1]
     assert not list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
+    # A DDP trial under torchrun makes none, and its result says nothing of them.
+    assert not any("shared-memory" in n for n in launched["torchrun"].notes)
 
 
 def test_every_launcher_trains_the_same_model_the_same_way(launched):

@@ -27,7 +27,7 @@ from autotune.run.deepspeed_ops import prebuild_deepspeed_ops
 from autotune.run.process_group import group_alive, kill_group
 from autotune.run.results import read_result
 from autotune.run.runner import FunctionRunner, TrialRunner, as_runner
-from autotune.run.shm import remove_deepspeed_shm
+from autotune.run.shm import SHM_DIR, remove_deepspeed_shm
 from autotune.run.templates import template_argv_builder
 
 # Names the sweep imports from here (the launch's public face), defined in the split modules.
@@ -69,10 +69,13 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
         # Ranks that outlived a launcher that exited by itself must not outlive the trial.
         if group_alive(proc.pid):
             kill_group(proc)
-    remove_deepspeed_shm(port)
+    removed = remove_deepspeed_shm(port)
     wall_s = time.monotonic() - t0
     result = read_result(files.result, rc, timed_out, files.stderr, files.stdout, cfg)
     result.wall_s = wall_s
+    if removed:
+        result.notes.append(f"removed {removed} shared-memory buffer{'s' if removed > 1 else ''} "
+                            f"DeepSpeed's CPU all-reduce left in {SHM_DIR}")
     result.write(files.result)
     return result
 
