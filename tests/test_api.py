@@ -32,7 +32,10 @@ def test_estimate_and_cost_answer_as_the_commands_do(cli):
     code, out, err = cli("estimate", "--model", "7b", "--seq-len", "4096", "--micro-batch", "2",
                          "--zero-stage", "2", "--dp", "8", "--gpu", "a100-80gb", "--json")
     assert code == 0, err
-    assert est == json.loads(out) and est["fits"] in (True, False) and est["total_bytes"] > 0
+    assert est == json.loads(out) and est["total_bytes"] > 0
+    # 7B with ZeRO-2 over 8 ranks needs ~63 GB a rank: it fits an 80 GB card, margin kept
+    # (a 40 GB card does not: tests/test_estimate.py).
+    assert est["fits"] is True
     bills = autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8,
                           global_batch_tokens=4e6)
     code, out, err = cli("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "7e9", "--target-tokens",

@@ -54,7 +54,8 @@ def world(tmp_path):
     """A 2-rank CPU space (12 configs) and a synthetic table: throughput grows with the
     micro-batch and halves under checkpointing; peak RSS = 300 MiB of runtime + a part that
     grows with the micro-batch (a quarter of it under checkpointing). Each config has 4 runs:
-    its true speed x 0.9, 1.0, 1.0, 1.1."""
+    its true speed x 0.9, 1.0, 1.0, 1.1, each with a wall time of its own (10 s + the
+    micro-batch + run index / 8), so a replay's steps show which run they observed."""
     args, spec, ms, configs = _space(tmp_path, "num_gpus: [1, 2]\nmicro_batch_size: [1, 2, 4]\n"
                                      "precision: [fp32]\ncheckpointing: [none, full]\nzero_stage: [0]\n")
     entries = {}
@@ -64,11 +65,11 @@ def world(tmp_path):
         ckpt = cfg.checkpointing.value == "full"
         tps = 1000.0 * n ** 0.8 * mb ** 0.5 / (2.0 if ckpt else 1.0)
         peak = (100 + 40 * mb // (4 if ckpt else 1)) * MiB
-        runs = [TrialResult(status=TrialStatus.ok, tokens_per_s=tps * f, wall_s=10.0 + mb,
+        runs = [TrialResult(status=TrialStatus.ok, tokens_per_s=tps * f, wall_s=10.0 + mb + i / 8,
                             phase_s={"measure": 2.0},
                             memory=MemoryReport(host_rss_peak_bytes=[peak + 300 * MiB] * n,
                                                 host_rss_baseline_bytes=[300 * MiB] * n))
-                for f in (0.9, 1.0, 1.0, 1.1)]
+                for i, f in enumerate((0.9, 1.0, 1.0, 1.1))]
         entries[bench_truth.config_key(values)] = {
             "config": cfg.model_dump(mode="json"), "results": [r.model_dump(mode="json") for r in runs],
             "runs_meta": [{"round": i} for i in range(4)]}
@@ -125,9 +126,19 @@ def test_the_shipped_sweep_replays_through_its_runner_and_the_report_picks(world
     assert rep.trials == 8  # repeats count against --trials
     truth = bench_truth.truth_for(table, 0, True)
     assert truth.within(rep.pick_usd, "usd", 0.03) and truth.within(rep.pick_hours, "hours", 0.03)
-    # A repeat of a config saw another observable run than its first launch.
-    repeated = [s for s in rep.steps if s.repeat]
+    # A repeat of a config saw another observable run than its first launch: each launch's
+    # step costs the wall time of the run it observed, and the runs' wall times differ.
+    launches: dict[str, list[float]] = {}
+    for s in rep.steps:
+        assert s.repeat == (s.key in launches)
+        launches.setdefault(s.key, []).append(s.trial_s)
+    repeated = {k: seen for k, seen in launches.items() if len(seen) > 1}
     assert repeated
+    for k, seen in repeated.items():
+        obs, _ = table[k].split(0, True)
+        assert len({m.trial_s for m in obs}) == len(obs) == 2  # the fixture's runs tell apart
+        assert seen == [obs[n % 2].trial_s for n in range(len(seen))]  # the nth observable run
+        assert seen[1] != seen[0]
 
 
 def test_the_bound_re_measures_only_the_two_best_configs_in_turn(world):

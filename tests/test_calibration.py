@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.search.calibration import (CALIBRATION_ATTR, CalibrationPoint, MemoryGuard,
+from autotune.search.calibration import (CALIBRATION_ATTR, P_HOLD, CalibrationPoint, MemoryGuard,
                                   device_limit_bytes, fit_calibration)
 from autotune.contract import (DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision,
                                TrialConfig)
@@ -129,8 +129,26 @@ def test_prescreen_verdicts_uncalibrated_and_calibrated():
     guard.fit = fit_calibration([CalibrationPoint(20 * MB, 520 * MB, "ddp")], CPU.key())
     v = guard.predict(_tiny_cfg(1))
     assert v.predicted_bytes == pytest.approx(500 * MB + v.estimate.analytic_bytes, rel=1e-6)
-    assert v.launch == (v.predicted_bytes * 1.1 <= limit)
+    assert v.limit_bytes == int(limit / (1 + guard.margin))  # the headroom comes off the limit
+    assert v.predicted_bytes < v.limit_bytes and v.p_fit > 0.5
+    assert v.launch and v.p_fit >= P_HOLD
     assert v.estimate.as_dict()["detail"]["overhead_bytes"] == pytest.approx(500 * MB, rel=1e-6)
+
+    # The rule is a probability to fit (>= P_HOLD), not "predicted + margin under the limit":
+    # a calibrated peak 1% over the headroom line may still fit, one 8% over hardly can.
+    def calibrated_to(peak: float):
+        # one point: the constant is its measured - analytic, so the config's analytic figure
+        # (`small.predicted_bytes`, uncalibrated) + that constant is `peak`
+        guard.fit = fit_calibration([CalibrationPoint(20 * MB, 20 * MB + peak - small.predicted_bytes,
+                                                      "ddp")], CPU.key())
+        return guard.predict(_tiny_cfg(1))
+
+    near = calibrated_to(v.limit_bytes * 1.01)
+    assert near.predicted_bytes * (1 + guard.margin) > limit  # a fixed margin would hold it back
+    assert P_HOLD <= near.p_fit < 0.5 and near.launch
+    over = calibrated_to(v.limit_bytes * 1.08)
+    assert over.predicted_bytes <= limit  # under the bare limit, but unlikely to fit its headroom
+    assert over.p_fit < P_HOLD and not over.launch
     # An engine with no trial yet is predicted with the largest known constant, but held back
     # only when its analytic lower bound cannot fit: a borrowed constant would otherwise keep
     # it from ever being measured and calibrated.

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
+from autotune.api.plan import DEFAULT_SAFETY_MARGIN
 from autotune.contract import GPT_PRESETS, Checkpointing, Offload, Precision
 from autotune.estimate.compute import (flops_per_token, hardware_flops_per_token, mfu,
                                        model_from_hf_config, model_from_params, model_from_preset)
 from autotune.estimate.memory import (MemoryConfig, estimate_memory, korthikanti_layer_bytes,
                                       layer_activation_bytes, model_state_bytes)
+from autotune.pricing.load import load_catalog
 
 GB = 1e9
 
@@ -225,7 +227,19 @@ def test_cli_json_keys_and_fits(run_cli):
                                  "activations_bytes", "other_bytes"))
     assert parts == doc["total_bytes"]
     assert doc["params"] == GPT_PRESETS["7b"].num_params()
-    assert doc["fits"] is (doc["total_bytes"] <= 0.9 * 40e9)
+    # `fits`: the total within the catalog GPU's memory less the stated safety margin.
+    gpu_mem = load_catalog().gpu_type("a100-40gb").memory_bytes
+    usable = gpu_mem * (1 - DEFAULT_SAFETY_MARGIN)
+    assert doc["gpu_memory_bytes"] == gpu_mem and doc["safety_margin"] == DEFAULT_SAFETY_MARGIN
+    assert doc["total_bytes"] > gpu_mem and doc["fits"] is False
+    # Full recompute at micro-batch 4: a total inside the margin band (under the card's memory,
+    # over what the margin leaves), so it does not fit; dropping the margin would say it does.
+    rb = run_cli("estimate", "--model", "7b", "--seq-len", "4096", "--micro-batch", "4",
+                 "--zero-stage", "2", "--dp", "8", "--checkpointing", "full", "--precision", "bf16",
+                 "--gpu", "a100-40gb", "--json")
+    assert rb.returncode == 0, rb.stderr
+    band = json.loads(rb.stdout)
+    assert usable < band["total_bytes"] <= gpu_mem and band["fits"] is False
     # ZeRO-3 + full recompute brings the same model under a 40 GB card.
     r3 = run_cli("estimate", "--model", "7b", "--seq-len", "4096", "--zero-stage", "3", "--dp", "8",
                  "--checkpointing", "full", "--gpu", "a100-40gb", "--json")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,20 +73,46 @@ def test_rewriting_own_output_needs_no_force_and_removes_only_own_stale_files(tm
     assert (out / "memory.png").read_text() == "the user's annotated copy"
 
 
+# A real write failure: a child process whose files may grow to FSIZE_LIMIT bytes at most
+# (RLIMIT_FSIZE) writes a file larger than that; with SIGXFSZ ignored the write fails with
+# EFBIG ("File too large"), as a full disk fails it with ENOSPC, half-way through the files.
+FSIZE_LIMIT = 64 * 1024
+_WRITE_UNDER_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from autotune.errors import UserError
+from autotune.report.files import prepare_out_dir, write_files
+
+out, files = Path(sys.argv[1]), {"a.txt": "new a", "b.txt": "x" * (16 * int(sys.argv[2]))}
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+try:
+    write_files(prepare_out_dir(out) if out.exists() else out, files)
+except UserError as exc:
+    print(exc.message)
+    sys.exit(3)
+"""
+
+
+def _write_past_the_file_size_limit(out: Path) -> str:
+    """`write_files` of a small a.txt and a b.txt past the limit into `out`, in a child under
+    the limit; what its UserError said."""
+    done = subprocess.run([sys.executable, "-c", _WRITE_UNDER_LIMIT, str(out), str(FSIZE_LIMIT)],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 3, done.stdout + done.stderr
+    return done.stdout
+
+
 def test_a_failure_half_way_leaves_the_old_files(tmp_path):
     out = tmp_path / "report"
     write_files(prepare_out_dir(out), {"a.txt": "old a", "b.txt": "old b"})
 
-    class Boom(str):
-        def encode(self, *a, **k):
-            raise OSError("disk full")
-
-    with pytest.raises(OSError):
-        write_files(prepare_out_dir(out), {"a.txt": "new a", "b.txt": Boom("x")})
+    said = _write_past_the_file_size_limit(out)
+    assert "b.txt" in said and "File too large" in said, said
     assert (out / "a.txt").read_text() == "old a" and (out / "b.txt").read_text() == "old b"
     assert sorted(p.name for p in out.iterdir()) == sorted(["a.txt", "b.txt", MANIFEST])
-    with pytest.raises(OSError):
-        write_files(tmp_path / "new", {"a.txt": "a", "b.txt": Boom("x")})
+    said = _write_past_the_file_size_limit(tmp_path / "new")
+    assert "b.txt" in said and "File too large" in said, said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 
 

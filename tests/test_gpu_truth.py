@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,15 +25,29 @@ import bench_search as bs  # noqa: E402
 import bench_truth as bt  # noqa: E402
 
 
-def _truth_only(out: Path, seconds: int) -> subprocess.CompletedProcess:
+def _truth_only(out: Path, seconds: int, repeats: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--truth-only",
-                           "--truth-s", str(seconds), "--truth-repeats", "2", "--out", str(out)],
+                           "--truth-s", str(seconds), "--truth-repeats", str(repeats), "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def _runs(doc: dict) -> list[tuple[str, str]]:
     return sorted((key, meta["started_utc"] + str(meta["round"])) for key, e in doc["entries"].items()
                   for meta in e["runs_meta"])
+
+
+def _check_deadline(log: str, made: list[tuple[str, str]], before: int, asked: int, seconds: int) -> None:
+    """One call with a deadline `seconds` away, which found `before` runs in the file and was
+    asked for `asked` in all, made the runs `made`: none started past its deadline, and its log
+    says the deadline stopped it exactly when it made fewer than asked, with the count left."""
+    # The deadline is set before the call's first run starts and no run starts after it, so
+    # each started less than `seconds` after the first (in the record's whole seconds: at most).
+    starts = sorted(datetime.strptime(at[:19], "%Y-%m-%d %H:%M:%S") for _, at in made)
+    assert starts and starts[-1] - starts[0] <= timedelta(seconds=seconds), starts
+    left = asked - before - len(made)
+    assert ("deadline reached" in log) == (left > 0), log
+    if left:
+        assert f"deadline reached: {left} of {asked - before} runs not measured" in log, log
 
 
 def test_the_gpu_truth_is_measured_until_its_deadline_and_a_second_call_tops_it_up(tmp_path):
@@ -44,16 +59,20 @@ def test_the_gpu_truth_is_measured_until_its_deadline_and_a_second_call_tops_it_
     assert (doc["identity"]["preset"], doc["identity"]["seq_len"]) == ("tiny", 64)
     n_configs = len(bt.enumerate_space(*_space_of_h200()))
     runs = _runs(doc)
-    # Real trials take over a second each here (a pool's start, the quiet check): the deadline
-    # stops the 2 rounds of 16 configs well before their end, and says so.
-    assert 1 <= len(runs) < 2 * n_configs
-    assert "deadline reached" in (tmp_path / "truth.log").read_text()
+    # The first run starts before the deadline; none after it, and the log says whether the
+    # deadline cut the 2 rounds of 16 configs short (however fast this machine is).
+    assert 1 <= len(runs) <= 2 * n_configs
+    _check_deadline((tmp_path / "truth.log").read_text(), runs, 0, 2 * n_configs, 6)
     assert {key for key, _ in runs} <= {bt.config_key(v) for _, v in bt.enumerate_space(*_space_of_h200())}
 
-    second = _truth_only(tmp_path, 3)
+    # A third round asked for: always something to top up, even where the first call made
+    # every run of its two rounds.
+    second = _truth_only(tmp_path, 3, repeats=3)
     assert second.returncode == 0, second.stderr + second.stdout
     after = _runs(json.loads(path.read_text()))
     assert len(after) > len(runs) and set(runs) <= set(after)  # topped up, nothing lost
+    made = sorted(set(after) - set(runs))
+    _check_deadline((tmp_path / "truth.log").read_text(), made, len(runs), 3 * n_configs, 3)
 
 
 def _space_of_h200():

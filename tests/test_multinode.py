@@ -60,8 +60,11 @@ def test_two_torchrun_agents_as_two_nodes_make_one_trial(tmp_path):
     assert result.status is TrialStatus.ok, (result.error, result.log_tail)
     assert result.world_size == 2 and len(result.step_times_s) == 2
     assert result.tokens_per_s > 0
-    # Data parallel over both "nodes": the global batch counts every rank.
-    assert cfg.global_batch_samples == 2 * 2
+    # Data parallel over both "nodes": the samples the trial counted per step are every rank's
+    # (micro-batch 2 on each of the 2 ranks), not one node's.
+    assert result.samples_per_s == pytest.approx(2 * 2 / result.step_time_median_s, rel=1e-9)
+    assert result.tokens_per_s == pytest.approx(2 * 2 * 32 / result.step_time_median_s, rel=1e-9)
+    assert len(result.observations["step_time_median_s_by_rank"]) == 2  # both ranks measured
     import json
 
     nodes = json.loads(Path(tmp_path / "trial" / "nodes.json").read_text())["argvs"]

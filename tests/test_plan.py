@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import yaml
 
 from autotune.contract import GPTWorkload, HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
 from autotune.pricing.load import load_catalog
+from autotune.pricing.offers import HOURS_PER_MONTH
 from autotune.report.options import bills_for_trial
 from autotune.search.score import score_trial
 from autotune.spec import SweepSpec
@@ -117,9 +119,24 @@ def test_score_trial_is_the_cheapest_offer_and_reports_can_reprice():
     spec = SweepSpec(target={"tokens": 1e9})
     score = score_trial(_result(36_000.0), cfg, spec, catalog, "cpu-core")
     assert score is not None and score.offer == "aws-c7i-ondemand"
-    # 1e9 tokens at 36,000 tok/s = 7.716 h of training + 0.1 h setup, on 2 vCPUs at $0.044625.
-    assert score.hours == pytest.approx(1e9 / 36_000 / 3600 + 0.1, rel=1e-3)
-    assert score.usd >= score.hours * 2 * 0.044625
+    # 1e9 tokens at 36,000 tok/s = 7.716 h of training + the offer's setup + the checkpoint
+    # writes (the policy interval, at the offer's storage bandwidth), on 2 vCPUs (2 ranks x
+    # 1 thread) at the offer's price, billed by the second; plus storage, the final model's
+    # egress and the dataset's ingress at the offer's rates (the job's sizes as stored).
+    offer, job = catalog.offer(score.offer), score.pricing_inputs["job"]
+    vcpus = cfg.num_gpus * cfg.threads_per_rank
+    assert offer.billing == "second" and offer.billed_gpus(vcpus) == vcpus == 2
+    training_h = 1e9 / 36_000 / 3600
+    writes_h = (training_h / job["checkpoint_interval_hours"]
+                * job["checkpoint_bytes"] / (offer.storage_write_gb_per_s * 1e9) / 3600)
+    assert score.hours == pytest.approx(offer.setup_hours + training_h + writes_h, rel=1e-9)
+    billed_h = math.ceil(score.hours * 3600 - 1e-9) / 3600
+    stored_gb = (job["dataset_bytes"] + job["checkpoints_kept"] * job["checkpoint_bytes"]) / 1e9
+    assert score.usd == pytest.approx(
+        billed_h * vcpus * offer.price_usd_per_gpu_hour
+        + stored_gb * offer.storage_usd_per_gb_month * score.hours / HOURS_PER_MONTH
+        + job["final_model_bytes"] / 1e9 * offer.egress_usd_per_gb
+        + job["dataset_bytes"] / 1e9 * offer.ingress_usd_per_gb, rel=1e-9)
     assert score.basis.startswith("measured") and score.price_note.startswith("example prices")
     # The report's view: the stored inputs re-priced over a catalog, or the stored bills.
     import optuna

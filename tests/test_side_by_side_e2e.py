@@ -95,8 +95,13 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     assert all(rows[t.number]["neighbours"] == nbrs[t.number] for t in launched)
     assert rows[side[0].number]["slot"].endswith("of 2)")
     # Interference: every config measured both ways, with its runs; the pick is one of them
-    # whenever its first run had a neighbour.
+    # whenever its first run had a neighbour. A side-by-side trial had a neighbour (above) and
+    # each config ran once there, so the alone phase began with configs measured only beside
+    # others; it measured the leaders among them again alone ("again"), and each of those
+    # configs is in the table.
     both = {r["trial"]: r for r in doc["interference"]}
+    assert again and all(r.status == "ok" for r in again), [(r.config_key, r.status) for r in again]
+    assert {r.config_key for r in again} <= {recs[n].config_key for n in both}, (again, both)
     for r in both.values():
         assert r["runs_beside"] and r["runs_alone"]
         assert all(nbrs[n] for n in r["runs_beside"]) and not any(nbrs[n] for n in r["runs_alone"])
@@ -111,5 +116,4 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     assert run_cli("report", "--study", "sbs", "--storage", url, "--html", str(page)).returncode == 0
     html = page.read_text()
     assert "<th class='l'>beside</th>" in html
-    if both:
-        assert "interference (config of #" in shown.stdout and "interference (config of #" in html
+    assert "interference (config of #" in shown.stdout and "interference (config of #" in html

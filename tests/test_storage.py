@@ -233,6 +233,7 @@ def test_cli_storage_errors_exit_2_without_secrets(postgres, tmp_path, monkeypat
         assert "Traceback" not in text and "Hunter22x" not in text
         assert "S3cret" not in text  # tests.pg.PASSWORD, decoded or encoded
         assert len(text.strip().splitlines()) == 1, text
+    assert not (tmp_path / "empty.db").exists()  # the report read it: no file left behind
 
 
 def test_each_value_of_a_repeated_secret_key_is_scrubbed():

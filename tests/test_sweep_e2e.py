@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.pricing.load import load_catalog
+
 pytestmark = pytest.mark.e2e
 
 SPEC = """
@@ -71,10 +73,12 @@ def test_sweep_then_resume(tmp_path, run_cli):
             assert (folder / name).is_file(), name
         result = json.loads((folder / "result.json").read_text())
         assert result["world_size"] == 2
-        # The stored score is the result priced: wall clock = the catalog offer's setup (0.1 h
-        # for aws-c7i) + tokens / (tokens/s) + checkpoint writes (tiny model: negligible).
+        # The stored score is the result priced: wall clock = the shipped catalog offer's setup
+        # + tokens / (tokens/s) + checkpoint writes (tiny model: negligible).
+        assert t["offer"] == "aws-c7i-ondemand"
+        setup_h = load_catalog().offer(t["offer"]).setup_hours
         training_h = 1.0e8 / result["tokens_per_s"] / 3600
-        assert training_h + 0.1 == pytest.approx(t["hours"], rel=1e-3)
+        assert training_h + setup_h == pytest.approx(t["hours"], rel=1e-3)
     assert first["pareto"], "a study with completed trials has a Pareto front"
 
     p = run_cli("sweep", "spec.yaml", "--trials", "1", "--json")
