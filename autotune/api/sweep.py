@@ -75,6 +75,7 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     from autotune.record import TrialRecord
     from autotune.run.preflight import check_runs_dir, check_workload, runs_folder_verdict, take_runs_folder
     from autotune.run.storage import DEFAULT_STORAGE
+    from autotune.search.identity import check_same_study
     from autotune.search.machine import MachineSpace
     from autotune.search.study import open_study
 
@@ -89,6 +90,7 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     folder = check_runs_dir(Path(runs_dir), spec.study) if runs_dir is not None else None
     verdict = runs_folder_verdict(folder, spec.study, url) if folder is not None else None
     st = open_study(spec.storage, spec.study, seed=spec.seed)
+    check_same_study(st, spec)  # a study resumed with another workload or space ends here
     if folder is not None and verdict is not None:
         take_runs_folder(st, folder, url, verdict)
     before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
