@@ -113,6 +113,42 @@ def test_limits_split_options_into_feasible_and_not(study, doc):
     assert all(o["feasible"] for o in limited["per_platform"])
 
 
+def test_no_pick_says_how_near_the_options_come_and_points_to_the_report(study, doc):
+    """Under limits no option meets, the sweep's end named the limits only, then offered an
+    export that fails; now it says how near the cheapest and the fastest come, and the next
+    command prices the options under other limits."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from autotune.cli.sweep import next_commands
+    from autotune.format import fmt_hours, fmt_usd
+    from autotune.report.build import collect
+    from autotune.report.terminal import print_summary
+    from autotune.search.study import open_study
+
+    fastest_h = min(o["hours"] for o in doc["options"])
+    cheapest_usd = min(o["usd"] for o in doc["options"])
+    none = collect(open_study(study.storage, study.name, create=False), deadline_hours=fastest_h / 2)
+    assert none["cheapest"] is None and none["options"]
+    spec = SimpleNamespace(study=study.name, storage=study.storage)
+    con = Console(width=200, file=io.StringIO(), record=True, highlight=False)
+    print_summary(none, con, next_commands(spec, None, picked=False))
+    text = con.export_text()
+    assert (f"No pick: no option meets the limits: deadline {fmt_hours(fastest_h / 2)} (from flags); "
+            f"the fastest takes {fmt_hours(fastest_h)}.") in text
+    assert "autotune export" not in text
+    assert f"Next: autotune report --study {study.name} --storage {study.storage} --max-usd USD " \
+           "--deadline-hours HOURS: the options under other limits" in text
+    both = collect(open_study(study.storage, study.name, create=False), deadline_hours=fastest_h / 2,
+                   max_usd=cheapest_usd / 2)
+    con = Console(width=300, file=io.StringIO(), record=True, highlight=False)
+    print_summary(both, con, [])
+    assert (f"the cheapest option costs {fmt_usd(cheapest_usd)}, the fastest takes "
+            f"{fmt_hours(fastest_h)}.") in con.export_text()
+
+
 def test_rich_report_names_the_decision(study, doc):
     p = study.cli("report")
     assert p.returncode == 0, p.stderr

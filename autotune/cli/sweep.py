@@ -106,7 +106,7 @@ def sweep(
         con.print(f"stopped: {summary.stop_reason}", soft_wrap=True)
     doc = collect(session.study)
     failed = summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"])
-    _result(con, doc, summary, next_commands(spec, storage_file), as_json)
+    _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None), as_json)
     if summary.interrupted:
         raise typer.Exit(130)
     if failed:
@@ -203,9 +203,11 @@ def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_js
     return summary
 
 
-def next_commands(spec, storage_file: Optional[Path]) -> list[str]:
+def next_commands(spec, storage_file: Optional[Path], picked: bool = True) -> list[str]:
     """The commands that go on from this sweep, with the study and storage that find it
-    (never a password: a URL holding one is named through --storage-file or the variable)."""
+    (never a password: a URL holding one is named through --storage-file or the variable).
+    Without a pick (`picked` False) there is nothing to export: the report prices the options
+    under the limits given to it instead."""
     from shlex import quote  # a line to paste: a path or URL with a space or a '$' stays one word
 
     from autotune.run.storage import STORAGE_ENV, redact_url, resolve_storage
@@ -219,5 +221,9 @@ def next_commands(spec, storage_file: Optional[Path]) -> list[str]:
             where += f" (with {STORAGE_ENV} set to this sweep's storage)"
         else:
             where += f" --storage {quote(url)}"
-    return [f"Next: autotune export --pick cheapest --out launch/{where}",
-            f"More: autotune report{where} (--out report/: HTML and plots)"]
+    more = f"More: autotune report{where} (--out report/: HTML and plots)"
+    if not picked:
+        at, _, env = where.partition(" (with ")
+        return [f"Next: autotune report{at} --max-usd USD --deadline-hours HOURS"
+                + (f" (with {env}" if env else "") + ": the options under other limits", more]
+    return [f"Next: autotune export --pick cheapest --out launch/{where}", more]

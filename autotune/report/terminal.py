@@ -156,6 +156,21 @@ def _limits_line(limits: dict[str, Any]) -> str:
     return ", ".join(parts) + f" (from {limits['source']})" if parts else "no budget or deadline set"
 
 
+def _no_pick_text(doc: dict[str, Any]) -> str:
+    """Why nothing is recommended; under limits, how near the best options come to them."""
+    options, limits = doc["options"], doc["limits"]
+    if not options:
+        return "no completed trial yet"
+    near = []
+    usd = [o["usd"] for o in options if o.get("usd") is not None]
+    hours = [o["hours"] for o in options if o.get("hours") is not None]
+    if limits["max_usd"] is not None and usd:
+        near.append(f"the cheapest option costs {fmt_usd(min(usd))}")
+    if limits["deadline_hours"] is not None and hours:
+        near.append(f"the fastest takes {fmt_hours(min(hours))}")
+    return f"no option meets the limits: {_limits_line(limits)}" + (f"; {', '.join(near)}" if near else "")
+
+
 def scaling_line(doc: dict[str, Any]) -> str | None:
     """Scaling efficiency of one config over GPU counts (build.py keeps only such trials)."""
     sc = doc["scaling"]
@@ -238,9 +253,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
                        f"search cost {cost}.", width), None))
     pick = doc["cheapest"]
     if pick is None:
-        why = ("no option meets the limits: " + _limits_line(doc["limits"])) if doc["options"] \
-            else "no completed trial yet"
-        lines.append((clip("", f"No pick: {why}.", width), "yellow"))
+        lines.append((clip("", f"No pick: {_no_pick_text(doc)}.", width), "yellow"))
     else:
         # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
         sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
