@@ -89,7 +89,8 @@ def test_the_sentence_says_how_sure():
         "not distinguishable from trial 7 (+1% ± 2%): either will do"
     wide = how_sure("faster", 3, 7, (0.05, -0.10, 0.20), 0.03)
     assert wide.startswith("not distinguishable from trial 7 with the runs so far") and "±" in wide
-    assert wide.endswith(f"a sweep of {BOTH_REMEASURED_TRIALS} or more --trials re-measures both")
+    assert wide.endswith(f"sweeping this study again with {BOTH_REMEASURED_TRIALS} or more --trials "
+                         "re-measures both")
     assert "only config" in how_sure("cheaper", 3, None, None, 0.03)
 
 

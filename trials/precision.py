@@ -39,7 +39,7 @@ def _check_fp8(device: torch.device) -> None:
         import torchao.float8  # noqa: F401
     except ImportError:
         raise UnsupportedConfig("fp8 training uses torchao float8, which is not installed. "
-                                "To fix: pip install 'autotune[fp8]'") from None
+                                "To fix: pip install 'autotune-llm[fp8]'") from None
 
 
 def apply_fp8(model: torch.nn.Module) -> torch.nn.Module:

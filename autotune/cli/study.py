@@ -52,7 +52,11 @@ def copy(
         None, "--dst-file", help="read DST_URL from this file's first line (give '-' as DST_URL)"),
     as_json: bool = typer.Option(False, "--json", help="print what was copied as one JSON document"),
 ) -> None:
-    """Copy the study named by --study from SRC_URL to DST_URL (Optuna copy_study), plus its trial folders."""
+    """Copy the study named by --study from SRC_URL to DST_URL (Optuna copy_study), plus its trial folders.
+
+    Under the same name and runs folder the copy is a move: the folder goes to the copy, and
+    a sweep of the source is refused there (a folder's trial numbers go on in one study);
+    --to-study or --to-runs-dir keep the source's folder its own."""
 
     from autotune.run.storage import resolve_storage
 

@@ -44,7 +44,8 @@ CONNECT_TIMEOUT_S = 10
 _RDB_KINDS = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgres": "PostgreSQL",
               "mysql": "MySQL", "mariadb": "MariaDB"}
 # The Python driver each kind needs, and how to get it.
-_DRIVER_FIX = {"psycopg2": "pip install psycopg2-binary", "pymysql": "pip install pymysql",
+_DRIVER_FIX = {"psycopg2": "pip install 'autotune-llm[postgres]' (it holds psycopg2-binary)",
+               "pymysql": "pip install pymysql",
                "MySQLdb": "pip install pymysql (or mysqlclient)", "mysqlclient": "pip install mysqlclient",
                "psycopg": "pip install 'psycopg[binary]'", "asyncpg": "use postgresql:// (psycopg2)"}
 

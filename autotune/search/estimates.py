@@ -299,5 +299,5 @@ def how_sure(better: str, leader_trial: int, runner_trial: int | None,
     if -tolerance <= lo and hi <= tolerance:
         return f"not distinguishable from trial {runner_trial} ({est:+.0%} ± {pm:.0%}): either will do"
     return (f"not distinguishable from trial {runner_trial} with the runs so far ({better} by "
-            f"{est:.0%} ± {pm:.0%}): either may be the better one; a sweep of "
-            f"{BOTH_REMEASURED_TRIALS} or more --trials re-measures both")
+            f"{est:.0%} ± {pm:.0%}): either may be the better one; sweeping this study again "
+            f"with {BOTH_REMEASURED_TRIALS} or more --trials re-measures both")

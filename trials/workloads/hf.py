@@ -35,7 +35,7 @@ def transformers_module():
         import transformers
     except ImportError:
         raise UnsupportedConfig("the Hugging Face workload needs transformers, which is not "
-                                "installed. To fix: pip install 'autotune[hf]'") from None
+                                "installed. To fix: pip install 'autotune-llm[hf]'") from None
     return transformers
 
 
