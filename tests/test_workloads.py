@@ -74,7 +74,7 @@ def test_hf_bad_configs_are_unsupported_with_the_reason(wl, words):
 
 def test_hf_without_transformers_is_unsupported_saying_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # makes `import transformers` fail
-    with pytest.raises(UnsupportedConfig, match=r"pip install 'autotune\[hf\]'"):
+    with pytest.raises(UnsupportedConfig, match=r"pip install 'autotune-llm\[hf\]'"):
         build_workload(tiny(workload=HFWorkload(model_type="llama")), CPU)
 
 
