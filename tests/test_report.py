@@ -475,6 +475,9 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     p = study.cli("export", "--pick", "cheapest", "--out", str(out), "--provider", "aws")
     assert p.returncode == 0, p.stderr
     bill = next(out.glob("*.md")).read_text()
+    # Hours and dollars are projected to the target; the tokens/s under them were measured.
+    assert "(from measured tokens/s)" in p.stdout.splitlines()[0], p.stdout
+    assert "hours and dollars projected to the target from tokens/s measured (" in bill, bill
     assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
     # An offer typed wrong: one message naming the offer it may be, and no folder written.
     typo = tmp_path / "typo"

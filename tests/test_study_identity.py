@@ -96,6 +96,10 @@ def test_a_sweep_resumed_with_another_spec_exits_2_and_leaves_the_study_as_it_wa
     p = run_cli("sweep", "spec.yaml", "--trials", "1")
     assert p.returncode == 0, p.stdout + p.stderr
     db = tmp_path / "autotune.db"
+    # The second baseline stays queued for the next sweep: shown so, not as a config of Nones.
+    report = run_cli("report", "--study", "s1")
+    assert report.returncode == 0, report.stderr
+    assert "queued for the next sweep" in report.stdout and "None" not in report.stdout, report.stdout
     trials = optuna.load_study(study_name="s1", storage=f"sqlite:///{db}").trials
     folders = sorted(p.name for p in (tmp_path / "autotune_runs" / "s1").iterdir())
 

@@ -79,7 +79,7 @@ def export(
                     "option": o})
         return
     con = console()
-    where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} ({o['basis_kind']})" if o
+    where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} (from {o['basis_kind']} tokens/s)" if o
              else " (not priced)")
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:

@@ -27,7 +27,7 @@ def bill_line(plan: ExportPlan) -> str:
     if o is None:
         return "Not priced: no catalog offer matched this trial's hardware."
     return (f"Projected on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} "
-            f"({o['basis_kind']}; see {BILL_MD}).")
+            f"(from {o['basis_kind']} tokens/s; see {BILL_MD}).")
 
 
 def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
@@ -38,6 +38,10 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"
            if t.get("peak_mem_bytes") else "peak memory not measured")
     out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
+    if o is not None and len(o.get("runs") or []) > 1 and o.get("tokens_per_s"):
+        # The bill rests on every run of the config, this trial's among them.
+        out += [f"The bill uses {o['tokens_per_s']:,.0f} tokens/s: the estimate over this config's "
+                f"{len(o['runs'])} runs (trials {', '.join(map(str, o['runs']))}).", ""]
     if o is None:
         out += ["Not priced: no catalog offer matched this trial's hardware.", ""]
     else:
@@ -47,7 +51,7 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
                 + (f", instance {o['instance']}" if o.get("instance") else "")
                 + (f", region {', '.join(o['regions'])}" if o.get("regions") else "")
                 + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
-                + f"); figures {o['basis_kind']}: {o['basis']}.", "",
+                + f"); hours and dollars projected to the target from tokens/s {o['basis']}.", "",
                 "| case | hours | dollars |", "|---|---:|---:|",
                 f"| to target | {fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
         if s:

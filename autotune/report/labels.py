@@ -16,7 +16,7 @@ from autotune.format import fmt_bytes, fmt_pct
 
 
 def config_summary(cfg: dict[str, Any]) -> str:
-    if not cfg:
+    if not cfg or cfg.get("num_gpus") is None:  # a trial queued, not yet proposed: no config
         return "-"
     parts = [f"{cfg['num_gpus']}x", f"mb{cfg['micro_batch_size']}", f"ga{cfg['grad_accum_steps']}",
              str(cfg["precision"]), f"ckpt:{cfg['checkpointing']}"]

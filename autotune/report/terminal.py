@@ -110,6 +110,8 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
 def _ended(r: dict[str, Any]) -> str:
     """How a trial ended: its status when it completed, else state: status; and whose config
     it measured again or reused (`labels.origin_note`)."""
+    if r["state"] == "WAITING":  # queued by a sweep (its baselines, a re-measurement)
+        return "queued for the next sweep"
     ended = (r["status"] or "ok") if r["state"] == "COMPLETE" else (
         r["state"].lower() + (f": {r['status']}" if r["status"] else ""))
     return ended + origin_note(r)
@@ -248,7 +250,8 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
     lines: list[tuple[str, str | None]] = []  # (text, style)
     c, s = doc["counts"], doc["search"]
     cost = fmt_usd(s["usd"]) if s["usd"] is not None else "not priced"
-    states = ", ".join(f"{c[k]} {k}" for k in ("complete", "pruned", "failed", "running", "waiting") if c.get(k))
+    states = ", ".join(f"{c[k]} {'queued' if k == 'waiting' else k}"
+                       for k in ("complete", "pruned", "failed", "running", "waiting") if c.get(k))
     lines.append((clip("", f"Study '{doc['study']}': {c['total']} trials ({states or 'none yet'}); "
                        f"search cost {cost}.", width), None))
     pick = doc["cheapest"]
