@@ -11,7 +11,6 @@ tests/test_cli_reference.py runs --check.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import typing
 from enum import Enum
@@ -20,6 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import doc_page  # noqa: E402
 
 DOC = REPO / "docs" / "cli_reference.md"
 HEAD = """# Command-line reference
@@ -105,18 +107,7 @@ def render(root=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if the committed page is stale")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC.is_file() or DOC.read_text() != text:
-            print(f"{DOC.relative_to(REPO)} is stale: run python scripts/cli_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC.relative_to(REPO)}")
-    return 0
+    return doc_page.main(DOC, render, __doc__, "scripts/cli_reference.py", argv)
 
 
 if __name__ == "__main__":

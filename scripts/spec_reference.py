@@ -10,7 +10,6 @@ rendering, so a field changes in one place. tests/test_spec_reference.py runs --
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 import typing
@@ -23,9 +22,11 @@ from pydantic_core import PydanticUndefined
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autotune.contract.config import (EntryPointWorkload, GPTShape, GPTWorkload,  # noqa: E402
-                                      HFWorkload, TrialConfig)
+import doc_page  # noqa: E402
+
+from autotune.contract.config import EntryPointWorkload, GPTShape, GPTWorkload, HFWorkload, TrialConfig  # noqa: E402
 from autotune.spec import SweepSpec  # noqa: E402
 
 DOC = REPO / "docs" / "spec_reference.md"
@@ -128,18 +129,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the committed file differs")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC.is_file() or DOC.read_text() != text:
-            print(f"{DOC} is stale. To fix: python scripts/spec_reference.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
-    return 0
+    return doc_page.main(DOC, render, __doc__, "scripts/spec_reference.py", argv)
 
 
 if __name__ == "__main__":
