@@ -41,6 +41,14 @@ def test_shipped_catalog_is_complete_and_sourced():
     # A note dates the prices it sits beside, not the catalog: the CPU offer's is its own.
     cpu_date = cat.offer("aws-c7i-ondemand").price_date
     assert cat.price_note(["aws-c7i-ondemand"]) == f"example prices as of {cpu_date}; check your provider"
+    # Under a report's or a bill's dollars the note says how old the prices are, past 90 days.
+    read = dt.date.fromisoformat(cpu_date)
+    for days, said in ((90, ""), (91, " (91 days ago, over 90: the dollars may be out of date)")):
+        assert cat.price_note(["aws-c7i-ondemand"], today=read + dt.timedelta(days=days), with_age=True) == \
+            f"example prices as of {cpu_date}{said}; check your provider"
+    oldest = min(dates)
+    assert f"as of {oldest} to {dates[-1]} (the oldest 91 days ago, over 90:" in cat.price_note(
+        today=dt.date.fromisoformat(oldest) + dt.timedelta(days=91), with_age=True)
 
 
 def test_lookups_and_did_you_mean():

@@ -113,6 +113,33 @@ def test_limits_split_options_into_feasible_and_not(study, doc):
     assert all(o["feasible"] for o in limited["per_platform"])
 
 
+def test_the_prices_under_the_dollars_are_dated_and_aged(study, doc):
+    """The report says when the prices it used were read, and how old where over 90 days (the
+    shipped CPU price is older): in its JSON, on its first lines and at a sweep's end."""
+    import datetime as dt
+    import io
+
+    from rich.console import Console
+
+    from autotune.pricing.catalog import STALE_AFTER_DAYS
+    from autotune.pricing.load import load_catalog
+    from autotune.report.terminal import print_summary
+
+    cat = load_catalog(None if doc["catalog"] == "built-in" else doc["catalog"])  # the study's
+    offers = {o["offer"] for o in doc["options"]}
+    first = min(cat.offer(o).price_date for o in offers)
+    age = (dt.date.today() - dt.date.fromisoformat(first)).days
+    assert doc["catalog_note"].startswith(f"example prices as of {first}")
+    assert (f"{age} days ago, over {STALE_AFTER_DAYS}" in doc["catalog_note"]) == (age > STALE_AFTER_DAYS)
+    p = study.cli("report")
+    assert f"Prices: {doc['catalog_note']}." in " ".join(p.stdout.split()), p.stdout
+    con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+    print_summary(doc, con, [])
+    end = con.export_text().splitlines()
+    assert all(len(ln) <= 80 for ln in end)
+    assert f"Prices: {doc['catalog_note']}." in " ".join(" ".join(end).split())
+
+
 def test_no_pick_says_how_near_the_options_come_and_points_to_the_report(study, doc):
     """Under limits no option meets, the sweep's end named the limits only, then offered an
     export that fails; now it says how near the cheapest and the fastest come, and the next

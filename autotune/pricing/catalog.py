@@ -206,11 +206,19 @@ class Catalog(CatalogModel):
                 f"days ago (more than {STALE_AFTER_DAYS}): prices move; check your provider and "
                 f"update the file or pass --catalog FILE")
 
-    def price_note(self, offers: Iterable[str] | None = None) -> str:
+    def price_note(self, offers: Iterable[str] | None = None, today: _dt.date | None = None,
+                   with_age: bool = False) -> str:
         """e.g. 'example prices as of 2025-06-01; check your provider': the dates of the prices
-        priced (`offers`: their names; None: every offer of the catalog)."""
-        first, last = self.price_dates(offers)
-        return f"example prices as of {first if first == last else f'{first} to {last}'}; check your provider"
+        priced (`offers`: their names; None: every offer of the catalog). `with_age`: where the
+        oldest is over STALE_AFTER_DAYS old, how old (what a report or a bill says under its
+        dollars, which carry no warning line of their own)."""
+        names = None if offers is None else list(offers)
+        first, last = self.price_dates(names)
+        age = self.age_days(today, names) if with_age else 0
+        which = "" if first == last else "the oldest "
+        old = f" ({which}{age} days ago, over {STALE_AFTER_DAYS}: the dollars may be out of date)" \
+            if age > STALE_AFTER_DAYS else ""
+        return f"example prices as of {first if first == last else f'{first} to {last}'}{old}; check your provider"
 
 
 def _norm(s: str) -> str:

@@ -356,7 +356,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         study=study.study_name,
         storage=redact_url(storage_url) if storage_url else None,
         catalog=spec.catalog or "built-in",
-        catalog_note=catalog.price_note({o.offer for o in options} or None) if catalog is not None else None,
+        catalog_note=catalog.price_note({o.offer for o in options} or None, with_age=True)
+        if catalog is not None else None,
         limits=limits,
         counts=_counts(rows),
         search=_search_cost(rows),

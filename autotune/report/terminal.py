@@ -158,6 +158,23 @@ def _limits_line(limits: dict[str, Any]) -> str:
     return ", ".join(parts) + f" (from {limits['source']})" if parts else "no budget or deadline set"
 
 
+def _tail_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str | None]]:
+    """The sweep's end after the Pareto set: the trials that did not complete, and the dates
+    of the prices under the dollars (how old, where they are old), whole at `width`."""
+    import textwrap
+
+    out: list[tuple[str, str | None]] = []
+    if doc["failures"]:
+        n = sum(g["count"] for g in doc["failures"])
+        out.append((clip("", f"{n} trial(s) did not complete: " + ", ".join(
+            f"{g['count']} {g['status']}" for g in doc["failures"]), width), "yellow"))
+    note = doc.get("catalog_note")
+    if note and doc["options"]:
+        style = "yellow" if "out of date" in note else None
+        out += [(text, style) for text in textwrap.wrap(f"Prices: {note}.", width, subsequent_indent="  ")]
+    return out
+
+
 def _no_pick_text(doc: dict[str, Any]) -> str:
     """Why nothing is recommended; under limits, how near the best options come to them."""
     options, limits = doc["options"], doc["limits"]
@@ -194,6 +211,8 @@ def print_report(doc: dict[str, Any], console) -> None:
     console.print(f"[bold]Study '{doc['study']}'[/]: {c['total']} trials: {c['complete']} complete, "
                   f"{c['pruned']} pruned, {c['failed']} failed, {c['running']} running. "
                   f"Limits: {_limits_line(doc['limits'])}.")
+    if doc.get("catalog_note"):
+        console.print(f"Prices: {doc['catalog_note']}.", markup=False)
     console.print(trials_table(doc["trials"], f"All trials ({len(doc['trials'])})", width))
     if doc["pareto"]:
         console.print(options_table(doc["pareto"], "Pareto set of (config, offer): no option is both "
@@ -294,10 +313,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
             width), None))
     for text in interference_lines(doc):
         lines.append((clip("", text, width), None))
-    if doc["failures"]:
-        n = sum(g["count"] for g in doc["failures"])
-        lines.append((clip("", f"{n} trial(s) did not complete: " + ", ".join(
-            f"{g['count']} {g['status']}" for g in doc["failures"]), width), "yellow"))
+    lines += _tail_lines(doc, width)
     for cmd in next_commands:
         lines.append((cmd, None))
     for text, style in lines:
