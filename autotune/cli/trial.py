@@ -46,6 +46,10 @@ def trial(
     from autotune.contract.trial_files import TRIAL_NAMES, own_output
     from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
 
+    crowded = _crowded_cores(cfg)
+    if crowded:
+        console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
+
     if out is None:
         out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
         result = run_trial(cfg, out)
@@ -79,10 +83,23 @@ def trial(
             gns = "not measured" if r.gradient_noise_scale is None else f"{r.gradient_noise_scale:,.1f} samples"
             c.print(f"gradient noise scale: {gns}")
             c.print(f"final loss: {r.final_loss:.4f}  folder: {out}")
-            for note in r.notes:
-                c.print(f"  note: {note}")
+            for note in r.notes + ([crowded] if crowded else []):
+                c.print(f"  note: {note}", markup=False)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _crowded_cores(cfg) -> str | None:
+    """On CPU, more threads than usable cores: the ranks share cores, so the trial measures
+    them crowded (the sweep never offers such a config; `trial` runs what it is given)."""
+    from autotune.contract import DeviceKind
+    from autotune.contract.hardware import usable_cpu_count
+
+    threads, cores = cfg.num_gpus * cfg.threads_per_rank, usable_cpu_count()
+    if cfg.device is not DeviceKind.cpu or threads <= cores:
+        return None
+    return (f"{cfg.num_gpus} rank(s) x {cfg.threads_per_rank} thread(s) on {cores} usable core(s): the "
+            f"ranks share cores, so its tokens/s is not what {threads} cores would run")
 
 
 def _run_in(cfg, out: Path):
