@@ -5,6 +5,7 @@ folders, the catalog import's file, study copy's runs folder and the sweep's run
     check_parent(Path("out/report.html"), "--html")   # the folder exists; a file in the way is named
     probe_writable(folder, path, "--out")              # a file can be made there (removed at once)
     with writing(path, "--out"): ...                   # an OSError on `path` becomes a UserError
+    refuse_foreign(path, MARK, "--html", "a report")   # a file there that autotune did not write
 """
 
 from __future__ import annotations
@@ -66,3 +67,20 @@ def check_parent(path: Path, flag: str = "") -> None:
                         fix="give a path inside a folder, or move that file away")
     raise UserError(f"folder '{path.parent}' does not exist (for {named})",
                     fix="create it first or choose another path")
+
+
+def refuse_foreign(path: Path, mark: str, flag: str, what: str) -> None:
+    """UserError when `path` exists and is not a file autotune wrote: one whose first 4 KiB hold
+    `mark` (the tag each single-file writer puts in its output). Folders have a manifest
+    instead (autotune.report.files); a file of the user's is never replaced, --force or not."""
+    if not path.exists():
+        return
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            ours = mark in f.read(4096)
+    except OSError:
+        ours = False
+    if not ours:
+        raise UserError(f"{flag} '{path}' exists and is not {what} autotune wrote",
+                        fix=f"give another {flag} (autotune never replaces a file it did not write; "
+                            "move or delete it yourself if it is not needed)")

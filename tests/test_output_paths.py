@@ -160,7 +160,7 @@ def test_catalog_import_force_replaces_only_an_earlier_import(cli, tmp_path):
     mine.write_text("offers: []  # my negotiated prices\n")
     for force in ([], ["--force"]):
         code, _, err = cli(*_command("catalog", (tmp_path, ""), str(mine)), *force)
-        _one_clear_error(code, err, "is not a catalog autotune imported", "never replaces")
+        _one_clear_error(code, err, "is not a catalog autotune wrote", "never replaces")
         assert mine.read_text() == "offers: []  # my negotiated prices\n"
     imported = tmp_path / "imported.yaml"
     code, _, err = cli(*_command("catalog", (tmp_path, ""), str(imported)))

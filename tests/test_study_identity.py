@@ -14,23 +14,7 @@ import pytest
 from autotune.errors import UserError
 from autotune.search.identity import IDENTITY_ATTR, check_same_study, describe_changes, study_identity
 from autotune.spec import SweepSpec, load_spec
-
-SPACE = """
-num_gpus: [1]
-micro_batch_size: [1, 2]
-grad_accum_steps: [2]
-precision: [fp32]
-checkpointing: [none]
-"""
-
-SPEC = """
-workload: {kind: gpt, preset: tiny}
-seq_len: 32
-target: {tokens: 1.0e7}
-space: space.yaml
-trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 80}
-study: s1
-"""
+from tests.test_runs_dir import SPACE, SPEC  # the same tiny sweep (study s1)
 
 
 def _spec(tmp_path, text: str = SPEC, space: str = SPACE) -> SweepSpec:

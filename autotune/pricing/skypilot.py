@@ -354,32 +354,20 @@ def _offers(seen: dict, files: list, dates: dict[str, str], spot_rate: float | N
 IMPORTED_MARK = "# Imported by `autotune catalog import"
 
 
-def _imported(path: Path) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.readline().startswith(IMPORTED_MARK)
-    except OSError:
-        return False
-
-
 def write_catalog(catalog: Catalog, out: Path, header: str = "", force: bool = False) -> None:
     """Write `catalog` as YAML atomically (a temp file renamed over `out`): all or nothing.
     A path that cannot be written is a UserError naming it and the system's reason."""
     import yaml
 
-    from autotune.paths import check_parent, writing
+    from autotune.paths import check_parent, refuse_foreign, writing
 
     if out.is_dir():
         raise UserError(f"--out '{out}' is a folder", fix="give a file name for --out, e.g. "
                         f"{out / 'my_prices.yaml'}")
-    if out.exists():
-        if not _imported(out):
-            raise UserError(f"--out '{out}' exists and is not a catalog autotune imported",
-                            fix="give another --out (autotune never replaces a file it did not write; "
-                                "move or delete it yourself if it is not needed)")
-        if not force:
-            raise UserError(f"--out '{out}' exists (an earlier import)",
-                            fix="give another --out, or --force to replace that import")
+    refuse_foreign(out, IMPORTED_MARK, "--out", "a catalog")
+    if out.exists() and not force:
+        raise UserError(f"--out '{out}' exists (an earlier import)",
+                        fix="give another --out, or --force to replace that import")
     check_parent(out, "--out")
     doc = catalog.model_dump(mode="json", exclude_none=True)
     text = header + yaml.safe_dump(doc, sort_keys=False, width=100)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
-from autotune.paths import check_parent, probe_writable
+from autotune.paths import check_parent, probe_writable, refuse_foreign
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
 from autotune.report.files import write_files, write_text_atomic
 from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
@@ -216,15 +216,7 @@ def prepare_html_path(path: str | Path) -> Path:
     if path.is_dir():
         raise UserError(f"--html {path} is a folder", fix="give a file path, or use --out FOLDER")
     check_parent(path, "--html")
-    if path.exists():
-        try:
-            ours = GENERATOR_META in path.read_text(encoding="utf-8", errors="replace")[:4096]
-        except OSError:
-            ours = False
-        if not ours:
-            raise UserError(f"--html {path} exists and is not a report autotune wrote",
-                            fix="choose another file name (autotune never replaces a file it did not "
-                                "write; move or delete it yourself if it is not needed)")
+    refuse_foreign(path, GENERATOR_META, "--html", "a report")
     probe_writable(path.parent, path, "--html")
     return path
 
