@@ -3,6 +3,7 @@
     fmt_bytes(3 * 2**30)         # "3.0 GiB"
     fmt_hours(0.5), fmt_hours(72), fmt_hours(72, days_beside=True)   # "30.0 min", "3.0 d", "72.0 h (3.0 d)"
     fmt_usd(1234.5), fmt_pct(0.295)                                   # "$1,234.50", "29.5%"
+    fmt_tokens(1e9), fmt_tokens(2.5e11), fmt_tokens(12_345)           # "1B", "250B", "12.3k"
 """
 
 from __future__ import annotations
@@ -54,3 +55,13 @@ def fmt_usd_range(low: float, high: float) -> str:
 
 def fmt_pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_tokens(n: float | None) -> str:
+    """A token count to 3 significant digits with its scale: '1B', '250B', '1.5T', '12.3k'."""
+    if n is None:
+        return "-"
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"

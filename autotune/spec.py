@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, Workload
 from autotune.errors import UserError, format_validation_error, load_yaml_file
-from autotune.pricing.target import TargetSpec
+from autotune.pricing.target import DEFAULT_TOKENS, TargetSpec
 
 
 class _Spec(BaseModel):
@@ -178,7 +178,7 @@ class SweepSpec(_Spec):
         "What is trained: the built-in GPT (kind gpt), a Hugging Face model (kind hf) or your "
         "own entry point (kind entry_point)."))
     seq_len: int = Field(default=128, gt=0, description="Tokens per sequence, in every trial and the long run.")
-    target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=1e9), description=(
+    target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=DEFAULT_TOKENS), description=(
         "How much training the long run does: tokens, steps, epochs or a loss; the bill is to it."))
     batch: BatchPolicy = Field(default_factory=BatchPolicy, description="A fixed global batch, or none.")
     space: str = Field(default="default", description="Search space: a shipped name or a YAML path.")

@@ -63,6 +63,9 @@ def test_a_report_of_the_old_study(old_study):
     assert {m["trial"] for m in doc["memory"]} == {0, 1, 2, 4, 5}
     assert all(m["predicted_peak_mem_bytes"] > 0 and m["measured_peak_mem_bytes"] > 0 for m in doc["memory"])
     assert doc["pareto"] and doc["cheapest"] is not None
+    # Its spec record holds the target; its scores, the tokens to it.
+    assert doc["target"] == "1B tokens"
+    assert {o["tokens_to_target"] for o in doc["options"]} == {1e9}
 
 
 def test_resuming_the_old_study_reuses_and_moves_from_its_records(old_study):

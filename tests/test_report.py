@@ -140,6 +140,34 @@ def test_the_prices_under_the_dollars_are_dated_and_aged(study, doc):
     assert f"Prices: {doc['catalog_note']}." in " ".join(" ".join(end).split())
 
 
+def test_hours_and_dollars_name_the_target_they_reach(study, doc, tmp_path):
+    """'9.4 h, $0.84' is to the spec's target; the report, the sweep's end and the bill say which
+    (a new user could not tell): the document's target in words, each option's tokens to it."""
+    import io
+
+    import yaml
+    from rich.console import Console
+
+    from autotune.pricing.target import TargetSpec, tokens_to_target
+    from autotune.report.terminal import print_summary
+
+    target = TargetSpec.model_validate(yaml.safe_load((study.folder / "spec.yaml").read_text())["target"])
+    assert doc["target"] == target.describe() == "10M tokens"
+    # A tokens target is the same at every global batch (a steps or loss target is not:
+    # tests/test_target.py); each option carries what its trial was priced to.
+    assert {(o["tokens_to_target"], o["target_basis"]) for o in doc["options"]} == {
+        (tokens_to_target(target, 1).tokens, tokens_to_target(target, 1).basis)}
+    assert "Hours and dollars are to the target: 10M tokens." in study.cli("report").stdout
+    con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+    print_summary(doc, con, [])
+    assert "; target 10M tokens; search cost" in con.export_text()
+    p = study.cli("export", "--pick", "cheapest", "--out", str(tmp_path / "launch"))
+    assert p.returncode == 0, p.stderr
+    assert " to 10M tokens (from " in p.stdout
+    bill = (tmp_path / "launch" / "bill.md").read_text()
+    assert "| to target (10M tokens) |" in bill and "to the target (1e+07 tokens)" in bill
+
+
 def test_no_pick_says_how_near_the_options_come_and_points_to_the_report(study, doc):
     """Under limits no option meets, the sweep's end named the limits only, then offered an
     export that fails; now it says how near the cheapest and the fastest come, and the next
@@ -504,7 +532,7 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     bill = next(out.glob("*.md")).read_text()
     # Hours and dollars are projected to the target; the tokens/s under them were measured.
     assert "(from measured tokens/s)" in p.stdout.splitlines()[0], p.stdout
-    assert "hours and dollars projected to the target from tokens/s measured (" in bill, bill
+    assert "hours and dollars projected to the target (1e+07 tokens) from tokens/s measured (" in bill, bill
     assert "**aws-c7i-ondemand**" in bill and "region us-east-1" in bill and "instance " in bill
     # An offer typed wrong: one message naming the offer it may be, and no folder written.
     typo = tmp_path / "typo"

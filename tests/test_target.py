@@ -50,3 +50,17 @@ def test_target_spec_validation():
         TargetSpec(loss=2.0, tokens=1e9, reference_tokens=1e9, reference_global_batch_tokens=10)
     with pytest.raises(ValueError, match="must be > 0"):
         TargetSpec(loss=2.0, reference_tokens=1e9, reference_global_batch_tokens=10, b_noise_tokens=-1)
+
+
+def test_a_target_in_words_as_outputs_name_it():
+    """What the report and the bill print beside hours and dollars (autotune.format.fmt_tokens)."""
+    from autotune.format import fmt_tokens
+
+    assert [fmt_tokens(x) for x in (1e9, 2.5e11, 1.5e12, 12_345, 999, 1e7)] == \
+        ["1B", "250B", "1.5T", "12.3k", "999", "10M"]
+    assert TargetSpec().describe() == "1B tokens"  # no target given: the default
+    assert TargetSpec(tokens=1e11).describe() == "100B tokens"
+    assert TargetSpec(steps=10_000).describe() == "10,000 steps"
+    assert TargetSpec(epochs=2, dataset_tokens=5e9).describe() == "2 epochs of 5B tokens"
+    assert TargetSpec(loss=2.1, reference_tokens=1.3e10,
+                      reference_global_batch_tokens=524_288).describe() == "loss 2.1 (reference run: 13B tokens)"

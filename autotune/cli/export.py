@@ -46,10 +46,10 @@ def export(
     as_json: bool = typer.Option(False, "--json", help="print what was written as one JSON document"),
 ) -> None:
     """Write accelerate config, DeepSpeed config (ZeRO), launch.sh and the projected bill."""
-    from autotune.format import fmt_hours, fmt_usd
     from autotune.names import check_study_name
     from autotune.report.build import collect
     from autotune.report.export import BILL_MD, EXPORT_TARGETS, plan_export, write_export
+    from autotune.report.export_bill import projected_text
     from autotune.report.files import check_out_path
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
@@ -79,7 +79,7 @@ def export(
                     "option": o})
         return
     con = console()
-    where = (f" on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} (from {o['basis_kind']} tokens/s)" if o
+    where = (f" on {o['offer']}: {projected_text(o)} (from {o['basis_kind']} tokens/s)" if o
              else " (not priced)")
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
     for p in paths:

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autotune.errors import UserError
+from autotune.format import fmt_tokens
+
+# A target with none of tokens, steps, epochs or loss (an empty `target: {}`) is this many tokens,
+# the spec's default.
+DEFAULT_TOKENS = 1e9
 
 
 class TargetSpec(BaseModel):
@@ -58,6 +63,17 @@ class TargetSpec(BaseModel):
             raise ValueError("a `loss` target needs `reference_tokens` and "
                              "`reference_global_batch_tokens` (the run that reached that loss)")
         return self
+
+    def describe(self) -> str:
+        """The target in a few words, as outputs name it beside hours and dollars:
+        '1B tokens', '10,000 steps', '2 epochs of 5B tokens', 'loss 2.1 (reference run: 13B tokens)'."""
+        if self.loss is not None:
+            return f"loss {self.loss:g} (reference run: {fmt_tokens(self.reference_tokens)} tokens)"
+        if self.steps is not None:
+            return f"{self.steps:,} steps"
+        if self.epochs is not None:
+            return f"{self.epochs:g} epochs of {fmt_tokens(self.dataset_tokens)} tokens"
+        return f"{fmt_tokens(self.tokens if self.tokens is not None else DEFAULT_TOKENS)} tokens"
 
 
 @dataclass(frozen=True)
@@ -124,5 +140,5 @@ def tokens_to_target(target: TargetSpec, global_batch_tokens: int,
     if target.epochs is not None:
         tokens = float(target.epochs) * float(target.dataset_tokens or 0.0)
         return TokensToTarget(tokens, f"{target.epochs:g} epochs x {target.dataset_tokens:.3g} tokens")
-    tokens = float(target.tokens if target.tokens is not None else 1e9)
+    tokens = float(target.tokens if target.tokens is not None else DEFAULT_TOKENS)
     return TokensToTarget(tokens, f"{tokens:.3g} tokens")

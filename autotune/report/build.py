@@ -313,6 +313,18 @@ def _empty_notes(options: list[OptionRow], feasible: list[OptionRow], rows: list
     return notes
 
 
+def _target_text(spec: SweepRecord) -> str | None:
+    """The stored target in words; None for a study swept before the spec stored it."""
+    from autotune.pricing.target import TargetSpec
+
+    if not spec.target:
+        return None
+    try:
+        return TargetSpec.model_validate(spec.target).describe()
+    except ValueError:  # a target an older autotune stored in another shape: not guessed at
+        return None
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
@@ -358,6 +370,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         catalog=spec.catalog or "built-in",
         catalog_note=catalog.price_note({o.offer for o in options} or None, with_age=True)
         if catalog is not None else None,
+        target=_target_text(spec),
         limits=limits,
         counts=_counts(rows),
         search=_search_cost(rows),

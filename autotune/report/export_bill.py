@@ -6,8 +6,10 @@ projected bill on the chosen offer.
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.contract import DeviceKind, TrialConfig
-from autotune.format import fmt_bytes, fmt_hours, fmt_usd
+from autotune.format import fmt_bytes, fmt_hours, fmt_tokens, fmt_usd
 from autotune.report.export_plan import BILL_MD, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, ExportPlan
 from autotune.report.optimizer import optimizer_notes
 from autotune.report.sharding import sharding_bill_lines, sharding_label
@@ -26,8 +28,18 @@ def bill_line(plan: ExportPlan) -> str:
     o = plan.option
     if o is None:
         return "Not priced: no catalog offer matched this trial's hardware."
-    return (f"Projected on {o['offer']}: {fmt_hours(o['hours'])}, {fmt_usd(o['usd'])} "
-            f"(from {o['basis_kind']} tokens/s; see {BILL_MD}).")
+    return f"Projected on {o['offer']}: {projected_text(o)} (from {o['basis_kind']} tokens/s; see {BILL_MD})."
+
+
+def projected_text(o: dict[str, Any]) -> str:
+    """'9.4 h, $0.84 to 1B tokens': an option's hours and dollars and what they reach."""
+    label = _tokens_label(o)
+    return f"{fmt_hours(o['hours'])}, {fmt_usd(o['usd'])}" + (f" to {label}" if label else "")
+
+
+def _tokens_label(o: dict[str, Any]) -> str | None:
+    """'1B tokens': what the bill is projected to (None for an option stored without it)."""
+    return f"{fmt_tokens(o['tokens_to_target'])} tokens" if o.get("tokens_to_target") else None
 
 
 def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
@@ -51,9 +63,12 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
                 + (f", instance {o['instance']}" if o.get("instance") else "")
                 + (f", region {', '.join(o['regions'])}" if o.get("regions") else "")
                 + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
-                + f"); hours and dollars projected to the target from tokens/s {o['basis']}.", "",
+                + "); hours and dollars projected to the target"
+                + (f" ({o['target_basis']})" if o.get("target_basis") else "")
+                + f" from tokens/s {o['basis']}.", "",
                 "| case | hours | dollars |", "|---|---:|---:|",
-                f"| to target | {fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
+                f"| to target{f' ({_tokens_label(o)})' if _tokens_label(o) else ''} | "
+                f"{fmt_hours(o['hours'])} | {fmt_usd(o['usd'])} |"]
         if s:
             out += [f"| +30% time | {fmt_hours(s.get('plus_30pct_time_hours'))} | "
                     f"{fmt_usd(s.get('plus_30pct_time_usd'))} |",

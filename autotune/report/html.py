@@ -170,7 +170,8 @@ def render_html(doc: dict[str, Any]) -> str:
     body = f"""
 <h1>autotune report: study '{_e(doc['study'])}'</h1>
 <div class='meta'>{c['total']} trials: {c['complete']} complete, {c['pruned']} pruned, {c['failed']} failed,
-{c['running']} running &middot; search cost {_e(_search_text(doc))}
+{c['running']} running &middot; hours and dollars to {_e(doc.get('target') or 'the target')}
+&middot; search cost {_e(_search_text(doc))}
 &middot; storage {_e(doc['storage'] or '-')} &middot; catalog {_e(doc['catalog'])}
 &middot; {_e(doc['catalog_note'] or '')} &middot; report schema v{doc['schema_version']}</div>
 <div class='cards'>{_card('Cheapest', doc['cheapest'], limits_text)}

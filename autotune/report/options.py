@@ -54,10 +54,10 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
     at_estimate = estimate is not None and (len(estimate.runs) > 1 or not math.isclose(
         estimate.tokens_per_s, estimate.runs[0].tokens_per_s, rel_tol=1e-9))
     bills = bills_for_trial(trial, catalog, estimate.tokens_per_s if at_estimate else None)
+    score = TrialRecord.of(trial).score
     if bills is None:
         if row.hours is None or row.usd is None or row.offer is None:
             return []
-        score = TrialRecord.of(trial).score
         bills = [{"offer": row.offer, "hours": row.hours, "usd": row.usd, "basis": row.basis,
                   "gpu_hours": score.gpu_hours if score else None}]
     out = []
@@ -83,6 +83,8 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
             breakdown=b.get("breakdown") if isinstance(b.get("breakdown"), dict) else None,
             within_budget=None, within_deadline=None, feasible=True, pareto=False,
             runs=estimate.trials if estimate is not None else [row.number],
+            tokens_to_target=score.tokens_to_target if score else None,
+            target_basis=(score.target_basis or None) if score else None,
         ))
     return out
 

@@ -120,6 +120,10 @@ class OptionRow(_M):
     runs: list[int] = Field(default_factory=list, description="the trials that measured this "
                             "config on this hardware (the first, then repeats); hours, usd and "
                             "tokens_per_s are the estimate over all of them (see `picks`)")
+    tokens_to_target: float | None = Field(None, description="tokens the long run processes to "
+                                           "reach the target at this config's global batch")
+    target_basis: str | None = Field(None, description="how tokens_to_target was derived, e.g. "
+                                     "'1e+09 tokens' or '1,000 steps x 8,192 tokens/step'")
 
 
 class RunRow(_M):
@@ -237,6 +241,9 @@ class ReportDoc(_M):
     storage: str | None = Field(description="storage URL with any password redacted")
     catalog: str | None = Field(description="the catalog the offers came from")
     catalog_note: str | None = Field(description="e.g. example prices as of DATE; check your provider")
+    target: str | None = Field(None, description="the training target that hours and dollars are "
+                               "projected to, in words ('1B tokens', '10,000 steps'); None: a study "
+                               "swept before autotune stored it")
     limits: Limits
     counts: Counts
     search: SearchCost

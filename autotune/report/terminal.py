@@ -211,6 +211,8 @@ def print_report(doc: dict[str, Any], console) -> None:
     console.print(f"[bold]Study '{doc['study']}'[/]: {c['total']} trials: {c['complete']} complete, "
                   f"{c['pruned']} pruned, {c['failed']} failed, {c['running']} running. "
                   f"Limits: {_limits_line(doc['limits'])}.")
+    if doc.get("target"):
+        console.print(f"Hours and dollars are to the target: {doc['target']}.", markup=False)
     if doc.get("catalog_note"):
         console.print(f"Prices: {doc['catalog_note']}.", markup=False)
     console.print(trials_table(doc["trials"], f"All trials ({len(doc['trials'])})", width))
@@ -271,8 +273,11 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
     cost = fmt_usd(s["usd"]) if s["usd"] is not None else "not priced"
     states = ", ".join(f"{c[k]} {'queued' if k == 'waiting' else k}"
                        for k in ("complete", "pruned", "failed", "running", "waiting") if c.get(k))
+    # What the hours and dollars below are projected to (none shown for a study swept before
+    # the target was stored).
+    target = f"target {doc['target']}; " if doc.get("target") else ""
     lines.append((clip("", f"Study '{doc['study']}': {c['total']} trials ({states or 'none yet'}); "
-                       f"search cost {cost}.", width), None))
+                       f"{target}search cost {cost}.", width), None))
     pick = doc["cheapest"]
     if pick is None:
         lines.append((clip("", f"No pick: {_no_pick_text(doc)}.", width), "yellow"))
