@@ -23,15 +23,91 @@ class UserError(Exception):
         return f"{self.message}. To fix: {self.fix}" if self.fix else self.message
 
 
-def format_validation_error(source: str | Path, exc: Any) -> str:
-    """Turn a pydantic ValidationError into 'FILE: field `a.b`: message' lines."""
+def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> str:
+    """Turn a pydantic ValidationError into 'FILE: field `a.b`: message' lines. With `model`
+    (the pydantic model validated), an unknown field gets "did you mean 'x'?" when one of the
+    fields allowed at that place is close to it."""
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
         msg = err.get("msg", "invalid")
         msg = msg.removeprefix("Value error, ")
+        if model is not None and err.get("type") == "extra_forbidden" and err.get("loc"):
+            msg += _did_you_mean(model, tuple(err["loc"]))
         lines.append(f"{source}: field `{loc}`: {msg}" if loc else f"{source}: {msg}")
     return "\n".join(lines)
+
+
+def _did_you_mean(model: Any, loc: tuple) -> str:
+    """" (did you mean 'seq_len'?)" for the unknown key loc[-1], or "" when nothing is close."""
+    import difflib
+
+    unknown = loc[-1]
+    if not isinstance(unknown, str):
+        return ""
+    names = sorted({n for m in _models_at(model, loc[:-1]) for n in _field_names(m)})
+    close = difflib.get_close_matches(unknown, names, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and hasattr(tp, "model_fields")
+
+
+def _field_names(model: Any) -> set[str]:
+    """The keys a model accepts: each field's alias, and its name unless only the alias is."""
+    by_name = model.model_config.get("populate_by_name") or model.model_config.get("validate_by_name")
+    names = set()
+    for name, field in model.model_fields.items():
+        if field.exclude is True:  # internal (SweepSpec.source): not a key to suggest
+            continue
+        alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+        names.update([alias] if alias else [])
+        names.update([name] if not alias or by_name else [])
+    return names
+
+
+def _types_in(tp: Any) -> list:
+    """The types an annotation may hold: Annotated unwrapped, a Union or `X | None` split."""
+    import types
+    import typing
+
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _types_in(typing.get_args(tp)[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return [t for a in typing.get_args(tp) for t in _types_in(a)]
+    return [tp]
+
+
+def _models_at(model: Any, path: tuple) -> list:
+    """The pydantic models a validation error's `loc` prefix leads to from `model`: by field
+    name or alias, through a union's tag (`workload.gpt`: the member whose Literal field is
+    'gpt', or named so), and through a list's index or a dict's key."""
+    import typing
+
+    current = [model]
+    for part in path:
+        nxt = []
+        for tp in current:
+            if _is_model(tp):
+                field = next((f for n, f in tp.model_fields.items() if part in (n, f.alias)), None)
+                if field is not None:
+                    nxt += _types_in(field.annotation)
+                elif part == tp.__name__ or part in _literals(tp):
+                    nxt.append(tp)  # a union member's tag: the same model, one step on
+            elif typing.get_origin(tp) in (list, tuple, set, frozenset, dict) and typing.get_args(tp):
+                nxt += _types_in(typing.get_args(tp)[-1])
+        current = nxt
+    return [t for t in current if _is_model(t)]
+
+
+def _literals(model: Any) -> set:
+    """Every value of the model's Literal fields (a discriminated union's tags)."""
+    import typing
+
+    return {v for f in model.model_fields.values() if typing.get_origin(f.annotation) is typing.Literal
+            for v in typing.get_args(f.annotation)}
 
 
 def load_yaml_file(path: str | Path, what: str) -> Any:

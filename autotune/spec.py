@@ -230,7 +230,7 @@ class SweepSpec(_Spec):
         try:
             spec = SweepSpec.model_validate(data)
         except ValidationError as exc:
-            raise UserError(format_validation_error("command line", exc),
+            raise UserError(format_validation_error("command line", exc, SweepSpec),
                             fix=f"correct the option ({_flags_shown(updates, exc)})") from None
         spec.source = self.source
         return spec
@@ -253,7 +253,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise UserError(format_validation_error(path, exc),
+        raise UserError(format_validation_error(path, exc, SweepSpec),
                         fix="correct the field as described (the fields and their defaults: "
                             "autotune/spec.py; an example: README, 'Usage')") from None
     spec = resolve_relative_paths(spec, Path(path).resolve().parent)

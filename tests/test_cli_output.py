@@ -99,3 +99,16 @@ def test_help_paragraphs_are_reflowed_at_80_columns(run_cli):
     assert "Ctrl-C finishes the running trial" in " ".join(lines)
     ragged = [ln for ln, nxt in zip(lines, lines[1:]) if ln and nxt and len(ln) < 60]
     assert ragged == [], lines
+
+
+def test_help_shows_no_type_for_a_flag(cli):
+    """typer's rich help gave every flag a type, as if it took a value (`--json <bool>`,
+    `--help <bool>`); a flag now shows none, and an option that takes a value keeps its own."""
+    for args in (("--help",), ("sweep", "--help")):
+        code, out, _ = cli(*args)
+        assert code == 0 and "<bool>" not in out, out
+        row = next(ln for ln in out.splitlines() if "--help" in ln)
+        assert "<" not in row, row
+    code, out, _ = cli("sweep", "--help")
+    assert next(ln for ln in out.splitlines() if "--json" in ln and "print" in ln).count("<") == 0
+    assert "<float>" in next(ln for ln in out.splitlines() if "--max-gpu-hours" in ln)

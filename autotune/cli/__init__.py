@@ -19,6 +19,24 @@ import typer
 from autotune.cli.common import console
 from autotune.errors import EXIT_USER_ERROR, UserError
 
+
+def _flags_show_no_type() -> None:
+    """A flag takes no value, so `--help` shows it none: typer's rich option panel (0.2x) asks
+    every option, flags and `--help` included, for its type (`--json <bool>`); its plain help
+    leaves it off a flag or count, and so does this. Options that take a value keep theirs."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return  # a typer without it
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag or self.count else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_type()
 # Markdown help: a docstring's paragraph is reflowed to the terminal's width (in typer's "rich"
 # mode its own line breaks stayed, each line wrapped again: one-word lines at 80 columns), and
 # `code` in it is shown as code.

@@ -87,7 +87,7 @@ def load_space(name_or_path: str) -> SearchSpace:
     try:
         return SearchSpace.model_validate(data)
     except ValidationError as exc:
-        raise UserError(format_validation_error(p, exc),
+        raise UserError(format_validation_error(p, exc, SearchSpace),
                         fix="see autotune/data/search_spaces/default.yaml for the format") from None
 
 
