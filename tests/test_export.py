@@ -84,9 +84,9 @@ def _venv_python() -> str:
     return sys.executable
 
 
-def _run_launch_script(folder: Path, results: Path, *args: Path,
+def _run_launch_script(folder: Path, results: Path, *args: Path | str,
                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """launch.sh of an export, run in `results` with `args` (none: autotune's own worker)."""
+    """launch.sh of an export, run in `results` with `args` ("--check": autotune's own worker)."""
     results.mkdir()
     env = {**os.environ, "PYTHON": _venv_python(), "MASTER_PORT": str(free_port()),
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent), **(env or {})}
@@ -239,9 +239,9 @@ def test_fsdp2_export_runs_under_accelerate_launch(tmp_path_factory, tmp_path):
         assert r["local_rows"] * 2 == r["rows"]  # each rank holds half of every weight
         assert r["accum"] == cfg["grad_accum_steps"] and r["micro"] == cfg["micro_batch_size"]
         assert r["mixed_precision"] == "no"  # an fp32 trial
-    # 2. no script: autotune's worker re-runs the measured FSDP2 trial under the same launch
+    # 2. --check: autotune's worker re-runs the measured FSDP2 trial under the same launch
     res = tmp_path / "check"
-    run = _run_launch_script(out, res, env={"AUTOTUNE_RESULT": str(res / "result.json")})
+    run = _run_launch_script(out, res, "--check", env={"AUTOTUNE_RESULT": str(res / "result.json")})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     check = json.loads((res / "result.json").read_text())
     assert check["status"] == "ok" and check["observations"]["engine"] == "fsdp2"

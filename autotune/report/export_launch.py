@@ -8,12 +8,25 @@ the environment a training script reads them from.
 from __future__ import annotations
 
 import shlex
+import textwrap
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
 from autotune.contract.rank_env import cpu_rank_env
 from autotune.report.export_bill import bill_line, config_line
 from autotune.report.export_plan import ACCELERATE_CONFIG, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan
 from autotune.run.shm import SHM_DIR, deepspeed_shm_pattern
+
+# Where `launch.sh --check` has autotune's worker write its result (AUTOTUNE_RESULT chooses).
+CHECK_RESULT = "autotune_check_result.json"
+# The launcher's module, as the script runs it.
+_LAUNCHER_MODULE = {Launcher.torchrun: "python -m torch.distributed.run",
+                    Launcher.deepspeed: "python -m deepspeed.launcher.runner",
+                    Launcher.accelerate: "python -m accelerate.commands.launch"}
+# In a usage line: the path the script was called by ("$0").
+_ME = object()
+# Settings the usage shows when they differ from these values (batch and precision always).
+_KEY_SETTINGS = [("AUTOTUNE_ZERO_STAGE", "0"), ("AUTOTUNE_OFFLOAD", "none"), ("AUTOTUNE_FSDP", "none"),
+                 ("AUTOTUNE_TP_DEGREE", "1"), ("AUTOTUNE_CHECKPOINTING", "none"), ("AUTOTUNE_COMPILE", "0")]
 
 
 def settings_env(cfg: TrialConfig, trainer: bool = False) -> list[tuple[str, str]]:
@@ -63,14 +76,16 @@ def launch_script(plan: ExportPlan) -> str:
         f"# {_one_line(config_line(cfg))}",
         f"# {_one_line(bill_line(plan))}",
         "#",
-        f"#   ./{LAUNCH_SCRIPT}                     # no script: re-run the measured trial (autotune's worker)",
         f"#   ./{LAUNCH_SCRIPT} train.py --my-args  # your training script, launched the same way",
+        f"#   ./{LAUNCH_SCRIPT} --check             # autotune's worker re-runs the measured trial",
+        f"#   ./{LAUNCH_SCRIPT}                     # (or -h, --help) what it launches; exits 2",
         "#",
         "# Your script applies the settings below: read AUTOTUNE_* (or the TrialConfig in",
         "# $AUTOTUNE_TRIAL_CONFIG); accelerate's Accelerator() takes accumulation and precision",
         "# itself; a DeepSpeed script passes $AUTOTUNE_DEEPSPEED_CONFIG to deepspeed.initialize.",
         "# Multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node.",
         "set -euo pipefail",
+        *_usage_lines(plan),
         'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         "# The Python that exported this folder has torch, the launchers and autotune's worker;",
         "# PYTHON=... picks another one.",
@@ -103,16 +118,70 @@ def launch_script(plan: ExportPlan) -> str:
         lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg)]
         lines += launch_lines(cfg, f"$HERE/{TRAINER_FLAGS}",
                               f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None)
-    lines += [
-        'if [ "$#" -eq 0 ]; then',
+    lines += _check_lines()
+    return "\n".join(lines + _launcher_lines(plan)) + "\n"
+
+
+def _usage_lines(plan: ExportPlan) -> list[str]:
+    """The script's first step: with no argument, or -h / --help alone, it says what it launches
+    and how to call it (on stderr) and exits 2, before it launches or writes anything. Every
+    part of a line is quoted (shlex); `_ME` becomes the path the script was called by."""
+    cfg = plan.cfg
+    trainer = plan.target == "hf-trainer"
+    ranks = "CPU rank(s)" if cfg.device is DeviceKind.cpu else "GPU(s)"
+    env = dict(settings_env(cfg, trainer))
+    shown = ["AUTOTUNE_MICRO_BATCH_SIZE", "AUTOTUNE_GRAD_ACCUM_STEPS", "AUTOTUNE_GLOBAL_BATCH_SAMPLES",
+             "AUTOTUNE_PRECISION"] + [k for k, default in _KEY_SETTINGS if env[k] != default]
+    exports = [f"{k}={env[k]}" for k in shown]
+    text: list[list] = [  # str parts, and _ME
+        [f"{LAUNCH_SCRIPT}: your training script, launched as trial {plan.trial} of study "
+         f"{plan.study!r} (--pick {plan.pick}) ran:"],
+        [f"  {plan.launcher.value} ({_LAUNCHER_MODULE[plan.launcher]}), {cfg.num_gpus} {ranks} per node "
+         f"x {cfg.num_nodes} node(s) = {cfg.num_gpus * cfg.num_nodes} rank(s)"],
+        *[[w] for w in textwrap.wrap(" ".join(exports), 96, initial_indent="  exports ",
+                                      subsequent_indent=" " * 10, break_on_hyphens=False)],
+        ["          and the other AUTOTUNE_* settings (your script reads them; see this file)"],
+    ]
+    if trainer:
+        from autotune.report.hf_trainer import TRAINER_FLAGS
+
+        ds = f" and --deepspeed {DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else ""
+        text.append([f"  adds the Trainer flags of {TRAINER_FLAGS}{ds} after your script"])
+    text += [
+        ["usage: ", _ME, " train.py --your-args      (your script and its arguments, on every rank)"],
+        ["       PYTHON=/path/to/python ", _ME, f" train.py ...   (default: {plan.python})"],
+        ["       ", _ME, " --check   autotune's worker runs the measured trial, to check the setup:"],
+        [f"                 it writes {CHECK_RESULT} and fatal.rank*.log into the current"],
+        ["                 folder (AUTOTUNE_RESULT=dir/result.json: into dir/ instead)"],
+        ["multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node"
+         + ("; DEEPSPEED_HOSTFILE" if plan.launcher is Launcher.deepspeed else "")],
+    ]
+    words = ["".join('"$0"' if part is _ME else shlex.quote(_one_line(str(part))) for part in line)
+             for line in text]
+    return [
+        'if [ "$#" -eq 0 ] || { [ "$#" -eq 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; }; }; then',
+        "  printf '%s\\n' \\",
+        *[f"    {w} \\" for w in words[:-1]],
+        f"    {words[-1]} >&2",
+        "  exit 2",
+        "fi",
+    ]
+
+
+def _check_lines() -> list[str]:
+    """`launch.sh --check`: autotune's own worker, a few steps of the measured trial, in place of
+    the user's script; it writes its result where AUTOTUNE_RESULT says (the working folder's
+    CHECK_RESULT by default), and its ranks' fatal logs beside it."""
+    return [
+        'if [ "$#" -eq 1 ] && [ "$1" = --check ]; then',
         "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
+        f'  RESULT="${{AUTOTUNE_RESULT:-$PWD/{CHECK_RESULT}}}"',
+        '  echo "launch.sh --check: autotune\'s worker runs the measured trial; its result: $RESULT" >&2',
         '  WORKER="$("$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
-        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" '
-        '--result "${AUTOTUNE_RESULT:-$PWD/autotune_check_result.json}"',
+        '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" --result "$RESULT"',
         "fi",
         "",
     ]
-    return "\n".join(lines + _launcher_lines(plan)) + "\n"
 
 
 def _launcher_lines(plan: ExportPlan) -> list[str]:
