@@ -87,7 +87,7 @@ def _venv_python() -> str:
 def _run_launch_script(folder: Path, results: Path, *args: Path | str,
                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """launch.sh of an export, run in `results` with `args` ("--check": autotune's own worker)."""
-    results.mkdir()
+    results.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHON": _venv_python(), "MASTER_PORT": str(free_port()),
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent), **(env or {})}
     return subprocess.run(["bash", str(folder / "launch.sh"), *map(str, args)], cwd=results,
@@ -241,6 +241,9 @@ def test_fsdp2_export_runs_under_accelerate_launch(tmp_path_factory, tmp_path):
         assert r["mixed_precision"] == "no"  # an fp32 trial
     # 2. --check: autotune's worker re-runs the measured FSDP2 trial under the same launch
     res = tmp_path / "check"
+    # ... from a folder holding a user's own trials/ package, which must not shadow the worker's.
+    (res / "trials").mkdir(parents=True)
+    (res / "trials" / "__init__.py").write_text("raise SystemExit('the user trials/ was imported')\n")
     run = _run_launch_script(out, res, "--check", env={"AUTOTUNE_RESULT": str(res / "result.json")})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     check = json.loads((res / "result.json").read_text())
