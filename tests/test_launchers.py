@@ -86,6 +86,23 @@ def test_deepspeed_trials_leave_no_shared_memory_behind(launched, root):
     assert not any("shared-memory" in n for n in launched["torchrun"].notes)
 
 
+def test_torchrun_keeps_its_run_folders_in_the_trial_folder(launched, root):
+    """torchrun (itself, and under accelerate's multi-process path) makes a folder per run for
+    its ranks; without --log-dir it was a new /tmp/torchelastic_* per trial, never removed
+    (thousands after a day of sweeps). The ranks' folders are in the trial's folder instead."""
+    from autotune.run.argv import LAUNCHER_LOGS
+
+    for name in ("torchrun", "accelerate"):
+        assert launched[name].status is TrialStatus.ok
+        argv = json.loads((root / name / "command.json").read_text())["argv"]
+        assert str(root / name / LAUNCHER_LOGS) in argv, argv
+        # torch.distributed.elastic's layout under --log-dir: <run id>_<random>/attempt_0/<rank>
+        ranks = sorted(p.name for p in (root / name / LAUNCHER_LOGS).glob("*/attempt_0/*"))
+        assert ranks == ["0", "1"], (name, ranks)
+    # DeepSpeed's own launcher starts its ranks without torch.distributed.elastic.
+    assert not (root / "deepspeed" / LAUNCHER_LOGS).exists()
+
+
 def test_every_launcher_trains_the_same_model_the_same_way(launched):
     """Same seed, same tokens, fp32: DDP, DeepSpeed at stage 0 and accelerate all average the
     two ranks' gradients, so they end at the same loss."""

@@ -18,6 +18,15 @@ from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, 
 from autotune.contract.rank_env import cpu_rank_env
 
 WORKER_MODULE = "trials.worker"
+# torchrun's (torch.distributed.elastic) per-run folder, in the trial's folder: without
+# --log-dir it makes /tmp/torchelastic_* for every run and never removes it (one per trial).
+LAUNCHER_LOGS = "launcher_logs"
+
+
+def launcher_log_dir(result_path: Path) -> str:
+    """Where torchrun (itself, or under accelerate) keeps a trial's per-rank folders (and a
+    failed rank's error.json): beside the trial's result."""
+    return str(Path(result_path).parent / LAUNCHER_LOGS)
 
 
 def free_port() -> int:
@@ -36,7 +45,7 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
     if cfg.launcher is Launcher.torchrun:
         return [python, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", n,
                 "--master-addr", "127.0.0.1", "--master-port", str(port),
-                "-m", WORKER_MODULE, *worker_args]
+                "--log-dir", launcher_log_dir(result_path), "-m", WORKER_MODULE, *worker_args]
     if cfg.launcher is Launcher.deepspeed:
         # --num_gpus (alias --num_accelerators) sets the ranks per node: on CPU DeepSpeed would
         # otherwise count NUMA nodes as its "accelerators". --module runs the worker as
@@ -54,7 +63,7 @@ def build_argv(cfg: TrialConfig, config_path: Path, result_path: Path, port: int
             # accelerate starts ONE process unless mpirun is set up; ACCELERATE_USE_CPU=true
             # in the environment (launch_env) makes those ranks gloo CPU ranks instead.
             argv += ["--multi_gpu", "--main_process_ip", "127.0.0.1",
-                     "--main_process_port", str(port)]
+                     "--main_process_port", str(port), "--log_dir", launcher_log_dir(result_path)]
         elif cfg.device is DeviceKind.cpu:
             argv.append("--cpu")
         return [*argv, "--module", WORKER_MODULE, *worker_args]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autotune.contract import TrialConfig, write_json_atomic
 from autotune.contract.trial_files import TrialFiles
-from autotune.run.argv import WORKER_MODULE, build_argv
+from autotune.run.argv import WORKER_MODULE, build_argv, launcher_log_dir
 
 # Fields an argv template (the spec's `launcher.argv`) may use, each as `{name}` inside an
 # element. "{launcher_argv}" must be a whole element: it becomes the node launcher's argv.
@@ -70,6 +70,7 @@ def node_argv(cfg: TrialConfig, config_path: Path, result_path: Path, rdzv_endpo
     return [python, "-m", "torch.distributed.run", "--nnodes", str(cfg.num_nodes),
             "--nproc-per-node", str(cfg.num_gpus), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", rdzv_id,
+            "--log-dir", launcher_log_dir(result_path),
             "-m", WORKER_MODULE, "--config", str(config_path), "--result", str(result_path)]
 
 
