@@ -108,3 +108,17 @@ def test_contract_schema_is_pinned():
 def write_pin() -> None:
     PINNED.parent.mkdir(parents=True, exist_ok=True)
     PINNED.write_text(json.dumps(current_schema(), indent=1, sort_keys=True) + "\n")
+
+
+def test_the_controller_named_to_its_ranks_reads_back():
+    """AUTOTUNE_CONTROLLER (autotune.run.argv.launch_env -> trials/watchdog.py): this host, this
+    pid and its start time; anything else set there is not a controller, and nothing is watched."""
+    import os
+    import socket
+
+    from autotune.contract.process import controller_env_value, parse_controller, start_ticks
+
+    ref = parse_controller(controller_env_value())
+    assert ref == (socket.gethostname(), os.getpid(), start_ticks(os.getpid()))
+    assert parse_controller("node-7:1234:") == ("node-7", 1234, None)
+    assert [parse_controller(v) for v in ("", "1234", "host:abc:1", ":1:2", "h:1:x")] == [None] * 5

@@ -108,6 +108,43 @@ def test_controller_killed_mid_trial_then_resumed(tmp_path, postgres):
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
+def test_a_killed_controllers_ranks_end_by_themselves(tmp_path):
+    """SIGKILL `autotune trial` while its 2 ranks train. They run in a session of their own (so
+    that a timeout kills the trial's whole group), and trained on to the trial's end, holding
+    the cores (or a GPU) the next sweep measures on; now each rank sees its controller gone
+    and ends, and torchrun with it (trials/watchdog.py)."""
+    import json
+    import sys
+
+    (tmp_path / "c.json").write_text(json.dumps({
+        "num_gpus": 2, "launcher": "torchrun", "device": "cpu", "warmup_steps": 1,
+        "measure_steps": 100000, "max_measure_steps": 100000, "timeout_s": 600}))
+    ctl = subprocess.Popen([sys.executable, "-m", "autotune.cli", "trial", "c.json"], cwd=tmp_path,
+                           env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    trial = tmp_path / "autotune_runs" / "single" / "trial_0000"
+    # The launcher and its 2 ranks, into their steps (a rank watches a controller it saw alive).
+    _wait_for(lambda: len(processes_under(trial)) >= 3 or ctl.poll() is not None,
+              what="the trial's ranks to start")
+    time.sleep(5)
+    assert ctl.poll() is None, "the trial ended before the test could kill its controller"
+    os.kill(ctl.pid, signal.SIGKILL)
+    ctl.wait()
+    try:
+        _wait_for(lambda: processes_under(trial) == [], timeout_s=30, what="the ranks to end")
+    finally:  # a failure here must not leave them training beside the other tests
+        for pid in processes_under(trial):
+            os.kill(pid, signal.SIGKILL)
+    assert f"the controller (pid {ctl.pid}) is gone" in _read(trial / "stderr.log")
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_ctrl_c_finishes_the_trial_and_twice_fails_it(tmp_path):
     url = f"sqlite:///{tmp_path}/int.db"
     spec = write_spec(tmp_path, "int", [1, 2], timeout_s=300, faulty_launch=True)

@@ -5,7 +5,9 @@ controller nor its launch key."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,8 +18,8 @@ import pytest
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, TrialStatus
 from autotune.run.launch import run_trial
-from autotune.run.process_group import group_alive
 from autotune.run.pool import PoolRunner, launch_key, pool_argv
+from autotune.run.process_group import group_alive
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -173,6 +175,39 @@ def test_a_pool_whose_controller_dies_goes_away(tmp_path):
     assert status == "ok", p.stdout + p.stderr
     assert _wait_gone(int(pgid), 30), "the pool outlived its controller"
     assert not Path(queue).exists()  # rank 0 removed the folder its controller no longer can
+
+
+def test_a_pool_whose_controller_dies_mid_trial_goes_away(tmp_path):
+    # As above, but the controller dies while its pooled trial trains: the ranks would train on
+    # to the trial's end; each sees its controller gone (trials/watchdog.py) and rank 0 removes
+    # the queue first.
+    script = textwrap.dedent(f"""\
+        import os, signal, sys, threading, time
+        from pathlib import Path
+        sys.path.insert(0, {str(REPO)!r})
+        from tests.test_pool import _cfg
+        from autotune.run.pool import PoolRunner
+        starts = []
+        runner = PoolRunner()
+        cfg = _cfg(1, measure_steps=100000, max_measure_steps=100000, timeout_s=600)
+        threading.Thread(target=runner, args=(cfg, Path({str(tmp_path / "t0")!r})),
+                         kwargs=dict(on_start=starts.append), daemon=True).start()
+        while not starts or not runner._pools:
+            time.sleep(0.1)
+        print(starts[0], next(iter(runner._pools.values())).queue, flush=True)
+        time.sleep(8)  # into the trial's steps
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    p = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=240,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path)
+    pgid, queue = p.stdout.split()
+    try:
+        assert _wait_gone(int(pgid), 30), "the pool's trial outlived its controller"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pgid), signal.SIGKILL)
+    assert not Path(queue).exists()  # rank 0 removed the folder its controller no longer can
+    assert not (tmp_path / "t0" / "result.json").exists()  # nobody is left to read one
 
 
 def test_the_host_peak_resets_to_what_the_process_holds():

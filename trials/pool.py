@@ -106,6 +106,11 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     # The controller kills a failed pool's ranks by these (they may not be in the launcher's
     # process group), after checking that the pid still runs this queue.
     rank_pid_file(queue, rank).write_text(str(os.getpid()))
+    # Between trials the loop below sees a dead controller; during one, this does (and rank 0
+    # removes the queue, which the controller would have).
+    from trials.watchdog import watch_controller
+
+    watch_controller(on_gone=(lambda: _remove_queue(queue)) if rank == 0 else None)
     fatal = None
     seq = 1
     mallopt_done = False

@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = _env_int("RANK", 0)
     result_path = Path(args.result)
     install_fault_handlers(result_path, rank)
+    from trials.watchdog import watch_controller
+
+    watch_controller()
 
     from autotune.contract import TrialConfig, TrialStatus
 

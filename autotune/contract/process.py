@@ -9,6 +9,8 @@ Through psutil, a dependency of both.
 from __future__ import annotations
 
 import os
+import socket
+from typing import NamedTuple
 
 import psutil
 
@@ -46,3 +48,28 @@ def process_alive(pid: int, ticks: int | None) -> bool:
         pass  # alive, owned by someone else
     now = start_ticks(pid)
     return ticks is None or now is None or now == ticks
+
+
+# The environment variable that names a trial's controller to its ranks (trials/watchdog.py).
+CONTROLLER_ENV = "AUTOTUNE_CONTROLLER"
+
+
+class ControllerId(NamedTuple):
+    host: str
+    pid: int
+    start_ticks: int | None
+
+
+def controller_env_value(pid: int | None = None) -> str:
+    """'HOST:PID:TICKS' for this process (or `pid`): what launch_env puts in CONTROLLER_ENV."""
+    pid = os.getpid() if pid is None else pid
+    ticks = start_ticks(pid)
+    return f"{socket.gethostname()}:{pid}:{'' if ticks is None else ticks}"
+
+
+def parse_controller(value: str) -> ControllerId | None:
+    """CONTROLLER_ENV's value read back; None when it is unset or not in that form."""
+    parts = value.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not (parts[2].isdigit() or parts[2] == ""):
+        return None
+    return ControllerId(parts[0], int(parts[1]), int(parts[2]) if parts[2] else None)

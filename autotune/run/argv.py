@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
+from autotune.contract.process import CONTROLLER_ENV, controller_env_value
 from autotune.contract.rank_env import cpu_rank_env
 
 WORKER_MODULE = "trials.worker"
@@ -78,6 +79,9 @@ def launch_env(cfg: TrialConfig) -> dict[str, str]:
     # torchrun would otherwise leave every rank free to spawn a thread per core.
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1",
                AUTOTUNE_LAUNCH_TIME=repr(time.time()))
+    # The ranks end when this process is gone, however it ends (trials/watchdog.py): they run
+    # in a session of their own, so nothing else would stop them.
+    env[CONTROLLER_ENV] = controller_env_value()
     if cfg.device is DeviceKind.cpu:
         env.update(cpu_rank_env(cfg.threads_per_rank, os.environ))
         # accelerate under torchrun on CPU runs every rank alone without this.
