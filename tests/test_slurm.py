@@ -87,17 +87,18 @@ def test_study_status_lists_workers_and_jobs(cli, tmp_path, monkeypatch):
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     st = open_study(url, "st")
-    for job, pid in (("41", 100), ("41", 100), ("42", 200)):
+    for job, pid in (("41", 100), ("41", 100), ("41", 100), ("42", 200)):
         trial = st.ask()
         TrialRecord.write(trial, controller={"host": "n1", "pid": pid, "slurm_job_id": job})
-        if pid == 100:
-            st.tell(trial, [1.0, 2.0])
+        if pid == 100:  # two measured; the third failed (as a later sweep fails a dead job's)
+            st.tell(trial, [1.0, 2.0] if trial.number < 2 else None,
+                    state=TrialState.COMPLETE if trial.number < 2 else TrialState.FAIL)
     record_jobs(st, ["41", "42"], "/runs/st/slurm/worker.sbatch", "/runs/st/slurm/worker-%j.out")
     monkeypatch.setenv("PATH", str(tmp_path))
     code, out, err = cli("study", "status", "--storage", url, "--study", "st")
     assert code == 0, err
-    assert "n1 pid 100 slurm job 41: 2 trial(s) finished" in out
-    assert "n1 pid 200 slurm job 42: 0 trial(s) finished, running trial 2" in out
+    assert "n1 pid 100 slurm job 41: 3 trial(s) finished (2 complete, 1 failed)" in out
+    assert "n1 pid 200 slurm job 42: 0 trial(s) finished, running trial 3" in out
     assert "slurm job 42: unknown" in out and "worker-42.out" in out
 
 

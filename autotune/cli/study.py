@@ -108,8 +108,9 @@ def status(
     for w in doc["workers"]:
         job = f" slurm job {w['slurm_job_id']}" if w["slurm_job_id"] else ""
         running = f", running trial {', '.join(map(str, w['running']))}" if w["running"] else ""
-        con.print(f"  {w['host']} pid {w['pid']}{job}: {w['finished']} trial(s) finished{running}",
-                  soft_wrap=True, markup=False)
+        ended = ", ".join(f"{w[k]} {k}" for k in ("complete", "pruned", "failed") if w[k])
+        con.print(f"  {w['host']} pid {w['pid']}{job}: {w['finished']} trial(s) finished"
+                  f"{f' ({ended})' if ended else ''}{running}", soft_wrap=True, markup=False)
     for j in doc["slurm_jobs"]:
         con.print(f"  slurm job {j['job_id']}: {j['state']} (submitted {j['submitted_at']}; output "
                   f"{j['log']})", soft_wrap=True, markup=False)
@@ -130,11 +131,14 @@ def workers_and_jobs(study) -> dict:
         if ctl is None:
             continue
         w = workers.setdefault((ctl.host, ctl.pid, ctl.slurm_job_id), {
-            "host": ctl.host, "pid": ctl.pid, "slurm_job_id": ctl.slurm_job_id, "finished": 0, "running": []})
+            "host": ctl.host, "pid": ctl.pid, "slurm_job_id": ctl.slurm_job_id, "finished": 0,
+            "complete": 0, "pruned": 0, "failed": 0, "running": []})
         if t.state is TrialState.RUNNING:
             w["running"].append(t.number)
         elif t.state.is_finished():
+            # A trial a later sweep failed for its dead controller is finished, not measured.
             w["finished"] += 1
+            w[{TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(t.state, "failed")] += 1
     jobs = []
     for j in submitted_jobs(study):
         info = job_info(j["job_id"])

@@ -57,12 +57,24 @@ def cpu_bf16() -> str | None:
         return None
 
 
-def usable_cpu_count() -> int:
-    """CPU cores this process may run on (cgroup/affinity aware where the OS says)."""
+# What a Slurm job was given on this node (sbatch sets them in the job's environment). Where
+# Slurm does not pin the job to its CPUs (task/none, no cgroup), the affinity mask is the whole
+# node, and two jobs of one node would each measure as many ranks as the node has cores.
+SLURM_CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE")
+
+
+def usable_cpu_count(environ: dict[str, str] | None = None) -> int:
+    """CPU cores this process may run on: its affinity mask (cgroup aware where the OS says),
+    and within a Slurm job no more than the CPUs the job was given on this node."""
+    env = os.environ if environ is None else environ
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    if env.get("SLURM_JOB_ID"):
+        given = [int(env[v]) for v in SLURM_CPU_VARS if env.get(v, "").isdigit() and int(env[v]) > 0]
+        cores = min([cores, *given])
+    return cores
 
 
 def visible_devices(environ: dict[str, str] | None = None) -> list[str] | None:
