@@ -104,6 +104,12 @@ def test_controller_killed_mid_trial_then_resumed(tmp_path, postgres):
     same = [t for t in trials if t.params == trials[1].params and t.state is TrialState.COMPLETE]
     assert len([t for t in same if "reused_from" not in t.user_attrs]) == 1
     assert processes_under(runs) == []
+    # The report names how it ended: lost with its sweep (it showed as "unknown").
+    from autotune.report.build import collect
+
+    doc = collect(optuna.load_study(study_name=study, storage=open_storage(url)))
+    assert next(t for t in doc["trials"] if t["number"] == 1)["status"] == "lost"
+    assert ("FAIL", "lost") in {(g["state"], g["status"]) for g in doc["failures"]}
     for pid in orphans:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 

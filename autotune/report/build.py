@@ -116,7 +116,8 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         params=dict(t.params),
         config={k: cfg.get(k) for k in CONFIG_COLUMNS} | (
             {"global_batch_samples": _global_batch(cfg)} if cfg else {}),
-        status=rec.status,
+        # Failed by a later sweep for its dead controller (recover_dead_trials): no status of its own.
+        status=rec.status or ("lost" if rec.leftovers_killed is not None else None),
         error=rec.error,
         tokens_per_s=rec.tokens_per_s,
         peak_mem_bytes=rec.peak_mem_bytes,

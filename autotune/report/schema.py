@@ -33,7 +33,8 @@ class TrialRow(_M):
     params: dict[str, Any] = Field(description="Optuna parameters as suggested")
     config: dict[str, Any] = Field(description="the TrialConfig fields that define the config")
     status: str | None = Field(description="how the trial ended: ok, oom, timeout, crash, nan, "
-                                           "unsupported, or why it was never launched")
+                                           "unsupported, lost (its sweep died during it; a later "
+                                           "sweep failed it), or why it was never launched")
     error: str | None
     tokens_per_s: float | None = Field(description="measured, all ranks together")
     peak_mem_bytes: int | None = Field(description="measured peak per rank (max over ranks)")
