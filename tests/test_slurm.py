@@ -114,6 +114,40 @@ def _submit(cwd: Path, spec: Path, env: dict, jobs: int, trials: int) -> list[st
     return json.loads(done.stdout)["slurm"]["jobs"]
 
 
+def test_a_submission_names_its_storage_and_a_refused_one_leaves_nothing(tmp_path, slurm):
+    """The Watch line works as printed (--storage-file by its absolute path; a --storage URL
+    never repeated, and warned of); a job sbatch refuses leaves no script or folder of its own,
+    and an earlier submission's script as it was. Jobs are held: nothing runs."""
+    (tmp_path / "spec.yaml").write_text("study: sub\nworkload: {kind: gpt, preset: tiny}\n")
+    url = f"journal:///{tmp_path / 'study.log'}"
+    (tmp_path / "db-url").write_text(url + "\n")
+    env = cli_env(**slurm.env)
+    env.pop("AUTOTUNE_STORAGE", None)
+    sweep = ["sweep", "spec.yaml", "--runs-dir", "runs", "--slurm-jobs", "1"]
+    done = _cli([*sweep, "--storage-file", "db-url", "--sbatch-arg=--hold"], tmp_path, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    watch = done.stdout.split("Watch: ")[1].split()
+    assert watch[-2:] == ["--storage-file", str(tmp_path / "db-url")], done.stdout
+    status = _cli(watch[1:], tmp_path, env)  # as printed, from elsewhere too
+    assert status.returncode == 0, status.stdout + status.stderr
+    script = tmp_path / "runs" / "sub" / "slurm" / "worker.sbatch"
+    earlier = script.read_text()
+
+    done = _cli([*sweep, "--storage", url, "--study", "other", "--sbatch-arg=--hold"], tmp_path, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--storage URL" in done.stdout and url not in done.stdout + done.stderr
+    (warning,) = [ln for ln in done.stderr.splitlines() if ln.startswith("warning")]
+    assert "(ps)" in warning and "--storage-file FILE or AUTOTUNE_STORAGE" in warning
+
+    for study, folder in (("sub", script.parent), ("fresh", tmp_path / "runs" / "fresh")):
+        done = _cli([*sweep, "--storage-file", "db-url", "--study", study, "--trials", "9",
+                     "--sbatch-arg=--gres=gpu:8"], tmp_path, env)
+        assert done.returncode == 2 and "sbatch refused the job" in done.stderr, done.stdout + done.stderr
+        assert folder.exists() == (study == "sub")  # no folder of the refused submission's own
+    assert script.read_text() == earlier and "--trials" not in earlier
+    slurm.cancel_all()
+
+
 def _job_processes(job_id: str) -> list[int]:
     """Live processes started by Slurm job `job_id` (they carry SLURM_JOB_ID in their environment)."""
     found = []

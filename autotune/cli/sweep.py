@@ -46,7 +46,7 @@ def sweep(
         None, "--slurm-jobs", min=1,
         help="submit this many sweep workers as Slurm jobs (sbatch) instead of running here; each runs "
              "--trials trials in its own allocation, detecting its hardware there, into the same study "
-             "(PostgreSQL)"),
+             "(PostgreSQL, or a journal file every node sees)"),
     sbatch_args: Optional[list[str]] = typer.Option(
         None, "--sbatch-arg",
         help="an sbatch option for every job of --slurm-jobs, e.g. --sbatch-arg=--gres=gpu:4 (repeat for more)"),
@@ -84,7 +84,7 @@ def sweep(
              ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)]
     forwarded = [str(w) for flag, value in flags if value is not None for w in (flag, value)]
     if _elsewhere(spec, spec_file, storage_file, runs_dir, as_json, forwarded, slurm_jobs, sbatch_args or [],
-                  skypilot_tasks or [], tasks_dir):
+                  skypilot_tasks or [], tasks_dir, side_by_side, storage_flag=storage is not None):
         return
     if side_by_side:
         from autotune.api.side_by_side import check
@@ -151,10 +151,10 @@ def _result(con, doc: dict, summary, next_lines: list[str], as_json: bool) -> No
 
 def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded: list[str],
                slurm_jobs: Optional[int], sbatch_args: list[str], skypilot_tasks: list[str],
-               tasks_dir: Optional[Path]) -> bool:
+               tasks_dir: Optional[Path], side_by_side: Optional[int], storage_flag: bool) -> bool:
     """Sweep workers that run elsewhere (Slurm jobs, SkyPilot tasks) with the flags that shape
     the search passed on; True when that is what was asked (nothing is detected or measured
-    here then)."""
+    here then). A flag the workers would not get is refused before anything is written."""
     from autotune.cli.common import print_json
     from autotune.errors import UserError
 
@@ -165,15 +165,23 @@ def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded
             raise UserError(f"{flag} given without {needs}", fix=f"add {needs}, or drop {flag}")
     if slurm_jobs is not None and skypilot_tasks:
         raise UserError("--slurm-jobs and --skypilot-task given together", fix="give one per command")
+    if side_by_side and slurm_jobs is not None:
+        raise UserError("--side-by-side and --slurm-jobs given together: a Slurm job runs one trial at a time",
+                        fix="drop --side-by-side; give each job its cores or GPUs (--sbatch-arg) and submit "
+                            "more jobs: --slurm-jobs N")
+    if side_by_side and skypilot_tasks:
+        raise UserError("--side-by-side and --skypilot-task given together: a SkyPilot task runs one trial "
+                        "at a time", fix="drop --side-by-side; for more trials at once launch more tasks "
+                                         "(another --skypilot-task, or `sky launch -c NAME` a task again)")
     if slurm_jobs is not None:
         from autotune.cli import sweep_slurm
 
         result = sweep_slurm.submit_workers(spec, spec_file, storage_file, runs_dir, slurm_jobs,
-                                            sbatch_args, forwarded)
+                                            sbatch_args, forwarded, storage_flag=storage_flag)
         if as_json:
             print_json({"slurm": result})
         else:
-            console().print(sweep_slurm.describe(result), soft_wrap=True)
+            console().print(sweep_slurm.describe(result), soft_wrap=True, markup=False)
         return True
     if skypilot_tasks:
         from autotune.cli import sweep_skypilot

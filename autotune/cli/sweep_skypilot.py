@@ -12,6 +12,7 @@ storage URL is a SkyPilot secret given at launch, never written into a task.
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -61,4 +62,7 @@ def describe(paths: list[Path]) -> str:
     lines = [f"wrote {len(paths)} SkyPilot task(s): " + ", ".join(str(p) for p in paths),
              "Launch each with the study's storage URL in AUTOTUNE_STORAGE (never in the file):"]
     lines += [f"  sky launch --secret AUTOTUNE_STORAGE {shlex.quote(str(p))}" for p in paths]
+    if shutil.which("sky") is None:  # the tasks are written all the same: sky may run elsewhere
+        lines.append("SkyPilot's `sky` command is not installed here: install it with `pip install skypilot` "
+                     "(with your clouds' extras, e.g. skypilot[aws]), or launch from where it is")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +25,10 @@ from autotune.errors import UserError
 
 # The study's system attribute holding the jobs submitted for it (`autotune study status`).
 JOBS_ATTR = "autotune:slurm_jobs"
+STORAGE_FLAG_WARNING = (
+    "warning: --storage puts the storage URL (and any password in it) on this command line, which "
+    "other users of this machine see (ps) and the shell history keeps; prefer --storage-file FILE "
+    "or AUTOTUNE_STORAGE")
 
 
 def worker_argv(spec_file: Optional[Path], study: str, runs_dir: Path, storage_file: Optional[Path],
@@ -39,8 +44,13 @@ def worker_argv(spec_file: Optional[Path], study: str, runs_dir: Path, storage_f
 
 
 def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path], runs_dir: Path,
-                   jobs: int, sbatch_args: list[str], forwarded: list[str]) -> dict:
-    """Write the batch script, create the study, sbatch it `jobs` times; what was submitted."""
+                   jobs: int, sbatch_args: list[str], forwarded: list[str], storage_flag: bool = False) -> dict:
+    """Write the batch script, create the study, sbatch it `jobs` times; what was submitted.
+
+    `storage_flag`: the URL came from `--storage` (warned of once, and never repeated in the
+    hint). When sbatch refuses the first job, the script and the folders this call made are
+    removed (a script an earlier submission wrote is put back as it was); the study stays,
+    created but empty, and the next submission uses it."""
     from autotune.run.preflight import check_runs_dir
     from autotune.run.slurm import batch_script, submit
     from autotune.run.storage import STORAGE_ENV, redact_url, storage_kind
@@ -48,14 +58,19 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
 
     if storage_kind(spec.storage) == "sqlite":
         raise UserError(f"Slurm workers cannot share the SQLite file {redact_url(spec.storage)}",
-                        fix="give a PostgreSQL (or MySQL) URL every node reaches, by "
-                            "--storage-file or AUTOTUNE_STORAGE")
+                        fix="give a PostgreSQL (or MySQL) URL every node reaches, or a journal file "
+                            "every node sees (journal:///shared/study.log), by --storage-file or "
+                            "AUTOTUNE_STORAGE")
+    if storage_flag:
+        print(STORAGE_FLAG_WARNING, file=sys.stderr)
     check_runs_dir(runs_dir, spec.study)  # before the study is created (each worker checks its owner)
     study = open_study(spec.storage, spec.study, seed=spec.seed)
     folder = (runs_dir / spec.study / "slurm").resolve()
+    made = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
     folder.mkdir(parents=True, exist_ok=True)
     argv = worker_argv(spec_file, spec.study, runs_dir, storage_file, forwarded)
     script = folder / "worker.sbatch"
+    earlier = script.read_text() if script.is_file() else None  # an earlier submission's script
     _write_atomic(script, batch_script(argv, Path.cwd().resolve(), f"autotune-{spec.study}"))
     env = {} if storage_file is not None else {STORAGE_ENV: spec.storage}
     log = str(folder / "worker-%j.out")
@@ -66,10 +81,25 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
     except UserError as exc:
         if submitted:
             raise UserError(f"{exc.message} (jobs {', '.join(submitted)} were submitted)", fix=exc.fix) from None
+        _undo(script, earlier, made)  # nothing submitted: nothing of this call left on disk
         raise
     finally:
         record_jobs(study, submitted, str(script), log)
-    return {"jobs": submitted, "script": str(script), "log": log, "study": spec.study}
+    return {"jobs": submitted, "script": str(script), "log": log, "study": spec.study,
+            "watch": watch_command(spec, storage_file, storage_flag)}
+
+
+def _undo(script: Path, earlier: Optional[str], made: list[Path]) -> None:
+    """Put back what the script was before this call (or remove it), then the folders it made."""
+    if earlier is not None:
+        _write_atomic(script, earlier)
+    else:
+        script.unlink(missing_ok=True)
+    for d in made:
+        try:
+            d.rmdir()  # only when empty: never a file this call did not write
+        except OSError:
+            break
 
 
 def record_jobs(study, job_ids: list[str], script: str, log: str) -> None:
@@ -95,7 +125,22 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def watch_command(spec, storage_file: Optional[Path], storage_flag: bool) -> str:
+    """`autotune study status` for this study, with the storage that finds it: the file by its
+    absolute path (as the jobs get it), nothing for AUTOTUNE_STORAGE, and for a URL given
+    otherwise a placeholder, never the URL (it may hold a password)."""
+    from autotune.run.storage import STORAGE_ENV
+
+    line = f"autotune study status --study {shlex.quote(spec.study)}"
+    if storage_file is not None:
+        return f"{line} --storage-file {shlex.quote(str(storage_file.resolve()))}"
+    if spec.storage == os.environ.get(STORAGE_ENV):
+        return line
+    given = "the --storage given here" if storage_flag else "the spec's storage"
+    return f"{line} --storage URL (URL: {given})"
+
+
 def describe(result: dict) -> str:
     return (f"submitted {len(result['jobs'])} sweep worker(s) as Slurm jobs {', '.join(result['jobs'])} "
             f"into study '{result['study']}' (script {result['script']}; output {result['log']}). "
-            f"Watch: autotune study status --study {result['study']}")
+            f"Watch: {result['watch']}")
