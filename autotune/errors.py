@@ -1,10 +1,12 @@
 """Errors a user can cause. The CLI prints them without a traceback and exits 2.
 
     raise UserError("spec.yaml: field `target.tokens` must be > 0", fix="set a positive number")
+    did_you_mean("h100", ["h200", "h100-sxm", "h100-pcie"])   # " (did you mean 'h100-sxm' or 'h100-pcie'?)"
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,29 @@ class UserError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message}. To fix: {self.fix}" if self.fix else self.message
+
+
+# At most this many names offered when several start with what was typed.
+MAX_SUGGESTIONS = 3
+
+
+def did_you_mean(name: str, choices: list[str], cutoff: float = 0.6) -> str:
+    """The hint after an unknown name: "" or " (did you mean 'a' or 'b'?)". The same name in
+    other case first; then the names that start with it (a user types "h100" for "h100-sxm",
+    which spelling similarity alone ranks below "h200"); then the closest spelling
+    (difflib's ratio of at least `cutoff`)."""
+    lower = {c.lower(): c for c in choices}
+    typed = str(name).lower()
+    close = [lower[typed]] if typed in lower else []
+    if not close and len(typed) >= 2:
+        close = [c for c in choices if c.lower().startswith(typed)][:MAX_SUGGESTIONS]
+    if not close:
+        close = [lower[c] for c in difflib.get_close_matches(typed, list(lower), n=1, cutoff=cutoff)]
+    if not close:
+        return ""
+    names = [repr(c) for c in close]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f" (did you mean {listed}?)"
 
 
 def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> str:
@@ -40,14 +65,10 @@ def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> 
 
 def _did_you_mean(model: Any, loc: tuple) -> str:
     """" (did you mean 'seq_len'?)" for the unknown key loc[-1], or "" when nothing is close."""
-    import difflib
-
     unknown = loc[-1]
     if not isinstance(unknown, str):
         return ""
-    names = sorted({n for m in _models_at(model, loc[:-1]) for n in _field_names(m)})
-    close = difflib.get_close_matches(unknown, names, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    return did_you_mean(unknown, sorted({n for m in _models_at(model, loc[:-1]) for n in _field_names(m)}))
 
 
 def _is_model(tp: Any) -> bool:

@@ -3,7 +3,6 @@
     study_name("llama-8b")        # returns it; ValueError with the fix for "../x", "a/b", ""
     check_study_name(name, "--study")   # the same as a UserError (exit 2), naming the flag
     catalog_name("lambda-h100-8x")      # offer and GPU names in a catalog
-    did_you_mean("h100", ["h200", "h100-sxm", "h100-pcie"])   # " (did you mean 'h100-sxm' or 'h100-pcie'?)"
 
 A study's name is the folder its trials run in (`autotune_runs/STUDY/`), so it may not climb
 out of the runs folder, be absolute, or alias another name (`x`, `x/`, `./x`).
@@ -11,7 +10,6 @@ out of the runs folder, be absolute, or alias another name (`x`, `x/`, `./x`).
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from autotune.errors import UserError
@@ -45,26 +43,3 @@ def catalog_name(name: str) -> str:
         raise ValueError(f"name {name!r} is not allowed: use letters, digits, '.', '_' and '-' "
                          "only, starting with a letter or digit (e.g. lambda-h100-8x)")
     return name
-
-
-# At most this many names offered when several start with what was typed.
-MAX_SUGGESTIONS = 3
-
-
-def did_you_mean(name: str, choices: list[str], cutoff: float = 0.6) -> str:
-    """The hint after an unknown name: "" or " (did you mean 'a' or 'b'?)". The same name in
-    other case first; then the names that start with it (a user types "h100" for "h100-sxm",
-    which spelling similarity alone ranks below "h200"); then the closest spelling
-    (difflib's ratio of at least `cutoff`)."""
-    lower = {c.lower(): c for c in choices}
-    typed = str(name).lower()
-    close = [lower[typed]] if typed in lower else []
-    if not close and len(typed) >= 2:
-        close = [c for c in choices if c.lower().startswith(typed)][:MAX_SUGGESTIONS]
-    if not close:
-        close = [lower[c] for c in difflib.get_close_matches(typed, list(lower), n=1, cutoff=cutoff)]
-    if not close:
-        return ""
-    names = [repr(c) for c in close]
-    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-    return f" (did you mean {listed}?)"

@@ -13,7 +13,6 @@ from autotune.errors import UserError
 from autotune.pricing.catalog import DEFAULT_CATALOG
 from autotune.pricing.load import load_catalog
 
-
 REQUIRED_GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g",
                  "rtx-4090", "cpu-core")
 
@@ -111,7 +110,7 @@ def _base() -> dict:
     ("tpu-v5", ""),                               # nothing near
 ])
 def test_did_you_mean_offers_names_the_user_likely_meant(typed, hint):
-    from autotune.names import did_you_mean
+    from autotune.errors import did_you_mean
 
     assert did_you_mean(typed, ["h200", "h100-sxm", "h100-pcie", "l4"]) == hint
 

@@ -111,7 +111,7 @@ def gpu_memory_bytes(name: str) -> int:
     gpus = {k.lower(): k for k in cat.gpus}
     key = gpus.get(name.lower())
     if key is None:
-        from autotune.names import did_you_mean
+        from autotune.errors import did_you_mean
 
         raise UserError(f"--gpu '{name}' is not in the catalog{did_you_mean(name, list(cat.gpus))}",
                         fix=f"use one of: {', '.join(sorted(cat.gpus))}")

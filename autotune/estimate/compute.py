@@ -115,7 +115,7 @@ def model_from_gpt_shape(shape: GPTShape, name: str = "gpt") -> ModelShape:
 def model_from_preset(name: str) -> ModelShape:
     """A built-in GPT preset (`autotune.contract.GPT_PRESETS`) by name."""
     if name not in GPT_PRESETS:
-        from autotune.names import did_you_mean
+        from autotune.errors import did_you_mean
 
         raise UserError(f"unknown model preset '{name}'{did_you_mean(name, list(GPT_PRESETS))}",
                         fix=f"use one of {', '.join(GPT_PRESETS)} or a path to a config.json")

@@ -31,8 +31,8 @@ from typing import Iterable, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from autotune.errors import UserError, format_validation_error, load_yaml_file
-from autotune.names import catalog_name, did_you_mean
+from autotune.errors import UserError, did_you_mean, format_validation_error, load_yaml_file
+from autotune.names import catalog_name
 from autotune.pricing.offers import CatalogModel, Offer, check_date
 
 # How close a mistyped offer, GPU, provider or region must be to a catalog name to be offered

@@ -33,8 +33,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from autotune.errors import UserError, format_validation_error
-from autotune.names import did_you_mean
+from autotune.errors import UserError, did_you_mean, format_validation_error
 from autotune.pricing.catalog import SCHEMA_VERSION, Catalog
 from autotune.pricing.offers import Offer
 

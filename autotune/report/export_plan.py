@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.contract import Launcher, TrialConfig
-from autotune.errors import UserError
-from autotune.names import did_you_mean
+from autotune.errors import UserError, did_you_mean
 from autotune.record import TrialRecord
 
 ACCELERATE_CONFIG = "accelerate_config.yaml"
