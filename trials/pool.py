@@ -3,7 +3,7 @@ ranks, so a sweep pays the launcher start, the imports and the rendezvous once p
 instead of once per trial. `autotune.run.pool` starts and feeds it, e.g.:
 
     python -m torch.distributed.run --nproc-per-node 2 -m trials.pool --queue DIR \\
-        --controller-pid 1234 --idle-timeout-s 300
+        --idle-timeout-s 300
 
 The controller writes `DIR/000001.trial.json` ({"config": ..., "result": ...}, atomically),
 then 000002, ...; every rank reads them in that order and meets the others at a barrier
@@ -13,7 +13,8 @@ memory high-water mark reset; rank 0 writes the trial's result.json once every r
 released that trial's memory. A failed trial (an exception, an OOM) writes its classified
 result as the worker does and ends the pool: the next trial starts a fresh one, so a failure
 never leaks into another trial. The pool ends by itself on `DIR/stop`, after
-`--idle-timeout-s` without a trial, or when the controller process is gone.
+`--idle-timeout-s` without a trial, or when the controller process is gone (trials/watchdog.py,
+during a trial as between trials).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.contract.process import process_alive, start_ticks
 from autotune.contract.trial_files import is_pool_queue, queue_trial_file, rank_pid_file, stop_file
 
 # How often an idle rank looks for the next trial: small against a trial (seconds), large
@@ -39,13 +39,12 @@ DORMANT_AFTER_S = 2.0
 DORMANT_POLL_S = 0.1
 
 
-def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeout_s: float) -> Path | None:
-    """The next trial's file, or None when the pool should end (stop file, idle, controller gone)."""
+def wait_for_trial(queue: Path, seq: int, idle_timeout_s: float) -> Path | None:
+    """The next trial's file, or None when the pool should end (stop file, idle, launcher or
+    queue gone; a gone controller ends the process: trials/watchdog.py)."""
     path = queue_trial_file(queue, seq)
-    ticks = start_ticks(controller_pid) if controller_pid else None
     since = time.monotonic()
     deadline = since + idle_timeout_s
-    last_check = 0.0
     while True:
         # The launcher gone (a rank is re-parented when it dies: torchrun starts each rank in
         # its own session, so killing the launcher's group leaves the ranks) or the queue gone:
@@ -56,10 +55,6 @@ def wait_for_trial(queue: Path, seq: int, controller_pid: int | None, idle_timeo
             return path
         if stop_file(queue).exists() or time.monotonic() > deadline:
             return None
-        if controller_pid and time.monotonic() - last_check > 1.0:
-            last_check = time.monotonic()
-            if not process_alive(controller_pid, ticks):
-                return None
         time.sleep(POLL_S if time.monotonic() - since < DORMANT_AFTER_S else DORMANT_POLL_S)
 
 
@@ -94,7 +89,7 @@ def release_memory(device_type: str) -> None:
         pass  # not glibc: nothing to trim
 
 
-def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int:
+def serve(queue: Path, idle_timeout_s: float) -> int:
     """Run trials from `queue` until told to stop; returns the exit code."""
     from autotune.contract import TrialConfig, TrialStatus
     from trials import worker
@@ -106,20 +101,17 @@ def serve(queue: Path, controller_pid: int | None, idle_timeout_s: float) -> int
     # The controller kills a failed pool's ranks by these (they may not be in the launcher's
     # process group), after checking that the pid still runs this queue.
     rank_pid_file(queue, rank).write_text(str(os.getpid()))
-    # Between trials the loop below sees a dead controller; during one, this does (and rank 0
-    # removes the queue, which the controller would have).
+    # A dead controller ends every rank, idle or in a trial; rank 0 first removes the queue,
+    # which the controller would have.
     from trials.watchdog import watch_controller
 
     watch_controller(on_gone=(lambda: _remove_queue(queue)) if rank == 0 else None)
     fatal = None
     seq = 1
     mallopt_done = False
-    controller_ticks = start_ticks(controller_pid) if controller_pid else None
     while True:
-        path = wait_for_trial(queue, seq, controller_pid, idle_timeout_s)
+        path = wait_for_trial(queue, seq, idle_timeout_s)
         if path is None:
-            if rank == 0 and controller_pid and not process_alive(controller_pid, controller_ticks):
-                _remove_queue(queue)  # its controller, which would have, is gone
             return 0
         spec = json.loads(path.read_text())
         cfg = TrialConfig.read(spec["config"])
@@ -190,12 +182,10 @@ def _note_pool(result, seq: int, rss_bytes: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queue", required=True, help="folder the controller writes trials to")
-    ap.add_argument("--controller-pid", type=int, default=None,
-                    help="end when this process is gone (the controller that feeds the queue)")
     ap.add_argument("--idle-timeout-s", type=float, default=300.0)
     ap.add_argument("--local_rank", type=int, default=None, help="set by the DeepSpeed launcher")
     args = ap.parse_args(argv)
-    return serve(Path(args.queue), args.controller_pid, args.idle_timeout_s)
+    return serve(Path(args.queue), args.idle_timeout_s)
 
 
 if __name__ == "__main__":

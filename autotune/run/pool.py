@@ -91,7 +91,7 @@ def pool_argv(cfg: TrialConfig, queue: Path, port: int, idle_timeout_s: float,
     i = argv.index(WORKER_MODULE)
     if argv[i + 1:] != ["--config", str(placeholder.config), "--result", str(placeholder.result)]:
         raise ValueError(f"unexpected worker arguments in {argv}")
-    return [*argv[:i], POOL_MODULE, "--queue", str(queue), "--controller-pid", str(os.getpid()),
+    return [*argv[:i], POOL_MODULE, "--queue", str(queue),
             "--idle-timeout-s", f"{idle_timeout_s:g}"]
 
 
