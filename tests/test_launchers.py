@@ -91,7 +91,7 @@ def test_torchrun_leaves_no_run_folders_behind(tmp_path, monkeypatch):
     its ranks; without --log-dir it was a new $TMPDIR/torchelastic_* per trial, never removed
     (5,011 on this machine after two days). It goes in the trial's folder, removed after the
     trial, so `autotune trial --out` leaves only its own files."""
-    from autotune.run.argv import LAUNCHER_LOGS
+    from autotune.contract.trial_files import LAUNCHER_LOGS
     from autotune.run.launch import run_trial
     from tests.fixtures.trials import tiny
 

@@ -193,3 +193,10 @@ def test_trial_force_never_replaces_a_file_of_the_users_and_reruns_over_its_own(
     _one_clear_error(code, err, "notes.txt")
     (out / "notes.txt").unlink()
     assert cli(*_command("trial", study, str(out)))[0] == 0  # its own files alone: no --force needed
+    # A folder of the user's under the name the launcher's run folder takes (removed after each
+    # trial): refused even with --force, and kept.
+    (out / "launcher_logs").mkdir()
+    (out / "launcher_logs" / "mine.txt").write_text("keep\n")
+    code, _, err = cli(*_command("trial", study, str(out)), "--force")
+    _one_clear_error(code, err, "launcher_logs", "did not write")
+    assert (out / "launcher_logs" / "mine.txt").read_text() == "keep\n"

@@ -10,7 +10,8 @@ stderr.log (the launcher's output), result.json (rank 0's result, written atomic
 result.rankN.json (a failed rank's own result), fatal.rankN.log (rank N's stack when a fatal
 signal killed it; every rank opens its file as it takes the trial), nodes.json (the per-node
 argvs of a multi-node trial started once per node), launch.json (a sweep's record of the
-launch: the launcher's process group and the controller, so that a later sweep can clean up).
+launch: the launcher's process group and the controller, so that a later sweep can clean up),
+launcher_logs/ (torchrun's --log-dir while the trial runs; removed after it).
 
 A pool's queue (a folder named autotune-pool-*): 000001.trial.json, 000002.trial.json, ...
 (the trials in order, each {"config": path, "result": path}), rankN.pid (each rank's pid, so
@@ -31,11 +32,14 @@ STDOUT = "stdout.log"
 STDERR = "stderr.log"
 NODES = "nodes.json"
 LAUNCH = "launch.json"  # the sweep's record of the launch: process group and controller
+# torchrun's per-run folder (--log-dir), in the trial's folder: without it torch.distributed.elastic
+# makes a /tmp/torchelastic_* folder for every run and never removes it.
+LAUNCHER_LOGS = "launcher_logs"
 # What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log
 # (exactly these names: a user's result_backup.json in the folder is not ours to delete).
 _OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
 # The files a trial's folder gets from its controller and rank 0, by fixed name.
-TRIAL_NAMES = (CONFIG, COMMAND, STDOUT, STDERR, RESULT, NODES)
+TRIAL_NAMES = (CONFIG, COMMAND, STDOUT, STDERR, RESULT, NODES, LAUNCHER_LOGS)
 _FATAL_PREFIX, _FATAL_SUFFIX = "fatal.rank", ".log"
 
 QUEUE_PREFIX = "autotune-pool-"
@@ -57,6 +61,10 @@ class TrialFiles:
     @property
     def result(self) -> Path:
         return self.folder / RESULT
+
+    @property
+    def launcher_logs(self) -> Path:
+        return self.folder / LAUNCHER_LOGS
 
     @property
     def command(self) -> Path:

@@ -17,17 +17,15 @@ from pathlib import Path
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
 from autotune.contract.process import CONTROLLER_ENV, controller_env_value
 from autotune.contract.rank_env import cpu_rank_env
+from autotune.contract.trial_files import TrialFiles
 
 WORKER_MODULE = "trials.worker"
-# torchrun's (torch.distributed.elastic) per-run folder, in the trial's folder: without
-# --log-dir it makes /tmp/torchelastic_* for every run and never removes it (one per trial).
-LAUNCHER_LOGS = "launcher_logs"
 
 
 def launcher_log_dir(result_path: Path) -> str:
     """Where torchrun (itself, or under accelerate) keeps a trial's per-rank folders (and a
-    failed rank's error.json): beside the trial's result."""
-    return str(Path(result_path).parent / LAUNCHER_LOGS)
+    failed rank's error.json): beside the trial's result (TrialFiles.launcher_logs)."""
+    return str(TrialFiles(Path(result_path).parent).launcher_logs)
 
 
 def free_port() -> int:

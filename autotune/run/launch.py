@@ -23,7 +23,7 @@ from typing import Callable
 
 from autotune.contract import TrialConfig, TrialResult, write_json_atomic
 from autotune.contract.trial_files import TrialFiles, remove_own_outputs
-from autotune.run.argv import build_argv, free_port, launch_env, launcher_log_dir
+from autotune.run.argv import build_argv, free_port, launch_env
 from autotune.run.deepspeed_ops import prebuild_deepspeed_ops
 from autotune.run.process_group import group_alive, kill_group
 from autotune.run.results import read_result
@@ -73,7 +73,7 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
     removed = remove_deepspeed_shm(port)
     # torchrun's per-rank folders (--log-dir): empty but for its own bookkeeping, and a folder
     # `autotune trial --out` did not list as its own.
-    shutil.rmtree(launcher_log_dir(files.result), ignore_errors=True)
+    shutil.rmtree(files.launcher_logs, ignore_errors=True)
     wall_s = time.monotonic() - t0
     result = read_result(files.result, rc, timed_out, files.stderr, files.stdout, cfg)
     result.wall_s = wall_s
