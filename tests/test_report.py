@@ -364,6 +364,24 @@ def test_the_best_label_takes_the_first_corner_that_covers_no_point(blank_axes):
     assert len(ax.texts) == 1  # the corners tried and not taken are gone
 
 
+def test_the_best_label_goes_further_out_when_every_near_corner_covers_a_point(blank_axes):
+    """On an Intel machine's default study the fastest label's four near corners each covered
+    something (a slower option below right, the plot's edge left) and it was drawn over trial
+    0's marker. With a point in each near corner the label now goes further out, covering none."""
+    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
+
+    fig, ax, (x, y) = blank_axes
+    pt = 100 / 72
+    near = [(x + sx * 50 * pt, y + sy * 47 * pt) for sx in (1, -1) for sy in (1, -1)]
+    box = _place_label(fig, ax, (50, 50), "fastest: #2 0.4 h, $0.0392", LABEL_OFFSETS_PT, near, [],
+                       **BEST_LABEL_STYLE)
+    assert not [c for c in near if box[0] - 6 <= c[0] <= box[2] + 6 and box[1] - 6 <= c[1] <= box[3] + 6], box
+    inside = ax.get_window_extent(fig.canvas.get_renderer())
+    assert inside.x0 <= box[0] and box[2] <= inside.x1 and inside.y0 <= box[1] and box[3] <= inside.y1
+    assert box[1] < y - 60 * pt, box  # below right, further down: the first further corner
+    assert len(ax.texts) == 1
+
+
 def test_a_points_label_moves_off_a_neighbouring_marker(blank_axes):
     """A point's "#n" label goes above right of it unless a neighbour's marker is there (on the
     README's run, "#1" was drawn under trial 0's marker); then to the next free corner."""

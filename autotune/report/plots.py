@@ -81,9 +81,12 @@ def merge_near(labels: list[Label], to_px, near_px: float = NEAR_PX) -> list[Lab
 
 # Where the PNG's cheapest / fastest label may go, in points from its point, in order of
 # preference: below right first (no option within limits is cheaper than the cheapest, so below
-# it is empty), then the other three corners. The first that covers no plotted point, stays
-# inside the plot and clears the other labels is taken (_place_label).
-LABEL_OFFSETS_PT = ((30, -40), (30, 40), (-30, -40), (-30, 40))
+# it is empty), then the other three corners, then the same corners further out (the arrow still
+# names the point). The first that covers no plotted point, stays inside the plot and clears the
+# other labels is taken (_place_label). The four near corners alone left a fastest label over a
+# neighbour where a slower option sat just below right of it and the plot's edge just left.
+LABEL_OFFSETS_PT = tuple((sx * dx, sy * dy) for dx, dy in ((30, 40), (30, 70), (60, 40), (30, 100), (90, 70))
+                         for sx, sy in ((1, -1), (1, 1), (-1, -1), (-1, 1)))
 BEST_LABEL_STYLE: dict[str, Any] = dict(arrowprops=dict(arrowstyle="->"), fontsize=9, zorder=6,
                                         bbox=dict(boxstyle="round", fc="white", ec="#999"))
 # Where a point's "#3" label may go, in points from it: above right first, then the other corners.
