@@ -590,3 +590,35 @@ def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):
 
     assert f"(90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})" in shown
     assert "cheaper than trial 1 by 4%" in shown
+
+
+def test_an_estimate_outside_its_own_runs_says_why(doc):
+    """The estimate sits at the level of all the study's repeated runs (autotune.search.
+    estimates._level_shift), so it can lie outside the pick's own runs: a sweep on an Intel
+    machine ended "27,846 tokens/s estimated from 2 runs (29,403 to 29,689)" and nothing more.
+    The sweep's end now says so on a line of its own, whole at 80 columns; inside, nothing."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import outside_own_runs, print_summary
+
+    runs = [{"tokens_per_s": 29_403.0}, {"tokens_per_s": 29_689.0}]
+    assert outside_own_runs(27_846.0, runs) == \
+        "estimate below both runs: set at the level of all the study's repeated runs"
+    assert outside_own_runs(31_000.0, [*runs, {"tokens_per_s": 30_000.0}]).startswith("estimate above all 3 runs")
+    assert outside_own_runs(29_500.0, runs) is None and outside_own_runs(27_846.0, runs[:1]) is None
+
+    pick = doc["cheapest"]
+    tps = pick["tokens_per_s"]
+
+    def summary(own: list[float]) -> list[str]:
+        sure = {"by": "cost", "trial": pick["trial"], "offer": pick["offer"], "how_sure": "x",
+                "runs": [{"tokens_per_s": t} for t in own]}
+        con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+        print_summary({**doc, "picks": [sure]}, con, [])
+        return con.export_text().splitlines()
+
+    below = summary([tps * 1.05, tps * 1.07])
+    assert "  estimate below both runs: set at the level of all the study's repeated runs" in below, below
+    assert not [ln for ln in summary([tps * 0.95, tps * 1.05]) if "estimate " in ln and "runs:" in ln]
