@@ -148,6 +148,12 @@ def _tokens_text(pick: dict[str, Any], sure: dict[str, Any] | None) -> str:
     return tps
 
 
+def _config_lines(pick: dict[str, Any], sure: dict[str, Any] | None) -> list[str]:
+    """The pick's config and tokens/s, and where its estimate lies outside its runs, that."""
+    outside = outside_own_runs(pick.get("tokens_per_s"), (sure or {}).get("runs") or [])
+    return [f"{config_summary(pick['config'])}; {_tokens_text(pick, sure)}", *([outside] if outside else [])]
+
+
 def outside_own_runs(estimate: float | None, runs: list[dict[str, Any]]) -> str | None:
     """"estimate below both runs: ..." where a config's estimate lies outside its own
     runs, else None.
@@ -315,10 +321,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
                            f", from {pick['basis_kind']} tokens/s", width), "bold"))
         if sure and sure.get("how_sure"):
             lines.append((clip("  ", sure["how_sure"], width), None))
-        lines.append((clip("  ", f"{config_summary(pick['config'])}; {_tokens_text(pick, sure)}", width), None))
-        outside = outside_own_runs(pick.get("tokens_per_s"), (sure or {}).get("runs") or [])
-        if outside:
-            lines.append((clip("  ", outside, width), None))
+        lines.extend((clip("  ", text, width), None) for text in _config_lines(pick, sure))
         lines.append((clip("  ", mfu_text(pick), width), None))
         fast = doc["fastest"]
         if fast and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"]):
