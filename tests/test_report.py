@@ -622,3 +622,57 @@ def test_an_estimate_outside_its_own_runs_says_why(doc):
     below = summary([tps * 1.05, tps * 1.07])
     assert "  estimate below both runs: set at the level of all the study's repeated runs" in below, below
     assert not [ln for ln in summary([tps * 0.95, tps * 1.05]) if "estimate " in ln and "runs:" in ln]
+
+
+def test_the_memory_png_shows_a_run_over_its_limit_as_over_and_its_legend_covers_no_bar(doc, tmp_path, monkeypatch):
+    """An OOM's headroom is negative: drawn as "headroom (free)" leftwards from its peak, the part
+    over the limit read as free memory (seen on a sweep under a limit on an Intel machine), and the
+    legend, inside the plot at lower right, covered the last bar and its figure. Now the part
+    over the limit is its own bar, starting at the limit; no bar is negative; the legend lies
+    outside the plot."""
+    import copy
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.report.plots import memory_rows, write_pngs
+
+    tight = copy.deepcopy(doc)
+    rows = memory_rows(tight)
+    assert len(rows) >= 2
+    for t in rows:
+        t["mem_capacity_bytes"] = int(t["peak_mem_bytes"] * 1.1)
+        t["headroom_bytes"] = t["mem_capacity_bytes"] - t["peak_mem_bytes"]
+    oom = rows[0]
+    oom["mem_capacity_bytes"] = int(oom["peak_mem_bytes"] * 0.9)
+    oom["headroom_bytes"] = oom["mem_capacity_bytes"] - oom["peak_mem_bytes"]
+    seen = {}
+
+    def keep_then_close(fig=None):
+        if fig.axes and fig.axes[0].get_xlabel() == "GiB":
+            ax = fig.axes[0]
+            renderer = fig.canvas.get_renderer()
+            seen["bars"] = {c.get_label(): [(p.get_x(), p.get_width()) for p in c.patches] for c in ax.containers}
+            seen["legend"] = fig.legends[0].get_window_extent(renderer)
+            seen["axes"] = ax.get_window_extent(renderer)
+        close(fig)
+
+    close = plt.close
+    monkeypatch.setattr(plt, "close", keep_then_close)
+    write_pngs(tight, tmp_path)
+    gib = 1024 ** 3
+    bars = seen["bars"]
+    assert all(w >= 0 for bs in bars.values() for _, w in bs), bars
+    over = bars["measured peak over the limit"]
+    assert over[0] == pytest.approx((oom["mem_capacity_bytes"] / gib, -oom["headroom_bytes"] / gib))
+    assert all(w == 0 for _, w in over[1:])
+    assert bars["headroom (free)"][0][1] == 0 and bars["measured peak"][0][1] == pytest.approx(over[0][0])
+    assert seen["legend"].y1 <= seen["axes"].y0, (seen["legend"], seen["axes"])  # under the plot
+    # The HTML page's figure stacks the same three bars (plotly drew the negative headroom left of 0).
+    from autotune.report.figures import memory_figure
+
+    traces = {t.name: list(t.x) for t in memory_figure(tight).data if t.type == "bar"}
+    assert all(x >= 0 for xs in traces.values() for x in xs), traces
+    assert traces["measured peak over the limit"][0] == pytest.approx(over[0][1])

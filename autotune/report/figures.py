@@ -23,7 +23,7 @@ from autotune.report.plots import (
     gpus_of,
     mem_label,
     mem_text,
-    mem_used,
+    memory_bars_gib,
     memory_rows,
     not_plotted,
     pareto_axes,
@@ -183,14 +183,18 @@ def memory_figure(doc: dict[str, Any]):
     rows = memory_rows(doc)
     labels = [mem_label(t) for t in rows]
     gib = 1024 ** 3
-    used = [(mem_used(t) or 0) / gib for t in rows]
-    free = [(t["headroom_bytes"] or 0) / gib if t["headroom_bytes"] is not None else 0 for t in rows]
+    within, over, free = memory_bars_gib(rows)
+    used = [w + o for w, o in zip(within, over)]
     fig = go.Figure()
     # Unmeasured rows (never launched) show their predicted diamond; their words go to hover.
     texts = [mem_text(t) if t["peak_mem_bytes"] else "" for t in rows]
     hover = [mem_text(t, long=True) for t in rows]
-    fig.add_trace(go.Bar(y=labels, x=used, orientation="h", name="measured peak", marker_color="#D55E00",
+    fig.add_trace(go.Bar(y=labels, x=within, orientation="h", name="measured peak", marker_color="#D55E00",
                          hovertext=hover, hoverinfo="text"))
+    if any(over):
+        fig.add_trace(go.Bar(y=labels, x=over, orientation="h", name="measured peak over the limit",
+                             marker=dict(color="#7a0000", pattern=dict(shape="/")), hovertext=hover,
+                             hoverinfo="text"))
     # The figures go right of each stacked bar (the last trace's "outside"), never rotated.
     fig.add_trace(go.Bar(y=labels, x=free, orientation="h", name="headroom (free)", marker_color="#cfe8cf",
                          text=texts, textposition="outside", textangle=0, cliponaxis=False,

@@ -140,6 +140,20 @@ def mem_used(t: dict[str, Any]) -> int | None:
     return t["peak_mem_bytes"]
 
 
+def memory_bars_gib(rows: list[dict[str, Any]]) -> tuple[list[float], list[float], list[float]]:
+    """(peak up to the limit, peak over the limit, headroom) of each memory row, in GiB, none
+    negative. A run over its limit (an OOM: negative headroom) shows the part over it as such:
+    drawn as "headroom" from its peak, it went leftwards (PNG) or left of zero (HTML) and read
+    as free memory."""
+    gib = 1024 ** 3
+    used = [(mem_used(t) or 0) / gib for t in rows]
+    cap = [(t["mem_capacity_bytes"] or 0) / gib for t in rows]
+    within = [min(u, c) if c else u for u, c in zip(used, cap)]
+    over = [u - c if c and u > c else 0.0 for u, c in zip(used, cap)]
+    free = [max((t["headroom_bytes"] or 0) / gib, 0.0) for t in rows]
+    return within, over, free
+
+
 def mem_text(t: dict[str, Any], long: bool = False) -> str:
     if not t["peak_mem_bytes"]:
         pred = t["predicted_peak_mem_bytes"]
@@ -349,16 +363,23 @@ def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
     # Wider with longer config labels (~0.075 inch a character at this size), so that the bars
     # keep about 5 inches; the labels of FSDP, offload and TP configs run to 70+ characters.
     width_in = max(9.0, 5.0 + 0.075 * max((len(label) for label in labels), default=0))
-    fig, ax = plt.subplots(figsize=(width_in, max(2.5, 0.9 + 0.45 * len(rows))), dpi=100)
+    # Constrained layout, so that the legend goes under the plot: inside it ("lower right") it
+    # covered the last bar and its figure wherever the bars fill the width (a sweep under a limit).
+    fig, ax = plt.subplots(figsize=(width_in, max(3.0, 1.3 + 0.45 * len(rows))), dpi=100, layout="constrained")
     gib = 1024 ** 3
-    used = [(mem_used(t) or 0) / gib for t in rows]
-    free = [(t["headroom_bytes"] or 0) / gib for t in rows]
-    ax.barh(labels, used, color="#D55E00", label="measured peak")
+    within, over, free = memory_bars_gib(rows)
+    used = [w + o for w, o in zip(within, over)]
+    ax.barh(labels, within, color="#D55E00", label="measured peak")
+    if any(over):
+        ax.barh(labels, over, left=within, color="#7a0000", hatch="///", edgecolor="white",
+                label="measured peak over the limit")
     ax.barh(labels, free, left=used, color="#cfe8cf", label="headroom (free)")
     for i, t in enumerate(rows):
-        right = max(used[i], (t["predicted_peak_mem_bytes"] or 0) / gib)
-        ax.annotate(mem_text(t), (right, i), xytext=(8, 0), textcoords="offset points", va="center",
-                    fontsize=8)
+        # Right of the bar, its headroom and the predicted marker: on the headroom it was hard to
+        # read, and the marker sat on its first figure.
+        right = max(used[i] + free[i], (t["predicted_peak_mem_bytes"] or 0) / gib)
+        ax.annotate(mem_text(t), (right, i), xytext=(10, 0), textcoords="offset points", va="center",
+                    fontsize=8, annotation_clip=False)
         if t["predicted_peak_mem_bytes"]:
             ax.plot(t["predicted_peak_mem_bytes"] / gib, i, "kD", label="predicted peak" if i == 0 else None)
     ax.invert_yaxis()
@@ -367,7 +388,6 @@ def _png_memory(doc: dict[str, Any], path: Path, plt) -> None:
     # past the figure's right edge where the labels are long.
     ax.set_title("Memory per config: measured peak and headroom per rank", fontsize=11, loc="right")
     if rows:
-        ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
+        fig.legend(fontsize=8, loc="outside lower center", ncols=4)
     fig.savefig(path, dpi=100)
     plt.close(fig)
