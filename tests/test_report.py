@@ -676,3 +676,35 @@ def test_the_memory_png_shows_a_run_over_its_limit_as_over_and_its_legend_covers
     traces = {t.name: list(t.x) for t in memory_figure(tight).data if t.type == "bar"}
     assert all(x >= 0 for xs in traces.values() for x in xs), traces
     assert traces["measured peak over the limit"][0] == pytest.approx(over[0][1])
+
+
+def test_the_html_pages_best_labels_take_a_place_that_covers_no_point():
+    """The HTML page's cheapest / fastest labels sat at a fixed place (right and below the
+    cheapest, above the fastest), so a neighbour there was hidden, as the PNG's label hid trial
+    0 on an Intel machine. Each now takes the first of the PNG's offsets whose box (in the
+    page's assumed plot area) covers no point, stays inside and clears the other label."""
+    from autotune.report.figures import PLOT_AREA_PX, best_label_offsets
+    from autotune.report.plots import LABEL_OFFSETS_PT
+
+    ax = {"x": (0.0, 100.0), "y": (0.0, 100.0), "log_x": False, "log_y": False}
+    sx, sy = PLOT_AREA_PX[0] / 100, PLOT_AREA_PX[1] / 100  # pixels per unit
+
+    def option(trial: int, hours: float, usd: float) -> dict:
+        return {"trial": trial, "offer": "o", "hours": hours, "usd": usd}
+
+    cheap, fast = option(1, 40.0, 40.0), option(2, 20.0, 80.0)
+    alone = {"options": [cheap, fast], "cheapest": cheap, "fastest": fast}
+    first = LABEL_OFFSETS_PT[0][1] * 100 / 72  # below: plotly's ay is pixels down
+    placed = best_label_offsets(alone, ax)
+    assert [o["trial"] for o, _, _ in placed] == [1, 2]
+    assert placed[0][1].startswith("<b>cheapest</b>: #1 ") and placed[0][2][1] == pytest.approx(-first)
+    # A neighbour right under the cheapest label's first place: the label moves, covering nothing.
+    (dx, dy) = placed[0][2]
+    under = option(3, 40.0 + dx / sx, 40.0 - dy / sy)
+    crowded = best_label_offsets({**alone, "options": [cheap, fast, under]}, ax)
+    (dx2, dy2) = crowded[0][2]
+    assert (dx2, dy2) != (dx, dy)
+    w = 7.0 * len(re.sub("<[^>]+>", "", crowded[0][1])) + 10  # the box's width, as placed
+    cx, cy = 40.0 * sx + dx2, 40.0 * sy - dy2
+    qx, qy = under["hours"] * sx, under["usd"] * sy
+    assert not (abs(qx - cx) <= w / 2 + 6 and abs(qy - cy) <= 10 + 6), (crowded[0][2], (qx, qy))

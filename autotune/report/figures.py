@@ -17,8 +17,10 @@ from autotune.report.labels import config_summary
 from autotune.report.plots import (
     FRONT_COLOUR,
     INFEASIBLE_COLOUR,
+    LABEL_OFFSETS_PT,
     NO_SCALING_TITLE,
     SCALING_TITLE,
+    best_label_text,
     best_labels,
     gpus_of,
     mem_label,
@@ -83,15 +85,11 @@ def pareto_figure(doc: dict[str, Any]):
         fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="text",
                                  text=[t for _, _, t in labels], textposition=text_positions(labels, ax),
                                  textfont=dict(size=11, color="#333"), hoverinfo="skip", showlegend=False))
-    for key, label, ay in best_labels(doc):
-        o = doc[key]
-        if o:  # annotations on a log axis take log10 of the value (plotly's convention)
-            fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
-                               y=math.log10(o["usd"]) if log_y else o["usd"],
-                               text=f"<b>{label}</b>: #{o['trial']} "
-                                    f"{fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}",
-                               showarrow=True, arrowhead=2, ax=70, ay=ay, bgcolor="white",
-                               bordercolor="#999")
+    for o, text, (dx, dy) in best_label_offsets(doc, ax):
+        # Annotations on a log axis take log10 of the value (plotly's convention).
+        fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
+                           y=math.log10(o["usd"]) if log_y else o["usd"], text=text,
+                           showarrow=True, arrowhead=2, ax=dx, ay=dy, bgcolor="white", bordercolor="#999")
     sub = not_plotted(doc)
     fig.update_layout(
         title=dict(text="Hours to target vs dollars: each point is one (config, offer), #trial; lower left is better"
@@ -115,14 +113,7 @@ def text_positions(labels: list[tuple[float, float, str]], ax: dict[str, Any]) -
     """Each "#3" label's plotly textposition: the first of TEXT_POSITIONS whose text (11-pixel
     font, ~7 pixels a character) covers no other point's marker and stays in the plot area."""
     width, height = PLOT_AREA_PX
-
-    def px(value: float, lo_hi: tuple[float, float], log: bool, size: float) -> float:
-        lo, hi = lo_hi
-        if log:
-            value, lo, hi = math.log10(value), math.log10(lo), math.log10(hi)
-        return (value - lo) / ((hi - lo) or 1.0) * size
-
-    pts = [(px(h, ax["x"], ax["log_x"], width), px(u, ax["y"], ax["log_y"], height)) for h, u, _ in labels]
+    pts = [(_px(h, ax["x"], ax["log_x"], width), _px(u, ax["y"], ax["log_y"], height)) for h, u, _ in labels]
     out = []
     for (x, y), (_, _, text) in zip(pts, labels):
         w, h = 7.0 * len(text) + 4, 14.0
@@ -136,6 +127,53 @@ def text_positions(labels: list[tuple[float, float, str]], ax: dict[str, Any]) -
                 break
         else:
             out.append(TEXT_POSITIONS[0])
+    return out
+
+
+def _px(value: float, lo_hi: tuple[float, float], log: bool, size: float) -> float:
+    """Where `value` lies on an axis of `size` pixels (PLOT_AREA_PX), from its low end."""
+    lo, hi = lo_hi
+    if log:
+        value, lo, hi = math.log10(value), math.log10(lo), math.log10(hi)
+    return (value - lo) / ((hi - lo) or 1.0) * size
+
+
+BestLabel = tuple[dict[str, Any], str, tuple[float, float]]  # option, its HTML text, plotly's (ax, ay)
+
+
+def best_label_offsets(doc: dict[str, Any], ax: dict[str, Any]) -> list[BestLabel]:
+    """(option, text, plotly's (ax, ay) in pixels) of the cheapest / fastest labels: the first of
+    the PNG's LABEL_OFFSETS_PT whose box (centred on the arrow's tail, ~7 pixels a character) covers
+    no plotted point, stays in the plot area and clears the label placed before it. A fixed place
+    (right and below the cheapest, above the fastest) could cover a neighbour, as the PNG's did."""
+    width, height = PLOT_AREA_PX
+    pts = [(_px(o["hours"], ax["x"], ax["log_x"], width), _px(o["usd"], ax["y"], ax["log_y"], height))
+           for o in doc["options"]]
+    out: list[BestLabel] = []
+    taken: list[tuple[float, float, float, float]] = []
+    for key, label in best_labels(doc):
+        o = doc[key]
+        if not o:
+            continue
+        text = best_label_text(label, o)
+        x, y = _px(o["hours"], ax["x"], ax["log_x"], width), _px(o["usd"], ax["y"], ax["log_y"], height)
+        w, h = 7.0 * len(text) + 10, 20.0
+        best = None
+        for dx_pt, dy_pt in LABEL_OFFSETS_PT:
+            dx, dy = dx_pt * 100 / 72, dy_pt * 100 / 72  # pixels, as the PNG's at 100 dpi
+            cx, cy = x + dx + (w / 2 if dx > 0 else -w / 2), y + dy  # y up here
+            box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+            covers = any(box[0] - 6 <= qx <= box[2] + 6 and box[1] - 6 <= qy <= box[3] + 6 for qx, qy in pts)
+            inside = 0 <= box[0] and box[2] <= width and 0 <= box[1] and box[3] <= height
+            clash = any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in taken)
+            free = inside and not (covers or clash)
+            if best is None or free:  # where no place is free, the first
+                best = (cx - x, -dy, box)  # plotly's ay is pixels down
+            if free:
+                break
+        assert best is not None
+        taken.append(best[2])
+        out.append((o, f"<b>{label}</b>{text[len(label):]}", (best[0], best[1])))
     return out
 
 

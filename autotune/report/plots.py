@@ -94,15 +94,19 @@ POINT_LABEL_OFFSETS_PT = ((5, 4), (-5, 4), (5, -4), (-5, -4))
 POINT_LABEL_STYLE: dict[str, Any] = dict(fontsize=8, color="#333", zorder=5)
 
 
-def best_labels(doc: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(key, label, offset) of the points to name; one label when cheapest is also fastest.
-    The offset is the HTML figure's (plotly's `ay`, pixels down: the cheapest's label below
-    its point, as the PNG's first choice); the PNG places its labels by what they cover
-    (_place_label, LABEL_OFFSETS_PT)."""
+def best_labels(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, label) of the points to name; one label when cheapest is also fastest. Each figure
+    places them by what they cover: the PNG by _place_label over LABEL_OFFSETS_PT, the HTML by
+    autotune.report.figures.best_label_offsets over the same offsets."""
     c, f = doc["cheapest"], doc["fastest"]
     if c and f and (c["trial"], c["offer"]) == (f["trial"], f["offer"]):
-        return [("cheapest", "cheapest and fastest", 40)]
-    return [("cheapest", "cheapest", 40), ("fastest", "fastest", -40)]
+        return [("cheapest", "cheapest and fastest")]
+    return [("cheapest", "cheapest"), ("fastest", "fastest")]
+
+
+def best_label_text(label: str, option: dict[str, Any]) -> str:
+    """"cheapest: #3 9.0 h, $0.8067": a best label's words, in both figures."""
+    return f"{label}: #{option['trial']} {fmt_hours(option['hours'], days_beside=True)}, {fmt_usd(option['usd'])}"
 
 
 def pareto_axes(doc: dict[str, Any]) -> dict[str, Any]:
@@ -286,10 +290,10 @@ def _best_labels_png(fig, ax, doc: dict[str, Any], points_px, label_boxes) -> li
     """The cheapest and fastest labels (best_labels), each placed by _place_label clear of the
     points, the points' labels and each other; returns [{"key", "box": display pixels}]."""
     boxes: list[dict[str, Any]] = []
-    for key, label, _ in best_labels(doc):
+    for key, label in best_labels(doc):
         o = doc[key]
         if o:
-            text = f"{label}: #{o['trial']} {fmt_hours(o['hours'], days_beside=True)}, {fmt_usd(o['usd'])}"
+            text = best_label_text(label, o)
             box = _place_label(fig, ax, (o["hours"], o["usd"]), text, LABEL_OFFSETS_PT, points_px,
                                [*label_boxes, *(b["box"] for b in boxes)], **BEST_LABEL_STYLE)
             boxes.append({"key": key, "box": box})
