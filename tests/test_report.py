@@ -300,7 +300,9 @@ def test_scaling_efficiency_compares_only_trials_that_differ_in_gpu_count():
 
     rows = [row(0, 1, 4, "fp32", 1000.0), row(1, 2, 16, "bf16", 2420.0)]
     assert _scaling(rows) == []
-    assert throughput_figure({"trials": [], "scaling": []}).layout.title.text == NO_SCALING_TITLE
+    # Wrapped for the half-page figure (in one line it ran past the figure's edge).
+    title = throughput_figure({"trials": [], "scaling": []}).layout.title.text
+    assert title.replace("<br>", " ") == NO_SCALING_TITLE and max(len(ln) for ln in title.split("<br>")) <= 56
     rows.append(row(2, 2, 4, "fp32", 1800.0))  # the same per-rank config on two ranks
     sc = _scaling(rows)
     assert [(s.num_gpus, s.trial) for s in sc] == [(1, 0), (2, 2)]
@@ -676,6 +678,13 @@ def test_the_memory_png_shows_a_run_over_its_limit_as_over_and_its_legend_covers
     traces = {t.name: list(t.x) for t in memory_figure(tight).data if t.type == "bar"}
     assert all(x >= 0 for xs in traces.values() for x in xs), traces
     assert traces["measured peak over the limit"][0] == pytest.approx(over[0][1])
+    # Its figures lie right of each bar's end and of its predicted marker (the bar's "outside" text
+    # began at the bar's end, where a marker near the limit covered the first digits).
+    figure = memory_figure(tight)
+    text = next(t for t in figure.data if t.type == "scatter" and t.mode == "text")
+    ends = [sum(xs[i] for xs in traces.values()) for i in range(len(rows))]
+    for x, end, t in zip(text.x, ends, rows):
+        assert x > max(end, (t["predicted_peak_mem_bytes"] or 0) / gib), (x, end, t["predicted_peak_mem_bytes"])
 
 
 def test_the_html_pages_best_labels_take_a_place_that_covers_no_point():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from typing import Any
 
 from autotune.format import fmt_hours, fmt_usd
@@ -208,10 +209,11 @@ def throughput_figure(doc: dict[str, Any]):
         fig.add_trace(go.Scatter(x=xs, y=[per0 * n for n in xs], mode="lines", name=f"linear from {n0} GPU",
                                  line=dict(color="#999", dash="dash")))
     fig.update_layout(
-        title=SCALING_TITLE if sc else NO_SCALING_TITLE,
+        # Wrapped: the figure takes half the page, where the one-line title ran past its edge.
+        title="<br>".join(textwrap.wrap(SCALING_TITLE if sc else NO_SCALING_TITLE, 56)),
         xaxis=dict(title="GPUs (ranks)", tickmode="array", tickvals=sorted({gpus_of(t["config"]) for t in done})),
         yaxis=dict(title="tokens/s (measured)", rangemode="tozero"),
-        template="plotly_white", height=420, margin=dict(l=70, r=30, t=60, b=60))
+        template="plotly_white", height=420, margin=dict(l=70, r=30, t=80, b=60))
     return fig
 
 
@@ -233,17 +235,23 @@ def memory_figure(doc: dict[str, Any]):
         fig.add_trace(go.Bar(y=labels, x=over, orientation="h", name="measured peak over the limit",
                              marker=dict(color="#7a0000", pattern=dict(shape="/")), hovertext=hover,
                              hoverinfo="text"))
-    # The figures go right of each stacked bar (the last trace's "outside"), never rotated.
     fig.add_trace(go.Bar(y=labels, x=free, orientation="h", name="headroom (free)", marker_color="#cfe8cf",
-                         text=texts, textposition="outside", textangle=0, cliponaxis=False,
                          hovertext=hover, hoverinfo="text"))
-    pred = [(lab, t["predicted_peak_mem_bytes"] / gib) for lab, t in zip(labels, rows) if t["predicted_peak_mem_bytes"]]
+    predicted = [(t["predicted_peak_mem_bytes"] or 0) / gib for t in rows]
+    pred = [(lab, p) for lab, p in zip(labels, predicted) if p]
     if pred:
         fig.add_trace(go.Scatter(y=[p[0] for p in pred], x=[p[1] for p in pred], mode="markers",
                                  name="predicted peak", marker=dict(symbol="diamond", size=12, color="#000")))
-    ends = [u + f for u, f in zip(used, free)] + [p[1] for p in pred]
+    ends = [max(u + f, p) for u, f, p in zip(used, free, predicted)]
+    x_max = 2.2 * max(ends + [1e-3])
+    # The figures right of each bar, its headroom and its predicted marker, never rotated: as the
+    # bar's "outside" text they began at the bar's end, where a predicted marker near the limit
+    # covered their first digits.
+    fig.add_trace(go.Scatter(y=labels, x=[e + 0.04 * x_max for e in ends], mode="text", text=texts,
+                             textposition="middle right", cliponaxis=False, showlegend=False, hoverinfo="skip"))
     fig.update_layout(barmode="stack", title="Memory per config: measured peak and headroom per rank",
-                      xaxis=dict(title="GiB per rank", range=[0, 2.2 * max(ends + [1e-3])]),
+                      xaxis=dict(title="GiB per rank", range=[0, x_max]),
+                      yaxis=dict(autorange="reversed"),  # trial 0 on top, as in the PNG and the tables
                       template="plotly_white", legend=dict(orientation="h", y=-0.2, yanchor="top"),
                       height=max(300, 140 + 40 * len(rows)), margin=dict(l=260, r=30, t=60, b=110))
     return fig
