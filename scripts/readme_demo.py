@@ -7,8 +7,8 @@ into a log) and writes:
 - `docs/default_sweep.txt`: when, at which commit, on which machine, then the output verbatim;
 - the README's block between `<!-- default-sweep:begin -->` and `<!-- default-sweep:end -->`:
   the same output (tests/test_examples.py checks that the two agree);
-- `docs/pareto.png`, `docs/throughput.png`, `docs/memory.png`: that study's report plots
-  (`docs/report.png`, the HTML page, needs Chromium: scripts/screenshots.py).
+- `docs/pareto.png`, `docs/throughput.png`, `docs/memory.png`: that study's report plots, and
+  `docs/report.png`, its HTML page, where Chromium is installed (scripts/screenshots.py).
 Run by hand when the sweep's output changes; not part of the test suite.
 """
 
@@ -72,6 +72,13 @@ def main() -> int:
             return r.returncode
         for name in PLOTS:
             shutil.copyfile(out / name, REPO / "docs" / name)
+        # The HTML page's picture from the same study, where Chromium is installed.
+        if any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
+            subprocess.run([sys.executable, str(REPO / "scripts" / "screenshots.py"), "--storage",
+                            f"sqlite:///{Path(tmp) / 'autotune.db'}", "--out", str(REPO / "docs")],
+                           cwd=tmp, env=env, check=True)
+        else:
+            print("docs/report.png not rewritten: no Chromium (apt-get install chromium)", file=sys.stderr)
     output = p.stdout.rstrip("\n")
     LOG.write_text("\n".join(["# The README's default sweep (scripts/readme_demo.py)", "",
                               *context_lines(ctx), "", OUTPUT_MARK, output, ""]))
