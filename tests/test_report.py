@@ -717,3 +717,20 @@ def test_the_html_pages_best_labels_take_a_place_that_covers_no_point():
     cx, cy = 40.0 * sx + dx2, 40.0 * sy - dy2
     qx, qy = under["hours"] * sx, under["usd"] * sy
     assert not (abs(qx - cx) <= w / 2 + 6 and abs(qy - cy) <= 10 + 6), (crowded[0][2], (qx, qy))
+
+
+def test_the_html_pages_near_points_share_one_label(doc):
+    """Two configs a hair apart (the README's sweep: trials 0 and 1 at 8.2 h, $0.7355 and
+    $0.7279) drew "#0" and "#1" over each other on the HTML page; the PNG joined them already
+    (merge_near). The page now shows one label, "#0 #1", as the PNG does."""
+    import copy
+
+    from autotune.report.figures import pareto_figure
+
+    near = copy.deepcopy(doc)
+    first = near["options"][0]
+    twin = {**copy.deepcopy(first), "trial": 999, "usd": first["usd"] * 1.005}
+    near["options"].append(twin)
+    texts = [t for t in pareto_figure(near).data if t.mode == "text"][0].text
+    assert any(f"#{first['trial']}" in t.split() and "#999" in t.split() for t in texts), texts
+    assert not any(t == "#999" for t in texts), texts

@@ -28,6 +28,7 @@ from autotune.report.plots import (
     mem_text,
     memory_bars_gib,
     memory_rows,
+    merge_near,
     not_plotted,
     pareto_axes,
     platform_colours,
@@ -81,7 +82,10 @@ def pareto_figure(doc: dict[str, Any]):
     (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
     _add_limits(fig, doc["limits"], ax)
     log_x, log_y = ax["log_x"], ax["log_y"]
-    labels = point_labels(doc)
+    # Points within a few pixels of each other (in the assumed plot area) share one label,
+    # "#0 #1", as in the PNG: two labels there overlapped.
+    width, height = PLOT_AREA_PX
+    labels = merge_near(point_labels(doc), lambda h, u: (_px(h, ax["x"], log_x, width), _px(u, ax["y"], log_y, height)))
     if labels:  # every point named by its trial number, on the side free of other points
         fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="text",
                                  text=[t for _, _, t in labels], textposition=text_positions(labels, ax),
