@@ -278,7 +278,7 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
     assert meta["log_x"] and meta["log_y"]
     assert {int(n) for m in meta["labels"] for n in m["text"].replace("#", "").split()} == trials
     assert figure["layout"]["xaxis"]["type"] == "log" and figure["layout"]["yaxis"]["type"] == "log"
-    named = next(t for t in figure["data"] if t.get("mode") == "text")
+    named = next(t for t in figure["data"] if t.get("mode") == "markers+text")
     texts = named["text"]
     assert {int(n) for t in texts for n in t.replace("#", "").split()} == trials
     assert len(named["textposition"]) == len(texts)  # a side per label (text_positions)
@@ -731,6 +731,12 @@ def test_the_html_pages_near_points_share_one_label(doc):
     first = near["options"][0]
     twin = {**copy.deepcopy(first), "trial": 999, "usd": first["usd"] * 1.005}
     near["options"].append(twin)
-    texts = [t for t in pareto_figure(near).data if t.mode == "text"][0].text
+    texts = [t for t in pareto_figure(near).data if t.mode == "markers+text"][0].text
     assert any(f"#{first['trial']}" in t.split() and "#999" in t.split() for t in texts), texts
     assert not any(t == "#999" for t in texts), texts
+    # Each label is set off from its point by the radius of the Pareto set's ring (a text-only
+    # trace drew "#0" under the ring of the README page's pick): an invisible marker as wide.
+    figure = pareto_figure(near)
+    named = next(t for t in figure.data if t.mode == "markers+text")
+    ring = next(t for t in figure.data if t.name == "Pareto set")
+    assert named.marker.size == ring.marker.size and named.marker.opacity == 0

@@ -76,7 +76,7 @@ def pareto_figure(doc: dict[str, Any]):
         fig.add_trace(go.Scatter(
             x=[o["hours"] for o in front], y=[o["usd"] for o in front], mode="lines+markers",
             name="Pareto set", line=dict(color=FRONT_COLOUR, width=2, dash="dot", shape="hv"),
-            marker=dict(symbol="circle-open", size=20, color=FRONT_COLOUR, line=dict(width=2)),
+            marker=dict(symbol="circle-open", size=PARETO_RING_PX, color=FRONT_COLOUR, line=dict(width=2)),
             text=[_hover(o) for o in front], hoverinfo="text"))
     ax = pareto_axes(doc)
     (x_lo, x_hi), (y_lo, y_hi) = ax["x"], ax["y"]
@@ -87,9 +87,13 @@ def pareto_figure(doc: dict[str, Any]):
     width, height = PLOT_AREA_PX
     labels = merge_near(point_labels(doc), lambda h, u: (_px(h, ax["x"], log_x, width), _px(u, ax["y"], log_y, height)))
     if labels:  # every point named by its trial number, on the side free of other points
-        fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="text",
-                                 text=[t for _, _, t in labels], textposition=text_positions(labels, ax),
-                                 textfont=dict(size=11, color="#333"), hoverinfo="skip", showlegend=False))
+        # Drawn beside an invisible marker as wide as the Pareto set's ring, so that plotly sets
+        # the text off by its radius: a text-only trace put it a few pixels from the point, under
+        # the ring of a point of the Pareto set.
+        fig.add_trace(go.Scatter(x=[h for h, _, _ in labels], y=[u for _, u, _ in labels], mode="markers+text",
+                                 marker=dict(size=PARETO_RING_PX, opacity=0), text=[t for _, _, t in labels],
+                                 textposition=text_positions(labels, ax), textfont=dict(size=11, color="#333"),
+                                 hoverinfo="skip", showlegend=False))
     for o, text, (dx, dy) in best_label_offsets(doc, ax):
         # Annotations on a log axis take log10 of the value (plotly's convention).
         fig.add_annotation(x=math.log10(o["hours"]) if log_x else o["hours"],
@@ -108,6 +112,9 @@ def pareto_figure(doc: dict[str, Any]):
     return fig
 
 
+# The diameter of the ring around a point of the Pareto set, pixels; the points' labels sit
+# outside it (text_positions).
+PARETO_RING_PX = 20
 # The HTML Pareto plot's drawing area, assumed for placing labels (the browser lays the page
 # out and its width follows the window): about 900 x 380 pixels inside a 520-pixel figure.
 PLOT_AREA_PX = (900.0, 380.0)
@@ -122,9 +129,10 @@ def text_positions(labels: list[tuple[float, float, str]], ax: dict[str, Any]) -
     out = []
     for (x, y), (_, _, text) in zip(pts, labels):
         w, h = 7.0 * len(text) + 4, 14.0
+        off = PARETO_RING_PX / 2  # plotly sets the text off by the (invisible) marker's radius
         for pos in TEXT_POSITIONS:
-            x0 = x + 6 if pos.endswith("right") else x - 6 - w
-            y0 = y + 4 if pos.startswith("top") else y - 4 - h
+            x0 = x + off if pos.endswith("right") else x - off - w
+            y0 = y + off if pos.startswith("top") else y - off - h
             covers = any(x0 - 6 <= qx <= x0 + w + 6 and y0 - 6 <= qy <= y0 + h + 6
                          for qx, qy in pts if (qx, qy) != (x, y))
             if not covers and 0 <= x0 and x0 + w <= width and 0 <= y0 and y0 + h <= height:
