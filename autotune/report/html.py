@@ -23,6 +23,8 @@ from autotune.report.labels import config_summary, mfu_text, origin_note, zero_s
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
 
+# A table wider than the window scrolls in its own box (display:block; overflow-x:auto): the
+# option tables' 20 columns ran past a 1400-pixel window and cut the last column off the page.
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1500px}
 h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:32px;font-size:19px;border-bottom:1px solid #ddd}
@@ -30,7 +32,7 @@ h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:32px;font-size:19px;border-bot
 .card{border:1px solid #ccd;border-radius:8px;padding:12px 18px;min-width:320px;background:#f8f9fc}
 .card .big{font-size:24px;font-weight:600}.card .what{color:#555;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ddd;padding:4px 7px;text-align:right}
+table{border-collapse:collapse;font-size:13px;margin:8px 0;display:block;overflow-x:auto;max-width:100%}th,td{border:1px solid #ddd;padding:4px 7px;text-align:right}
 th{background:#f0f2f6}td.l,th.l{text-align:left}tr.dim td{color:#999}.note{color:#666;font-size:13px}
 td.n{white-space:nowrap}
 .tag{display:inline-block;padding:0 6px;border-radius:4px;font-size:12px}
