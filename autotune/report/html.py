@@ -32,7 +32,8 @@ h1{margin:0 0 4px 0;font-size:26px} h2{margin-top:32px;font-size:19px;border-bot
 .card{border:1px solid #ccd;border-radius:8px;padding:12px 18px;min-width:320px;background:#f8f9fc}
 .card .big{font-size:24px;font-weight:600}.card .what{color:#555;font-size:13px}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-table{border-collapse:collapse;font-size:13px;margin:8px 0;display:block;overflow-x:auto;max-width:100%}th,td{border:1px solid #ddd;padding:4px 7px;text-align:right}
+table{border-collapse:collapse;font-size:13px;margin:8px 0;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #ddd;padding:4px 7px;text-align:right}
 th{background:#f0f2f6}td.l,th.l{text-align:left}tr.dim td{color:#999}.note{color:#666;font-size:13px}
 td.n{white-space:nowrap}
 .tag{display:inline-block;padding:0 6px;border-radius:4px;font-size:12px}
