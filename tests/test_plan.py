@@ -108,6 +108,31 @@ def test_plan_estimates_every_figure(cli, tmp_path, monkeypatch):
     assert code == 2 and "entry-point" in err
 
 
+def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_path, monkeypatch):
+    """DDP (ZeRO 0) all-reduces the fp32 gradients autocast keeps (trials/engines/ddp.py); bf16
+    DeepSpeed ZeRO-1 reduces 16-bit ones. The plan counted 2 bytes for both, so both showed the
+    same collective seconds (an audit's finding on the 1b preset: 0.0102 s each). Now DDP's
+    all-reduce moves twice ZeRO-1's bytes, and fp32 training 4 bytes under either."""
+    from autotune.estimate.scaling import grad_bytes_per_param
+
+    assert [grad_bytes_per_param(p, z) for p, z in (("bf16", 0), ("bf16", 1), ("bf16", 3), ("fp32", 1))] == [4, 2, 2, 4]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
+        "zero_stage": [0, 1], "tp_degree": [1], "offload": ["none"], "fsdp": ["none"]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e11},
+        "batch": {"global_batch_samples": 256}, "space": str(tmp_path / "space.yaml")}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
+    assert code == 0, err
+    import re
+
+    comm_s = {("zero1" in b["config"]): float(re.search(r"([\d.]+) s of collectives", b["throughput_basis"]).group(1))
+              for b in json.loads(out)["bills"]}
+    assert set(comm_s) == {True, False}
+    assert comm_s[False] == pytest.approx(2 * comm_s[True], rel=0.02), comm_s
+
+
 def _result(tokens_per_s: float, **kw) -> TrialResult:
     return TrialResult(status=TrialStatus.ok, tokens_per_s=tokens_per_s, params=1_000_000,
                        hardware=HardwareFingerprint(cpu_model="test-cpu"), **kw)

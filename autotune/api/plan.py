@@ -152,7 +152,7 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     """Price a training run on every matching offer of the catalog, cheapest first: from a
     measured `tokens_per_s` at `gpus` on `gpu`, or (planning) from `mfu` with `params`."""
     from autotune.estimate.compute import flops_per_token, model_from_params
-    from autotune.estimate.scaling import CommModel
+    from autotune.estimate.scaling import CommModel, grad_bytes_per_param
     from autotune.pricing.catalog import PRECISIONS
     from autotune.pricing.load import load_catalog
     from autotune.pricing.quote import BasePoint, quote
@@ -189,7 +189,7 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
     base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tokens_per_s, mfu=mfu,
                      tokens_per_gpu_step=per_gpu_step, flops_per_token=fpt, precision=precision)
-    comm = (CommModel(params=n_params, grad_bytes_per_param=4 if precision == "fp32" else 2,
+    comm = (CommModel(params=n_params, grad_bytes_per_param=grad_bytes_per_param(precision, zero_stage),
                       zero_stage=zero_stage) if n_params else None)
     types = [gpu]
     if all_gpus:

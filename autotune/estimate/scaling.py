@@ -39,6 +39,14 @@ class Measured:
         return self.num_gpus * self.tokens_per_gpu_step / self.tokens_per_s
 
 
+def grad_bytes_per_param(precision: str, zero_stage: int) -> int:
+    """Bytes per gradient element the data-parallel collectives move, as the trials run them:
+    4 for fp32 training and for ZeRO 0 (DDP, FSDP2 and TP keep fp32 gradients under autocast
+    or reduce in fp32: trials/engines), 2 for 16-bit DeepSpeed ZeRO 1-3 (gradients in the
+    model's dtype). `precision` is the config's value ("fp32", "bf16", ...)."""
+    return 4 if precision == "fp32" or zero_stage == 0 else 2
+
+
 @dataclass(frozen=True)
 class CommModel:
     """Bytes the data-parallel collectives move per rank per optimizer step.

@@ -33,7 +33,7 @@ from autotune.estimate.compute import (
     model_from_workload,
 )
 from autotune.estimate.memory import MemoryConfig, estimate_memory
-from autotune.estimate.scaling import CommModel, comm_s, link_for, tp_bytes
+from autotune.estimate.scaling import CommModel, comm_s, grad_bytes_per_param, link_for, tp_bytes
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
@@ -221,7 +221,8 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
     tokens, _ = p.tokens_cache[gbt]
     act_bytes = 4 if prec is Precision.fp32 else 2
     comm = CommModel(
-        params=model.params, grad_bytes_per_param=act_bytes, zero_stage=c["zero_stage"],
+        params=model.params, grad_bytes_per_param=grad_bytes_per_param(prec.value, c["zero_stage"]),
+        zero_stage=c["zero_stage"],
         tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
         tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
                                    c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
