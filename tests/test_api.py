@@ -37,9 +37,9 @@ def test_estimate_and_cost_answer_as_the_commands_do(cli):
     # (a 40 GB card does not: tests/test_estimate.py).
     assert est["fits"] is True
     bills = autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8,
-                          global_batch_tokens=4e6)
+                          global_batch_tokens=4e6, zero_stage=1)
     code, out, err = cli("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "7e9", "--target-tokens",
-                         "1e11", "--gpus", "8", "--global-batch-tokens", "4e6", "--json")
+                         "1e11", "--gpus", "8", "--global-batch-tokens", "4e6", "--zero-stage", "1", "--json")
     assert code == 0, err
     assert bills.as_dicts() == json.loads(out) and bills.cheapest == json.loads(out)[0]
     with pytest.raises(UserError, match="exactly one of --tokens-per-s"):

@@ -55,7 +55,8 @@ def test_cost_readme_example_ranks_by_cost_and_time_and_explains(cli):
 
 def test_cost_planning_from_mfu_and_steps_target(cli):
     code, out, err = cli("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "7e9", "--target-steps", "1000",
-                "--global-batch-tokens", "4e6", "--gpus", "8", "--offer", "runpod-h100-sxm", "--json")
+                "--global-batch-tokens", "4e6", "--gpus", "8", "--zero-stage", "1", "--offer", "runpod-h100-sxm",
+                "--json")
     assert code == 0, err
     [b] = json.loads(out)
     # 0.4 x 989 TFLOPS / (6 x 7e9 FLOPs/token) = 9,419 tok/s per GPU, less the all-reduce.

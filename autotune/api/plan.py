@@ -205,4 +205,40 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
                   checkpoint_interval_hours=checkpoint_interval_hours, month_rest_used=month_rest_used,
                   assumptions=job.assumptions + given)
     bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=offers)
+    if n_params:
+        # A measured throughput ran, so its own GPU type held it (perhaps at a ZeRO stage not
+        # given here); planned figures and other GPU types are checked.
+        measured_gpu = gpu if tokens_per_s is not None else None
+        bills, skipped = _drop_unfitting(bills, skipped, cat, n_params, precision, zero_stage, measured_gpu)
     return CostResult(bills, skipped, cat, job)
+
+
+def _drop_unfitting(bills, skipped, cat, n_params: int, precision: str, zero_stage: int,
+                    measured_gpu: str | None):
+    """The bills whose GPUs can hold the model's states (weights, gradients, optimizer state per
+    GPU at this ZeRO stage over the bill's GPUs: autotune.estimate.memory.model_state_bytes);
+    the others go to `skipped` with the figures. Only a lower bound (no activations: cost knows
+    no sequence length), so what passes may still not fit: `autotune estimate` says. Without it,
+    `cost --all-gpus` priced a 6.74B model on 8 x 24 GB GPUs at ZeRO-1 (37 GB of states each)."""
+    from autotune.contract import Precision
+    from autotune.estimate.compute import model_from_params
+    from autotune.estimate.memory import MemoryConfig, model_state_bytes
+    from autotune.format import fmt_bytes
+    from autotune.pricing.cost import Skipped
+
+    model = model_from_params(n_params)
+    kept, out = [], list(skipped)
+    more = ("ZeRO 1-3 over several GPUs (--zero-stage; ZeRO 0 keeps every state on every GPU)"
+            if zero_stage == 0 else "more GPUs or a higher --zero-stage")
+    for b in bills:
+        capacity = None if b.gpu == measured_gpu else cat.gpus[b.gpu].memory_bytes
+        s = model_state_bytes(model, MemoryConfig(precision=Precision(precision), zero_stage=zero_stage,
+                                                  dp_degree=b.gpus_used))
+        need = s["weights"] + s["gradients"] + s["optimizer"]
+        if capacity is not None and need > capacity:
+            out.append(Skipped(b.offer, f"does not fit: the model's states alone need {fmt_bytes(need)} per GPU "
+                                        f"(ZeRO {zero_stage} over {b.gpus_used} GPU(s)), over its "
+                                        f"{fmt_bytes(capacity)}; {more}"))
+        else:
+            kept.append(b)
+    return kept, out

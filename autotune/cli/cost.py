@@ -96,7 +96,8 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         console.print(f"{top.offer} breakdown: {terms}", soft_wrap=True)
         console.print(f"throughput of {top.offer}: {top.throughput_basis}", soft_wrap=True)
     if not bills:
-        console.print("no offer in the catalog matches (list them: autotune catalog)")
+        console.print("no bill: every matching offer is skipped, each for the reason below" if skipped
+                      else "no offer in the catalog matches (list them: autotune catalog)", soft_wrap=True)
     for s in skipped:
         console.print(f"[dim]skipped {s.offer}: {s.reason}[/]", soft_wrap=True)
     for a in job.assumptions:
@@ -133,7 +134,9 @@ def cost(
     params: Optional[str] = typer.Option(
         None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
     precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
-    zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3, help="ZeRO stage (communication volume)"),
+    zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3,
+                                   help="ZeRO stage (communication volume; with --params, offers whose GPUs "
+                                        "cannot hold the model's states are skipped)"),
     target_tokens: Optional[str] = typer.Option(None, "--target-tokens", help="tokens to train"),
     target_steps: Optional[str] = typer.Option(
         None, "--target-steps", help="optimizer steps (with --global-batch-tokens)"),
