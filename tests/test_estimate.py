@@ -122,6 +122,25 @@ def test_fsdp2_shards_states_like_zero3_and_gathers_a_block_at_a_time():
         MemoryConfig(**base, fsdp=FSDPMode.full_shard, offload=Offload.optimizer)
 
 
+def test_a_model_given_by_params_and_shape_gathers_blocks_under_fsdp2_like_a_preset():
+    """`estimate --params N --layers L --hidden d` knew no block size, so FSDP2 full_shard
+    counted the whole model as gathered, the same as shard_grad_op (an audit: 13.48 GB gathered
+    for 6.74e9 parameters, where the same shape from a config gathers two blocks). Given the
+    1b preset's count and shape, the gathers now match the preset's."""
+    from autotune.contract import FSDPMode
+
+    preset = model_from_preset("1b")
+    given = model_from_params(preset.params, n_layers=preset.n_layers, d_model=preset.d_model,
+                              n_heads=preset.n_heads, vocab_size=preset.vocab_size)
+    assert given.block_params == preset.block_params
+    base = dict(seq_len=1024, precision=Precision.bf16, dp_degree=8)
+    full, grad_op = (estimate_memory(given, MemoryConfig(**base, fsdp=f))
+                     for f in (FSDPMode.full_shard, FSDPMode.shard_grad_op))
+    assert full.gathered_bytes == estimate_memory(preset, MemoryConfig(**base, fsdp=FSDPMode.full_shard)).gathered_bytes
+    assert full.gathered_bytes < grad_op.gathered_bytes / 4
+    assert model_from_params(preset.params).block_params is None  # no shape: nothing assumed
+
+
 # --- Korthikanti et al. 2022, sec. 4, for a GPT-3-sized layer (s=2048, h=12288, a=96, t=8).
 GPT3 = dict(s=2048, b=1, h=12288, a=96)
 

@@ -237,6 +237,10 @@ def model_from_params(params: int, n_layers: int | None = None, d_model: int | N
         n_heads=n_heads, n_kv_heads=n_heads, vocab_size=vocab_size,
         ffn_hidden=4 * d_model if d_model else None,
         largest_layer_params=(vocab_size * d_model) if vocab_size and d_model else None,
+        # A GPT block of this width (attention 4d^2 + 4d, a 4d MLP 8d^2 + 5d, two norms 4d), as the
+        # activations assume: without it FSDP2 full_shard counted the whole model as gathered,
+        # the same as shard_grad_op, where the same shape from a config gathers two blocks.
+        block_params=12 * d_model * d_model + 13 * d_model if n_layers and d_model else None,
         source="given by --params",
     )
 
