@@ -134,6 +134,20 @@ def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_pat
     assert comm_s[False] == pytest.approx(2 * comm_s[True], rel=0.02), comm_s
 
 
+def test_cost_at_fp8_says_what_fp8_training_reaches(cli):
+    """cost takes the stated MFU of the fp8 peak (twice bf16's), so its fp8 bill ran 2x bf16's
+    where `plan` plans 1.25x (an audit). The stated figure stays the user's; the basis now says
+    what fp8 training measures and that plan uses it."""
+    from autotune.estimate.compute import FP8_SPEEDUP_OVER_BF16
+
+    args = ("cost", "--gpu", "h100-sxm", "--mfu", "0.4", "--params", "1.3e9", "--target-tokens", "1e10",
+            "--offer", "runpod-h100-sxm", "--json")
+    [fp8], [bf16] = (json.loads(cli(*args, "--precision", p)[1]) for p in ("fp8", "bf16"))
+    assert fp8["tokens_per_s"] == pytest.approx(2 * bf16["tokens_per_s"], rel=0.01)
+    assert f"fp8 training measures about {FP8_SPEEDUP_OVER_BF16:g}x bf16's tokens/s" in fp8["throughput_basis"]
+    assert "fp8 training" not in bf16["throughput_basis"]
+
+
 def _result(tokens_per_s: float, **kw) -> TrialResult:
     return TrialResult(status=TrialStatus.ok, tokens_per_s=tokens_per_s, params=1_000_000,
                        hardware=HardwareFingerprint(cpu_model="test-cpu"), **kw)
