@@ -302,3 +302,16 @@ def test_cli_flags_are_pinned(run_cli):
                  "--micro-batch", "--precision", "--checkpointing", "--zero-stage", "--offload",
                  "--dp", "--tp", "--optimizer", "--gpu", "--json", "--fsdp"):
         assert flag in r.stdout, flag
+
+
+def test_estimate_names_the_flops_rule_it_used(cli):
+    """`estimate --params N` alone leaves the attention term out, but printed "(model, 6N + 12Lds)"
+    all the same (an audit). The rule printed, and in the JSON, is the one used."""
+    code, out, err = cli("estimate", "--params", "7e9", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["flops_rule"].startswith("6N (no layers/hidden") and doc["flops_per_token"] == pytest.approx(6 * 7e9)
+    code, out, err = cli("estimate", "--params", "7e9")
+    assert "(model, 6N (no layers/hidden: no attention term))" in out and "12Lds" not in out
+    code, out, err = cli("estimate", "--model", "7b", "--json")
+    assert json.loads(out)["flops_rule"] == "6N + 12Lds"

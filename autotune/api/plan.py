@@ -60,6 +60,8 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
         model=shape.name, model_source=shape.source, model_params=shape.params,
         engine=str(mcfg.resolved_engine),
         flops_per_token=flops_per_token(shape, seq_len),
+        # The rule behind it: without layers and hidden size the attention term is left out.
+        flops_rule="6N + 12Lds" if shape.n_layers and shape.d_model else "6N (no layers/hidden: no attention term)",
         hardware_flops_per_token=hardware_flops_per_token(
             shape, seq_len, mcfg.checkpointing.value,
             None if shape.n_layers is None else recomputed_layers(

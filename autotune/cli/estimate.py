@@ -91,7 +91,7 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
     if doc["detail"]["gathered_params_bytes"]:
         table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
     con.print(table)
-    con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, 6N + 12Lds); "
+    con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, {doc['flops_rule']}); "
               f"{doc['hardware_flops_per_token']:.4g} with recomputation")
     for note in doc["notes"]:
         con.print(f"note: {note}")
