@@ -315,3 +315,14 @@ def test_estimate_names_the_flops_rule_it_used(cli):
     assert "(model, 6N (no layers/hidden: no attention term))" in out and "12Lds" not in out
     code, out, err = cli("estimate", "--model", "7b", "--json")
     assert json.loads(out)["flops_rule"] == "6N + 12Lds"
+
+
+def test_estimate_shows_small_models_in_a_unit_that_reads(cli):
+    """A tiny model read "0.00 GiB" on every row of the table (an audit); the gathered
+    parameters, a part of "other", were listed under the host memory's row."""
+    code, out, err = cli("estimate", "--model", "tiny")
+    assert code == 0, err
+    assert "0.00 GiB" not in out and " MiB" in out
+    code, out, err = cli("estimate", "--model", "7b", "--zero-stage", "3", "--dp", "8")
+    rows = [ln.split("│")[1].strip() for ln in out.splitlines() if ln.count("│") >= 2]
+    assert rows.index("of which gathered parameters") == rows.index("other (gathered parameters, logits, buckets, casts)") + 1

@@ -28,7 +28,10 @@ class _Optimizer(str, Enum):
 
 
 def _gib(n: int | None) -> str:
-    return "not estimated" if n is None else f"{n / 2**30:,.2f} GiB"
+    """Bytes in the unit that shows them (a tiny model read "0.00 GiB" on every row)."""
+    from autotune.format import fmt_bytes
+
+    return "not estimated" if n is None else fmt_bytes(n)
 
 
 def register(app: typer.Typer) -> None:
@@ -88,8 +91,8 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
                        ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
                        ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
         table.add_row(label, _gib(doc[key]))
-    if doc["detail"]["gathered_params_bytes"]:
-        table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
+        if key == "other_bytes" and doc["detail"]["gathered_params_bytes"]:  # a part of "other"
+            table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
     con.print(table)
     con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, {doc['flops_rule']}); "
               f"{doc['hardware_flops_per_token']:.4g} with recomputation")
