@@ -17,8 +17,8 @@ import pytest
 
 from autotune.contract import HardwareFingerprint, Precision, TrialConfig
 from autotune.pricing.load import load_catalog
-from autotune.search.space import (SearchSpace, capabilities_for, enumerate_configs, load_space,
-                                   restrict, steps)
+from autotune.search.space import capabilities_for, enumerate_configs, restrict, steps
+from autotune.search.space_file import SearchSpace, load_space
 
 REPO = Path(__file__).resolve().parent.parent
 H100x8 = HardwareFingerprint(device_kind="cuda", device_name="NVIDIA H100 80GB HBM3", device_count=8)
@@ -218,7 +218,8 @@ def test_plan_ranks_fp8_by_the_stated_ratio_over_bf16_never_by_its_peak(tmp_path
     from autotune.spec import SweepSpec
 
     space = tmp_path / "space.yaml"
-    space.write_text("num_gpus: [8]\nmicro_batch_size: [2]\nprecision: [bf16, fp8]\nzero_stage: [3]\n")
+    space.write_text("num_gpus: [8]\nmicro_batch_size: [2]\nprecision: [bf16, fp8]\nzero_stage: [3]\n"
+                     "compile: [false, true]\n")
     spec = SweepSpec(workload={"kind": "gpt", "preset": "7b"}, seq_len=4096, target={"tokens": 1e11},
                      batch={"global_batch_samples": 64}, space=str(space))
     result = plan(spec, load_catalog(), gpu_types=["h100-sxm"])
@@ -238,6 +239,13 @@ def test_plan_ranks_fp8_by_the_stated_ratio_over_bf16_never_by_its_peak(tmp_path
     assert "bf16 peak x 1.25 for fp8+compile" in on["fp8"].throughput_basis
     said = [a for a in result.assumptions if a.startswith("fp8 configs are planned with torch.compile")]
     assert said and "docs.pytorch.org/ao" in said[0] and "2026-03-25" in said[0]
+    # Without compile on, a sweep runs no fp8 (autotune.search.space.restrict): nor does the plan,
+    # which says so (it planned fp8 there, a config no sweep of that space launches).
+    space.write_text("num_gpus: [8]\nmicro_batch_size: [2]\nprecision: [bf16, fp8]\nzero_stage: [3]\n")
+    eager = plan(spec, load_catalog(), gpu_types=["h100-sxm"])
+    assert sorted({b.config for b in eager.bills}) == ["8x h100-sxm mb2 ga4 bf16 ckpt:none zero3"]
+    assert any(a.startswith("left out, as a sweep of this space leaves them out: precision fp8")
+               and "add true to the space's compile" in a for a in eager.assumptions), eager.assumptions
 
 
 def test_a_compiled_exports_settings_read_back_by_accelerate_and_the_trainer(tmp_path):

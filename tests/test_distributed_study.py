@@ -105,7 +105,8 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
     """A 2-core CPU machine and an 8-GPU machine (its capabilities only: nothing is launched,
     so no GPU is needed) suggest into one real study: Optuna accepts every parameter, each
     machine gets only what it can run, and the same kind of machine shares names."""
-    from autotune.search.space import capabilities_for, load_space, restrict, suggest, unrestricted
+    from autotune.search.space import capabilities_for, restrict, suggest, unrestricted
+    from autotune.search.space_file import load_space
     from autotune.spec import SweepSpec
 
     spec = SweepSpec()
@@ -143,7 +144,8 @@ def test_machines_of_different_kinds_share_one_study(tmp_path):
 def test_baselines_start_in_bf16_where_the_cpu_computes_it_natively():
     """fp32 on a CPU that emulates bf16 (measured 0.12x fp32's tokens/s), bf16 on one with
     AVX512-BF16 / AMX (1.21x), as on a GPU: the first configs follow the machine."""
-    from autotune.search.space import capabilities_for, load_space, restrict, unrestricted
+    from autotune.search.space import capabilities_for, restrict, unrestricted
+    from autotune.search.space_file import load_space
     from autotune.spec import SweepSpec
 
     space = load_space(SweepSpec().space).model_copy(update=dict(precision=[Precision.fp32, Precision.bf16]))

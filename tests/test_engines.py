@@ -14,8 +14,7 @@ import sys
 
 import pytest
 
-from autotune.contract import (DeviceKind, Offload, Precision, TrialConfig, TrialStatus,
-                               deepspeed_config)
+from autotune.contract import DeviceKind, Offload, Precision, TrialConfig, TrialStatus, deepspeed_config
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
 NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "zero_fp16", "single",
@@ -275,7 +274,8 @@ def test_the_space_never_suggests_zero_with_tp():
     import optuna
 
     from autotune.contract import HardwareFingerprint
-    from autotune.search.space import SearchSpace, capabilities_for, restrict, suggest
+    from autotune.search.space import capabilities_for, restrict, suggest
+    from autotune.search.space_file import SearchSpace
 
     hw = HardwareFingerprint(device_kind=DeviceKind.cpu, cpu_count=8)
     caps = capabilities_for(hw)

@@ -14,7 +14,7 @@ EXAMPLE = REPO / "examples" / "llama7b-8gpu"
 
 def test_the_7b_spec_and_its_space_validate():
     from autotune.contract import HFWorkload
-    from autotune.search.space import load_space
+    from autotune.search.space_file import load_space
     from autotune.spec import load_spec
 
     spec = load_spec(EXAMPLE / "spec.yaml")

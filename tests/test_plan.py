@@ -16,7 +16,6 @@ from autotune.report.options import bills_for_trial
 from autotune.search.score import score_trial
 from autotune.spec import SweepSpec
 
-
 EXAMPLE = ("cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 "
            "--global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16").split()
 
@@ -132,6 +131,57 @@ def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_pat
               for b in json.loads(out)["bills"]}
     assert set(comm_s) == {True, False}
     assert comm_s[False] == pytest.approx(2 * comm_s[True], rel=0.02), comm_s
+
+
+def test_plan_plans_fsdp2_and_only_configs_a_trial_can_run(cli, tmp_path, monkeypatch):
+    """The plan left the space's fsdp out (every FSDP2 config of the 7B example went unplanned,
+    unsaid) and planned TP beside ZeRO 1-3, which no trial runs (autotune.search.space). Now
+    FSDP2 configs are planned (its memory model, and a gather per pass plus a reduce-scatter of
+    fp32 gradients every micro-step), and a config a sweep would never launch is never billed."""
+    import re
+
+    from autotune.estimate.scaling import CommModel
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
+        "zero_stage": [0, 3], "tp_degree": [1, 2], "offload": ["none"],
+        "fsdp": ["none", "full_shard", "shard_grad_op"]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e11},
+        "batch": {"global_batch_samples": 256}, "space": str(tmp_path / "space.yaml")}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "500")
+    assert code == 0, err
+    configs = {b["config"].split("bf16 ckpt:none")[1].strip(): b for b in json.loads(out)["bills"]}
+    assert set(configs) == {"", "tp2", "zero3", "fsdp:full_shard", "fsdp:shard_grad_op",
+                            "fsdp:full_shard tp2", "fsdp:shard_grad_op tp2"}, set(configs)
+
+    def comm(label: str) -> float:
+        return float(re.search(r"([\d.]+) s of collectives", configs[label]["throughput_basis"]).group(1))
+
+    # A reduce-scatter (fp32) and two all-gathers (bf16) against DDP's fp32 all-reduce, every
+    # micro-step (32 of them) against once: CommModel's volumes, in the plan's seconds.
+    volume = {f: CommModel(params=1e9, grad_bytes_per_param=4, zero_stage=0, grad_accum_steps=32, fsdp=f)
+              .bytes_per_rank(8) for f in ("none", "full_shard", "shard_grad_op")}
+    assert volume["full_shard"] == pytest.approx(32 * 7 / 8 * (2 * 2 + 4) * 1e9)
+    assert comm("fsdp:full_shard") / comm("") == pytest.approx(volume["full_shard"] / volume["none"], rel=0.05)
+    assert comm("fsdp:shard_grad_op") < comm("fsdp:full_shard")
+    mem = {k: float(re.search(r"memory ([\d.]+) GB", b["throughput_basis"]).group(1)) for k, b in configs.items()}
+    assert mem["fsdp:full_shard"] < mem["fsdp:shard_grad_op"] < mem[""]
+
+
+def test_a_space_with_fsdp_but_no_stage_0_is_refused(tmp_path):
+    """FSDP2 runs at zero_stage 0: a space listing full_shard beside ZeRO 1-3 only (the 7B
+    example's) never offered it, a setting accepted and not applied. Now refused, saying so."""
+    from autotune.errors import UserError
+    from autotune.search.space_file import load_space
+
+    path = tmp_path / "space.yaml"
+    path.write_text("zero_stage: [1, 2, 3]\nfsdp: [none, full_shard]\n")
+    with pytest.raises(UserError, match="fsdp runs at zero_stage 0.*add 0 to zero_stage"):
+        load_space(str(path))
+    path.write_text("zero_stage: [0, 3]\nfsdp: [none, full_shard]\n")
+    assert load_space(str(path)).fsdp[1].value == "full_shard"
 
 
 def test_cost_at_fp8_says_what_fp8_training_reaches(cli):

@@ -88,7 +88,7 @@ SPACE_FIELDS = {k: st.one_of(values, st.lists(scalars, max_size=4))
 @SETTINGS
 @given(data=st.one_of(values, st.fixed_dictionaries({}, optional=SPACE_FIELDS)))
 def test_any_space_loads_and_round_trips_or_is_one_user_error(tmp_path, data):
-    from autotune.search.space import load_space
+    from autotune.search.space_file import load_space
 
     space = _user_error_or(load_space, str(_write(tmp_path, "space.yaml", data)))
     if space is not None:

@@ -9,7 +9,8 @@ import pytest
 
 from autotune.contract import DeviceKind, FSDPMode, HardwareFingerprint, Offload, Precision, TrialConfig
 from autotune.errors import UserError
-from autotune.search.space import SearchSpace, capabilities_for, load_space, restrict, suggest
+from autotune.search.space import capabilities_for, restrict, suggest
+from autotune.search.space_file import SearchSpace, load_space
 
 CPU2 = HardwareFingerprint(device_kind=DeviceKind.cpu, device_count=2, cpu_count=2)
 H100x8 = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="NVIDIA H100 80GB HBM3",

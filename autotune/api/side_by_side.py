@@ -72,7 +72,8 @@ def plan_slots(spec, count: int) -> list[Slot]:
     """`count` disjoint slots that each hold the space's largest trial on this machine;
     UserError (before any study is touched) when they do not fit."""
     from autotune.run.hardware import local_hardware
-    from autotune.search.space import capabilities_for, load_space, restrict
+    from autotune.search.space import capabilities_for, restrict
+    from autotune.search.space_file import load_space
 
     hw = local_hardware()
     n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None

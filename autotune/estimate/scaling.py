@@ -63,6 +63,7 @@ class CommModel:
     tp_degree: int = 1
     grad_accum_steps: int = 1
     tp_bytes_per_step: float = 0.0  # tensor-parallel activation all-reduces, see `tp_bytes`
+    fsdp: str = "none"  # FSDP2 (at zero_stage 0): "full_shard" or "shard_grad_op"
 
     def bytes_per_rank(self, dp: int) -> float:
         """Ring volume one rank sends per optimizer step at data-parallel degree `dp`."""
@@ -75,6 +76,12 @@ class CommModel:
         g = self.params / self.tp_degree * self.grad_bytes_per_param
         p = self.params / self.tp_degree * self.param_bytes_per_param
         a = self.grad_accum_steps
+        if self.fsdp != "none":
+            # FSDP2, every micro-step (no sync skipped while accumulating in trials/engines/fsdp.py):
+            # parameters all-gathered for forward, and again for backward under full_shard
+            # (resharded after forward), gradients reduce-scattered.
+            gathers = 2 if self.fsdp == "full_shard" else 1
+            return a * (gathers * f * p + f * g)
         if self.zero_stage <= 1:
             # DDP / ZeRO-1: one gradient all-reduce per optimizer step (no sync while accumulating).
             return 2 * f * g

@@ -39,7 +39,7 @@ def _workload(spec: SweepSpec) -> dict[str, Any]:
 
 def study_identity(spec: SweepSpec) -> dict[str, Any]:
     """The study-defining part of `spec`, as JSON values (what the study stores)."""
-    from autotune.search.space import load_space
+    from autotune.search.space_file import load_space
 
     doc = {"workload": _workload(spec), "seq_len": spec.seq_len,
            "target": spec.target.model_dump(mode="json"), "batch": spec.batch.model_dump(mode="json"),

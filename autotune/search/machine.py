@@ -30,7 +30,8 @@ class MachineSpace:
     def for_spec(cls, spec: SweepSpec, catalog=None) -> "MachineSpace":
         """`catalog`: the sweep's, loaded once (None: the spec's, loaded here when needed)."""
         from autotune.run.hardware import local_hardware
-        from autotune.search.space import capabilities_for, load_space, restrict, unrestricted
+        from autotune.search.space import capabilities_for, restrict, unrestricted
+        from autotune.search.space_file import load_space
 
         hw = local_hardware()
         space = load_space(spec.space)

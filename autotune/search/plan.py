@@ -18,11 +18,10 @@ bandwidth) and what to add.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.contract import Offload, Precision
+from autotune.contract import FSDPMode, Offload, Precision
 from autotune.errors import UserError
 from autotune.estimate.compute import (
     FP8_SPEEDUP_OVER_BF16,
@@ -38,7 +37,8 @@ from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
 from autotune.search.score import job_from_model
-from autotune.search.space import SearchSpace, load_space
+from autotune.search.space import RestrictedSpace, enumerate_configs, unrestricted
+from autotune.search.space_file import load_space
 from autotune.spec import SweepSpec
 
 # Headroom kept below the GPU's memory for what the analytic model does not count without a
@@ -73,23 +73,21 @@ def model_of(spec: SweepSpec) -> ModelShape:
                     fix="use a gpt or hf workload in the spec (or `autotune cost --mfu --params`)")
 
 
-def _configs(space: SearchSpace, model: ModelShape, global_batch_samples: int | None):
-    """Every valid config of the space (offload left out: see the assumptions)."""
-    for n, mb, prec, ck, zero, tp in itertools.product(
-            space.num_gpus, space.micro_batch_size, space.precision, space.checkpointing,
-            space.zero_stage, space.tp_degree):
-        if n % tp or (model.n_heads and model.n_heads % tp):
+def _configs(rs: RestrictedSpace, global_batch_samples: int | None):
+    """Every config a sweep of this space could launch (autotune.search.space.enumerate_configs,
+    the sweep's own rules: FSDP2 at stage 0, TP without ZeRO, the batch's accumulation), less
+    offload (see the assumptions); compile only where it decides (fp8), as the FLOPs model has
+    no compile speed-up otherwise."""
+    seen = set()
+    for _, v in enumerate_configs(rs, global_batch_samples) or []:
+        if v["offload"] is not Offload.none:
             continue
-        dp = n // tp
-        if global_batch_samples:
-            if global_batch_samples % (mb * dp):
-                continue
-            accums = [global_batch_samples // (mb * dp)]
-        else:
-            accums = space.grad_accum_steps
-        for ga in accums:
-            yield dict(num_gpus=n, micro_batch_size=mb, grad_accum_steps=ga, precision=prec,
-                       checkpointing=ck, zero_stage=zero, tp_degree=tp)
+        c = {k: v[k] for k in ("num_gpus", "micro_batch_size", "grad_accum_steps", "precision",
+                               "checkpointing", "zero_stage", "tp_degree", "fsdp")}
+        key = tuple(c.values())
+        if key not in seen:
+            seen.add(key)
+            yield c
 
 
 def _label(c: dict, gpu: str) -> str:
@@ -98,6 +96,8 @@ def _label(c: dict, gpu: str) -> str:
              f"ckpt:{c['checkpointing'].value}"]
     if c["zero_stage"]:
         parts.append(f"zero{c['zero_stage']}")
+    if c["fsdp"] is not FSDPMode.none:
+        parts.append(f"fsdp:{c['fsdp'].value}")
     if c["tp_degree"] > 1:
         parts.append(f"tp{c['tp_degree']}")
     return " ".join(parts)
@@ -163,9 +163,15 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
-    assumptions = _assumptions(model, space, hfu, reach)
+    rs = unrestricted(space, model.n_heads)
+    assumptions = _assumptions(model, rs, hfu, reach)
+    if rs.dropped:  # as the sweep's start says which choices it cannot run
+        assumptions.append("left out, as a sweep of this space leaves them out: " + "; ".join(
+            f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items())
+            + (" (fp8 runs only compiled: add true to the space's compile)"
+               if Precision.fp8 in rs.dropped.get("precision", []) else ""))
     p = _Planning(spec, catalog, model, types, hfu, _Tally())
-    for c in _configs(space, model, spec.batch.global_batch_samples):
+    for c in _configs(rs, spec.batch.global_batch_samples):
         _plan_config(p, c)
     if len({t for t, _ in p.tokens_cache.values()}) == 1 and p.tokens_cache:
         assumptions.insert(1, f"target: {next(iter(p.tokens_cache.values()))[1]}")
@@ -178,7 +184,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     return PlanResult(rank(tally.bills), tally.skipped, tally.configs, tally.not_fitting, assumptions, why)
 
 
-def _assumptions(model: ModelShape, space, hfu: float, reach: dict[str, list[int]]) -> list[str]:
+def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: dict[str, list[int]]) -> list[str]:
     """What every figure of the plan rests on, said once."""
     out = [
         f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
@@ -212,7 +218,7 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
     if key not in p.mem_cache:
         mcfg = MemoryConfig(seq_len=seq, micro_batch_size=c["micro_batch_size"], precision=prec,
                             checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
-                            dp_degree=dp, tp_degree=c["tp_degree"])
+                            dp_degree=dp, tp_degree=c["tp_degree"], fsdp=c["fsdp"])
         p.mem_cache[key] = estimate_memory(model, mcfg).total_bytes
     gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
     if gbt not in p.tokens_cache:
@@ -222,7 +228,7 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
     act_bytes = 4 if prec is Precision.fp32 else 2
     comm = CommModel(
         params=model.params, grad_bytes_per_param=grad_bytes_per_param(prec.value, c["zero_stage"]),
-        zero_stage=c["zero_stage"],
+        param_bytes_per_param=4 if prec is Precision.fp32 else 2, zero_stage=c["zero_stage"], fsdp=c["fsdp"].value,
         tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
         tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
                                    c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
