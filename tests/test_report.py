@@ -609,7 +609,11 @@ def test_an_estimate_outside_its_own_runs_says_why(doc):
     assert outside_own_runs(27_846.0, runs) == \
         "estimate below both runs: set at the level of all the study's repeated runs"
     assert outside_own_runs(31_000.0, [*runs, {"tokens_per_s": 30_000.0}]).startswith("estimate above all 3 runs")
-    assert outside_own_runs(29_500.0, runs) is None and outside_own_runs(27_846.0, runs[:1]) is None
+    assert outside_own_runs(29_500.0, runs) is None and outside_own_runs(27_846.0, []) is None
+    # One run too (the README's demo ended "30,066 tokens/s" for a config whose one run measured
+    # 30,785, and said nothing of it).
+    assert outside_own_runs(30_066.0, [{"tokens_per_s": 30_785.0}]).startswith("estimate below its run:")
+    assert outside_own_runs(30_785.2, [{"tokens_per_s": 30_785.0}]) is None
 
     pick = doc["cheapest"]
     tps = pick["tokens_per_s"]
@@ -621,6 +625,9 @@ def test_an_estimate_outside_its_own_runs_says_why(doc):
         print_summary({**doc, "picks": [sure]}, con, [])
         return con.export_text().splitlines()
 
+    one = summary([tps * 1.05])
+    assert f"{tps:,.0f} tokens/s estimated from 1 run ({tps * 1.05:,.0f})" in "\n".join(one), one
+    assert "  estimate below its run: set at the level of all the study's repeated runs" in one, one
     below = summary([tps * 1.05, tps * 1.07])
     assert "  estimate below both runs: set at the level of all the study's repeated runs" in below, below
     assert not [ln for ln in summary([tps * 0.95, tps * 1.05]) if "estimate " in ln and "runs:" in ln]

@@ -140,11 +140,14 @@ def trials_table(rows: list[dict[str, Any]], title: str, width: int):
 
 
 def _tokens_text(pick: dict[str, Any], sure: dict[str, Any] | None) -> str:
-    """The pick's tokens/s; with several runs, the runs beside it."""
+    """The pick's tokens/s; the runs beside it where there are several, or where the one run
+    differs from the estimate (it is set at the study's level: outside_own_runs)."""
     tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
-    if sure and len(sure.get("runs") or []) > 1:
-        measured = sorted(r["tokens_per_s"] for r in sure["runs"])
+    measured = sorted(r["tokens_per_s"] for r in (sure or {}).get("runs") or [])
+    if len(measured) > 1:
         tps += f" estimated from {len(measured)} runs ({measured[0]:,.0f} to {measured[-1]:,.0f})"
+    elif measured and pick.get("tokens_per_s") and round(measured[0]) != round(pick["tokens_per_s"]):
+        tps += f" estimated from 1 run ({measured[0]:,.0f})"
     return tps
 
 
@@ -155,20 +158,20 @@ def _config_lines(pick: dict[str, Any], sure: dict[str, Any] | None) -> list[str
 
 
 def outside_own_runs(estimate: float | None, runs: list[dict[str, Any]]) -> str | None:
-    """"estimate below both runs: ..." where a config's estimate lies outside its own
-    runs, else None.
+    """"estimate below both runs: ..." (or "its run") where a config's estimate lies outside its
+    own runs, else None.
 
     The estimate nets out the spells a block of runs shared and sits at the level of all the
     study's repeated runs (autotune.search.estimates), so it can lie outside its own runs; a
     sweep on an Intel machine printed "27,846 tokens/s estimated from 2 runs (29,403 to 29,689)"
     and nothing more."""
-    tps = [r["tokens_per_s"] for r in runs]
-    if not estimate or len(tps) < 2:
+    tps = [round(r["tokens_per_s"]) for r in runs]
+    if not estimate or not tps:
         return None
-    side = "below" if estimate < min(tps) else "above" if estimate > max(tps) else None
+    side = "below" if round(estimate) < min(tps) else "above" if round(estimate) > max(tps) else None
     if side is None:
         return None
-    which = "both runs" if len(tps) == 2 else f"all {len(tps)} runs"
+    which = {1: "its run", 2: "both runs"}.get(len(tps), f"all {len(tps)} runs")
     return f"estimate {side} {which}: set at the level of all the study's repeated runs"
 
 
