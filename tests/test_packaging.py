@@ -41,7 +41,7 @@ def test_the_wheel_holds_every_module_and_data_file_and_runs_outside_the_checkou
     # the spaces and the catalog are read from the installed package, not the source tree.
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                     str(tmp_path / "site"), str(wheel)], check=True, capture_output=True, timeout=300)
-    code = ("import autotune, autotune.search.space as s, autotune.pricing.load as c\n"
+    code = ("import autotune, autotune.search.space_file as s, autotune.pricing.load as c\n"
             "assert autotune.__file__.startswith(sys.argv[1]), autotune.__file__\n"
             "print(sorted(s.load_space('default').num_gpus), len(c.load_catalog(None).offers) > 0)\n")
     elsewhere = tmp_path / "elsewhere"

@@ -130,7 +130,8 @@ def cost(
     gpus: int = typer.Option(1, "--gpus", min=1, help="GPU count the throughput was measured at"),
     tokens_per_s: Optional[str] = typer.Option(None, "--tokens-per-s", help="measured training tokens/s at --gpus"),
     mfu: Optional[float] = typer.Option(
-        None, "--mfu", help="planning: stated MFU (0-1) instead of a measurement; needs --params"),
+        None, "--mfu", help="planning: stated MFU (0-1) on 6N FLOPs a token (no attention term) instead of "
+                            "a measurement; needs --params"),
     params: Optional[str] = typer.Option(
         None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
     precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
