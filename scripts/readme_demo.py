@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import context_lines, run_context  # noqa: E402
+from screenshots import find_chromium  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LOG = REPO / "docs" / "default_sweep.txt"
@@ -73,7 +74,7 @@ def main() -> int:
         for name in PLOTS:
             shutil.copyfile(out / name, REPO / "docs" / name)
         # The HTML page's picture from the same study, where Chromium is installed.
-        if any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
+        if find_chromium():
             subprocess.run([sys.executable, str(REPO / "scripts" / "screenshots.py"), "--storage",
                             f"sqlite:///{Path(tmp) / 'autotune.db'}", "--out", str(REPO / "docs")],
                            cwd=tmp, env=env, check=True)

@@ -22,12 +22,16 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--virtual-time-budget=8000"]
 
 
+def find_chromium() -> str | None:
+    """The Chromium (or Chrome) on PATH, or None."""
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise SystemExit("no Chromium found: apt-get install chromium")
+    path = find_chromium()
+    if path is None:
+        raise SystemExit("no Chromium found: apt-get install chromium")
+    return path
 
 
 def main() -> None:

@@ -325,7 +325,7 @@ def test_report_never_cuts_an_offer_name(study, doc):
 def test_labels_of_points_whose_markers_overlap_are_one_label():
     """On the default sweep's report, trials 2 and 12 (19.2 h; $1.71 and $1.72) were drawn
     as "#2" over "#12". Points within NEAR_PX pixels share a label, at the first, numbers in order."""
-    from autotune.report.plots import NEAR_PX, merge_near
+    from autotune.report.placement import NEAR_PX, merge_near
 
     labels = [(1.0, 1.0, "#12"), (1.0, 1.0 + NEAR_PX / 200, "#2 #7"), (1.0, 1.0 + NEAR_PX / 50, "#3")]
     assert merge_near(labels, lambda h, u: (100 * h, 100 * u)) == [(1.0, 1.0, "#2 #7 #12"), labels[2]]
@@ -352,7 +352,8 @@ def blank_axes():
 def test_the_best_label_takes_the_first_corner_that_covers_no_point(blank_axes):
     """The PNG's cheapest / fastest label goes below right of its point unless that covers a
     plotted point; points placed in three of its four corners leave it the fourth (above left)."""
-    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
+    from autotune.report.placement import LABEL_OFFSETS_PT
+    from autotune.report.plots import BEST_LABEL_STYLE, _place_label
 
     fig, ax, (x, y) = blank_axes
     pt = 100 / 72  # display pixels per point at 100 dpi
@@ -370,7 +371,8 @@ def test_the_best_label_goes_further_out_when_every_near_corner_covers_a_point(b
     """On an Intel machine's default study the fastest label's four near corners each covered
     something (a slower option below right, the plot's edge left) and it was drawn over trial
     0's marker. With a point in each near corner the label now goes further out, covering none."""
-    from autotune.report.plots import BEST_LABEL_STYLE, LABEL_OFFSETS_PT, _place_label
+    from autotune.report.placement import LABEL_OFFSETS_PT
+    from autotune.report.plots import BEST_LABEL_STYLE, _place_label
 
     fig, ax, (x, y) = blank_axes
     pt = 100 / 72
@@ -700,7 +702,7 @@ def test_the_html_pages_best_labels_take_a_place_that_covers_no_point():
     0 on an Intel machine. Each now takes the first of the PNG's offsets whose box (in the
     page's assumed plot area) covers no point, stays inside and clears the other label."""
     from autotune.report.figures import PLOT_AREA_PX, best_label_offsets
-    from autotune.report.plots import LABEL_OFFSETS_PT
+    from autotune.report.placement import LABEL_OFFSETS_PT
 
     ax = {"x": (0.0, 100.0), "y": (0.0, 100.0), "log_x": False, "log_y": False}
     sx, sy = PLOT_AREA_PX[0] / 100, PLOT_AREA_PX[1] / 100  # pixels per unit

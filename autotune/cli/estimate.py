@@ -27,7 +27,7 @@ class _Optimizer(str, Enum):
     adafactor = "adafactor"
 
 
-def _gib(n: int | None) -> str:
+def _bytes_text(n: int | None) -> str:
     """Bytes in the unit that shows them (a tiny model read "0.00 GiB" on every row)."""
     from autotune.format import fmt_bytes
 
@@ -90,9 +90,9 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
                        ("optimizer state", "optimizer_bytes"), ("activations", "activations_bytes"),
                        ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
                        ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
-        table.add_row(label, _gib(doc[key]))
+        table.add_row(label, _bytes_text(doc[key]))
         if key == "other_bytes" and doc["detail"]["gathered_params_bytes"]:  # a part of "other"
-            table.add_row("  of which gathered parameters", _gib(doc["detail"]["gathered_params_bytes"]))
+            table.add_row("  of which gathered parameters", _bytes_text(doc["detail"]["gathered_params_bytes"]))
     con.print(table)
     con.print(f"FLOPs per token: {doc['flops_per_token']:.4g} (model, {doc['flops_rule']}); "
               f"{doc['hardware_flops_per_token']:.4g} with recomputation")
@@ -102,5 +102,5 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
               "calibrates it on real hardware")
     if gpu_mem is not None:
         verdict = "[green]fits[/]" if doc["fits"] else "[red]does not fit[/]"
-        con.print(f"{gpu} ({_gib(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
+        con.print(f"{gpu} ({_bytes_text(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
                   "of its memory, the rest kept for the uncalibrated overhead)")

@@ -15,20 +15,17 @@ from typing import Any
 
 from autotune.format import fmt_hours, fmt_usd
 from autotune.report.labels import config_summary
+from autotune.report.placement import LABEL_OFFSETS_PT, Box, best_label_text, best_labels, box_score, merge_near
 from autotune.report.plots import (
     FRONT_COLOUR,
     INFEASIBLE_COLOUR,
-    LABEL_OFFSETS_PT,
     NO_SCALING_TITLE,
     SCALING_TITLE,
-    best_label_text,
-    best_labels,
     gpus_of,
     mem_label,
     mem_text,
     memory_bars_gib,
     memory_rows,
-    merge_near,
     not_plotted,
     pareto_axes,
     platform_colours,
@@ -130,12 +127,11 @@ def text_positions(labels: list[tuple[float, float, str]], ax: dict[str, Any]) -
     for (x, y), (_, _, text) in zip(pts, labels):
         w, h = 7.0 * len(text) + 4, 14.0
         off = PARETO_RING_PX / 2  # plotly sets the text off by the (invisible) marker's radius
+        others = [q for q in pts if q != (x, y)]
         for pos in TEXT_POSITIONS:
             x0 = x + off if pos.endswith("right") else x - off - w
             y0 = y + off if pos.startswith("top") else y - off - h
-            covers = any(x0 - 6 <= qx <= x0 + w + 6 and y0 - 6 <= qy <= y0 + h + 6
-                         for qx, qy in pts if (qx, qy) != (x, y))
-            if not covers and 0 <= x0 and x0 + w <= width and 0 <= y0 and y0 + h <= height:
+            if box_score((x0, y0, x0 + w, y0 + h), others, (0.0, 0.0, width, height), []) == 0:
                 out.append(pos)
                 break
         else:
@@ -163,7 +159,7 @@ def best_label_offsets(doc: dict[str, Any], ax: dict[str, Any]) -> list[BestLabe
     pts = [(_px(o["hours"], ax["x"], ax["log_x"], width), _px(o["usd"], ax["y"], ax["log_y"], height))
            for o in doc["options"]]
     out: list[BestLabel] = []
-    taken: list[tuple[float, float, float, float]] = []
+    taken: list[Box] = []
     for key, label in best_labels(doc):
         o = doc[key]
         if not o:
@@ -176,10 +172,7 @@ def best_label_offsets(doc: dict[str, Any], ax: dict[str, Any]) -> list[BestLabe
             dx, dy = dx_pt * 100 / 72, dy_pt * 100 / 72  # pixels, as the PNG's at 100 dpi
             cx, cy = x + dx + (w / 2 if dx > 0 else -w / 2), y + dy  # y up here
             box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
-            covers = any(box[0] - 6 <= qx <= box[2] + 6 and box[1] - 6 <= qy <= box[3] + 6 for qx, qy in pts)
-            inside = 0 <= box[0] and box[2] <= width and 0 <= box[1] and box[3] <= height
-            clash = any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in taken)
-            free = inside and not (covers or clash)
+            free = box_score(box, pts, (0.0, 0.0, width, height), taken) == 0
             if best is None or free:  # where no place is free, the first
                 best = (cx - x, -dy, box)  # plotly's ay is pixels down
             if free:

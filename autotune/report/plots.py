@@ -14,8 +14,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from autotune.format import fmt_bytes, fmt_hours, fmt_usd
+from autotune.format import fmt_bytes
 from autotune.report.labels import config_summary
+from autotune.report.placement import (
+    LABEL_OFFSETS_PT,
+    NEAR_PX,
+    Label,
+    best_label_text,
+    best_labels,
+    box_score,
+    merge_near,
+)
 
 PNG_NAMES = ("pareto.png", "throughput.png", "memory.png")
 SCALING_TITLE = "Throughput vs GPU count (labels: scaling efficiency of one per-rank config)"
@@ -55,58 +64,11 @@ def not_plotted(doc: dict[str, Any]) -> str:
     return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
 
 
-# Points of the PNG closer than this (display pixels) share one label: their markers (90 pt^2,
-# ~9 px across) overlap, and two labels there were drawn over each other ("#2" on "#12").
-NEAR_PX = 9.0
-
-
-Label = tuple[float, float, str]  # (hours, dollars, "#3 #7")
-
-
-def merge_near(labels: list[Label], to_px, near_px: float = NEAR_PX) -> list[Label]:
-    """point_labels with the labels of points within `near_px` of an earlier one (`to_px`:
-    (hours, usd) -> display pixels) joined onto that one's: "#2 #12" once, at the first."""
-    out: list[tuple[float, float, str, Any]] = []
-    for hours, usd, text in labels:
-        px = to_px(hours, usd)
-        i = next((i for i, (*_, q) in enumerate(out) if abs(q[0] - px[0]) <= near_px and abs(q[1] - px[1]) <= near_px),
-                 None)
-        if i is None:
-            out.append((hours, usd, text, px))
-        else:
-            h, u, t, q = out[i]
-            out[i] = (h, u, " ".join(sorted({*t.split(), *text.split()}, key=lambda n: int(n[1:]))), q)
-    return [(h, u, t) for h, u, t, _ in out]
-
-
-# Where the PNG's cheapest / fastest label may go, in points from its point, in order of
-# preference: below right first (no option within limits is cheaper than the cheapest, so below
-# it is empty), then the other three corners, then the same corners further out (the arrow still
-# names the point). The first that covers no plotted point, stays inside the plot and clears the
-# other labels is taken (_place_label). The four near corners alone left a fastest label over a
-# neighbour where a slower option sat just below right of it and the plot's edge just left.
-LABEL_OFFSETS_PT = tuple((sx * dx, sy * dy) for dx, dy in ((30, 40), (30, 70), (60, 40), (30, 100), (90, 70))
-                         for sx, sy in ((1, -1), (1, 1), (-1, -1), (-1, 1)))
 BEST_LABEL_STYLE: dict[str, Any] = dict(arrowprops=dict(arrowstyle="->"), fontsize=9, zorder=6,
                                         bbox=dict(boxstyle="round", fc="white", ec="#999"))
 # Where a point's "#3" label may go, in points from it: above right first, then the other corners.
 POINT_LABEL_OFFSETS_PT = ((5, 4), (-5, 4), (5, -4), (-5, -4))
 POINT_LABEL_STYLE: dict[str, Any] = dict(fontsize=8, color="#333", zorder=5)
-
-
-def best_labels(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(key, label) of the points to name; one label when cheapest is also fastest. Each figure
-    places them by what they cover: the PNG by _place_label over LABEL_OFFSETS_PT, the HTML by
-    autotune.report.figures.best_label_offsets over the same offsets."""
-    c, f = doc["cheapest"], doc["fastest"]
-    if c and f and (c["trial"], c["offer"]) == (f["trial"], f["offer"]):
-        return [("cheapest", "cheapest and fastest")]
-    return [("cheapest", "cheapest"), ("fastest", "fastest")]
-
-
-def best_label_text(label: str, option: dict[str, Any]) -> str:
-    """"cheapest: #3 9.0 h, $0.8067": a best label's words, in both figures."""
-    return f"{label}: #{option['trial']} {fmt_hours(option['hours'], days_beside=True)}, {fmt_usd(option['usd'])}"
 
 
 def pareto_axes(doc: dict[str, Any]) -> dict[str, Any]:
@@ -307,22 +269,21 @@ def _place_label(fig, ax, xy: tuple[float, float], text: str, offsets, points_px
     margin), lies inside the axes and clears the boxes in `taken`; where none does, at the one
     that covers the fewest. Returns the box (x0, y0, x1, y1, display pixels)."""
     renderer = fig.canvas.get_renderer()
-    inside = ax.get_window_extent(renderer)
+    e = ax.get_window_extent(renderer)
+    inside = (e.x0, e.y0, e.x1, e.y1)
     best = None
     for dx, dy in offsets:
         a = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points", ha="left" if dx > 0 else "right",
                         va="top" if dy < 0 else "bottom", **style)
         a.draw(renderer)  # lays the box out around the text (savefig draws everything again)
         patch = a.get_bbox_patch()
-        box = (patch if patch is not None else a).get_window_extent(renderer)
-        covered = sum(1 for x, y in points_px if box.x0 - 6 <= x <= box.x1 + 6 and box.y0 - 6 <= y <= box.y1 + 6)
-        out = not (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1)
-        clash = any(box.x0 < t[2] and t[0] < box.x1 and box.y0 < t[3] and t[1] < box.y1 for t in taken)
-        score = covered + 1000 * (out or clash)
+        b = (patch if patch is not None else a).get_window_extent(renderer)
+        box = (b.x0, b.y0, b.x1, b.y1)
+        score = box_score(box, points_px, inside, taken)
         if best is None or score < best[0]:
             if best is not None:
                 best[1].remove()
-            best = (score, a, (box.x0, box.y0, box.x1, box.y1))
+            best = (score, a, box)
         else:
             a.remove()
         if score == 0:
