@@ -181,3 +181,50 @@ def test_ctrl_c_finishes_the_trial_and_twice_fails_it(tmp_path):
     assert t1.state is TrialState.FAIL and t1.user_attrs["status"] == "interrupted"
     assert t1.constraints["feasible"] > 0
     assert processes_under(runs) == []
+
+
+def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
+    """`kill`, scancel, a Slurm time limit or preemption, `docker stop`: SIGTERM. Before, the
+    sweep died at once and its pooled trial trained on (its pool idling 10 minutes after), the
+    pool's queue folder stayed in /tmp and the trial stayed RUNNING until a later sweep."""
+    import json
+
+    import psutil
+
+    from autotune.contract.trial_files import fatal_log_paths
+
+    url = f"sqlite:///{tmp_path}/term.db"
+    # Pooled (the default: one rank, no launcher template, no memory limit); trial 0 measures
+    # until it is cut (100,000 steps of the tiny GPT take far longer than the test waits).
+    spec = write_spec(tmp_path, "term", [1, 2], timeout_s=600,
+                      trial={"warmup_steps": 1, "measure_steps": 100_000, "max_measure_steps": 100_000,
+                             "timeout_s": 600})
+    _enqueue(url, "term", [1])
+    runs = tmp_path / "runs"
+    trial = runs / "term/trial_0000"
+    p = subprocess.Popen(sweep_argv(spec, url, 2, runs), cwd=tmp_path, env=cli_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # A rank has taken the trial once its fatal log exists (trials/pool.py opens it then).
+        _wait_for(lambda: fatal_log_paths(trial), what="trial 0 to start in its pool")
+        command = json.loads((trial / "command.json").read_text())
+        queue = command["argv"][command["argv"].index("--queue") + 1]
+        ranks = processes_under(queue)
+        assert "pool_trial" in command and ranks, command
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, out
+    assert "SIGTERM: the running trial was failed and re-queued" in out, out
+    assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
+    left = [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert left == [], "the pool's ranks outlived the sweep"
+    trials = optuna.load_study(study_name="term", storage=url).trials
+    cut = trials[0]
+    assert cut.state is TrialState.FAIL and cut.user_attrs["status"] == "interrupted", cut.user_attrs
+    assert cut.user_attrs["error"].startswith("stopped by SIGTERM (kill"), cut.user_attrs
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retry) == 1 and retry[0].state is TrialState.WAITING, [t.system_attrs for t in trials]
+    assert retry[0].params == cut.params

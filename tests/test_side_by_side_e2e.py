@@ -5,6 +5,7 @@ records say what ran beside what, and the report shows it with the interference.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
@@ -117,3 +118,52 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     html = page.read_text()
     assert "<th class='l'>beside</th>" in html
     assert "interference (config of #" in shown.stdout and "interference (config of #" in html
+
+
+def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(tmp_path):
+    """`kill <pid>` (or a container stopping) signals the parent alone: before, the parent died
+    and its workers swept on, orphaned. Now each worker cuts its trial, ends its pool, re-queues
+    the trial and exits; the parent exits 143 after them."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from autotune.contract.trial_files import fatal_log_paths
+    from tests.fixtures.study_tools import cli_env
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores")
+    spec = _write(tmp_path)  # trials that measure until they are cut:
+    spec.write_text(SPEC.replace("measure_steps: 2, max_measure_steps: 2",
+                                 "measure_steps: 100000, max_measure_steps: 100000"))
+    url = f"journal:///{tmp_path}/study.log"
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "autotune.cli", "sweep", str(spec), "--trials", "6", "--side-by-side", "2",
+            "--storage", url, "--runs-dir", str(runs)]
+    p = subprocess.Popen(argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len([d for d in runs.glob("sbs/trial_*") if fatal_log_paths(d)]) < 2:  # both slots train
+            assert time.monotonic() < deadline and p.poll() is None, "two trials did not start"
+            time.sleep(0.3)
+        workers = psutil.Process(p.pid).children(recursive=True)
+        queues = [json.loads((d / "command.json").read_text())["argv"] for d in runs.glob("sbs/trial_*")]
+        queues = [a[a.index("--queue") + 1] for a in queues if "--queue" in a]
+        p.send_signal(signal.SIGTERM)  # the parent alone
+        out, _ = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, out
+    left = [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], f"processes of the sweep outlived it: {left}\n{out}"
+    assert len(queues) == 2 and not any(os.path.exists(q) for q in queues), queues
+    trials = optuna.load_study(study_name="sbs", storage=open_storage(url)).trials
+    cut = [t for t in trials if TrialRecord.of(t).status == "interrupted"]
+    assert len(cut) == 2 and all("stopped by SIGTERM" in TrialRecord.of(t).error for t in cut), out
+    retried = {t.system_attrs.get("failed_trial") for t in trials if t.state.name == "WAITING"}
+    assert {t.number for t in cut} <= retried, out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -38,6 +39,7 @@ from autotune.contract import DeviceKind
 from autotune.errors import UserError
 from autotune.run.slots import Slot, pack_slots, slot_env, visible_devices
 from autotune.run.storage import STORAGE_ENV, storage_kind
+from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises, terminating
 
 
 @dataclass
@@ -47,6 +49,7 @@ class SideBySideSummary:
     alone: list[dict] = field(default_factory=list)  # the alone phase's workers' summaries
     remeasured: list[int] = field(default_factory=list)  # configs (first trials) re-measured alone
     interrupted: bool = False
+    terminated: bool = False  # SIGTERM: forwarded to the workers, each cut its trial and re-queued it
 
     @property
     def trials_run(self) -> int:
@@ -54,6 +57,8 @@ class SideBySideSummary:
 
     @property
     def stop_reason(self) -> str | None:
+        if self.terminated:
+            return "SIGTERM: each worker failed its running trial and re-queued it"
         if self.interrupted:
             return "interrupted (Ctrl-C)"
         reasons = [w.get("stop_reason") for w in self.workers + self.alone]
@@ -116,9 +121,11 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
               for i in range(1, count) if side[i] > 0]
     first = _start(spec, work, slots[0], count, side[0], runs_dir, stdout,
                    alone=(reserve, others_done) if reserve else None)
-    summary.interrupted = _wait(others, note)
-    others_done.touch()  # worker 0 goes on alone
-    summary.interrupted = _wait([first], note) or summary.interrupted
+    with sigterm_raises():
+        summary.interrupted = _wait(others, note, [first])
+        others_done.touch()  # worker 0 goes on alone
+        summary.interrupted = _wait([first], note) or summary.interrupted
+    summary.terminated = terminating() or any(p.returncode == EXIT_TERMINATED for p in [first, *others])
     summary.workers = [_read(p) for p in [first, *others]]
     alone = summary.workers[0].pop("alone", None) or {}
     summary.alone, summary.remeasured = alone.get("runs", []), alone.get("remeasured", [])
@@ -146,19 +153,28 @@ def _start(spec, work: Path, slot: Slot, side_by_side: int, trials: int, runs_di
     return proc
 
 
-def _wait(procs: list[subprocess.Popen], note: Callable[[str], None]) -> bool:
-    """Wait for every worker. Ctrl-C reaches them too (one process group): each finishes its
-    running trial and stops (twice: fails it now); the parent waits for them either way."""
+def _wait(procs: list[subprocess.Popen], note: Callable[[str], None],
+          also: list[subprocess.Popen] | None = None) -> bool:
+    """Wait for every worker of `procs`. Ctrl-C reaches them too (one process group): each
+    finishes its running trial and stops (twice: fails it now); the parent waits for them either
+    way. A SIGTERM sent to the parent alone (kill, a container stopping) is passed on to every
+    worker (`procs` and `also`), each of which then cuts its trial, ends its pool and exits."""
     interrupted = False
     for p in procs:
         while True:
             try:
                 p.wait()
                 break
+            except Terminated:
+                interrupted = True
+                note("SIGTERM: passed on to every worker; each fails its running trial and re-queues it")
+                for q in [*procs, *(also or [])]:
+                    if q.poll() is None:
+                        q.send_signal(signal.SIGTERM)  # Popen checks it has not been reaped
             except KeyboardInterrupt:
                 interrupted = True
                 note("Ctrl-C: each worker finishes its running trial, then stops")
-    return interrupted or any(p.returncode == 130 for p in procs)
+    return interrupted or any(p.returncode in (130, EXIT_TERMINATED) for p in procs)
 
 
 def _read(proc: subprocess.Popen) -> dict:

@@ -100,7 +100,7 @@ class SlotWorker:
                 done["alone"] = alone_phase(spec, self.study, args.alone_reserve,
                                             lambda sp, n: self.sweep(sp, n, False), self.say,
                                             self.session.hardware, self.session.catalog)
-        except KeyboardInterrupt:  # Ctrl-C while waiting for the others
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while waiting for the others
             done = {"trials_run": 0, "interrupted": True}
         finally:
             self.close_runner()
@@ -133,14 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     pin_to(slot)  # first: the hardware fingerprint reads the affinity mask
 
     from autotune.errors import UserError
+    from autotune.search.interrupt import EXIT_TERMINATED, sigterm_raises, terminating
 
     try:
         session = open_session(args, slot)
     except UserError as exc:
         print(f"[{slot.label()}] {exc}", file=sys.stderr, flush=True)
         return 2
-    done = SlotWorker(args, slot, side_by_side, session).run()
+    with sigterm_raises():  # also while waiting for the others, its trial pool warm
+        done = SlotWorker(args, slot, side_by_side, session).run()
     write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
+    if terminating():
+        return EXIT_TERMINATED
     return 130 if done.get("interrupted") or (done.get("alone") or {}).get("interrupted") else 0
 
 

@@ -63,7 +63,8 @@ def sweep(
     """Run an Optuna study of short real training runs; resumes if the study exists.
 
     Several machines with the same --storage and --study work on one study. Ctrl-C finishes
-    the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way).
+    the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way);
+    SIGTERM (kill, scancel) fails it at once and queues it again (exit code 143).
     Ends with the pick, the Pareto set in short and the next command; `autotune report` has
     the rest."""
     from autotune.api.sweep import load, prepare, run
@@ -71,6 +72,7 @@ def sweep(
     from autotune.report.labels import outcome_line
     from autotune.report.progress import SweepProgress
     from autotune.run.storage import resolve_storage
+    from autotune.search.interrupt import EXIT_TERMINATED
 
     spec = load(spec_file)
     storage_url = resolve_storage(storage, storage_file, spec.storage)
@@ -107,6 +109,8 @@ def sweep(
     doc = collect(session.study)
     failed = summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"])
     _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None), as_json)
+    if summary.terminated:
+        raise typer.Exit(EXIT_TERMINATED)
     if summary.interrupted:
         raise typer.Exit(130)
     if failed:
@@ -142,7 +146,8 @@ def _result(con, doc: dict, summary, next_lines: list[str], as_json: bool) -> No
         from autotune.cli.common import print_json
 
         print_json({"sweep": {"trials_run": summary.trials_run, "stop_reason": summary.stop_reason,
-                              "interrupted": summary.interrupted, "next": next_lines},
+                              "interrupted": summary.interrupted,
+                              "terminated": summary.terminated, "next": next_lines},
                     "report": doc})
     else:
         con.print()

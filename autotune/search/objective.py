@@ -11,7 +11,8 @@ How each trial ends:
 - oom / unsupported / nan / timeout, or held back by the memory prescreen: PRUNED, with an
   infeasible constraint value, so the sampler learns where the boundary is (TPE counts pruned
   trials among the bad ones).
-- crash, Ctrl-C, a controller that died: FAIL (not a property of the config); the study goes on.
+- crash, Ctrl-C, SIGTERM, a controller that died: FAIL (not a property of the config); the
+  study goes on. A trial cut by SIGTERM is `cut` here and re-queued by the sweep.
 Everything a trial stores goes through `autotune.record.TrialRecord`.
 """
 
@@ -26,6 +27,7 @@ from autotune.record import LaunchRef, TrialRecord
 from autotune.run.processes import controller_record, start_ticks
 from autotune.run.runner import TrialRunner, as_runner
 from autotune.search.calibration import MemoryGuard, Verdict
+from autotune.search.interrupt import Terminated, terminated_reason
 from autotune.search.machine import MachineSpace
 from autotune.search.reuse import config_key, reuse_measurement, wait_for_measurement
 from autotune.spec import SweepSpec
@@ -168,16 +170,23 @@ class Objective:
         self.note = note
         self.guard = MemoryGuard(ctx.hardware, ctx.spec.memory.limit_bytes_per_rank,
                                  ctx.spec.memory.safety_margin, enabled=ctx.spec.memory.prescreen)
+        self.cut: "optuna.Trial | None" = None  # the trial a SIGTERM cut short
 
     def __call__(self, trial: "optuna.Trial") -> tuple[float, float]:
-        self.start(trial)
-        cfg = self.suggest(trial)
-        verdict = self.prescreen(trial, cfg)
-        reused = self.reuse_or_claim(trial, cfg)
-        if reused is not None:
-            return reused
-        result = self.run(trial, cfg, verdict)
-        return self.score(trial, cfg, result)
+        try:
+            self.start(trial)
+            cfg = self.suggest(trial)
+            verdict = self.prescreen(trial, cfg)
+            reused = self.reuse_or_claim(trial, cfg)
+            if reused is not None:
+                return reused
+            result = self.run(trial, cfg, verdict)
+            return self.score(trial, cfg, result)
+        except Terminated:
+            self.cut = trial
+            if TrialRecord.of(trial).status is None:  # cut before its launch: no status (not launched)
+                TrialRecord.write(trial, error=f"{terminated_reason()} before its launch")
+            raise
 
     def close(self) -> None:
         """End what the runner keeps between trials (the worker pool); safe to call twice."""
@@ -259,9 +268,9 @@ class Objective:
 
         try:
             result = self.runner(cfg, trial_dir, on_start=on_start)
-        except KeyboardInterrupt:
-            TrialRecord.write(trial, status="interrupted",
-                              error="interrupted (Ctrl-C); its processes were killed")
+        except KeyboardInterrupt as exc:
+            why = terminated_reason() if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            TrialRecord.write(trial, status="interrupted", error=f"{why}; its processes were killed")
             set_constraints(trial, self.spec, feasible=False)
             raise
         result = self.guard.after_trial(trial, cfg, verdict, result)  # calibration; emulated limit

@@ -26,7 +26,7 @@ from autotune.run.processes import recover_dead_trials
 from autotune.run.runner import TrialRunner
 from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
-from autotune.search.interrupt import Interrupt
+from autotune.search.interrupt import Interrupt, Terminated
 from autotune.search.objective import Objective, TrialCrashed, TrialOutcome, rank_hour_price_usd
 from autotune.search.racing import Racing
 from autotune.search.rules import (
@@ -52,6 +52,7 @@ class SweepSummary:
     proposals: int = 0  # Optuna trials here, including reused and prescreened ones
     stop_reason: str | None = None
     interrupted: bool = False
+    terminated: bool = False  # by SIGTERM (interrupted too): the cut trial is re-queued
     recovered: list[int] = field(default_factory=list)
     baselines_enqueued: int = 0
 
@@ -64,6 +65,25 @@ def remeasure_reserve(spec: SweepSpec, n_trials: int) -> int:
     if spec.budget.remeasure_trials is not None:
         return min(spec.budget.remeasure_trials, n_trials)
     return n_trials // 2
+
+
+def requeue_cut(study, cut) -> str:
+    """Queue again the trial a SIGTERM cut short (a preempted or cancelled job's config was
+    never measured: the next sweep of the study runs it first, as a retry of it); what to add to
+    the stop reason."""
+    from optuna.trial import TrialState
+
+    from autotune.run.storage import retry_callback
+
+    if cut is None:
+        return ""
+    frozen = study._storage.get_trial(cut._trial_id)
+    if frozen.state is not TrialState.FAIL:
+        return ""  # it had ended (COMPLETE or PRUNED) before the signal came
+    retry_callback()(study, frozen)
+    queued = any(t.system_attrs.get("retry_history", [])[-1:] == [frozen.number]
+                 for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    return " and re-queued" if queued else " (not re-queued: it has been retried as often as allowed)"
 
 
 def check_search_price(ctx: SweepContext) -> None:
@@ -117,6 +137,10 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             # n_trials counts launched trials (the StopRule stops the study): a reused or
             # prescreened proposal measures nothing and costs nothing.
             study.optimize(objective, n_trials=None, catch=(TrialCrashed,), callbacks=[loop])
+        except Terminated:
+            summary.terminated = True
+            loop.stop = Stop(f"SIGTERM: the running trial was failed{requeue_cut(study, objective.cut)}",
+                             interrupted=True)
         except KeyboardInterrupt:
             loop.stop = Stop("interrupted (Ctrl-C twice): the running trial was failed", interrupted=True)
         finally:
