@@ -218,6 +218,9 @@ def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
             p.kill()
     assert p.returncode == 143, out
     assert "SIGTERM: the running trial was failed and re-queued" in out, out
+    # Nothing measured yet: the next step is to resume, not to price under other limits.
+    assert "Next: the same `autotune sweep` command again: it resumes the study" in out, out
+    assert "--max-usd" not in out, out
     assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
     left = [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert left == [], "the pool's ranks outlived the sweep"

@@ -108,7 +108,9 @@ def sweep(
         con.print(f"stopped: {summary.stop_reason}", soft_wrap=True)
     doc = collect(session.study)
     failed = summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"])
-    _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None), as_json)
+    _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None,
+                                             priced=bool(doc["options"]), interrupted=summary.interrupted),
+            as_json)
     if summary.terminated:
         raise typer.Exit(EXIT_TERMINATED)
     if summary.interrupted:
@@ -216,11 +218,14 @@ def _side_by_side(session, n_trials: int, runs_dir: Path, count: int, con, as_js
     return summary
 
 
-def next_commands(spec, storage_file: Optional[Path], picked: bool = True) -> list[str]:
+def next_commands(spec, storage_file: Optional[Path], picked: bool = True, priced: bool = True,
+                  interrupted: bool = False) -> list[str]:
     """The commands that go on from this sweep, with the study and storage that find it
     (never a password: a URL holding one is named through --storage-file or the variable).
     Without a pick (`picked` False) there is nothing to export: the report prices the options
-    under the limits given to it instead."""
+    under the limits given to it instead. Without any option (`priced` False: no trial ran
+    through) other limits change nothing: an interrupted sweep is resumed; otherwise the report
+    says what failed."""
     from shlex import quote  # a line to paste: a path or URL with a space or a '$' stays one word
 
     from autotune.run.storage import STORAGE_ENV, redact_url, resolve_storage
@@ -235,6 +240,11 @@ def next_commands(spec, storage_file: Optional[Path], picked: bool = True) -> li
         else:
             where += f" --storage {quote(url)}"
     more = f"More: autotune report{where} (--out report/: HTML and plots)"
+    if not priced:
+        if interrupted:
+            return ["Next: the same `autotune sweep` command again: it resumes the study, its queued "
+                    "trials first", more]
+        return [more]
     if not picked:
         at, _, env = where.partition(" (with ")
         return [f"Next: autotune report{at} --max-usd USD --deadline-hours HOURS"
