@@ -185,3 +185,45 @@ def test_a_log_tail_keeps_the_start_of_a_long_last_traceback(tmp_path):
     short = tmp_path / "short.log"
     short.write_text("warming up\n" * 3000 + "done\n")
     assert log_tail(short) == short.read_text()[-LOG_TAIL_CHARS:]  # no traceback: the plain tail
+
+
+def test_a_deepspeed_trial_stopped_by_sigterm_leaves_no_ranks_or_shared_memory(tmp_path):
+    """`autotune trial` killed (kill, scancel) mid-trial: before, it died at once and the
+    launcher's ranks trained on until the watchdog saw it gone, and DeepSpeed's /dev/shm
+    buffers (66 MiB a rank) stayed until reboot; Ctrl-C twice in a sweep left the buffers too.
+    Now the trial's process group and its buffers end with it, and it exits 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.fixtures.study_tools import cli_env, processes_under
+
+    cfg = CONFIGS["deepspeed"].model_copy(update={"measure_steps": 100_000, "max_measure_steps": 100_000,
+                                                  "timeout_s": 600})
+    (tmp_path / "c.json").write_text(cfg.model_dump_json())
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "autotune.cli", "trial", "c.json", "--out", str(out)],
+                         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        buffers: list[Path] = []
+        while len(buffers) < 2:  # both ranks have made theirs: DeepSpeed's all-reduce is up
+            assert time.monotonic() < deadline and p.poll() is None, "the trial did not start"
+            time.sleep(0.3)
+            if (out / "command.json").is_file():
+                argv = json.loads((out / "command.json").read_text())["argv"]
+                port = argv[argv.index("--master_port") + 1]
+                buffers = list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
+        assert processes_under(out)
+        p.send_signal(signal.SIGTERM)
+        text, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, text
+    assert "stopped by SIGTERM" in text
+    assert [b for b in buffers if b.exists()] == []
+    assert processes_under(out) == []

@@ -50,14 +50,22 @@ def trial(
     if crowded:
         console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
 
-    if out is None:
-        out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
-        result = run_trial(cfg, out)
-    else:
-        # A folder that cannot be written, or a file of the user's under a name the trial
-        # writes (config.json, result.json, ...: replaced even with --force before), is refused.
-        out = prepare_out_dir(out, force, names=TRIAL_NAMES)
-        result = _run_in(cfg, out)
+    from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises
+
+    try:
+        with sigterm_raises():  # kill / scancel: the trial's ranks and buffers end with it
+            if out is None:
+                out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
+                result = run_trial(cfg, out)
+            else:
+                # A folder that cannot be written, or a file of the user's under a name the trial
+                # writes (config.json, result.json, ...: replaced even with --force before), is refused.
+                out = prepare_out_dir(out, force, names=TRIAL_NAMES)
+                result = _run_in(cfg, out)
+    except Terminated:
+        console(stderr=True).print(f"stopped by SIGTERM: the trial's processes were ended; its folder: {out}",
+                                   soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_TERMINATED) from None
         note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or
                            own_output(p.name)])
     if as_json:

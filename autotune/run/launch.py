@@ -64,8 +64,9 @@ def run_trial(cfg: TrialConfig, trial_dir: str | Path, python: str = sys.executa
             timed_out = True
             kill_group(proc)
             rc = proc.wait()
-        except BaseException:  # Ctrl-C or the controller's own death: take the ranks with us
+        except BaseException:  # Ctrl-C, SIGTERM or the controller's own death: take the ranks with us
             kill_group(proc)
+            remove_deepspeed_shm(port)  # their buffers too (DeepSpeed never unlinks them)
             raise
         # Ranks that outlived a launcher that exited by itself must not outlive the trial.
         if group_alive(proc.pid):
