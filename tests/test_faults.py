@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import optuna
@@ -231,3 +232,7 @@ def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
     assert len(retry) == 1 and retry[0].state is TrialState.WAITING, [t.system_attrs for t in trials]
     assert retry[0].params == cut.params
+    # The report names the queued retry and its config (before: "queued for the next sweep", "-").
+    shown = run([sys.executable, "-m", "autotune.cli", "report", "--study", "term", "--storage", url], tmp_path)
+    row = next(ln for ln in shown.stdout.splitlines() if ln.startswith(f"{retry[0].number} "))
+    assert "queued for the next sweep (retries #0)" in row and "1x mb1 ga1 fp32" in row, shown.stdout

@@ -40,9 +40,7 @@ CONFIG_COLUMNS = ("num_gpus", "num_nodes", "micro_batch_size", "grad_accum_steps
                   "device", "threads_per_rank", "compile")
 
 
-# ---------------------------------------------------------------------------------------
-# Trials
-# ---------------------------------------------------------------------------------------
+# -- Trials -------------------------------------------------------------------------------
 
 
 def _predicted(rec: TrialRecord) -> tuple[int | None, str | None]:
@@ -106,6 +104,7 @@ def _slot_label(rec: TrialRecord) -> str | None:
 def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
     rec = TrialRecord.of(t)
     cfg = rec.config or {}
+    queued = {**t.system_attrs.get("fixed_params", {}), **t.params} if t.state.name == "WAITING" else {}
     score = rec.score
     capacity, capacity_source = _capacity(rec, cfg) if cfg else (None, None)
     used, _ = _measured_per_rank(rec)
@@ -114,8 +113,8 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         number=t.number,
         state=t.state.name,
         params=dict(t.params),
-        config={k: cfg.get(k) for k in CONFIG_COLUMNS} | (
-            {"global_batch_samples": _global_batch(cfg)} if cfg else {}),
+        config={k: (cfg or queued).get(k) for k in CONFIG_COLUMNS} | (
+            {"global_batch_samples": _global_batch(cfg or queued)} if cfg or queued else {}),
         # Failed by a later sweep for its dead controller (recover_dead_trials): no status of its own.
         status=rec.status or ("lost" if rec.leftovers_killed is not None else None),
         error=rec.error,
@@ -144,6 +143,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         reused_from=rec.reused_from,
         local_move_from=rec.local_move_from,
         repeat_of=rec.repeat_of,
+        retry_of=rec.retry_of if rec.retry_of is not None else (t.system_attrs.get("retry_history") or [None])[-1],
         race_block=rec.race_block,
         slot=_slot_label(rec),
         neighbours=beside or [],
@@ -158,9 +158,7 @@ def _global_batch(cfg: dict[str, Any]) -> int | None:
         return None
 
 
-# ---------------------------------------------------------------------------------------
-# Summaries
-# ---------------------------------------------------------------------------------------
+# -- Summaries ----------------------------------------------------------------------------
 
 
 def _reason_kind(error: str | None) -> tuple[str, str]:

@@ -111,7 +111,7 @@ def _ended(r: dict[str, Any]) -> str:
     """How a trial ended: its status when it completed, else state: status; and whose config
     it measured again or reused (`labels.origin_note`)."""
     if r["state"] == "WAITING":  # queued by a sweep (its baselines, a re-measurement)
-        return "queued for the next sweep"
+        return "queued for the next sweep" + origin_note(r)
     ended = (r["status"] or "ok") if r["state"] == "COMPLETE" else (
         r["state"].lower() + (f": {r['status']}" if r["status"] else ""))
     return ended + origin_note(r)
