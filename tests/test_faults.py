@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from autotune.run.storage import open_storage
 from autotune.search.study import open_study
-from tests.fixtures.study_tools import cli_env, processes_under, run, sweep_argv, write_spec
+from tests.fixtures.study_tools import cli_env, processes_under, run, sigterm_and_wait, started, sweep_argv, write_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -203,20 +203,14 @@ def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
     _enqueue(url, "term", [1])
     runs = tmp_path / "runs"
     trial = runs / "term/trial_0000"
-    p = subprocess.Popen(sweep_argv(spec, url, 2, runs), cwd=tmp_path, env=cli_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with started(sweep_argv(spec, url, 2, runs), tmp_path) as p:
         # A rank has taken the trial once its fatal log exists (trials/pool.py opens it then).
         _wait_for(lambda: fatal_log_paths(trial), what="trial 0 to start in its pool")
         command = json.loads((trial / "command.json").read_text())
         queue = command["argv"][command["argv"].index("--queue") + 1]
         ranks = processes_under(queue)
         assert "pool_trial" in command and ranks, command
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        out = sigterm_and_wait(p)
     assert p.returncode == 143, out
     assert "SIGTERM: the running trial was failed and re-queued" in out, out
     # Nothing measured yet: the next step is to resume, not to price under other limits.

@@ -193,21 +193,17 @@ def test_a_deepspeed_trial_stopped_by_sigterm_leaves_no_ranks_or_shared_memory(t
     buffers (66 MiB a rank) stayed until reboot; Ctrl-C twice in a sweep left the buffers too.
     Now the trial's process group and its buffers end with it, and it exits 143."""
     import os
-    import signal
-    import subprocess
     import sys
     import time
     from pathlib import Path
 
-    from tests.fixtures.study_tools import cli_env, processes_under
+    from tests.fixtures.study_tools import processes_under, sigterm_and_wait, started
 
     cfg = CONFIGS["deepspeed"].model_copy(update={"measure_steps": 100_000, "max_measure_steps": 100_000,
                                                   "timeout_s": 600})
     (tmp_path / "c.json").write_text(cfg.model_dump_json())
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-m", "autotune.cli", "trial", "c.json", "--out", str(out)],
-                         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with started([sys.executable, "-m", "autotune.cli", "trial", "c.json", "--out", str(out)], tmp_path) as p:
         deadline = time.monotonic() + 180
         buffers: list[Path] = []
         while len(buffers) < 2:  # both ranks have made theirs: DeepSpeed's all-reduce is up
@@ -218,11 +214,7 @@ def test_a_deepspeed_trial_stopped_by_sigterm_leaves_no_ranks_or_shared_memory(t
                 port = argv[argv.index("--master_port") + 1]
                 buffers = list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"))
         assert processes_under(out)
-        p.send_signal(signal.SIGTERM)
-        text, _ = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        text = sigterm_and_wait(p)
     assert p.returncode == 143, text
     assert "stopped by SIGTERM" in text
     assert [b for b in buffers if b.exists()] == []

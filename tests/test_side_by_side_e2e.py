@@ -125,14 +125,12 @@ def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(t
     and its workers swept on, orphaned. Now each worker cuts its trial, ends its pool, re-queues
     the trial and exits; the parent exits 143 after them."""
     import os
-    import signal
-    import subprocess
     import time
 
     import psutil
 
     from autotune.contract.trial_files import fatal_log_paths
-    from tests.fixtures.study_tools import cli_env
+    from tests.fixtures.study_tools import sigterm_and_wait, started
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores")
@@ -143,9 +141,7 @@ def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(t
     runs = tmp_path / "runs"
     argv = [sys.executable, "-m", "autotune.cli", "sweep", str(spec), "--trials", "6", "--side-by-side", "2",
             "--storage", url, "--runs-dir", str(runs)]
-    p = subprocess.Popen(argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    try:
+    with started(argv, tmp_path) as p:
         deadline = time.monotonic() + 180
         while len([d for d in runs.glob("sbs/trial_*") if fatal_log_paths(d)]) < 2:  # both slots train
             assert time.monotonic() < deadline and p.poll() is None, "two trials did not start"
@@ -153,11 +149,7 @@ def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(t
         workers = psutil.Process(p.pid).children(recursive=True)
         queues = [json.loads((d / "command.json").read_text())["argv"] for d in runs.glob("sbs/trial_*")]
         queues = [a[a.index("--queue") + 1] for a in queues if "--queue" in a]
-        p.send_signal(signal.SIGTERM)  # the parent alone
-        out, _ = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        out = sigterm_and_wait(p, timeout_s=90)  # the parent alone
     assert p.returncode == 143, out
     left = [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
     assert left == [], f"processes of the sweep outlived it: {left}\n{out}"
