@@ -186,8 +186,10 @@ def test_ctrl_c_finishes_the_trial_and_twice_fails_it(tmp_path):
 
 def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
     """`kill`, scancel, a Slurm time limit or preemption, `docker stop`: SIGTERM. Before, the
-    sweep died at once and its pooled trial trained on (its pool idling 10 minutes after), the
-    pool's queue folder stayed in /tmp and the trial stayed RUNNING until a later sweep."""
+    sweep died at once: the trial stayed RUNNING until a later sweep on this host found it dead
+    (and was not queued again until then), and the pool's ranks ended only when their watchdog
+    saw the controller gone, seconds later. Now the sweep ends them, fails the trial, queues it
+    again and exits 143."""
     import json
 
     import psutil

@@ -1,10 +1,12 @@
 """Stopping a sweep. Ctrl-C: the first finishes the running trial, then stops; the second fails
 it now. SIGTERM (`kill`, Slurm's scancel, preemption or time limit, `docker stop`): stop now,
 as the second Ctrl-C, and put the cut trial back in the queue, since there is only a grace
-period (Slurm's KillWait, 30 s by default) before SIGKILL. Either way the running trial's
-processes and the worker pool (its queue folder, DeepSpeed's /dev/shm files) are ended by the
-controller instead of outliving it. Used by autotune.search.sweep around `study.optimize`, and
-by the side-by-side workers for their whole life.
+period (Slurm's KillWait, 30 s by default) before SIGKILL. Either way the controller ends the
+running trial's processes and the worker pool (its queue folder, DeepSpeed's /dev/shm files)
+itself: the ranks' watchdog (trials/watchdog.py) is only the fallback for a controller killed
+outright, and under Slurm, which signals the ranks as well, it never ran its cleanup. Used by
+autotune.search.sweep around `study.optimize`, by the side-by-side workers for their whole life
+and by `autotune trial`.
 
     with Interrupt(note=print) as interrupt:
         ...                                  # the StopRule reads interrupt.requested
