@@ -34,7 +34,6 @@ def trial(
 
     from autotune.contract import TrialConfig
     from autotune.errors import format_validation_error
-    from autotune.run.launch import run_trial
 
     if not config_file.is_file():
         raise UserError(f"config file '{config_file}' does not exist", fix="check the path")
@@ -43,31 +42,10 @@ def trial(
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
-    from autotune.contract.trial_files import TRIAL_NAMES, own_output
-    from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
-
     crowded = _crowded_cores(cfg)
     if crowded:
         console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
-
-    from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises
-
-    try:
-        with sigterm_raises():  # kill / scancel: the trial's ranks and buffers end with it
-            if out is None:
-                out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
-                result = run_trial(cfg, out)
-            else:
-                # A folder that cannot be written, or a file of the user's under a name the trial
-                # writes (config.json, result.json, ...: replaced even with --force before), is refused.
-                out = prepare_out_dir(out, force, names=TRIAL_NAMES)
-                result = _run_in(cfg, out)
-    except Terminated:
-        console(stderr=True).print(f"stopped by SIGTERM: the trial's processes were ended; its folder: {out}",
-                                   soft_wrap=True, markup=False)
-        raise typer.Exit(EXIT_TERMINATED) from None
-        note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or
-                           own_output(p.name)])
+    result, out = _run_stoppable(cfg, out, force)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -108,6 +86,31 @@ def _crowded_cores(cfg) -> str | None:
         return None
     return (f"{cfg.num_gpus} rank(s) x {cfg.threads_per_rank} thread(s) on {cores} usable core(s): the "
             f"ranks share cores, so its tokens/s is not what {threads} cores would run")
+
+
+def _run_stoppable(cfg, out: Path | None, force: bool):
+    """(result, folder): the trial in `out`, or the next autotune_runs/single/trial_NNNN. SIGTERM
+    (kill, scancel) ends the trial's processes and DeepSpeed's buffers with it, then exits 143."""
+    from autotune.contract.trial_files import TRIAL_NAMES, own_output
+    from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
+    from autotune.run.launch import run_trial
+    from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises
+
+    try:
+        with sigterm_raises():
+            if out is None:
+                out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
+                return run_trial(cfg, out), out
+            # A folder that cannot be written, or a file of the user's under a name the trial
+            # writes (config.json, result.json, ...: replaced even with --force before), is refused.
+            out = prepare_out_dir(out, force, names=TRIAL_NAMES)
+            result = _run_in(cfg, out)
+            note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or own_output(p.name)])
+            return result, out
+    except Terminated:
+        console(stderr=True).print(f"stopped by SIGTERM: the trial's processes were ended; its folder: {out}",
+                                   soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_TERMINATED) from None
 
 
 def _run_in(cfg, out: Path):
