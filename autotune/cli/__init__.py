@@ -84,8 +84,6 @@ def main() -> None:
         # Escaped: a message may hold brackets ("pip install 'autotune-llm[report]'").
         console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(EXIT_USER_ERROR)
-    except KeyboardInterrupt as exc:  # Ctrl-C (or a sweep's SIGTERM) outside a trial
-        from autotune.search.interrupt import EXIT_TERMINATED, Terminated
-
-        console(stderr=True).print("stopped by SIGTERM" if isinstance(exc, Terminated) else "interrupted")
-        sys.exit(EXIT_TERMINATED if isinstance(exc, Terminated) else 130)
+    except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
+        console(stderr=True).print("interrupted")
+        sys.exit(130)
