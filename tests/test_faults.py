@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -20,7 +21,16 @@ from optuna.trial import TrialState
 
 from autotune.run.storage import open_storage
 from autotune.search.study import open_study
-from tests.fixtures.study_tools import cli_env, processes_under, run, sigterm_and_wait, started, sweep_argv, write_spec
+from tests.fixtures.study_tools import (
+    cli_env,
+    in_a_terminal,
+    processes_under,
+    run,
+    sigterm_and_wait,
+    started,
+    sweep_argv,
+    write_spec,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -184,51 +194,101 @@ def test_ctrl_c_finishes_the_trial_and_twice_fails_it(tmp_path):
     assert processes_under(runs) == []
 
 
+def _long_trial_sweep(tmp_path, study: str) -> tuple[str, list[str], Path]:
+    """(storage, argv, trial 0's folder): a pooled sweep (the default: one rank, no launcher
+    template, no memory limit) whose trial 0 measures until it is cut (100,000 steps of the tiny
+    GPT take far longer than a test waits)."""
+    url = f"sqlite:///{tmp_path}/{study}.db"
+    spec = write_spec(tmp_path, study, [1, 2], timeout_s=600,
+                      trial={"warmup_steps": 1, "measure_steps": 100_000, "max_measure_steps": 100_000,
+                             "timeout_s": 600})
+    _enqueue(url, study, [1])
+    runs = tmp_path / "runs"
+    return url, sweep_argv(spec, url, 2, runs), runs / study / "trial_0000"
+
+
+def _pool_of(trial: Path) -> tuple[str, list[int]]:
+    """(queue folder, rank pids) of the pool running `trial`, once a rank has taken it (its
+    fatal log exists: trials/pool.py opens it then)."""
+    import json
+
+    from autotune.contract.trial_files import fatal_log_paths
+
+    _wait_for(lambda: fatal_log_paths(trial), what="trial 0 to start in its pool")
+    command = json.loads((trial / "command.json").read_text())
+    queue = command["argv"][command["argv"].index("--queue") + 1]
+    ranks = processes_under(queue)
+    assert "pool_trial" in command and ranks, command
+    return queue, ranks
+
+
+def _assert_cut_and_queued_again(url: str, study: str, queue: str, ranks: list[int], why: str):
+    """The pool is gone (ranks and queue folder), trial 0 failed with `why`, one retry queued."""
+    import psutil
+
+    assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
+    left = [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert left == [], "the pool's ranks outlived the sweep"
+    trials = optuna.load_study(study_name=study, storage=url).trials
+    cut = trials[0]
+    assert cut.state is TrialState.FAIL and cut.user_attrs["status"] == "interrupted", cut.user_attrs
+    assert cut.user_attrs["error"].startswith(why), cut.user_attrs
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retry) == 1 and retry[0].state is TrialState.WAITING, [t.system_attrs for t in trials]
+    assert retry[0].params == cut.params
+    return retry[0]
+
+
 def test_sigterm_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
     """`kill`, scancel, a Slurm time limit or preemption, `docker stop`: SIGTERM. Before, the
     sweep died at once: the trial stayed RUNNING until a later sweep on this host found it dead
     (and was not queued again until then), and the pool's ranks ended only when their watchdog
     saw the controller gone, seconds later. Now the sweep ends them, fails the trial, queues it
     again and exits 143."""
-    import json
-
-    import psutil
-
-    from autotune.contract.trial_files import fatal_log_paths
-
-    url = f"sqlite:///{tmp_path}/term.db"
-    # Pooled (the default: one rank, no launcher template, no memory limit); trial 0 measures
-    # until it is cut (100,000 steps of the tiny GPT take far longer than the test waits).
-    spec = write_spec(tmp_path, "term", [1, 2], timeout_s=600,
-                      trial={"warmup_steps": 1, "measure_steps": 100_000, "max_measure_steps": 100_000,
-                             "timeout_s": 600})
-    _enqueue(url, "term", [1])
-    runs = tmp_path / "runs"
-    trial = runs / "term/trial_0000"
-    with started(sweep_argv(spec, url, 2, runs), tmp_path) as p:
-        # A rank has taken the trial once its fatal log exists (trials/pool.py opens it then).
-        _wait_for(lambda: fatal_log_paths(trial), what="trial 0 to start in its pool")
-        command = json.loads((trial / "command.json").read_text())
-        queue = command["argv"][command["argv"].index("--queue") + 1]
-        ranks = processes_under(queue)
-        assert "pool_trial" in command and ranks, command
+    url, argv, trial = _long_trial_sweep(tmp_path, "term")
+    with started(argv, tmp_path) as p:
+        queue, ranks = _pool_of(trial)
         out = sigterm_and_wait(p)
     assert p.returncode == 143, out
     assert "SIGTERM: the running trial was failed and re-queued" in out, out
     # Nothing measured yet: the next step is to resume, not to price under other limits.
     assert "Next: the same `autotune sweep` command again: it resumes the study" in out, out
     assert "--max-usd" not in out, out
-    assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
-    left = [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    assert left == [], "the pool's ranks outlived the sweep"
-    trials = optuna.load_study(study_name="term", storage=url).trials
-    cut = trials[0]
-    assert cut.state is TrialState.FAIL and cut.user_attrs["status"] == "interrupted", cut.user_attrs
-    assert cut.user_attrs["error"].startswith("stopped by SIGTERM (kill"), cut.user_attrs
-    retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
-    assert len(retry) == 1 and retry[0].state is TrialState.WAITING, [t.system_attrs for t in trials]
-    assert retry[0].params == cut.params
+    retry = _assert_cut_and_queued_again(url, "term", queue, ranks, "stopped by SIGTERM (kill")
     # The report names the queued retry and its config (before: "queued for the next sweep", "-").
     shown = run([sys.executable, "-m", "autotune.cli", "report", "--study", "term", "--storage", url], tmp_path)
-    row = next(ln for ln in shown.stdout.splitlines() if ln.startswith(f"{retry[0].number} "))
+    row = next(ln for ln in shown.stdout.splitlines() if ln.startswith(f"{retry.number} "))
     assert "queued for the next sweep (retries #0)" in row and "1x mb1 ga1 fp32" in row, shown.stdout
+
+
+def test_a_closed_terminal_fails_the_trial_ends_its_pool_and_queues_it_again(tmp_path):
+    """An ssh session that drops under a sweep run in it: the kernel sends SIGHUP, and every
+    write to the terminal fails from then on. Before, Python's default ended the sweep at once
+    (exit -1): the trial stayed RUNNING, the ranks waited for their watchdog. Now SIGHUP is
+    handled as SIGTERM, with the output sent to /dev/null so no failed print cuts the cleanup;
+    exit 129."""
+    url, argv, trial = _long_trial_sweep(tmp_path, "hup")
+    with in_a_terminal(argv, tmp_path) as (p, hang_up):
+        queue, ranks = _pool_of(trial)
+        hang_up.set()
+        p.wait(timeout=60)
+    assert p.returncode == 129
+    _assert_cut_and_queued_again(url, "hup", queue, ranks, "stopped by SIGHUP (its terminal closed")
+
+
+def test_under_nohup_a_closed_terminal_leaves_the_sweep_running(tmp_path):
+    """`nohup autotune sweep ...` asks for the opposite: SIGHUP stays ignored, the sweep goes
+    on (its output in nohup.out) until something else stops it."""
+    url, argv, trial = _long_trial_sweep(tmp_path, "nohup")
+    with in_a_terminal(["nohup", *argv], tmp_path) as (p, hang_up):
+        queue, ranks = _pool_of(trial)
+        hang_up.set()
+        time.sleep(3)
+        assert p.poll() is None, "the sweep ended when its terminal closed, under nohup"
+        assert processes_under(queue) == ranks
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+    assert p.returncode == 143
+    out = (tmp_path / "nohup.out").read_text()
+    assert "SIGTERM: the running trial was failed and re-queued" in out, out
+    _assert_cut_and_queued_again(url, "nohup", queue, ranks, "stopped by SIGTERM (kill")

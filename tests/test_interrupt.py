@@ -1,39 +1,53 @@
-"""SIGTERM in a sweep's process (autotune.search.interrupt): raised once as Terminated, which
-every `except KeyboardInterrupt` cleanup handles; a second SIGTERM does not cut that cleanup.
-Each case runs in its own Python process: the signal and the process-wide flag are real."""
+"""SIGTERM and SIGHUP in a sweep's process (autotune.search.interrupt): raised once as
+Terminated, which every `except KeyboardInterrupt` cleanup handles; a second signal does not cut
+that cleanup; SIGHUP stays ignored where the process started with it ignored (nohup). Each case
+runs in its own Python process: the signals and the process-wide flag are real."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
 
-from autotune.search.interrupt import EXIT_TERMINATED
+import pytest
 
 PROGRAM = textwrap.dedent("""
-    import os, signal, time
-    from autotune.search.interrupt import Terminated, sigterm_raises, terminating
+    import os, signal, sys, time
+    from autotune.search.interrupt import Terminated, terminated_exit_code, termination_raises, terminating
 
-    before = signal.getsignal(signal.SIGTERM)
-    with sigterm_raises():
+    sig = signal.Signals[sys.argv[1]]
+    before = signal.getsignal(sig)
+    with termination_raises():
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
+            os.kill(os.getpid(), sig)
+            time.sleep(1)
             print("not raised")
         except KeyboardInterrupt as exc:  # the cleanup a second Ctrl-C runs
-            print("raised", type(exc).__name__, terminating())
-            os.kill(os.getpid(), signal.SIGTERM)  # during the cleanup: ignored
+            print("raised", type(exc).__name__, exc.signum.name, terminating(), terminated_exit_code())
+            os.kill(os.getpid(), sig)  # during the cleanup: ignored
             time.sleep(0.2)
             print("cleanup finished")
-    print("restored", signal.getsignal(signal.SIGTERM) is before)
-    os.kill(os.getpid(), signal.SIGTERM)  # outside: Python's default, the process ends
-    time.sleep(5)
+    print("restored", signal.getsignal(sig) is before)
+    os.kill(os.getpid(), sig)  # outside: the handler from before, here Python's default
+    time.sleep(1)
     print("survived")
 """)
 
 
-def test_sigterm_raises_once_then_the_default_is_back():
-    p = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=60)
-    assert p.stdout.splitlines() == ["raised Terminated True", "cleanup finished", "restored True"], p.stderr
-    assert p.returncode == -15  # the default handler: killed by the signal
-    assert EXIT_TERMINATED == 143  # what a shell reports for it, and what the CLI exits with
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_the_signal_raises_once_then_the_handler_from_before_is_back(sig, code):
+    p = subprocess.run([sys.executable, "-c", PROGRAM, sig.name], capture_output=True, text=True, timeout=60)
+    assert p.stdout.splitlines() == [f"raised Terminated {sig.name} True {code}", "cleanup finished",
+                                     "restored True"], p.stderr
+    assert p.returncode == -sig  # the default handler: killed by the signal
+    # A shell reports 128 + the signal for a process it ended; the CLI exits with the same.
+
+
+def test_sighup_ignored_at_start_stays_ignored():
+    """nohup starts its command with SIGHUP ignored: the user asked the sweep to outlive its
+    terminal, so the block leaves it so, and the process goes on."""
+    p = subprocess.run([sys.executable, "-c", PROGRAM, "SIGHUP"], capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert p.stdout.splitlines() == ["not raised", "restored True", "survived"], p.stderr
+    assert p.returncode == 0

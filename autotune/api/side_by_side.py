@@ -39,7 +39,7 @@ from autotune.contract import DeviceKind
 from autotune.errors import UserError
 from autotune.run.slots import Slot, pack_slots, slot_env, visible_devices
 from autotune.run.storage import STORAGE_ENV, storage_kind
-from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises, terminating
+from autotune.search.interrupt import EXIT_CODES, Terminated, stop_signal, terminating, termination_raises
 
 
 @dataclass
@@ -49,7 +49,7 @@ class SideBySideSummary:
     alone: list[dict] = field(default_factory=list)  # the alone phase's workers' summaries
     remeasured: list[int] = field(default_factory=list)  # configs (first trials) re-measured alone
     interrupted: bool = False
-    terminated: bool = False  # SIGTERM: forwarded to the workers, each cut its trial and re-queued it
+    terminated: bool = False  # SIGTERM or SIGHUP: the workers each cut their trial and re-queued it
 
     @property
     def trials_run(self) -> int:
@@ -58,7 +58,7 @@ class SideBySideSummary:
     @property
     def stop_reason(self) -> str | None:
         if self.terminated:
-            return "SIGTERM: each worker failed its running trial and re-queued it"
+            return f"{stop_signal()}: each worker failed its running trial and re-queued it"
         if self.interrupted:
             return "interrupted (Ctrl-C)"
         reasons = [w.get("stop_reason") for w in self.workers + self.alone]
@@ -121,11 +121,11 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
               for i in range(1, count) if side[i] > 0]
     first = _start(spec, work, slots[0], count, side[0], runs_dir, stdout,
                    alone=(reserve, others_done) if reserve else None)
-    with sigterm_raises():
+    with termination_raises():
         summary.interrupted = _wait(others, note, [first])
         others_done.touch()  # worker 0 goes on alone
         summary.interrupted = _wait([first], note) or summary.interrupted
-    summary.terminated = terminating() or any(p.returncode == EXIT_TERMINATED for p in [first, *others])
+    summary.terminated = terminating() or any(p.returncode in EXIT_CODES for p in [first, *others])
     summary.workers = [_read(p) for p in [first, *others]]
     alone = summary.workers[0].pop("alone", None) or {}
     summary.alone, summary.remeasured = alone.get("runs", []), alone.get("remeasured", [])
@@ -165,16 +165,17 @@ def _wait(procs: list[subprocess.Popen], note: Callable[[str], None],
             try:
                 p.wait()
                 break
-            except Terminated:
+            except Terminated as exc:
                 interrupted = True
-                note("SIGTERM: passed on to every worker; each fails its running trial and re-queues it")
+                note(f"{exc.signum.name}: SIGTERM passed on to every worker; each fails its running "
+                     "trial and re-queues it")
                 for q in [*procs, *(also or [])]:
                     if q.poll() is None:
                         q.send_signal(signal.SIGTERM)  # Popen checks it has not been reaped
             except KeyboardInterrupt:
                 interrupted = True
                 note("Ctrl-C: each worker finishes its running trial, then stops")
-    return interrupted or any(p.returncode in (130, EXIT_TERMINATED) for p in procs)
+    return interrupted or any(p.returncode in (130, *EXIT_CODES) for p in procs)
 
 
 def _read(proc: subprocess.Popen) -> dict:

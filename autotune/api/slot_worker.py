@@ -133,18 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     pin_to(slot)  # first: the hardware fingerprint reads the affinity mask
 
     from autotune.errors import UserError
-    from autotune.search.interrupt import EXIT_TERMINATED, sigterm_raises, terminating
+    from autotune.search.interrupt import terminated_exit_code, terminating, termination_raises
 
     try:
         session = open_session(args, slot)
     except UserError as exc:
         print(f"[{slot.label()}] {exc}", file=sys.stderr, flush=True)
         return 2
-    with sigterm_raises():  # also while waiting for the others, its trial pool warm
+    with termination_raises():  # also while waiting for the others, its trial pool warm
         done = SlotWorker(args, slot, side_by_side, session).run()
     write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
     if terminating():
-        return EXIT_TERMINATED
+        return terminated_exit_code()
     return 130 if done.get("interrupted") or (done.get("alone") or {}).get("interrupted") else 0
 
 

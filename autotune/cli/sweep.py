@@ -64,7 +64,8 @@ def sweep(
 
     Several machines with the same --storage and --study work on one study. Ctrl-C finishes
     the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way);
-    SIGTERM (kill, scancel) fails it at once and queues it again (exit code 143).
+    SIGTERM (kill, scancel) fails it at once and queues it again (exit code 143); so does
+    SIGHUP, its terminal closing (exit 129), unless run under nohup.
     Ends with the pick, the Pareto set in short and the next command; `autotune report` has
     the rest."""
     from autotune.api.sweep import load, prepare, run
@@ -72,7 +73,7 @@ def sweep(
     from autotune.report.labels import outcome_line
     from autotune.report.progress import SweepProgress
     from autotune.run.storage import resolve_storage
-    from autotune.search.interrupt import EXIT_TERMINATED
+    from autotune.search.interrupt import terminated_exit_code
 
     spec = load(spec_file)
     storage_url = resolve_storage(storage, storage_file, spec.storage)
@@ -112,7 +113,7 @@ def sweep(
                                              priced=bool(doc["options"]), interrupted=summary.interrupted),
             as_json)
     if summary.terminated:
-        raise typer.Exit(EXIT_TERMINATED)
+        raise typer.Exit(terminated_exit_code())
     if summary.interrupted:
         raise typer.Exit(130)
     if failed:

@@ -90,14 +90,15 @@ def _crowded_cores(cfg) -> str | None:
 
 def _run_stoppable(cfg, out: Path | None, force: bool):
     """(result, folder): the trial in `out`, or the next autotune_runs/single/trial_NNNN. SIGTERM
-    (kill, scancel) ends the trial's processes and DeepSpeed's buffers with it, then exits 143."""
+    (kill, scancel) or SIGHUP ends the trial's processes and DeepSpeed's buffers with it, then
+    exits 143 (129)."""
     from autotune.contract.trial_files import TRIAL_NAMES, own_output
     from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
     from autotune.run.launch import run_trial
-    from autotune.search.interrupt import EXIT_TERMINATED, Terminated, sigterm_raises
+    from autotune.search.interrupt import Terminated, terminated_exit_code, termination_raises
 
     try:
-        with sigterm_raises():
+        with termination_raises():
             if out is None:
                 out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
                 return run_trial(cfg, out), out
@@ -107,10 +108,10 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
             result = _run_in(cfg, out)
             note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or own_output(p.name)])
             return result, out
-    except Terminated:
-        console(stderr=True).print(f"stopped by SIGTERM: the trial's processes were ended; its folder: {out}",
-                                   soft_wrap=True, markup=False)
-        raise typer.Exit(EXIT_TERMINATED) from None
+    except Terminated as exc:
+        console(stderr=True).print(f"stopped by {exc.signum.name}: the trial's processes were ended; "
+                                   f"its folder: {out}", soft_wrap=True, markup=False)
+        raise typer.Exit(terminated_exit_code()) from None
 
 
 def _run_in(cfg, out: Path):

@@ -1,7 +1,10 @@
 """Stopping a sweep. Ctrl-C: the first finishes the running trial, then stops; the second fails
 it now. SIGTERM (`kill`, Slurm's scancel, preemption or time limit, `docker stop`): stop now,
 as the second Ctrl-C, and put the cut trial back in the queue, since there is only a grace
-period (Slurm's KillWait, 30 s by default) before SIGKILL. Either way the controller ends the
+period (Slurm's KillWait, 30 s by default) before SIGKILL. SIGHUP (the terminal closed: an ssh
+session dropped) does the same, unless it is ignored (`nohup`, a service manager): that choice
+stays the user's; and output to the hung-up terminal goes to /dev/null from then on, since
+every write to it fails. Either way the controller ends the
 running trial's processes and the worker pool (its queue folder, DeepSpeed's /dev/shm files)
 itself: the ranks' watchdog (trials/watchdog.py) is only the fallback for a controller killed
 outright, and under Slurm, which signals the ranks as well, it never ran its cleanup. Used by
@@ -10,41 +13,60 @@ and by `autotune trial`.
 
     with Interrupt(note=print) as interrupt:
         ...                                  # the StopRule reads interrupt.requested
-    with sigterm_raises():
-        ...                                  # SIGTERM raises Terminated here, once
+    with termination_raises():
+        ...                                  # SIGTERM or SIGHUP raises Terminated here, once
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import signal
+import termios
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
 EXIT_TERMINATED = 128 + signal.SIGTERM  # a shell's code for a process SIGTERM ended
+EXIT_HUNG_UP = 128 + signal.SIGHUP
+EXIT_CODES = (EXIT_TERMINATED, EXIT_HUNG_UP)  # a worker that one of them stopped
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM: every `except KeyboardInterrupt` that kills a trial's processes or closes a pool
-    handles it as it handles a second Ctrl-C."""
+    """SIGTERM or SIGHUP: every `except KeyboardInterrupt` that kills a trial's processes or
+    closes a pool handles it as it handles a second Ctrl-C."""
 
-    def __init__(self) -> None:
-        super().__init__("SIGTERM")
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        self.signum = signal.Signals(signum)
+        super().__init__(self.signum.name)
 
 
-_terminating = threading.Event()  # set by the first SIGTERM: the process is on its way out
+_terminating = threading.Event()  # set by the first SIGTERM or SIGHUP: the process is on its way out
+_stopped_by: list[signal.Signals] = []  # which one
 
 
 def terminating() -> bool:
-    """Whether this process has had a SIGTERM (its cleanup is under way)."""
+    """Whether this process has had a SIGTERM or SIGHUP (its cleanup is under way)."""
     return _terminating.is_set()
+
+
+def stop_signal() -> str:
+    """The name of the signal that is stopping this process ("SIGTERM" before any)."""
+    return (_stopped_by or [signal.SIGTERM])[0].name
+
+
+def terminated_exit_code() -> int:
+    """What the process exits with: 128 + the signal, as a shell reports a process it ended."""
+    return 128 + (_stopped_by or [signal.SIGTERM])[0]
 
 
 def terminated_reason() -> str:
     """What stopped the sweep, for a cut trial's error: Slurm's job when inside one."""
     from autotune.run.slurm import SlurmJobRef
 
+    if stop_signal() == "SIGHUP":
+        return "stopped by SIGHUP (its terminal closed, or kill -HUP)"
     job = SlurmJobRef.from_env()
     if job is not None:
         return f"stopped by SIGTERM in Slurm job {job.job_id} (scancel, its time limit or preemption)"
@@ -55,26 +77,50 @@ def _raise_terminated(signum, frame) -> None:
     # Once: a second SIGTERM (Slurm signals every process of the job; an impatient user) must
     # not cut the cleanup the first one started. SIGKILL ends it if it overstays.
     if not _terminating.is_set():
+        _stopped_by.append(signal.Signals(signum))
         _terminating.set()
-        raise Terminated()
+        if signum == signal.SIGHUP:
+            _silence_hung_up_terminal()
+        raise Terminated(signum)
+
+
+def _silence_hung_up_terminal() -> None:
+    """Point stdout and stderr at /dev/null where they are a terminal that hung up: each write
+    to it fails with EIO, and a failed print must not cut the cleanup short. A terminal still
+    open (a `kill -HUP` by hand) and a file or pipe keep the output."""
+    for fd in (1, 2):
+        try:
+            termios.tcgetattr(fd)
+        except termios.error as exc:
+            if exc.args and exc.args[0] == errno.EIO:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+
+
+def _handled_signals() -> list[signal.Signals]:
+    """SIGTERM always; SIGHUP unless this process was started with it ignored (nohup)."""
+    hup = signal.getsignal(signal.SIGHUP)
+    return [signal.SIGTERM] + ([] if hup == signal.SIG_IGN else [signal.SIGHUP])
 
 
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Within the block SIGTERM raises Terminated (main thread only: Python runs signal
-    handlers there); the previous handler is back afterwards."""
+def termination_raises() -> Iterator[None]:
+    """Within the block SIGTERM, and SIGHUP unless ignored, raise Terminated (main thread only:
+    Python runs signal handlers there); the previous handlers are back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in _handled_signals()}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class Interrupt:
-    """First Ctrl-C: finish the running trial, then stop. Second, or SIGTERM: fail it now (its
+    """First Ctrl-C: finish the running trial, then stop. Second, or SIGTERM / SIGHUP: fail it now (its
     process group is killed by autotune.run.launch or the pool) and stop; the study stays
     consistent either way."""
 
@@ -82,7 +128,7 @@ class Interrupt:
         self.requested = False
         self.note = note
         self.previous: Any = None
-        self._sigterm = sigterm_raises()
+        self._sigterm = termination_raises()
 
     def __enter__(self) -> "Interrupt":
         if threading.current_thread() is threading.main_thread():

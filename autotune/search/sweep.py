@@ -26,7 +26,7 @@ from autotune.run.processes import recover_dead_trials
 from autotune.run.runner import TrialRunner
 from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
-from autotune.search.interrupt import Interrupt, Terminated
+from autotune.search.interrupt import Interrupt, Terminated, stop_signal
 from autotune.search.objective import Objective, TrialCrashed, TrialOutcome, rank_hour_price_usd
 from autotune.search.racing import Racing
 from autotune.search.rules import (
@@ -139,7 +139,7 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
             study.optimize(objective, n_trials=None, catch=(TrialCrashed,), callbacks=[loop])
         except Terminated:
             summary.terminated = True
-            loop.stop = Stop(f"SIGTERM: the running trial was failed{requeue_cut(study, objective.cut)}",
+            loop.stop = Stop(f"{stop_signal()}: the running trial was failed{requeue_cut(study, objective.cut)}",
                              interrupted=True)
         except KeyboardInterrupt:
             loop.stop = Stop("interrupted (Ctrl-C twice): the running trial was failed", interrupted=True)
