@@ -120,17 +120,21 @@ def test_two_trials_at_a_time_on_disjoint_cores_finish_the_budget_and_report_nei
     assert "interference (config of #" in shown.stdout and "interference (config of #" in html
 
 
-def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(tmp_path):
+@pytest.mark.parametrize("signal_name,code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_a_signal_to_the_parent_reaches_every_worker_and_leaves_nothing_running(tmp_path, signal_name, code):
     """`kill <pid>` (or a container stopping) signals the parent alone: before, the parent died
     and its workers swept on, orphaned. Now each worker cuts its trial, ends its pool, re-queues
-    the trial and exits; the parent exits 143 after them."""
+    the trial and exits; the parent exits 143 after them. SIGHUP: the terminal they run in
+    closes (the parent leads its session, the kernel signals it), and every write to it fails
+    from then on; the same, exit 129."""
+    import contextlib
     import os
     import time
 
     import psutil
 
     from autotune.contract.trial_files import fatal_log_paths
-    from tests.fixtures.study_tools import sigterm_and_wait, started
+    from tests.fixtures.study_tools import in_a_terminal, sigterm_and_wait, started
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores")
@@ -141,7 +145,11 @@ def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(t
     runs = tmp_path / "runs"
     argv = [sys.executable, "-m", "autotune.cli", "sweep", str(spec), "--trials", "6", "--side-by-side", "2",
             "--storage", url, "--runs-dir", str(runs)]
-    with started(argv, tmp_path) as p:
+    with contextlib.ExitStack() as stack:
+        if signal_name == "SIGTERM":
+            p = stack.enter_context(started(argv, tmp_path))
+        else:
+            p, hang_up = stack.enter_context(in_a_terminal(argv, tmp_path))
         deadline = time.monotonic() + 180
         while len([d for d in runs.glob("sbs/trial_*") if fatal_log_paths(d)]) < 2:  # both slots train
             assert time.monotonic() < deadline and p.poll() is None, "two trials did not start"
@@ -149,13 +157,18 @@ def test_sigterm_to_the_parent_reaches_every_worker_and_leaves_nothing_running(t
         workers = psutil.Process(p.pid).children(recursive=True)
         queues = [json.loads((d / "command.json").read_text())["argv"] for d in runs.glob("sbs/trial_*")]
         queues = [a[a.index("--queue") + 1] for a in queues if "--queue" in a]
-        out = sigterm_and_wait(p, timeout_s=90)  # the parent alone
-    assert p.returncode == 143, out
+        if signal_name == "SIGTERM":
+            out = sigterm_and_wait(p, timeout_s=90)  # the parent alone
+        else:
+            hang_up.set()
+            p.wait(timeout=90)
+            out = "(the terminal's output)"
+    assert p.returncode == code, out
     left = [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
     assert left == [], f"processes of the sweep outlived it: {left}\n{out}"
     assert len(queues) == 2 and not any(os.path.exists(q) for q in queues), queues
     trials = optuna.load_study(study_name="sbs", storage=open_storage(url)).trials
     cut = [t for t in trials if TrialRecord.of(t).status == "interrupted"]
-    assert len(cut) == 2 and all("stopped by SIGTERM" in TrialRecord.of(t).error for t in cut), out
+    assert len(cut) == 2 and all(f"stopped by {signal_name}" in TrialRecord.of(t).error for t in cut), out
     retried = {t.system_attrs.get("failed_trial") for t in trials if t.state.name == "WAITING"}
     assert {t.number for t in cut} <= retried, out

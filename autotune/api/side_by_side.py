@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -157,8 +156,9 @@ def _wait(procs: list[subprocess.Popen], note: Callable[[str], None],
           also: list[subprocess.Popen] | None = None) -> bool:
     """Wait for every worker of `procs`. Ctrl-C reaches them too (one process group): each
     finishes its running trial and stops (twice: fails it now); the parent waits for them either
-    way. A SIGTERM sent to the parent alone (kill, a container stopping) is passed on to every
-    worker (`procs` and `also`), each of which then cuts its trial, ends its pool and exits."""
+    way. A SIGTERM sent to the parent alone (kill, a container stopping), or the SIGHUP of its
+    terminal closing, is passed on to every worker (`procs` and `also`), each of which then cuts
+    its trial, ends its pool and exits."""
     interrupted = False
     for p in procs:
         while True:
@@ -167,11 +167,10 @@ def _wait(procs: list[subprocess.Popen], note: Callable[[str], None],
                 break
             except Terminated as exc:
                 interrupted = True
-                note(f"{exc.signum.name}: SIGTERM passed on to every worker; each fails its running "
-                     "trial and re-queues it")
+                note(f"{exc.signum.name}: passed on to every worker; each fails its running trial and re-queues it")
                 for q in [*procs, *(also or [])]:
                     if q.poll() is None:
-                        q.send_signal(signal.SIGTERM)  # Popen checks it has not been reaped
+                        q.send_signal(exc.signum)  # Popen checks it has not been reaped
             except KeyboardInterrupt:
                 interrupted = True
                 note("Ctrl-C: each worker finishes its running trial, then stops")

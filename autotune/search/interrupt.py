@@ -79,8 +79,8 @@ def _raise_terminated(signum, frame) -> None:
     if not _terminating.is_set():
         _stopped_by.append(signal.Signals(signum))
         _terminating.set()
-        if signum == signal.SIGHUP:
-            _silence_hung_up_terminal()
+        # Also on SIGTERM: a side-by-side worker gets it from its parent, whose terminal closed.
+        _silence_hung_up_terminal()
         raise Terminated(signum)
 
 
