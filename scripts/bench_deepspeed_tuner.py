@@ -45,9 +45,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_truth  # noqa: E402
+from bench_common import ROOT, add_output_args, context_lines, markdown_table, start_run, write_outputs  # noqa: E402
+
 from autotune.contract.rank_env import cpu_rank_env  # noqa: E402
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          start_run, write_outputs)
 
 HERE = ROOT / "scripts" / "deepspeed_tuner"
 RAW = ROOT / "benchmarks" / "results" / "deepspeed_tuner_runs.json"
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx, _ = start_run()
     raw = json.loads(args.raw.read_text()) if args.raw.is_file() else {"repetitions": []}
     if not args.analyse_only:
-        for i in range(args.repeats):
+        for _ in range(args.repeats):
             index = len(raw["repetitions"])
             runs = []
             for tool in (("deepspeed", "autotune") if index % 2 == 0 else ("autotune", "deepspeed")):

@@ -26,8 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (add_output_args, context_lines, fmt_bytes,  # noqa: E402
-                          markdown_table, spearman, start_run, write_outputs)
+from bench_common import add_output_args, context_lines, fmt_bytes, markdown_table, spearman, start_run, write_outputs  # noqa: E402
 
 from autotune.contract import GPTWorkload, TrialConfig, TrialResult  # noqa: E402
 
@@ -127,8 +126,8 @@ def measure(args, hw, ctx: dict) -> list[dict]:
 
 def analyse(rows: list[dict], args) -> None:
     """Add the projections to each row (in place)."""
-    from autotune.estimate.compute import hardware_flops_per_token, model_from_gpt_shape
     from autotune.errors import UserError
+    from autotune.estimate.compute import hardware_flops_per_token, model_from_gpt_shape
     from autotune.estimate.scaling import CommModel, Link, Measured, StepFit, fit_step_model, project
 
     link = Link(intra_node_bytes_per_s=None, label="CPU ranks (gloo over shared memory)")

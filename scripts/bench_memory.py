@@ -31,14 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_common import context_lines, install_sigterm_handler, run_context, write_outputs  # noqa: E402
 
-from autotune.search.calibration import (CalibrationPoint, MemoryGuard,  # noqa: E402
-                                  fit_calibration, measured_peak_bytes)
-from autotune.contract import (Checkpointing, GPTShape, GPTWorkload, Launcher, Offload,  # noqa: E402
-                               Precision, TrialConfig)
+from autotune.contract import Checkpointing, GPTShape, GPTWorkload, Launcher, Offload, Precision, TrialConfig  # noqa: E402
 from autotune.estimate.compute import model_from_gpt_shape  # noqa: E402
-from autotune.estimate.memory import (MemoryConfig, activation_parts,  # noqa: E402
-                                      korthikanti_layer_bytes)
+from autotune.estimate.memory import MemoryConfig, activation_parts, korthikanti_layer_bytes  # noqa: E402
 from autotune.run.hardware import local_hardware  # noqa: E402
+from autotune.search.calibration import CalibrationPoint, MemoryGuard, fit_calibration, measured_peak_bytes  # noqa: E402
 
 # Big enough that the model, not the Python + torch process, decides the peak; small enough
 # for a trial of two steps on one CPU thread per rank (~17M parameters). Two steps: the

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          start_run, stdev_or_nan, write_outputs)
 import bench_truth  # noqa: E402
+from bench_common import ROOT, add_output_args, context_lines, markdown_table, start_run, stdev_or_nan, write_outputs  # noqa: E402
 
 RAW = ROOT / "benchmarks" / "results" / "noise_pairs.json"
 # Pairs from the DeepSpeed-style space (2 ranks, fp32, seq 128): close rivals and a clear gap.
@@ -106,7 +105,7 @@ def analyse_truth(path: Path, max_lag: int = 4) -> dict | None:
         return None
     doc = json.loads(path.read_text())
     seq = []
-    for key, e in doc["entries"].items():
+    for e in doc["entries"].values():
         logs = [math.log(r["tokens_per_s"]) for r in e["results"] if r.get("tokens_per_s")]
         if len(logs) < 2:
             continue

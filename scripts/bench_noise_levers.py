@@ -35,9 +35,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          shown_path, start_run, stdev_or_nan, write_outputs)
 import bench_truth  # noqa: E402
+from bench_common import (  # noqa: E402
+    ROOT,
+    add_output_args,
+    context_lines,
+    markdown_table,
+    shown_path,
+    start_run,
+    stdev_or_nan,
+    write_outputs,
+)
 
 RAW = ROOT / "benchmarks" / "results" / "noise_levers_runs.json"
 RIVALS = [{"micro_batch_size": 8}, {"micro_batch_size": 16}]

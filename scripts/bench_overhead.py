@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import (add_output_args, context_lines, markdown_table,  # noqa: E402
-                          start_run, write_outputs)
+from bench_common import add_output_args, context_lines, markdown_table, start_run, write_outputs  # noqa: E402
 
 from autotune.contract import GPTWorkload, TrialConfig  # noqa: E402
 

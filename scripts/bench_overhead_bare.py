@@ -60,7 +60,7 @@ def main() -> int:
     phase["build"] = time.perf_counter() - t
 
     def step() -> float:
-        for i in range(args.accum):
+        for _ in range(args.accum):
             b = next(batches)
             loss = ddp(b["input_ids"], labels=b["labels"]) / args.accum
             loss.backward()

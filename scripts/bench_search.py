@@ -41,9 +41,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_limits as bl  # noqa: E402
 import bench_replay as br  # noqa: E402
 import bench_truth as bt  # noqa: E402
-from bench_common import (ROOT, add_output_args, context_lines, markdown_table,  # noqa: E402
-                          percentile, shown_path, start_run, write_outputs)
-from bench_search_md import num as _num, render  # noqa: E402
+from bench_common import (  # noqa: E402
+    ROOT,
+    add_output_args,
+    context_lines,
+    markdown_table,
+    percentile,
+    shown_path,
+    start_run,
+    write_outputs,
+)
+from bench_search_md import num as _num  # noqa: E402
+from bench_search_md import render
 
 WITHIN = 0.03
 # Issue 15's target: a pick within WITHIN of the optimum in 55 of 60 seeds.

@@ -22,8 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's autotune
 
-from autotune.contract import (DeviceKind, GPTWorkload, HFWorkload, Launcher, Precision,  # noqa: E402
-                               TrialConfig)
+from autotune.contract import DeviceKind, GPTWorkload, HFWorkload, Launcher, Precision, TrialConfig  # noqa: E402
 from autotune.run.launch import run_trial  # noqa: E402
 
 DRY = os.environ.get("DRY") == "1"

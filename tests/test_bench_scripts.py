@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ import bench_common  # noqa: E402
 import bench_limits  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_truth  # noqa: E402
+
 from autotune.contract import MemoryReport, TrialResult, TrialStatus  # noqa: E402
 
 MiB = 2**20
@@ -374,8 +375,12 @@ def test_baseline_rows_and_where_the_optimum_lies_under_a_limit(tmp_path):
     import bench_search
 
     space = "num_gpus: [2]\nmicro_batch_size: [1, 2, 4]\nprecision: [fp32]\ncheckpointing: [none, full]\n"
-    tps = lambda c: 1000.0 * c.micro_batch_size ** 0.5 / (2.5 if c.checkpointing.value == "full" else 1.0)
-    peak = lambda c: 100 + 50 * c.micro_batch_size / (4 if c.checkpointing.value == "full" else 1)
+    def tps(c):
+        return 1000.0 * c.micro_batch_size ** 0.5 / (2.5 if c.checkpointing.value == "full" else 1.0)
+
+    def peak(c):
+        return 100 + 50 * c.micro_batch_size / (4 if c.checkpointing.value == "full" else 1)
+
     table, spec, ms, configs = _table(tmp_path, space, tps, peak, limit_mib=190)  # mb2, mb4 without ckpt: OOM
     keys = bench_limits.baseline_keys(ms, spec, configs)
     # The largest micro-batch without a saver, half of it, then full checkpointing.

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.search.calibration import (CALIBRATION_ATTR, P_HOLD, CalibrationPoint, MemoryGuard,
-                                  device_limit_bytes, fit_calibration)
-from autotune.contract import (DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision,
-                               TrialConfig)
+from autotune.contract import DeviceKind, GPTShape, GPTWorkload, HardwareFingerprint, Precision, TrialConfig
+from autotune.search.calibration import (
+    CALIBRATION_ATTR,
+    P_HOLD,
+    CalibrationPoint,
+    MemoryGuard,
+    device_limit_bytes,
+    fit_calibration,
+)
 
 MB = 2**20
 CPU = HardwareFingerprint(device_kind=DeviceKind.cpu, cpu_model="test-cpu", cpu_count=2,

@@ -140,7 +140,9 @@ def _trial(run_cli, root: Path, name: str, env: dict | None = None, **fields) ->
     (root / f"{name}.json").write_text(json.dumps({**TRIAL, **fields}))
     p = run_cli("trial", f"{name}.json", "--json", "--out", f"autotune_runs/compile/{name}",
                 cwd=root, env=env)
-    return json.loads((root / "autotune_runs" / "compile" / name / "result.json").read_text())
+    result = root / "autotune_runs" / "compile" / name / "result.json"
+    assert result.is_file(), f"exit {p.returncode}: {p.stdout}{p.stderr}"  # any status, but a result
+    return json.loads(result.read_text())
 
 
 @pytest.mark.e2e

@@ -8,9 +8,8 @@ import math
 import pytest
 
 from autotune.pricing.catalog import Catalog
+from autotune.pricing.cost import JobSpec, Throughput, bills_for, breakeven, compute_bill, daly_interval, young_interval
 from autotune.pricing.offers import Offer
-from autotune.pricing.cost import (JobSpec, Throughput, breakeven, bills_for, compute_bill,
-                                   daly_interval, young_interval)
 from autotune.pricing.quote import explain
 
 DATE = "2026-11-01"

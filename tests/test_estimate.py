@@ -9,10 +9,21 @@ import pytest
 
 from autotune.api.plan import DEFAULT_SAFETY_MARGIN
 from autotune.contract import GPT_PRESETS, Checkpointing, Offload, Precision
-from autotune.estimate.compute import (flops_per_token, hardware_flops_per_token, mfu,
-                                       model_from_hf_config, model_from_params, model_from_preset)
-from autotune.estimate.memory import (MemoryConfig, estimate_memory, korthikanti_layer_bytes,
-                                      layer_activation_bytes, model_state_bytes)
+from autotune.estimate.compute import (
+    flops_per_token,
+    hardware_flops_per_token,
+    mfu,
+    model_from_hf_config,
+    model_from_params,
+    model_from_preset,
+)
+from autotune.estimate.memory import (
+    MemoryConfig,
+    estimate_memory,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    model_state_bytes,
+)
 from autotune.pricing.load import load_catalog
 
 GB = 1e9

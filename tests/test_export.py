@@ -253,8 +253,8 @@ def test_fsdp2_export_runs_under_accelerate_launch(tmp_path_factory, tmp_path):
 
 def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
     from autotune.errors import UserError
-    from autotune.report.export import plan_export
     from autotune.report.build import collect
+    from autotune.report.export import plan_export
     from autotune.search.study import open_study
 
     study = ddp_study(tmp_path_factory)

@@ -114,7 +114,7 @@ def test_every_launcher_trains_the_same_model_the_same_way(launched):
     losses = {name: r.final_loss for name, r in launched.items()}
     assert all(loss is not None for loss in losses.values()), losses
     ref = losses["torchrun"]
-    for name, loss in losses.items():
+    for loss in losses.values():
         assert loss == pytest.approx(ref, rel=1e-4), losses
 
 

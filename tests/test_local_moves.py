@@ -9,12 +9,12 @@ import optuna
 import pytest
 
 from autotune.contract import GPTWorkload
-from autotune.spec import SweepSpec
 from autotune.search.machine import MachineSpace
 from autotune.search.objective import trial_config_for
 from autotune.search.reuse import config_key
 from autotune.search.strategy import LocalMoves, ranked_by_front
 from autotune.search.study import DIRECTIONS
+from autotune.spec import SweepSpec
 
 
 @pytest.fixture()

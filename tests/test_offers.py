@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from autotune.pricing.catalog import Catalog
+from autotune.pricing.cost import Throughput, compute_bill
 from autotune.pricing.load import load_catalog
 from autotune.pricing.offers import Offer
-from autotune.pricing.cost import Throughput, compute_bill
 
 DATE = "2026-11-01"
 # Lambda's H100 SXM sizes as SkyPilot's v7 catalog lists them ($/h of the whole instance).

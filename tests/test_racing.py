@@ -12,7 +12,7 @@ import pytest
 
 from autotune.contract import GPTWorkload, TrialResult, TrialStatus
 from autotune.record import TrialRecord
-from autotune.search.estimates import BOTH_REMEASURED_TRIALS, ConfigEstimate, RunModel, Run, how_sure
+from autotune.search.estimates import BOTH_REMEASURED_TRIALS, ConfigEstimate, Run, RunModel, how_sure
 
 
 def _config(key: str, runs: list[tuple[float, str]]) -> ConfigEstimate:

@@ -9,10 +9,18 @@ import itertools
 
 import pytest
 
-from autotune.contract import (ACCELERATE_MIXED_PRECISION, DeviceKind, EngineKind,
-                               GPT_PRESETS, Launcher, Offload, Precision, TrainingKnobs, TrialConfig,
-                               engine_for)
-
+from autotune.contract import (
+    ACCELERATE_MIXED_PRECISION,
+    GPT_PRESETS,
+    DeviceKind,
+    EngineKind,
+    Launcher,
+    Offload,
+    Precision,
+    TrainingKnobs,
+    TrialConfig,
+    engine_for,
+)
 
 # --- engine and launcher ---------------------------------------------------------------
 

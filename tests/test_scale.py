@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.contract import (FSDPMode, GPTShape, GPTWorkload, HFWorkload, MemorySource,
-                               TrialConfig, TrialStatus)
+from autotune.contract import FSDPMode, GPTShape, GPTWorkload, HFWorkload, MemorySource, TrialConfig, TrialStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 

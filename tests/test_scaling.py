@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UserError
-from autotune.estimate.scaling import (CommModel, Link, Measured, comm_s, fit_step_model,
-                                       gpu_type_factor, project, project_gpu_type)
+from autotune.estimate.scaling import (
+    CommModel,
+    Link,
+    Measured,
+    comm_s,
+    fit_step_model,
+    gpu_type_factor,
+    project,
+    project_gpu_type,
+)
 from autotune.pricing.load import load_catalog
 
 W = 8192  # tokens per GPU per optimizer step

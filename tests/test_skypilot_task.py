@@ -102,7 +102,7 @@ def test_the_tasks_are_valid_skypilot_tasks(tasks):
         import sky
     except ImportError:
         sky = None
-    for gpu, path in tasks.items():
+    for path in tasks.values():
         if sky is not None:
             task = sky.Task.from_yaml(str(path))
             assert task.secrets == {} or "AUTOTUNE_STORAGE" in task.secrets

@@ -169,7 +169,7 @@ def test_neighbours_move_one_dimension_one_choice():
 from tests.test_record import old_study  # noqa: E402,F401 - the fixture: a study written by main
 
 
-def test_a_study_written_by_main_resumes_with_plain_names(old_study):
+def test_a_study_written_by_main_resumes_with_plain_names(old_study):  # noqa: F811 - the fixture above
     """Main named restricted or dependent parameters after their list (`micro_batch_size|dp=2`);
     resumed, the study takes new trials under plain names beside its old ones."""
     from autotune.contract import Checkpointing

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UserError
-from autotune.pricing.target import (data_efficiency_factor, loss_target_tokens, steps_factor,
-                                     tokens_to_target)
+from autotune.pricing.target import data_efficiency_factor, loss_target_tokens, steps_factor, tokens_to_target
 from autotune.spec import TargetSpec
 
 
