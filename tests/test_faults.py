@@ -285,7 +285,7 @@ def test_under_nohup_a_closed_terminal_leaves_the_sweep_running(tmp_path):
         hang_up.set()
         time.sleep(3)
         assert p.poll() is None, "the sweep ended when its terminal closed, under nohup"
-        assert processes_under(queue) == ranks
+        assert set(ranks) <= set(processes_under(queue)), "the ranks ended with the terminal"
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
     assert p.returncode == 143
