@@ -25,7 +25,7 @@ from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult, Tri
 # How a trial ended: the worker's TrialStatus, or what happened before or around it.
 RecordStatus = Literal["ok", "oom", "timeout", "crash", "nan", "unsupported",
                        "prescreened",  # held back by the memory prescreen: never launched
-                       "interrupted"]  # Ctrl-C twice or SIGTERM: its processes were killed
+                       "interrupted"]  # Ctrl-C twice, SIGTERM or SIGHUP: its processes were killed
 
 
 class _Part(BaseModel):

@@ -91,7 +91,7 @@ def _crowded_cores(cfg) -> str | None:
 def _run_stoppable(cfg, out: Path | None, force: bool):
     """(result, folder): the trial in `out`, or the next autotune_runs/single/trial_NNNN. SIGTERM
     (kill, scancel) or SIGHUP ends the trial's processes and DeepSpeed's buffers with it, then
-    exits 143 (129)."""
+    exits 143 (SIGHUP: 129)."""
     from autotune.contract.trial_files import TRIAL_NAMES, own_output
     from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
     from autotune.run.launch import run_trial

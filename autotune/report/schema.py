@@ -68,7 +68,7 @@ class TrialRow(_M):
     repeat_of: int | None = Field(default=None, description="a deliberate re-measurement (before "
                                   "recommending) of the config this trial first measured")
     retry_of: int | None = Field(default=None, description="the trial whose config this one measures "
-                                 "again because that trial was cut short (SIGTERM) or lost with its controller")
+                                 "again because that trial was cut short (SIGTERM, SIGHUP) or lost with its controller")
     race_block: str | None = Field(default=None, description="measured back to back with the "
                                    "other trials of this block")
     slot: str | None = Field(default=None, description="the disjoint cores or GPUs it ran on when "

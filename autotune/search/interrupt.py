@@ -28,9 +28,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable
 
-EXIT_TERMINATED = 128 + signal.SIGTERM  # a shell's code for a process SIGTERM ended
-EXIT_HUNG_UP = 128 + signal.SIGHUP
-EXIT_CODES = (EXIT_TERMINATED, EXIT_HUNG_UP)  # a worker that one of them stopped
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# A shell's code for a process one of them ended: what the CLI and a stopped worker exit with.
+EXIT_CODES = tuple(128 + sig for sig in STOP_SIGNALS)
 
 
 class Terminated(KeyboardInterrupt):
@@ -42,23 +42,26 @@ class Terminated(KeyboardInterrupt):
         super().__init__(self.signum.name)
 
 
-_terminating = threading.Event()  # set by the first SIGTERM or SIGHUP: the process is on its way out
-_stopped_by: list[signal.Signals] = []  # which one
+_stopped_by: list[signal.Signals] = []  # the first SIGTERM or SIGHUP: the process is on its way out
 
 
 def terminating() -> bool:
     """Whether this process has had a SIGTERM or SIGHUP (its cleanup is under way)."""
-    return _terminating.is_set()
+    return bool(_stopped_by)
+
+
+def _stopping_signal() -> signal.Signals:
+    return _stopped_by[0] if _stopped_by else signal.SIGTERM
 
 
 def stop_signal() -> str:
     """The name of the signal that is stopping this process ("SIGTERM" before any)."""
-    return (_stopped_by or [signal.SIGTERM])[0].name
+    return _stopping_signal().name
 
 
 def terminated_exit_code() -> int:
     """What the process exits with: 128 + the signal, as a shell reports a process it ended."""
-    return 128 + (_stopped_by or [signal.SIGTERM])[0]
+    return 128 + _stopping_signal()
 
 
 def terminated_reason() -> str:
@@ -76,9 +79,8 @@ def terminated_reason() -> str:
 def _raise_terminated(signum, frame) -> None:
     # Once: a second SIGTERM (Slurm signals every process of the job; an impatient user) must
     # not cut the cleanup the first one started. SIGKILL ends it if it overstays.
-    if not _terminating.is_set():
+    if not _stopped_by:
         _stopped_by.append(signal.Signals(signum))
-        _terminating.set()
         # Also on SIGTERM: a side-by-side worker gets it from its parent, whose terminal closed.
         _silence_hung_up_terminal()
         raise Terminated(signum)
@@ -100,8 +102,7 @@ def _silence_hung_up_terminal() -> None:
 
 def _handled_signals() -> list[signal.Signals]:
     """SIGTERM always; SIGHUP unless this process was started with it ignored (nohup)."""
-    hup = signal.getsignal(signal.SIGHUP)
-    return [signal.SIGTERM] + ([] if hup == signal.SIG_IGN else [signal.SIGHUP])
+    return [sig for sig in STOP_SIGNALS if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN]
 
 
 @contextlib.contextmanager
@@ -120,20 +121,20 @@ def termination_raises() -> Iterator[None]:
 
 
 class Interrupt:
-    """First Ctrl-C: finish the running trial, then stop. Second, or SIGTERM / SIGHUP: fail it now (its
-    process group is killed by autotune.run.launch or the pool) and stop; the study stays
-    consistent either way."""
+    """First Ctrl-C: finish the running trial, then stop. Second, or SIGTERM / SIGHUP: fail it
+    now (its process group is killed by autotune.run.launch or the pool) and stop; the study
+    stays consistent either way."""
 
     def __init__(self, note: Callable[[str], None] | None):
         self.requested = False
         self.note = note
         self.previous: Any = None
-        self._sigterm = termination_raises()
+        self._termination = termination_raises()
 
     def __enter__(self) -> "Interrupt":
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGINT, self._handle)
-        self._sigterm.__enter__()
+        self._termination.__enter__()
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -144,6 +145,6 @@ class Interrupt:
             self.note("Ctrl-C: finishing the running trial, then stopping (Ctrl-C again to stop now)")
 
     def __exit__(self, *exc) -> None:
-        self._sigterm.__exit__(None, None, None)
+        self._termination.__exit__(None, None, None)
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)

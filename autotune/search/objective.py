@@ -11,8 +11,9 @@ How each trial ends:
 - oom / unsupported / nan / timeout, or held back by the memory prescreen: PRUNED, with an
   infeasible constraint value, so the sampler learns where the boundary is (TPE counts pruned
   trials among the bad ones).
-- crash, Ctrl-C, SIGTERM, a controller that died: FAIL (not a property of the config); the
-  study goes on. A trial cut by SIGTERM is `cut` here and re-queued by the sweep.
+- crash, Ctrl-C, SIGTERM or SIGHUP, a controller that died: FAIL (not a property of the
+  config); the study goes on. A trial cut by SIGTERM or SIGHUP is `cut` here and re-queued by
+  the sweep.
 Everything a trial stores goes through `autotune.record.TrialRecord`.
 """
 
@@ -170,7 +171,7 @@ class Objective:
         self.note = note
         self.guard = MemoryGuard(ctx.hardware, ctx.spec.memory.limit_bytes_per_rank,
                                  ctx.spec.memory.safety_margin, enabled=ctx.spec.memory.prescreen)
-        self.cut: "optuna.Trial | None" = None  # the trial a SIGTERM cut short
+        self.cut: "optuna.Trial | None" = None  # the trial a SIGTERM or SIGHUP cut short
 
     def __call__(self, trial: "optuna.Trial") -> tuple[float, float]:
         try:

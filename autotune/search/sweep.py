@@ -52,7 +52,7 @@ class SweepSummary:
     proposals: int = 0  # Optuna trials here, including reused and prescreened ones
     stop_reason: str | None = None
     interrupted: bool = False
-    terminated: bool = False  # by SIGTERM (interrupted too): the cut trial is re-queued
+    terminated: bool = False  # by SIGTERM or SIGHUP (interrupted too): the cut trial is re-queued
     recovered: list[int] = field(default_factory=list)
     baselines_enqueued: int = 0
 
@@ -68,9 +68,9 @@ def remeasure_reserve(spec: SweepSpec, n_trials: int) -> int:
 
 
 def requeue_cut(study, cut) -> str:
-    """Queue again the trial a SIGTERM cut short (a preempted or cancelled job's config was
-    never measured: the next sweep of the study runs it first, as a retry of it); what to add to
-    the stop reason."""
+    """Queue again the trial a SIGTERM or SIGHUP cut short (a preempted or cancelled job's config
+    was never measured: the next sweep of the study runs it as a retry of it, after the trials
+    queued before it); what to add to the stop reason."""
     from optuna.trial import TrialState
 
     from autotune.run.storage import retry_callback
