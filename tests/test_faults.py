@@ -292,3 +292,64 @@ def test_under_nohup_a_closed_terminal_leaves_the_sweep_running(tmp_path):
     out = (tmp_path / "nohup.out").read_text()
     assert "SIGTERM: the running trial was failed and re-queued" in out, out
     _assert_cut_and_queued_again(url, "nohup", queue, ranks, "stopped by SIGTERM (kill")
+
+
+def test_a_reader_that_leaves_stops_the_sweep_after_the_trial_it_was_told(tmp_path):
+    """`autotune sweep | head`, or a `tee` or `less` that ends: the sweep finds the reader gone
+    at its next print, the line of the trial it has just measured. Before, rich's answer (exit 1
+    from inside that print) ended the sweep with that trial left RUNNING, its measurement out of
+    the report until a later sweep on this host found it dead. Now the trial is kept, the sweep
+    stops before the next one, ends its pool and exits 141 (as SIGPIPE would end it), and says
+    why where it still can: stderr."""
+    import re
+
+    url = f"sqlite:///{tmp_path}/pipe.db"
+    spec = write_spec(tmp_path, "pipe", [1, 2, 4])
+    _enqueue(url, "pipe", [1, 2, 4])
+    runs = tmp_path / "runs"
+    p = subprocess.Popen(sweep_argv(spec, url, 3, runs), cwd=tmp_path, env=cli_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stdout:  # the reader: up to trial 0's line, then gone
+        seen.append(line)
+        if re.search(r"trial\s+0\s", line):
+            break
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(timeout=200)
+    assert p.returncode == 141, (seen, err)
+    assert "stopped: its output closed (the pipe's reader left" in err, err
+    trials = optuna.load_study(study_name="pipe", storage=url).trials
+    # Trial 1's line was the print that failed: trial 1 is measured and kept; nothing after it ran.
+    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE], \
+        [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
+    assert all(t.state is TrialState.WAITING for t in trials[2:]), [(t.number, t.state) for t in trials]
+    import json
+
+    argv = json.loads((runs / "pipe" / "trial_0000" / "command.json").read_text())["argv"]
+    queue = argv[argv.index("--queue") + 1]  # the pool's: it ran both trials
+    assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
+    assert processes_under(queue) == [] and processes_under(runs) == []
+
+
+@pytest.mark.parametrize("argv", [["catalog"], ["catalog", "--json"], ["sweep"]], ids=" ".join)
+def test_output_into_a_pipe_with_no_reader_exits_141_and_nothing_runs(tmp_path, argv):
+    """A pipe whose reader left before the first line: the command exits 141, as SIGPIPE would
+    end it, without a traceback (before: rich's exit 1, or a BrokenPipeError's traceback for
+    --json); a sweep launches nothing."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    url = f"sqlite:///{tmp_path}/none.db"
+    if argv == ["sweep"]:
+        argv = sweep_argv(write_spec(tmp_path, "none", [1]), url, 2, tmp_path / "runs")[3:]
+    try:
+        p = subprocess.run([sys.executable, "-m", "autotune.cli", *argv], cwd=tmp_path, env=cli_env(),
+                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert p.returncode == 141, p.stderr
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    if argv[0] == "sweep":
+        trials = optuna.load_study(study_name="none", storage=url).trials
+        assert not [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+        assert not (tmp_path / "runs" / "none").exists() or not list((tmp_path / "runs" / "none").glob("trial_*"))

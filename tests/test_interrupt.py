@@ -51,3 +51,34 @@ def test_sighup_ignored_at_start_stays_ignored():
                        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     assert p.stdout.splitlines() == ["not raised", "restored True", "survived"], p.stderr
     assert p.returncode == 0
+
+
+READER_LEFT = textwrap.dedent("""
+    import os, sys
+    from autotune.search.interrupt import output_closed, reader_left
+
+    report = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    read_end, write_end = os.pipe()
+    os.close(read_end)               # the reader has left
+    os.dup2(write_end, 1)
+    if sys.argv[2] == "2>&1":
+        os.dup2(write_end, 2)        # stderr on the same pipe
+    before = output_closed()
+    reader_left(1)
+    null = os.stat(os.devnull)
+    on_null = [os.path.samestat(os.fstat(fd), null) for fd in (1, 2)]
+    os.write(report, f"{before} {output_closed()} {on_null}".encode())
+""")
+
+
+@pytest.mark.parametrize("stderr,expected", [("2>&1", "False True [True, True]"),
+                                             ("apart", "False True [True, False]")])
+def test_a_reader_gone_sends_the_streams_on_its_pipe_to_devnull(tmp_path, stderr, expected):
+    """`| head` (stdout alone) or `2>&1 | head` (both on the pipe): every stream on the pipe
+    whose reader left writes to /dev/null from then on, so that no later line (an Optuna
+    warning on stderr) fails; a stream elsewhere (the terminal) keeps its output."""
+    out = tmp_path / "report.txt"
+    p = subprocess.run([sys.executable, "-c", READER_LEFT, str(out), stderr], stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == expected

@@ -38,7 +38,15 @@ from autotune.contract import DeviceKind
 from autotune.errors import UserError
 from autotune.run.slots import Slot, pack_slots, slot_env, visible_devices
 from autotune.run.storage import STORAGE_ENV, storage_kind
-from autotune.search.interrupt import EXIT_CODES, Terminated, stop_signal, terminating, termination_raises
+from autotune.search.interrupt import (
+    EXIT_CODES,
+    EXIT_OUTPUT_CLOSED,
+    OUTPUT_CLOSED_REASON,
+    Terminated,
+    stop_signal,
+    terminating,
+    termination_raises,
+)
 
 
 @dataclass
@@ -49,6 +57,7 @@ class SideBySideSummary:
     remeasured: list[int] = field(default_factory=list)  # configs (first trials) re-measured alone
     interrupted: bool = False
     terminated: bool = False  # SIGTERM or SIGHUP: the workers each cut their trial and re-queued it
+    output_closed: bool = False  # the pipe's reader left: the workers stopped after their trials (interrupted too)
 
     @property
     def trials_run(self) -> int:
@@ -58,6 +67,8 @@ class SideBySideSummary:
     def stop_reason(self) -> str | None:
         if self.terminated:
             return f"{stop_signal()}: each worker failed its running trial and re-queued it"
+        if self.output_closed:
+            return OUTPUT_CLOSED_REASON
         if self.interrupted:
             return "interrupted (Ctrl-C)"
         reasons = [w.get("stop_reason") for w in self.workers + self.alone]
@@ -125,6 +136,7 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
         others_done.touch()  # worker 0 goes on alone
         summary.interrupted = _wait([first], note) or summary.interrupted
     summary.terminated = terminating() or any(p.returncode in EXIT_CODES for p in [first, *others])
+    summary.output_closed = any(p.returncode == EXIT_OUTPUT_CLOSED for p in [first, *others])
     summary.workers = [_read(p) for p in [first, *others]]
     alone = summary.workers[0].pop("alone", None) or {}
     summary.alone, summary.remeasured = alone.get("runs", []), alone.get("remeasured", [])
@@ -174,7 +186,7 @@ def _wait(procs: list[subprocess.Popen], note: Callable[[str], None],
             except KeyboardInterrupt:
                 interrupted = True
                 note("Ctrl-C: each worker finishes its running trial, then stops")
-    return interrupted or any(p.returncode in (130, *EXIT_CODES) for p in procs)
+    return interrupted or any(p.returncode in (130, EXIT_OUTPUT_CLOSED, *EXIT_CODES) for p in procs)
 
 
 def _read(proc: subprocess.Popen) -> dict:

@@ -65,7 +65,12 @@ class SlotWorker:
         self.runner, self.close_runner = kept_open_runner(session.spec)
 
     def say(self, message: str) -> None:
-        print(f"{self.prefix} {message}", flush=True)
+        from autotune.search.interrupt import reader_left
+
+        try:
+            print(f"{self.prefix} {message}", flush=True)
+        except BrokenPipeError:  # the parent's pipe lost its reader: stop once this trial is in
+            reader_left(sys.stdout.fileno())
 
     def on_trial(self, outcome) -> None:
         # Called while the trial is still RUNNING (before the objective returns): the slot is
@@ -133,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     pin_to(slot)  # first: the hardware fingerprint reads the affinity mask
 
     from autotune.errors import UserError
-    from autotune.search.interrupt import terminated_exit_code, terminating, termination_raises
+    from autotune.search.interrupt import (
+        EXIT_OUTPUT_CLOSED,
+        output_closed,
+        terminated_exit_code,
+        terminating,
+        termination_raises,
+    )
 
     try:
         session = open_session(args, slot)
@@ -145,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
     if terminating():
         return terminated_exit_code()
+    if output_closed():
+        return EXIT_OUTPUT_CLOSED
     return 130 if done.get("interrupted") or (done.get("alone") or {}).get("interrupted") else 0
 
 

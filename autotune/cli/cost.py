@@ -13,16 +13,14 @@ Torch-free and fast: pure arithmetic over the catalog (see autotune/pricing/).
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
-from autotune.cli.common import console
+from autotune.cli.common import console, print_json
 from autotune.errors import UserError
 from autotune.format import fmt_gpu_hours, fmt_hours
 from autotune.report.labels import basis_kind
@@ -191,7 +189,7 @@ def cost(
     bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
     _warn_stale(catalog, [b.offer for b in bills] or None)
     if as_json:
-        sys.stdout.write(json.dumps([b.as_dict() for b in bills], indent=2) + "\n")
+        print_json([b.as_dict() for b in bills])
         return
     print_bills(bills, skipped, catalog, job, console())
 
@@ -225,7 +223,7 @@ def _register_catalog(app: typer.Typer) -> None:
             doc = cat.model_dump(mode="json")
             doc["price_note"] = cat.price_note()
             doc["breakevens"] = [be.__dict__ for be in breakevens(cat)]
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            print_json(doc)
             return
         print_catalog(cat, console())
 
@@ -311,7 +309,7 @@ def _register_plan(app: typer.Typer) -> None:
                    "why_none": result.why_none,
                    "bills": [b.as_dict() for b in result.bills[:top]],
                    "fastest": [b.as_dict() for b in fastest]}
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            print_json(doc)
             return
         print_plan(spec_file, result, catalog, fastest, top, console())
 

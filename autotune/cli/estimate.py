@@ -10,14 +10,12 @@ a sweep on real hardware, so here it is covered only by the stated safety margin
 
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from typing import Optional
 
 import typer
 
-from autotune.cli.common import console
+from autotune.cli.common import console, print_json
 from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
 
 
@@ -66,7 +64,7 @@ def register(app: typer.Typer) -> None:
                         checkpointing.value, zero_stage, offload.value, dp, tp, optimizer.value, gpu,
                         fsdp=fsdp.value)
         if as_json:
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            print_json(doc)
             return
         print_estimate(doc, gpu, console(), f"seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
                        f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "

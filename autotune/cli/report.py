@@ -7,15 +7,13 @@ the limits, failures and memory; as tables, JSON, an HTML page or a folder with 
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from autotune.cli.catalog import provider_option, region_option
-from autotune.cli.common import console, storage_file_option, storage_option
+from autotune.cli.common import console, print_json, storage_file_option, storage_option
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +69,7 @@ def report(
         if out_dir is not None:
             write_files(out_dir, files)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+        print_json(doc)
     else:
         print_report(doc, console())
         for path in ([html] if html else []) + ([out] if out else []):

@@ -65,7 +65,8 @@ def sweep(
     Several machines with the same --storage and --study work on one study. Ctrl-C finishes
     the running trial and stops; Ctrl-C twice fails it at once (exit code 130 either way);
     SIGTERM (kill, scancel) fails it at once and queues it again (exit code 143); so does
-    SIGHUP, its terminal closing (exit 129), unless run under nohup.
+    SIGHUP, its terminal closing (exit 129), unless run under nohup. Output into a pipe
+    whose reader left (`| head`): the trial just measured is kept, then it stops (exit 141).
     Ends with the pick, the Pareto set in short and the next command; `autotune report` has
     the rest."""
     from autotune.api.sweep import load, prepare, run
@@ -73,7 +74,7 @@ def sweep(
     from autotune.report.labels import outcome_line
     from autotune.report.progress import SweepProgress
     from autotune.run.storage import resolve_storage
-    from autotune.search.interrupt import terminated_exit_code
+    from autotune.search.interrupt import EXIT_OUTPUT_CLOSED, output_closed
 
     spec = load(spec_file)
     storage_url = resolve_storage(storage, storage_file, spec.storage)
@@ -94,8 +95,12 @@ def sweep(
 
         check(spec, side_by_side)  # storage and room for the slots, before the study is touched
     session = prepare(spec, runs_dir)  # everything checked before the study is touched
-    con = console(stderr=as_json)  # with --json, stdout holds the document alone
+    # With --json, stdout holds the document alone. keep_going: a reader that leaves (`| head`)
+    # stops the sweep once the trial it was being told about is recorded (the StopRule).
+    con = console(stderr=as_json, keep_going=True)
     _header(con, session, storage_url, n_trials)
+    if output_closed():  # nothing launched yet
+        raise typer.Exit(EXIT_OUTPUT_CLOSED)
     if side_by_side:  # each worker prints its own trial lines, prefixed with its slot
         summary = _side_by_side(session, n_trials, runs_dir, side_by_side, con, as_json)
     else:
@@ -112,8 +117,21 @@ def sweep(
     _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None,
                                              priced=bool(doc["options"]), interrupted=summary.interrupted),
             as_json)
+    _exit(con, summary, failed)
+
+
+def _exit(con, summary, failed: bool) -> None:
+    """The sweep's exit code where it is not 0: stopped by a signal, by its output's reader
+    leaving, by Ctrl-C; or nothing of the study measured."""
+    from autotune.search.interrupt import EXIT_OUTPUT_CLOSED, OUTPUT_CLOSED_REASON, output_closed, terminated_exit_code
+
     if summary.terminated:
         raise typer.Exit(terminated_exit_code())
+    if output_closed():
+        # The lines above went to /dev/null: say why it stopped where it still can be read.
+        console(stderr=True).print(f"autotune sweep: stopped: {summary.stop_reason or OUTPUT_CLOSED_REASON}",
+                                   soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_OUTPUT_CLOSED)
     if summary.interrupted:
         raise typer.Exit(130)
     if failed:

@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from autotune.cli.common import console
+from autotune.cli.common import console, write_stdout
 from autotune.errors import UserError
 
 
@@ -47,7 +46,7 @@ def trial(
         console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
     result, out = _run_stoppable(cfg, out, force)
     if as_json:
-        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        write_stdout(result.model_dump_json(indent=2) + "\n")
     else:
         from autotune.format import fmt_bytes
 

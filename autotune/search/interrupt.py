@@ -9,12 +9,18 @@ running trial's processes and the worker pool (its queue folder, DeepSpeed's /de
 itself: the ranks' watchdog (trials/watchdog.py) is only the fallback for a controller killed
 outright, and under Slurm, which signals the ranks as well, it never ran its cleanup. Used by
 autotune.search.sweep around `study.optimize`, by the side-by-side workers for their whole life
-and by `autotune trial`.
+and by `autotune trial`. The reader of the sweep's output leaving (`autotune sweep | head`, a
+`tee` or `less` that ended) is neither: it shows at the next print, when the trial just
+measured is being reported, so that trial is kept and the sweep stops before the next one
+(`reader_left`; exit 141, as a process SIGPIPE ends), rather than dying mid-report with its
+measured trial left RUNNING.
 
     with Interrupt(note=print) as interrupt:
         ...                                  # the StopRule reads interrupt.requested
     with termination_raises():
         ...                                  # SIGTERM or SIGHUP raises Terminated here, once
+    except BrokenPipeError:
+        reader_left(sys.stdout.fileno())     # output to /dev/null; the StopRule stops the sweep
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import errno
 import os
 import signal
+import stat
 import termios
 import threading
 from collections.abc import Iterator
@@ -31,6 +38,11 @@ from typing import Any, Callable
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # A shell's code for a process one of them ended: what the CLI and a stopped worker exit with.
 EXIT_CODES = tuple(128 + sig for sig in STOP_SIGNALS)
+# What a sweep whose output's reader left exits with: a shell's code for a process SIGPIPE ended
+# (Python ignores SIGPIPE, so a write fails with EPIPE instead; `yes | head -1` reports 141).
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
+OUTPUT_CLOSED_REASON = ("its output closed (the pipe's reader left: `| head`, or a `tee` or `less` that ended): "
+                        "every measured trial is kept; run the same sweep again to go on")
 
 
 class Terminated(KeyboardInterrupt):
@@ -98,6 +110,38 @@ def _silence_hung_up_terminal() -> None:
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, fd)
                 os.close(devnull)
+
+
+_closed_fds: list[int] = []  # stdout / stderr whose pipe's reader left: /dev/null since
+
+
+def reader_left(fd: int) -> None:
+    """The pipe behind `fd` (1 or 2) lost its reader (a write failed with EPIPE): point it, and
+    the other standard stream where it is the same pipe (`2>&1 | head`), at /dev/null, so that
+    no later print fails, and remember it: output_closed() then stops a sweep after the trial
+    that was being reported (the StopRule)."""
+    try:
+        broken = os.fstat(fd)
+    except OSError:
+        broken = None
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for other in (1, 2):
+            try:
+                same = other == fd or (broken is not None and stat.S_ISFIFO(broken.st_mode)
+                                       and os.path.samestat(os.fstat(other), broken))
+            except OSError:
+                same = False
+            if same:
+                os.dup2(devnull, other)
+                _closed_fds.append(other)
+    finally:
+        os.close(devnull)
+
+
+def output_closed() -> bool:
+    """Whether this process's stdout or stderr lost its reader (reader_left)."""
+    return bool(_closed_fds)
 
 
 def _handled_signals() -> list[signal.Signals]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from autotune.record import TrialRecord
 from autotune.search.budget import RepeatedError, SearchBudget
-from autotune.search.interrupt import Interrupt
+from autotune.search.interrupt import OUTPUT_CLOSED_REASON, Interrupt, output_closed
 from autotune.search.racing import Racing
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves
 
@@ -74,8 +74,9 @@ class Rule(Protocol):
 
 
 class StopRule:
-    """Ctrl-C, the study's search budget, one error ending several configs before any trial
-    succeeded, or this invocation's --trials done."""
+    """Ctrl-C, the output's reader gone (autotune.search.interrupt.reader_left), the study's
+    search budget, one error ending several configs before any trial succeeded, or this
+    invocation's --trials done."""
 
     def __init__(self, budget: SearchBudget, interrupt: Interrupt):
         self.budget, self.interrupt = budget, interrupt
@@ -86,6 +87,8 @@ class StopRule:
             self.same_error.add(TrialRecord.of(frozen), frozen.number)
         if self.interrupt.requested:
             return Stop("interrupted (Ctrl-C)", interrupted=True)
+        if output_closed():
+            return Stop(OUTPUT_CLOSED_REASON, interrupted=True)
         reason = self.budget.exhausted(study) or (None if state.trials_ok else self.same_error.verdict())
         if reason is not None:
             return Stop(reason)
