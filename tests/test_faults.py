@@ -25,6 +25,7 @@ from tests.fixtures.study_tools import (
     cli_env,
     in_a_terminal,
     processes_under,
+    read_until_then_leave,
     run,
     sigterm_and_wait,
     started,
@@ -301,31 +302,21 @@ def test_a_reader_that_leaves_stops_the_sweep_after_the_trial_it_was_told(tmp_pa
     the report until a later sweep on this host found it dead. Now the trial is kept, the sweep
     stops before the next one, ends its pool and exits 141 (as SIGPIPE would end it), and says
     why where it still can: stderr."""
-    import re
+    import json
 
     url = f"sqlite:///{tmp_path}/pipe.db"
     spec = write_spec(tmp_path, "pipe", [1, 2, 4])
     _enqueue(url, "pipe", [1, 2, 4])
     runs = tmp_path / "runs"
-    p = subprocess.Popen(sweep_argv(spec, url, 3, runs), cwd=tmp_path, env=cli_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in p.stdout:  # the reader: up to trial 0's line, then gone
-        seen.append(line)
-        if re.search(r"trial\s+0\s", line):
-            break
-    p.stdout.close()
-    err = p.stderr.read()
-    p.wait(timeout=200)
-    assert p.returncode == 141, (seen, err)
+    # The reader: up to trial 0's line, then gone.
+    code, seen, err = read_until_then_leave(sweep_argv(spec, url, 3, runs), tmp_path, r"trial\s+0\s")
+    assert code == 141, (seen, err)
     assert "stopped: its output closed (the pipe's reader left" in err, err
     trials = optuna.load_study(study_name="pipe", storage=url).trials
     # Trial 1's line was the print that failed: trial 1 is measured and kept; nothing after it ran.
     assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE], \
         [(t.number, t.state, t.user_attrs.get("status")) for t in trials]
     assert all(t.state is TrialState.WAITING for t in trials[2:]), [(t.number, t.state) for t in trials]
-    import json
-
     argv = json.loads((runs / "pipe" / "trial_0000" / "command.json").read_text())["argv"]
     queue = argv[argv.index("--queue") + 1]  # the pool's: it ran both trials
     assert not os.path.exists(queue), "the pool's queue folder was left in /tmp"
@@ -335,8 +326,8 @@ def test_a_reader_that_leaves_stops_the_sweep_after_the_trial_it_was_told(tmp_pa
 @pytest.mark.parametrize("argv", [["catalog"], ["catalog", "--json"], ["sweep"]], ids=" ".join)
 def test_output_into_a_pipe_with_no_reader_exits_141_and_nothing_runs(tmp_path, argv):
     """A pipe whose reader left before the first line: the command exits 141, as SIGPIPE would
-    end it, without a traceback (before: rich's exit 1, or a BrokenPipeError's traceback for
-    --json); a sweep launches nothing."""
+    end it, without a traceback (before: exit 1, rich's answer or, for --json, click's); a
+    sweep launches nothing."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     url = f"sqlite:///{tmp_path}/none.db"

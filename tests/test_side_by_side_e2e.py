@@ -182,30 +182,20 @@ def test_a_reader_that_leaves_stops_every_worker_after_its_trial(tmp_path):
     its next one and exits 141, and so does the parent: no trial failed or left RUNNING, no
     worker or rank left."""
     import os
-    import re
-    import subprocess
 
     from optuna.trial import TrialState
 
-    from tests.fixtures.study_tools import cli_env, processes_under
+    from tests.fixtures.study_tools import processes_under, read_until_then_leave
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores")
     spec = _write(tmp_path)
     url = f"journal:///{tmp_path}/study.log"
     runs = tmp_path / "runs"
-    p = subprocess.Popen([sys.executable, "-m", "autotune.cli", "sweep", str(spec), "--trials", "6",
-                          "--side-by-side", "2", "--storage", url, "--runs-dir", str(runs)],
-                         cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in p.stdout:  # the reader: up to the first trial's line, then gone
-        seen.append(line)
-        if re.search(r"\]\s+trial\s+\d+\s", line):
-            break
-    p.stdout.close()
-    err = p.stderr.read()
-    p.wait(timeout=180)
-    assert p.returncode == 141, (seen, err)
+    argv = [sys.executable, "-m", "autotune.cli", "sweep", str(spec), "--trials", "6", "--side-by-side", "2",
+            "--storage", url, "--runs-dir", str(runs)]
+    code, seen, err = read_until_then_leave(argv, tmp_path, r"\]\s+trial\s+\d+\s", timeout_s=180)
+    assert code == 141, (seen, err)
     trials = optuna.load_study(study_name="sbs", storage=open_storage(url)).trials
     states = [(t.number, t.state.name, TrialRecord.of(t).status) for t in trials]
     assert all(t.state in (TrialState.COMPLETE, TrialState.WAITING) for t in trials), (states, err)

@@ -19,8 +19,10 @@ measured trial left RUNNING.
         ...                                  # the StopRule reads interrupt.requested
     with termination_raises():
         ...                                  # SIGTERM or SIGHUP raises Terminated here, once
+    try:
+        print(line, flush=True)
     except BrokenPipeError:
-        reader_left(sys.stdout.fileno())     # output to /dev/null; the StopRule stops the sweep
+        reader_left(sys.stdout.fileno())     # to /dev/null from now on; the StopRule stops the sweep
 """
 
 from __future__ import annotations
