@@ -344,3 +344,26 @@ def test_output_into_a_pipe_with_no_reader_exits_141_and_nothing_runs(tmp_path, 
         trials = optuna.load_study(study_name="none", storage=url).trials
         assert not [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
         assert not (tmp_path / "runs" / "none").exists() or not list((tmp_path / "runs" / "none").glob("trial_*"))
+
+
+def test_ctrl_c_under_a_tee_that_ends_with_it_keeps_the_trial(tmp_path):
+    """Ctrl-C in a terminal under `autotune sweep | tee log` reaches tee too, which ends: the
+    sweep's note ("finishing the running trial") is written into a pipe with no reader, from
+    inside the signal handler. Before, that print ended the sweep there (exit 1), the trial it
+    was to finish left RUNNING (by hand: /work/notes/s59/ctrlc_tee.sh on d96d205). Now the trial
+    finishes and is kept, and the sweep stops with 141."""
+    url = f"sqlite:///{tmp_path}/tee.db"
+    spec = write_spec(tmp_path, "tee", [1, 2])
+    _enqueue(url, "tee", [1, 2])
+    runs = tmp_path / "runs"
+    p = subprocess.Popen(sweep_argv(spec, url, 3, runs), cwd=tmp_path, env=cli_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: (runs / "tee/trial_0000/launch.json").is_file(), what="trial 0 to start")
+    p.stdout.close()  # tee has ended
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=200)
+    assert p.returncode == 141
+    trials = optuna.load_study(study_name="tee", storage=url).trials
+    states = [(t.number, t.state.name) for t in trials]
+    assert trials[0].state is TrialState.COMPLETE, states
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.FAIL)], states
