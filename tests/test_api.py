@@ -73,3 +73,31 @@ def test_sweep_from_python_returns_the_pick_and_exports_it(tmp_path):
     assert json.loads((tmp_path / "launch" / "bill.json").read_text())["trial"] == pick["trial"]
     with pytest.raises(UserError, match="seq_len"):
         autotune.sweep({**spec, "seq_len": 0}, trials=1, storage=f"sqlite:///{tmp_path}/s.db")
+
+
+@pytest.mark.e2e
+def test_an_on_trial_that_raises_stops_the_sweep_and_keeps_the_trial_it_reported(tmp_path):
+    """A caller's on_trial that raises (a bug in it, a full disk under its log) is called while
+    the trial it reports is still RUNNING. Before, Optuna then failed that trial, measured as it
+    was; now the trial is recorded as measured and the error reaches the caller after it."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from autotune.record import TrialRecord
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    spec = {"workload": {"kind": "gpt", "preset": "tiny"}, "seq_len": 32, "target": {"tokens": 1e7},
+            "space": str(tmp_path / "space.yaml"),
+            "trial": {"warmup_steps": 1, "measure_steps": 2, "max_measure_steps": 2, "timeout_s": 180}}
+    url = f"sqlite:///{tmp_path}/s.db"
+
+    def broken(outcome):
+        raise RuntimeError("the caller's on_trial broke")
+
+    with pytest.raises(RuntimeError, match="the caller's on_trial broke"):
+        autotune.sweep(spec, trials=2, study="cb", storage=url, runs_dir=tmp_path / "runs", progress=False,
+                       on_trial=broken)
+    trials = optuna.load_study(study_name="cb", storage=url).trials
+    states = [(t.number, t.state.name, TrialRecord.of(t).status) for t in trials]
+    assert trials[0].state is TrialState.COMPLETE and TrialRecord.of(trials[0]).status == "ok", states
+    assert all(t.state is TrialState.WAITING for t in trials[1:]), states  # nothing ran after it

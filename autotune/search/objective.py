@@ -172,6 +172,7 @@ class Objective:
         self.guard = MemoryGuard(ctx.hardware, ctx.spec.memory.limit_bytes_per_rank,
                                  ctx.spec.memory.safety_margin, enabled=ctx.spec.memory.prescreen)
         self.cut: "optuna.Trial | None" = None  # the trial a SIGTERM or SIGHUP cut short
+        self.report_error: Exception | None = None  # on_trial's, raised once its trial is recorded
 
     def __call__(self, trial: "optuna.Trial") -> tuple[float, float]:
         try:
@@ -192,6 +193,22 @@ class Objective:
     def close(self) -> None:
         """End what the runner keeps between trials (the worker pool); safe to call twice."""
         self.runner.close()
+
+    def report(self, outcome: TrialOutcome) -> None:
+        """Tell on_trial (the CLI's line, a side-by-side worker's, a caller's own function) what
+        the trial did. Its failure (a full disk under the log, a bug in the caller's function)
+        must not fail the trial it reports: Optuna would fail a measured trial. The error is
+        kept and raised by raise_report_error, an Optuna callback, once the trial is recorded."""
+        try:
+            self.on_trial(outcome)
+        except Exception as exc:
+            self.report_error = self.report_error or exc
+
+    def raise_report_error(self, study, frozen) -> None:
+        """An Optuna callback: on_trial's error, after the trial it reported was recorded."""
+        exc, self.report_error = self.report_error, None
+        if exc is not None:
+            raise exc
 
     # -- the steps, in the order a trial takes them
     def start(self, trial: "optuna.Trial") -> None:
@@ -231,7 +248,7 @@ class Objective:
         if verdict.launch or _on_purpose(trial):
             return verdict
         result = self.guard.record_prescreened(trial, verdict)
-        self.on_trial(TrialOutcome(trial.number, cfg, result, None, None, None))
+        self.report(TrialOutcome(trial.number, cfg, result, None, None, None))
         set_constraints(trial, self.spec, feasible=False)
         raise optuna.TrialPruned(result.error)
 
@@ -247,7 +264,7 @@ class Objective:
         if src is None:
             return None
         result, score = reuse_measurement(trial, src)
-        self.on_trial(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
+        self.report(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
                                    score.usd if score else None, score.offer if score else None,
                                    reused_from=src.number))
         if src.state.name == "COMPLETE":
@@ -293,7 +310,7 @@ class Objective:
                  if result.ok else None)
         if score is not None:
             TrialRecord.write(trial, score=score)
-        self.on_trial(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
+        self.report(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
                                    score.usd if score else None, score.offer if score else None,
                                    repeat_of=trial.user_attrs.get("repeat_of")))
         if result.status is TrialStatus.crash:

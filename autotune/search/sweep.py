@@ -136,7 +136,9 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
         try:
             # n_trials counts launched trials (the StopRule stops the study): a reused or
             # prescreened proposal measures nothing and costs nothing.
-            study.optimize(objective, n_trials=None, catch=(TrialCrashed,), callbacks=[loop])
+            # raise_report_error first: an error of on_trial ends the sweep, its trial recorded.
+            study.optimize(objective, n_trials=None, catch=(TrialCrashed,),
+                           callbacks=[objective.raise_report_error, loop])
         except Terminated:
             summary.terminated = True
             loop.stop = Stop(f"{stop_signal()}: the running trial was failed{requeue_cut(study, objective.cut)}",
