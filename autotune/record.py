@@ -26,6 +26,9 @@ from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult, Tri
 RecordStatus = Literal["ok", "oom", "timeout", "crash", "nan", "unsupported",
                        "prescreened",  # held back by the memory prescreen: never launched
                        "interrupted"]  # Ctrl-C twice, SIGTERM or SIGHUP: its processes were killed
+# The error type of a config held back, never launched, because an earlier trial found its
+# setting unsupported by the workload itself (autotune.search.objective.Objective.known_unsupported).
+KNOWN_UNSUPPORTED = "KnownUnsupported"
 
 
 class _Part(BaseModel):
@@ -132,6 +135,7 @@ class TrialRecord(BaseModel):
     local_move_from: int | None = None  # enqueued as a neighbour of this trial
     fit_probe: bool | None = None  # enqueued to learn what fits: launched whatever the prescreen says
     reused_from: int | None = None  # measured nothing: copied this trial's measurement
+    held_back_by: int | None = None  # not launched: trial N found its setting unsupported by the workload
     repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured first
     race_block: str | None = None  # measured back to back with the other trials of this block
     search_gpu_hours: float | None = None  # what this trial cost the search
@@ -156,10 +160,14 @@ class TrialRecord(BaseModel):
     memory_prescreen: PrescreenRecord | None = None
     memory_point: MemoryPointRecord | None = None
     score: ScoreRecord | None = None
+    # An unsupported trial whose cause is the workload: the values of that setting it can run
+    # (trials.errors.UnsupportedConfig), e.g. {"tp_degree": [1]}
+    workload_allows: dict[str, list] | None = None
 
     OWN: ClassVar[frozenset[str]] = frozenset({
         "config", "config_key", "hardware", "machine", "controller", "launch", "claim",
-        "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "repeat_of", "race_block",
+        "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "held_back_by", "repeat_of",
+        "race_block",
         "search_gpu_hours", "search_usd", "leftovers_killed", "slot"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
     KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block", "fit_probe"})
@@ -200,7 +208,7 @@ class TrialRecord(BaseModel):
     @property
     def launched(self) -> bool:
         """The trial ran its own measurement: not reused from another, not held back."""
-        return self.status not in (None, "prescreened") and self.reused_from is None
+        return self.status not in (None, "prescreened") and self.reused_from is None and self.held_back_by is None
 
     def on(self, hw: HardwareFingerprint) -> bool:
         """Measured on this hardware (`HardwareFingerprint.key`). A record written before the

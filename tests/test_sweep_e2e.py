@@ -126,3 +126,47 @@ def test_sweep_stops_when_every_config_is_tried(tmp_path, run_cli):
             src = trials[t["reused_from"]]
             assert src["reused_from"] is None and src["config"] == t["config"]
             assert t["search_gpu_hours"] == 0.0
+
+
+def test_a_setting_the_workload_cannot_run_is_tried_once(tmp_path, run_cli):
+    """A user's own model with no TP plan and no checkpointing switch (tests/fixtures/
+    entry_points.py): the first trial with TP 2, and the first with checkpointing, end
+    `unsupported`, and the worker names what the workload allows (tp_degree 1; checkpointing
+    none). Before, the sweep went on launching other configs with those settings (a sweep of
+    such a model on the default space spent 4 of its 14 trials so); now it holds them back,
+    unlaunched and at no cost, naming the trial that found it."""
+    import optuna
+
+    from autotune.record import TrialRecord
+    from autotune.search.study import open_study
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    (tmp_path / "space.yaml").write_text("num_gpus: [2]\nmicro_batch_size: [1, 2]\ngrad_accum_steps: [1]\n"
+                                         "precision: [fp32]\ncheckpointing: [none, full]\ntp_degree: [1, 2]\n")
+    (tmp_path / "spec.yaml").write_text(
+        f"workload: {{kind: entry_point, entry_point: 'entry_points:build', python_path: ['{fixtures}']}}\n"
+        "seq_len: 32\ntarget: {tokens: 1.0e7}\nspace: space.yaml\n"
+        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 180}\nstudy: ep\n")
+    url = f"sqlite:///{tmp_path}/ep.db"
+    st = open_study(url, "ep")
+    for tp, mb, ckpt in ((2, 1, "none"), (2, 2, "none"), (1, 1, "full"), (1, 2, "full"), (1, 1, "none")):
+        st.enqueue_trial({"tp_degree": tp, "micro_batch_size": mb, "checkpointing": ckpt})
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--storage", url)
+    assert p.returncode == 0, p.stdout + p.stderr
+    trials = optuna.load_study(study_name="ep", storage=url).trials
+    recs = [TrialRecord.of(t) for t in trials]
+    states = [(t.number, t.state.name, r.status, r.held_back_by) for t, r in zip(trials, recs)]
+    assert recs[0].status == "unsupported" and recs[0].launched and recs[0].workload_allows == {"tp_degree": [1]}, states
+    assert recs[2].status == "unsupported" and recs[2].launched, states
+    assert recs[2].workload_allows == {"checkpointing": ["none"]}, states
+    for held, by, setting in ((1, 0, "tp_degree 1"), (3, 2, "checkpointing none")):
+        assert trials[held].state.name == "PRUNED" and recs[held].status == "unsupported", states
+        assert recs[held].held_back_by == by and not recs[held].launched, states
+        assert not (tmp_path / "autotune_runs" / "ep" / f"trial_{held:04d}" / "launch.json").exists()
+        assert f"KnownUnsupported: not launched: trial {by} found that this workload runs {setting} only" \
+            in p.stdout, p.stdout
+    assert recs[4].status == "ok" and recs[4].launched, states  # the third launched trial
+    shown = run_cli("report", "--study", "ep", "--storage", url)
+    assert shown.returncode == 0, shown.stderr
+    row = next(ln for ln in shown.stdout.splitlines() if ln.startswith("1 "))
+    assert "pruned: unsupported (not launched: as #0)" in row, shown.stdout

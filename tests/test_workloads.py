@@ -94,9 +94,23 @@ def test_entry_point_errors_name_the_entry_point():
     with pytest.raises(AttributeError, match="entry_points:nope"):
         build_workload(tiny(workload=wl), CPU)
     wl = EntryPointWorkload(entry_point="entry_points:build", python_path=[FIXTURES])
-    with pytest.raises(UnsupportedConfig, match="gradient_checkpointing_enable"):
+    with pytest.raises(UnsupportedConfig, match="gradient_checkpointing_enable") as no_switch:
         cfg = tiny(workload=wl, checkpointing=Checkpointing.full)
         apply_checkpointing(build_workload(cfg, CPU), cfg)
+    # The workload's own limit, for the sweep to stop proposing it: no switch, no checkpointing.
+    assert no_switch.value.workload_allows == {"checkpointing": ["none"]}
+
+
+def test_an_entry_point_with_the_switch_allows_full_checkpointing_only():
+    """A model with transformers' switch runs `full` (every layer); `selective` stays
+    unsupported, and the worker says `none` and `full` are what the workload runs."""
+    wl = EntryPointWorkload(entry_point="entry_points:build", python_path=[FIXTURES])
+    built = build_workload(tiny(workload=wl), CPU)
+    built.model.gradient_checkpointing_enable = lambda gradient_checkpointing_kwargs=None: None
+    assert apply_checkpointing(built, tiny(workload=wl, checkpointing=Checkpointing.full)) == []
+    with pytest.raises(UnsupportedConfig, match="selective") as selective:
+        apply_checkpointing(built, tiny(workload=wl, checkpointing=Checkpointing.selective))
+    assert selective.value.workload_allows == {"checkpointing": ["none", "full"]}
 
 
 def test_meta_build_is_materialised_with_the_models_own_init_same_weights_each_time():

@@ -2,7 +2,15 @@
 
 
 class UnsupportedConfig(Exception):
-    """The hardware or a library cannot run this configuration (status `unsupported`)."""
+    """The hardware or a library cannot run this configuration (status `unsupported`).
+
+    `workload_allows`: where the cause is the workload itself, whatever else the config says,
+    the values of that setting it can run (a model with no TP plan: {"tp_degree": [1]}); the
+    sweep then launches no config outside them (autotune.search.objective)."""
+
+    def __init__(self, message: str, workload_allows: dict[str, list] | None = None):
+        super().__init__(message)
+        self.workload_allows = workload_allows
 
 
 class NonFiniteLoss(Exception):

@@ -94,7 +94,8 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
                              # long venv path cut at 4,000 characters lost "Traceback".
                              log_tail="".join(traceback.format_exception(exc, limit=-8))[-4000:],
                              # When several ranks fail, the earliest failure is the cause.
-                             observations={"rank": rank, "failed_at_unix_s": time.time()})
+                             observations={"rank": rank, "failed_at_unix_s": time.time(),
+                                           **_workload_allows(exc)})
         _attach_peak_memory(result, cfg)
         path = result_path if rank == 0 else rank_result_path(result_path, rank)
         result.write(path)
@@ -147,6 +148,14 @@ def install_fault_handlers(result_path: Path, rank: int):
     fatal = open(fatal_log_path(result_path, rank), "w")  # noqa: SIM115 - lives until exit
     faulthandler.enable(file=fatal, all_threads=True)
     return fatal
+
+
+def _workload_allows(exc: BaseException) -> dict:
+    """An unsupported setting of the workload itself, for the sweep to stop proposing it."""
+    from trials.errors import UnsupportedConfig
+
+    allows = exc.workload_allows if isinstance(exc, UnsupportedConfig) else None
+    return {"workload_allows": allows} if allows else {}
 
 
 def classify(exc: BaseException):

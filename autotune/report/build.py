@@ -141,6 +141,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         search_gpu_hours=rec.search_gpu_hours,
         search_usd=rec.search_usd,
         reused_from=rec.reused_from,
+        held_back_by=rec.held_back_by,
         local_move_from=rec.local_move_from,
         repeat_of=rec.repeat_of,
         retry_of=rec.retry_of if rec.retry_of is not None else (t.system_attrs.get("retry_history") or [None])[-1],

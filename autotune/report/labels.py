@@ -45,12 +45,15 @@ def zero_summary(cfg: dict[str, Any]) -> str:
 
 def origin_note(row: dict[str, Any]) -> str:
     """' (re-measures #N)' for a deliberate re-measurement of trial N's config, ' (reused #N)'
-    for a trial that took trial N's figures, ' (retries #N)' for one that measures again the
+    for a trial that took trial N's figures, ' (not launched: as #N)' for one held back because
+    trial N found its setting unsupported by the workload, ' (retries #N)' for one that measures again the
     config of trial N, cut short or lost, else "" (a report's trial row)."""
     if row.get("repeat_of") is not None:
         return f" (re-measures #{row['repeat_of']})"
     if row.get("reused_from") is not None:
         return f" (reused #{row['reused_from']})"
+    if row.get("held_back_by") is not None:
+        return f" (not launched: as #{row['held_back_by']})"
     if row.get("retry_of") is not None:
         return f" (retries #{row['retry_of']})"
     return ""

@@ -62,6 +62,9 @@ class TrialRow(_M):
     search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")
     reused_from: int | None = Field(default=None, description="the trial whose measurement of the "
                                     "same config on the same hardware this one reused (no run)")
+    held_back_by: int | None = Field(default=None, description="not launched: that trial found a "
+                                     "setting of this config unsupported by the workload itself "
+                                     "(e.g. TP for a model with no TP plan)")
     local_move_from: int | None = Field(default=None, description="queued by the sweep as a "
                                         "neighbour of this front trial (the sampler had repeated "
                                         "a measured config)")

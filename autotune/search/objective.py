@@ -1,5 +1,5 @@
-"""The Optuna objective of a sweep, one method per step: suggest -> prescreen -> reuse or claim
--> run -> score.
+"""The Optuna objective of a sweep, one method per step: suggest -> known_unsupported ->
+prescreen -> reuse or claim -> run -> score.
 
     objective = Objective(ctx, runner=run_trial_fn)     # ctx: autotune.search.context.SweepContext
     study.optimize(objective, callbacks=[...])           # autotune.search.sweep.run_sweep does this
@@ -8,7 +8,8 @@
 How each trial ends:
 - ok: COMPLETE with its values; constraints (feasible, budget, deadline) set on every path
   through `trial.set_constraint` (Optuna 5 counts a trial without them as feasible).
-- oom / unsupported / nan / timeout, or held back by the memory prescreen: PRUNED, with an
+- oom / unsupported / nan / timeout, or held back by the memory prescreen or as a setting the
+  workload cannot run (an earlier trial's verdict, `known_unsupported`): PRUNED, with an
   infeasible constraint value, so the sampler learns where the boundary is (TPE counts pruned
   trials among the bad ones).
 - crash, Ctrl-C, SIGTERM or SIGHUP, a controller that died: FAIL (not a property of the
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher, write_json_atomic
 from autotune.contract.trial_files import TrialFiles
-from autotune.record import LaunchRef, TrialRecord
+from autotune.record import KNOWN_UNSUPPORTED, LaunchRef, TrialRecord
 from autotune.run.processes import controller_record, start_ticks
 from autotune.run.runner import TrialRunner, as_runner
 from autotune.search.calibration import MemoryGuard, Verdict
@@ -117,6 +118,8 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
         compile_s=result.compile_s)
     if not result.ok:
         fields["error"] = f"{result.error_type or ''}: {result.error or ''}"[:1000]
+        if result.observations.get("workload_allows"):
+            fields["workload_allows"] = result.observations["workload_allows"]
     return fields
 
 
@@ -178,6 +181,7 @@ class Objective:
         try:
             self.start(trial)
             cfg = self.suggest(trial)
+            self.known_unsupported(trial, cfg)
             verdict = self.prescreen(trial, cfg)
             reused = self.reuse_or_claim(trial, cfg)
             if reused is not None:
@@ -233,6 +237,28 @@ class Objective:
                           trial_dir=str(self.trial_dir(trial).resolve()),
                           config_key=config_key(cfg, hw.key()))
         return cfg
+
+    def known_unsupported(self, trial: "optuna.Trial", cfg: TrialConfig) -> None:
+        """A setting an earlier trial found the workload itself cannot run (its worker named the
+        values it can: a model with no TP plan runs tp_degree 1 only) is not launched again with
+        another value: PRUNED as unsupported, at no cost, naming that trial."""
+        import optuna
+        from optuna.trial import TrialState
+
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+            rec = TrialRecord.of(t)
+            for setting, allowed in (rec.workload_allows or {}).items():
+                value = getattr(getattr(cfg, setting, None), "value", getattr(cfg, setting, None))
+                if value is None or value in allowed:
+                    continue
+                msg = (f"not launched: trial {t.number} found that this workload runs {setting} "
+                       f"{' or '.join(map(str, allowed))} only")
+                TrialRecord.write(trial, status="unsupported", error=f"{KNOWN_UNSUPPORTED}: {msg}",
+                                  held_back_by=t.number)
+                result = TrialResult(status=TrialStatus.unsupported, error_type=KNOWN_UNSUPPORTED, error=msg)
+                self.report(TrialOutcome(trial.number, cfg, result, None, None, None))
+                set_constraints(trial, self.spec, feasible=False)
+                raise optuna.TrialPruned(msg)
 
     def prescreen(self, trial: "optuna.Trial", cfg: TrialConfig) -> Verdict:
         """A config predicted not to fit is not launched (PRUNED, infeasible), unless the sweep

@@ -54,7 +54,8 @@ def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
         raise UnsupportedConfig(
             f"tensor parallel is implemented for the built-in GPT and Hugging Face models with "
             f"a column/row-wise `base_model_tp_plan` (Llama, Qwen2, ...), not "
-            f"{type(model).__name__}. To fix: set tp_degree 1 for this workload")
+            f"{type(model).__name__}. To fix: set tp_degree 1 for this workload",
+            workload_allows={"tp_degree": [1]})
     for name, width in widths.items():
         if width % tp:
             raise UnsupportedConfig(f"tp_degree={tp} does not divide {name}={width}: each rank "

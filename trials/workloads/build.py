@@ -178,7 +178,9 @@ def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
     if mode == "full" and hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return []
+    switch = hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable")
     raise UnsupportedConfig(f"checkpointing '{mode}' cannot be applied to the entry point's "
                             f"{type(model).__name__}: it has no gradient_checkpointing_enable "
                             "(full only). To fix: checkpoint inside your model, and set "
-                            "checkpointing none")
+                            "checkpointing none",
+                            workload_allows={"checkpointing": ["none", "full"] if switch else ["none"]})
