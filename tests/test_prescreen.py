@@ -49,9 +49,13 @@ def _sweep(tmp_path: Path, name: str, prescreen: bool):
         study.enqueue_trial({"num_gpus": 1, "micro_batch_size": mb, "grad_accum_steps": 1,
                              "precision": "fp32", "checkpointing": "none"})
     runs = tmp_path / "runs" / name
-    run_sweep(spec, study, n_trials=len(MICRO_BATCHES), runs_dir=runs)
+    outcomes = []
+    run_sweep(spec, study, n_trials=len(MICRO_BATCHES), runs_dir=runs, on_trial=outcomes.append)
     launched = sorted(p.parent.name for p in runs.glob("trial_*/command.json"))
     # (run_sweep also queues its baseline configs: the same configs, so they reuse)
+    # What the sweep's progress counts as run here (autotune.report.progress): the trials that
+    # launched, not the held back or reused ones (before, a prescreened one counted as run).
+    assert sorted(f"trial_{o.number:04d}" for o in outcomes if o.launched) == launched, outcomes
     return study, launched
 
 

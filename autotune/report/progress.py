@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.format import fmt_hours, fmt_usd
-from autotune.record import KNOWN_UNSUPPORTED, TrialRecord
+from autotune.record import TrialRecord
 from autotune.report.labels import config_summary
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class SweepProgress:
             status = r.status.value
             self.finished[outcome.number] = ("ok" if r.ok and outcome.usd is not None
                                              else "failed" if status == "crash" else "pruned")
-            if outcome.reused_from is not None or status == "prescreened" or r.error_type == KNOWN_UNSUPPORTED:
+            if not outcome.launched:
                 self.no_run.add(outcome.number)  # measured nothing: not counted against n_trials
             if on_trial is not None:
                 on_trial(outcome)

@@ -54,6 +54,7 @@ class TrialOutcome:
     offer: str | None
     reused_from: int | None = None
     repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured
+    launched: bool = True  # False: reused, or held back (memory prescreen, a known unsupported setting)
 
 
 class TrialCrashed(Exception):
@@ -256,7 +257,7 @@ class Objective:
                 TrialRecord.write(trial, status="unsupported", error=f"{KNOWN_UNSUPPORTED}: {msg}",
                                   held_back_by=t.number)
                 result = TrialResult(status=TrialStatus.unsupported, error_type=KNOWN_UNSUPPORTED, error=msg)
-                self.report(TrialOutcome(trial.number, cfg, result, None, None, None))
+                self.report(TrialOutcome(trial.number, cfg, result, None, None, None, launched=False))
                 set_constraints(trial, self.spec, feasible=False)
                 raise optuna.TrialPruned(msg)
 
@@ -274,7 +275,7 @@ class Objective:
         if verdict.launch or _on_purpose(trial):
             return verdict
         result = self.guard.record_prescreened(trial, verdict)
-        self.report(TrialOutcome(trial.number, cfg, result, None, None, None))
+        self.report(TrialOutcome(trial.number, cfg, result, None, None, None, launched=False))
         set_constraints(trial, self.spec, feasible=False)
         raise optuna.TrialPruned(result.error)
 
@@ -292,7 +293,7 @@ class Objective:
         result, score = reuse_measurement(trial, src)
         self.report(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
                                    score.usd if score else None, score.offer if score else None,
-                                   reused_from=src.number))
+                                   reused_from=src.number, launched=False))
         if src.state.name == "COMPLETE":
             return src.values[0], src.values[1]
         raise optuna.TrialPruned(f"reused trial {src.number}: {TrialRecord.of(src).status}")
