@@ -92,15 +92,29 @@ class PostgresServer:
         subprocess.run([*self.as_user, str(self.bin / "initdb"), "-D", str(data), "-U", USER,
                         "--pwfile", str(pwfile), "--auth", "scram-sha-256", "-E", "UTF8"],
                        check=True, capture_output=True, text=True)
-        log = open(self.root / "server.log", "wb")
+        self._launch()
+        self.create_database(DATABASE)
+        return self
+
+    def _launch(self) -> None:
+        assert self.bin is not None
+        log = open(self.root / "server.log", "ab")
         self.proc = subprocess.Popen(
-            [*self.as_user, str(self.bin / "postgres"), "-D", str(data), "-h", "127.0.0.1",
+            [*self.as_user, str(self.bin / "postgres"), "-D", str(self.root / "data"), "-h", "127.0.0.1",
              "-p", str(self.port), "-k", str(self.root), "-c", "max_connections=200",
              "-c", "fsync=off"],  # fsync off: a throwaway test server, speed over durability
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready()
-        self.create_database(DATABASE)
-        return self
+
+    def pause(self) -> None:
+        """Shut the server down (fast: its clients are cut off), keeping its data: a restart."""
+        assert self.proc is not None
+        self._signal_postmaster(signal.SIGINT)
+        self.proc.wait(timeout=30)
+
+    def resume(self) -> None:
+        """The paused server again, on the same port with the same data."""
+        self._launch()
 
     def _wait_ready(self, timeout_s: float = 60) -> None:
         import psycopg2

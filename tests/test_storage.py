@@ -206,6 +206,22 @@ def test_heartbeat_settings_from_env(monkeypatch):
         HeartbeatSettings.from_env()
 
 
+def test_storage_wait_from_env(monkeypatch, tmp_path):
+    """AUTOTUNE_STORAGE_WAIT_S: how long a sweep waits for a server that went away
+    (tests/test_storage_outage.py); a bad value is refused before any database is opened."""
+    from autotune.run.reconnect import DEFAULT_WAIT_S, wait_s_from_env
+
+    monkeypatch.delenv("AUTOTUNE_STORAGE_WAIT_S", raising=False)
+    assert wait_s_from_env() == DEFAULT_WAIT_S
+    monkeypatch.setenv("AUTOTUNE_STORAGE_WAIT_S", "45.5")
+    assert wait_s_from_env() == 45.5
+    for bad in ("soon", "0", "-5", "inf", "nan"):
+        monkeypatch.setenv("AUTOTUNE_STORAGE_WAIT_S", bad)
+        with pytest.raises(UserError, match=f"bad AUTOTUNE_STORAGE_WAIT_S='{bad}'.*To fix"):
+            open_storage(f"sqlite:///{tmp_path}/s.db")
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_cli_storage_errors_exit_2_without_secrets(postgres, tmp_path, monkeypatch, capsys):
     """Bad URL, unreachable database, wrong password, unknown study: one line each, exit 2.
     Runs the CLI's real entry point (`autotune.cli.main`) in this process: a subprocess per case

@@ -151,8 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"[{slot.label()}] {exc}", file=sys.stderr, flush=True)
         return 2
-    with termination_raises():  # also while waiting for the others, its trial pool warm
-        done = SlotWorker(args, slot, side_by_side, session).run()
+    try:
+        with termination_raises():  # also while waiting for the others, its trial pool warm
+            done = SlotWorker(args, slot, side_by_side, session).run()
+    except Exception as exc:  # the study's server gone for longer than the wait: said once, no traceback
+        from autotune.run.reconnect import storage_lost_in
+
+        if (lost := storage_lost_in(exc)) is None:
+            raise
+        print(f"[{slot.label()}] error: {lost}", file=sys.stderr, flush=True)
+        return 1
     write_json_atomic(args.summary_json, {"slot": slot.index, "devices": list(slot.devices), **done})
     if terminating():
         return terminated_exit_code()

@@ -87,3 +87,14 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
         console(stderr=True).print("interrupted")
         sys.exit(130)
+    except Exception as exc:
+        from autotune.run.reconnect import storage_lost_in
+
+        lost = storage_lost_in(exc)
+        if lost is None or debug:
+            raise
+        from rich.markup import escape
+
+        # Not the user's input: the server went away (autotune.run.reconnect); exit 1.
+        console(stderr=True).print(f"[red]error:[/] {escape(str(lost))}", soft_wrap=True)
+        sys.exit(1)

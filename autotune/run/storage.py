@@ -19,6 +19,10 @@ Optuna's `RetryHeartbeatStaleTrialCallback` re-queues it (at most `max_retry` ti
 carries `failed_trial` / `retry_history` in its system attributes). Set them with environment
 variables AUTOTUNE_HEARTBEAT_S, AUTOTUNE_GRACE_S, AUTOTUNE_MAX_RETRY.
 
+A server that goes away after the storage was opened (a restart, a failover) is waited for, up
+to AUTOTUNE_STORAGE_WAIT_S seconds (default 600), so a measured trial still reaches the study
+(autotune.run.reconnect).
+
 A password never leaves this module in clear: every message that may hold the URL or a driver's
 error text goes through `redact_url` / `redact_text`.
 """
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.errors import UserError
 from autotune.record import TrialRecord
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
+from autotune.run.reconnect import wait_for_server, wait_s_from_env
 from autotune.run.redact import parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
@@ -180,6 +185,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
             raise UserError(f"storage {url}: folder '{Path(db).parent}' does not exist",
                             fix="create the folder or point --storage elsewhere")
     hb = heartbeat or HeartbeatSettings.from_env()
+    wait_s = wait_s_from_env()  # a bad value is refused before anything is opened
     given, url = url, _with_installed_driver(url)
     engine_kwargs: dict[str, Any] = {}
     if kind in ("postgresql", "mysql", "mariadb"):
@@ -190,7 +196,10 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
     try:
         if must_exist:
             _check_optuna_tables(url, given, engine_kwargs)
-        return _rdb_storage(url, engine_kwargs, hb, create_tables=not must_exist)
+        storage = _rdb_storage(url, engine_kwargs, hb, create_tables=not must_exist)
+        if kind != "sqlite":  # a server: wait out a restart or a failover (autotune.run.reconnect)
+            wait_for_server(storage, given, wait_s)
+        return storage
     except UserError:
         raise
     except Exception as exc:  # unreachable server, wrong password, missing database, ...

@@ -23,6 +23,7 @@ from typing import Callable
 from autotune.contract import TrialConfig
 from autotune.errors import UserError
 from autotune.run.processes import recover_dead_trials
+from autotune.run.reconnect import storage_lost_in
 from autotune.run.runner import TrialRunner
 from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
@@ -145,6 +146,11 @@ def run_sweep(spec: SweepSpec, study, n_trials: int, runs_dir: Path,
                              interrupted=True)
         except KeyboardInterrupt:
             loop.stop = Stop("interrupted (Ctrl-C twice): the running trial was failed", interrupted=True)
+        except Exception as exc:  # a failed tell surfaces as Optuna's own error on top of ours
+            lost = storage_lost_in(exc)
+            if lost is None:
+                raise
+            raise lost from None
         finally:
             objective.close()
     summary.trials_run, summary.trials_ok, summary.proposals = state.trials_run, state.trials_ok, state.proposals

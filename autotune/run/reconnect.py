@@ -1,0 +1,197 @@
+"""A database server that goes away for a while (a restart, a failover, a network blip) does not
+end a sweep: once a study's storage has been opened, every new connection to it is retried until
+the server answers again or `AUTOTUNE_STORAGE_WAIT_S` (default 600) seconds have passed.
+
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True, ...})
+    wait_for_server(storage, url)                # autotune.run.storage does this for every RDB URL
+    lost = storage_lost_in(exc)                  # the StorageLost behind an error, if any
+
+Why at the connection: a trial takes minutes to hours, and its result reaches the study only at
+Optuna's tell. With the server down at that moment, the tell failed and the sweep ended with a
+traceback (an Optuna `UnboundLocalError` on top), the measured trial left RUNNING, to be failed
+and measured again by a later sweep; the heartbeat thread died on its first failed write, so its
+trial looked dead to the other machines for the rest of the run. A connection that is refused
+never sent anything, so retrying it is always safe; the pool's pre-ping finds the connections the
+restart broke and opens new ones through here. (A query cut in its middle is not retried: it may
+have been committed.)
+
+After an outage every machine's heartbeats are old at once, so for one grace period after this
+process last found the server gone (a refused connection, or a pooled one the restart broke) it
+takes no trial for stale: by then the other machines' heartbeat threads, back within
+`MAX_RETRY_S` of the server, have written again, and a trial still silent is one whose machine
+is really gone.
+
+Opening a storage is not retried: a wrong host or port fails at once, as a user error. After the
+wait the sweep stops with `StorageLost`, one message naming the storage (password hidden), how
+long it was unreachable and the driver's reason; the trials recorded before are kept, and the
+running one, left RUNNING, is failed and queued again by the next sweep on this host.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from autotune.errors import UserError
+from autotune.run.redact import redact_text, redact_url
+
+WAIT_ENV = "AUTOTUNE_STORAGE_WAIT_S"
+DEFAULT_WAIT_S = 600.0
+# Seconds between tries: short at first (a restart is back in seconds), then at most this, so
+# that a machine is back within a few seconds of its server, before the other machines' sweeps
+# look for trials whose heartbeats stopped.
+FIRST_RETRY_S = 0.5
+MAX_RETRY_S = 5.0
+
+
+class StorageLost(RuntimeError):
+    """The study's storage stayed unreachable for the whole wait: the sweep cannot record."""
+
+
+def wait_s_from_env() -> float:
+    """`AUTOTUNE_STORAGE_WAIT_S`: seconds to wait for a storage server that went away."""
+    given = os.environ.get(WAIT_ENV, "").strip()
+    if not given:
+        return DEFAULT_WAIT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise UserError(f"bad {WAIT_ENV}={given!r}",
+                        fix=f"give the seconds a sweep waits for its storage server, > 0 (default {DEFAULT_WAIT_S:g})")
+    return seconds
+
+
+def _say(message: str) -> None:
+    try:
+        print(f"autotune: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr closed or its reader gone: the wait goes on unsaid
+        pass
+
+
+class _Outage:
+    """One engine's view of its server: since when it has been unreachable, and whether the
+    wait is over. Shared by the threads that connect (the sweep's and Optuna's heartbeat)."""
+
+    def __init__(self, url: str, wait_s: float, say: Callable[[str], None]):
+        self.url, self.wait_s, self.say = url, wait_s, say
+        self.lock = threading.Lock()
+        self.since: float | None = None  # time.monotonic() of the first refused connection
+        self.reason = ""
+        self.lost = False
+        self.last_seen_gone = float("-inf")  # time.monotonic() the server was last found gone
+
+    def seen_gone(self) -> None:
+        self.last_seen_gone = time.monotonic()
+
+    def gone_within(self, seconds: float) -> bool:
+        return time.monotonic() - self.last_seen_gone < seconds
+
+    def refused(self, exc: BaseException) -> float:
+        """Record a refused connection; the seconds left to wait (raises StorageLost at 0)."""
+        with self.lock:
+            now = self.last_seen_gone = time.monotonic()
+            if self.since is None:
+                self.since, self.reason = now, _reason(exc, self.url)
+                self.say(f"the study's storage {redact_url(self.url)} is unreachable ({self.reason}); "
+                         f"waiting up to {self.wait_s:g} s for it ({WAIT_ENV})")
+            left = self.since + self.wait_s - now
+            if self.lost or left <= 0:
+                self.lost = True
+                raise StorageLost(
+                    f"lost the study's storage {redact_url(self.url)}: unreachable for "
+                    f"{now - self.since:.0f} s ({self.reason}). The trials recorded before are "
+                    "kept; a trial that was running is queued again by the next sweep on this "
+                    f"host. To fix: bring the server back, then run the same sweep again ({WAIT_ENV} "
+                    "sets how long a sweep waits)")
+            return left
+
+    def answered(self) -> None:
+        with self.lock:
+            if self.since is not None and not self.lost:
+                self.say(f"the study's storage is back after {time.monotonic() - self.since:.0f} s; "
+                         "going on")
+                self.since = None
+
+
+def _reason(exc: BaseException, url: str) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return redact_text(f"{type(exc).__name__}: {' '.join(lines[:2])}", url)[:300]
+
+
+def wait_for_server(storage, url: str, wait_s: float | None = None,
+                    say: Callable[[str], None] = _say) -> None:
+    """Make every new connection of `storage` (an Optuna RDBStorage, opened once already) wait
+    out an unreachable server: retried with backoff for up to `wait_s` seconds (None:
+    AUTOTUNE_STORAGE_WAIT_S); and hold back stale-trial verdicts for a grace period after it."""
+    from sqlalchemy import event
+
+    outage = _Outage(url, wait_s_from_env() if wait_s is None else wait_s, say)
+
+    def do_connect(dialect, _record, cargs: Any, cparams: Any):
+        pause = FIRST_RETRY_S
+        while True:
+            try:
+                conn = dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError as exc:  # refused, timed out, starting up
+                left = outage.refused(exc)
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, MAX_RETRY_S)
+                continue
+            outage.answered()
+            return conn
+
+    event.listen(storage.engine, "do_connect", do_connect)
+    # A pooled connection that failed its pre-ping: the server restarted since it was opened.
+    event.listen(storage.engine.pool, "invalidate", lambda *_: outage.seen_gone())
+    _hold_back_stale_verdicts(storage, outage)
+    _quiet_threads()
+
+
+def _hold_back_stale_verdicts(storage, outage: _Outage) -> None:
+    """Optuna fails as stale (and re-queues) a RUNNING trial whose last heartbeat is older than
+    the grace period, asking `_get_stale_trial_ids` (its heartbeat interface); right after an
+    outage that is every trial, the other machines' live ones included."""
+    find_stale = storage._get_stale_trial_ids
+    grace_s = storage.grace_period or 2 * (storage.heartbeat_interval or 0)
+
+    def stale_trial_ids(study_id: int) -> list[int]:
+        stale = find_stale(study_id)  # asked first: its own connection may find the server gone
+        return [] if outage.gone_within(grace_s) else stale
+
+    storage._get_stale_trial_ids = stale_trial_ids
+
+
+def storage_lost_in(exc: BaseException | None) -> StorageLost | None:
+    """The StorageLost among `exc` and the errors it came from (Optuna raises its own errors on
+    top of a failed tell), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, StorageLost):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+_quieted = False
+
+
+def _quiet_threads() -> None:
+    """Optuna's heartbeat thread meets StorageLost too; the sweep says it once, so the thread
+    ends without printing its own traceback."""
+    global _quieted
+    if _quieted:
+        return
+    _quieted = True
+    before = threading.excepthook
+
+    def hook(args) -> None:
+        if storage_lost_in(args.exc_value) is None:
+            before(args)
+
+    threading.excepthook = hook
