@@ -23,7 +23,10 @@ from autotune.run.storage import open_storage
 from tests.fixtures.study_tools import cli_env, sweep_argv, write_spec
 from tests.pg import PASSWORD, PostgresServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres,
+              # Trials asked here outside Study.optimize, and Optuna's stale check, warn as such.
+              pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize",
+                                         "ignore::optuna.exceptions.ExperimentalWarning")]
 
 SECRETS = (PASSWORD, quote(PASSWORD, safe=""))
 
@@ -123,8 +126,6 @@ def test_a_server_gone_for_longer_than_the_wait_stops_the_sweep_with_one_message
     assert retried and retried[0].state is TrialState.COMPLETE, _states(storage, "gone")
 
 
-@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning",
-                            "ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_no_trial_is_taken_for_stale_in_the_grace_period_after_an_outage(server, monkeypatch):
     """A server away for longer than the heartbeat's grace leaves every RUNNING trial's last
     heartbeat old, the live ones of other machines included; a sweep back first would fail and
@@ -146,3 +147,54 @@ def test_no_trial_is_taken_for_stale_in_the_grace_period_after_an_outage(server,
     time.sleep(2.5)  # a whole grace period after the outage, and still no heartbeat
     optuna.storages.fail_stale_trials(study)
     assert study.trials[0].state is TrialState.FAIL
+
+
+def _kill_own_connection_once(server, engine, event_name: str) -> list[str]:
+    """Terminate (from the server side, as a restart does) the connection the engine is about to
+    use, once, at `event_name` ("before_cursor_execute": mid-call, before the commit; "commit":
+    at the commit itself). Returns the statements seen cut (one)."""
+    from sqlalchemy import event
+
+    cut: list[str] = []
+
+    def kill(conn, *args) -> None:
+        if cut:
+            return
+        cut.append(args[1] if event_name == "before_cursor_execute" else "COMMIT")
+        pid = conn.connection.dbapi_connection.get_backend_pid()
+        admin = server.connect()
+        with admin.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin.close()
+        time.sleep(0.2)  # the backend is gone before the statement is sent
+
+    event.listen(engine, event_name, kill)
+    return cut
+
+
+def test_a_query_the_server_cuts_before_its_commit_is_made_again(server):
+    """A restart mid-query (here: the server terminates the very connection a write is using,
+    before its commit): the server rolled that transaction back, so the call is made again, on a
+    new connection, and the write is there once."""
+    storage = open_storage(server.url)
+    study = optuna.create_study(study_name="cut", storage=storage)
+    trial = study.ask()
+    cut = _kill_own_connection_once(server, storage.engine, "before_cursor_execute")
+    storage.set_trial_user_attr(trial._trial_id, "seen", 1)
+    assert cut, "the connection was not cut"
+    assert storage.get_trial(trial._trial_id).user_attrs == {"seen": 1}
+
+
+def test_a_connection_cut_at_the_commit_stops_with_one_message(server):
+    """Cut at the commit itself, the write may or may not have been applied: not made again,
+    but one StorageLost that says so, the password hidden."""
+    from autotune.run.reconnect import StorageLost
+
+    storage = open_storage(server.url)
+    study = optuna.create_study(study_name="cut", storage=storage)
+    trial = study.ask()
+    cut = _kill_own_connection_once(server, storage.engine, "commit")
+    with pytest.raises(StorageLost, match="broke while a write was being committed") as lost:
+        storage.set_trial_user_attr(trial._trial_id, "seen", 1)
+    assert cut and not any(s in str(lost.value) for s in SECRETS)
+    assert "postgresql://autotune:***@127.0.0.1" in str(lost.value)

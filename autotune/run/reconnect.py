@@ -12,8 +12,9 @@ traceback (an Optuna `UnboundLocalError` on top), the measured trial left RUNNIN
 and measured again by a later sweep; the heartbeat thread died on its first failed write, so its
 trial looked dead to the other machines for the rest of the run. A connection that is refused
 never sent anything, so retrying it is always safe; the pool's pre-ping finds the connections the
-restart broke and opens new ones through here. (A query cut in its middle is not retried: it may
-have been committed.)
+restart broke and opens new ones through here. A storage call whose connection the server cut at
+a statement is made again whole (the server rolled back the uncommitted transaction); one cut at
+its commit stops the sweep (`StorageLost`), since the write may or may not have been applied.
 
 After an outage every machine's heartbeats are old at once, so for one grace period after this
 process last found the server gone (a refused connection, or a pooled one the restart broke) it
@@ -47,8 +48,13 @@ FIRST_RETRY_S = 0.5
 MAX_RETRY_S = 5.0
 
 
+# Times one storage call is made again after a query the server cut (each waits for the server).
+CUT_RETRIES = 3
+
+
 class StorageLost(RuntimeError):
-    """The study's storage stayed unreachable for the whole wait: the sweep cannot record."""
+    """The study's storage stayed unreachable for the whole wait, or broke while committing a
+    write (which may or may not have been applied): the sweep cannot go on recording."""
 
 
 def wait_s_from_env() -> float:
@@ -110,6 +116,13 @@ class _Outage:
                     "sets how long a sweep waits)")
             return left
 
+    def cut_at_commit(self, exc: BaseException) -> str:
+        return (f"the connection to the study's storage {redact_url(self.url)} broke while a write "
+                f"was being committed ({_reason(getattr(exc, 'orig', None) or exc, self.url)}): "
+                "whether it was recorded is unknown, so the sweep stopped. The trials recorded "
+                "before are kept; a trial that was running is queued again by the next sweep on "
+                "this host. To fix: run the same sweep again")
+
     def answered(self) -> None:
         with self.lock:
             if self.since is not None and not self.lost:
@@ -145,6 +158,7 @@ def wait_for_server(storage, url: str, wait_s: float | None = None,
             outage.answered()
             return conn
 
+    _retry_cut_queries(storage, outage)
     event.listen(storage.engine, "do_connect", do_connect)
     # A pooled connection that failed its pre-ping: the server restarted since it was opened.
     event.listen(storage.engine.pool, "invalidate", lambda *_: outage.seen_gone())
@@ -164,6 +178,49 @@ def _hold_back_stale_verdicts(storage, outage: _Outage) -> None:
         return [] if outage.gone_within(grace_s) else stale
 
     storage._get_stale_trial_ids = stale_trial_ids
+
+
+def _retry_cut_queries(storage, outage: _Outage) -> None:
+    """Make each storage call again when the server cut its connection at a statement (a restart
+    mid-query): the server rolls back a transaction whose connection died before its commit, so
+    the call is repeated whole, on a new connection (which waits for the server). A connection
+    cut at the commit itself leaves unknown whether the write was applied: StorageLost."""
+    import functools
+
+    def retrying(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            for attempt in range(CUT_RETRIES + 1):
+                try:
+                    return method(*args, **kwargs)
+                except Exception as exc:  # Optuna wraps SQLAlchemy's error in its own
+                    cut = _cut_connection(exc)
+                    if cut is None or attempt == CUT_RETRIES:
+                        raise
+                    outage.seen_gone()
+                    if cut.statement is None:  # the commit: applied or not, nobody can say
+                        raise StorageLost(outage.cut_at_commit(cut)) from None
+            raise AssertionError("unreachable")
+        return call
+
+    names = [n for n in dir(type(storage)) if not n.startswith("_") or n == "_get_stale_trial_ids"]
+    for name in names:
+        method = getattr(storage, name)
+        if callable(method) and not isinstance(method, type):
+            setattr(storage, name, retrying(method))
+
+
+def _cut_connection(exc: BaseException | None):
+    """The SQLAlchemy error behind `exc` that says the server cut the connection, or None."""
+    from sqlalchemy.exc import DBAPIError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def storage_lost_in(exc: BaseException | None) -> StorageLost | None:
