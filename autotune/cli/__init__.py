@@ -79,10 +79,7 @@ def main() -> None:
     except UserError as exc:
         if debug:
             raise
-        from rich.markup import escape
-
-        # Escaped: a message may hold brackets ("pip install 'autotune-llm[report]'").
-        console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        _say_error(exc)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:  # Ctrl-C outside a trial (opening the study, printing)
         console(stderr=True).print("interrupted")
@@ -93,8 +90,13 @@ def main() -> None:
         lost = storage_lost_in(exc)
         if lost is None or debug:
             raise
-        from rich.markup import escape
-
-        # Not the user's input: the server went away (autotune.run.reconnect); exit 1.
-        console(stderr=True).print(f"[red]error:[/] {escape(str(lost))}", soft_wrap=True)
+        _say_error(lost)  # not the user's input: the server went away (autotune.run.reconnect)
         sys.exit(1)
+
+
+def _say_error(exc: Exception) -> None:
+    """One line on stderr, no traceback. Escaped: a message may hold brackets
+    ("pip install 'autotune-llm[report]'")."""
+    from rich.markup import escape
+
+    console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)

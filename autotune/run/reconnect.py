@@ -37,7 +37,7 @@ import time
 from typing import Any, Callable
 
 from autotune.errors import UserError
-from autotune.run.redact import redact_text, redact_url
+from autotune.run.redact import driver_reason, redact_url
 
 WAIT_ENV = "AUTOTUNE_STORAGE_WAIT_S"
 DEFAULT_WAIT_S = 600.0
@@ -102,7 +102,7 @@ class _Outage:
         with self.lock:
             now = self.last_seen_gone = time.monotonic()
             if self.since is None:
-                self.since, self.reason = now, _reason(exc, self.url)
+                self.since, self.reason = now, driver_reason(exc, self.url, 300)
                 self.say(f"the study's storage {redact_url(self.url)} is unreachable ({self.reason}); "
                          f"waiting up to {self.wait_s:g} s for it ({WAIT_ENV})")
             left = self.since + self.wait_s - now
@@ -118,7 +118,7 @@ class _Outage:
 
     def cut_at_commit(self, exc: BaseException) -> str:
         return (f"the connection to the study's storage {redact_url(self.url)} broke while a write "
-                f"was being committed ({_reason(getattr(exc, 'orig', None) or exc, self.url)}): "
+                f"was being committed ({driver_reason(exc, self.url, 300)}): "
                 "whether it was recorded is unknown, so the sweep stopped. The trials recorded "
                 "before are kept; a trial that was running is queued again by the next sweep on "
                 "this host. To fix: run the same sweep again")
@@ -129,11 +129,6 @@ class _Outage:
                 self.say(f"the study's storage is back after {time.monotonic() - self.since:.0f} s; "
                          "going on")
                 self.since = None
-
-
-def _reason(exc: BaseException, url: str) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return redact_text(f"{type(exc).__name__}: {' '.join(lines[:2])}", url)[:300]
 
 
 def wait_for_server(storage, url: str, wait_s: float | None = None,
@@ -214,21 +209,22 @@ def _cut_connection(exc: BaseException | None):
     """The SQLAlchemy error behind `exc` that says the server cut the connection, or None."""
     from sqlalchemy.exc import DBAPIError
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+    return first_in_chain(exc, lambda e: isinstance(e, DBAPIError) and e.connection_invalidated)
 
 
 def storage_lost_in(exc: BaseException | None) -> StorageLost | None:
     """The StorageLost among `exc` and the errors it came from (Optuna raises its own errors on
     top of a failed tell), or None."""
+    lost = first_in_chain(exc, lambda e: isinstance(e, StorageLost))
+    return lost if isinstance(lost, StorageLost) else None
+
+
+def first_in_chain(exc: BaseException | None, match: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first of `exc` and the errors it was raised from or during (`__cause__`, else
+    `__context__`) that `match`es, or None."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, StorageLost):
+        if match(exc):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

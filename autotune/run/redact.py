@@ -2,6 +2,7 @@
 
     redact_url("postgresql://admin@corp:PW@db/a")    # postgresql://admin%40corp:***@db/a
     redact_text(driver_error_message, url)           # the URL's secret scrubbed from free text
+    driver_reason(exc, url)                          # a driver's error in one line, scrubbed
 """
 
 from __future__ import annotations
@@ -143,3 +144,13 @@ def redact_text(text: str, url: str | None = None) -> str:
 # ---------------------------------------------------------------------------------------
 # Opening a storage
 # ---------------------------------------------------------------------------------------
+
+
+def driver_reason(exc: BaseException, url: str, limit: int = 400) -> str:
+    """A database driver's own reason for `exc` (the innermost error SQLAlchemy wrapped), as
+    "Type: text" on one line, the URL's secrets removed. psycopg2 puts "connection to server at
+    ... failed:" on its first line and the reason on the next, so two lines are kept."""
+    inner = getattr(exc, "orig", None) or exc.__cause__ or exc
+    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()]
+    text = " ".join(lines[:2]) if lines else type(inner).__name__
+    return redact_text(f"{type(inner).__name__}: {text}", url)[:limit]

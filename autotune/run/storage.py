@@ -39,8 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autotune.errors import UserError
 from autotune.record import TrialRecord
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
-from autotune.run.reconnect import wait_for_server, wait_s_from_env
-from autotune.run.redact import parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
+from autotune.run.reconnect import first_in_chain, wait_for_server, wait_s_from_env
+from autotune.run.redact import driver_reason, parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Seconds a driver may take to open a connection: an unreachable server fails fast.
@@ -208,7 +208,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
             raise UserError(f"storage {redact_url(given)}: the Python driver '{missing}' for "
                             f"{_RDB_KINDS.get(kind, kind)} is not installed",
                             fix=_DRIVER_FIX.get(missing, f"pip install {missing}")) from None
-        raise UserError(f"cannot open storage {redact_url(given)}: {_first_line(exc, given)}",
+        raise UserError(f"cannot open storage {redact_url(given)}: {driver_reason(exc, given)}",
                         fix="check the URL, that the server is running and reachable, and the "
                             "credentials") from None
 
@@ -313,14 +313,10 @@ def _with_installed_driver(url: str) -> str:
 
 
 def _missing_module(exc: BaseException) -> str | None:
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, ModuleNotFoundError):
-            return (e.name or "").split(".")[0] or None
-        e = e.__cause__ or e.__context__
-    return None
+    missing = first_in_chain(exc, lambda e: isinstance(e, ModuleNotFoundError))
+    if not isinstance(missing, ModuleNotFoundError):
+        return None
+    return (missing.name or "").split(".")[0] or None
 
 
 def retry_callback(hb: HeartbeatSettings | None = None):
@@ -341,15 +337,6 @@ def retry_callback(hb: HeartbeatSettings | None = None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return _Retry(max_retry=hb.max_retry)
-
-
-def _first_line(exc: BaseException, url: str) -> str:
-    """The driver's own reason (the innermost error), one line, secrets removed."""
-    inner = getattr(exc, "orig", None) or exc.__cause__ or exc
-    lines = [ln.strip() for ln in str(inner).splitlines() if ln.strip()]
-    # psycopg2 puts "connection to server at ... failed:" first and the reason after it.
-    text = " ".join(lines[:2]) if lines else type(inner).__name__
-    return redact_text(f"{type(inner).__name__}: {text}", url)[:400]
 
 
 def user_study_names(storage) -> list[str]:

@@ -178,9 +178,11 @@ def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
     if mode == "full" and hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return []
-    switch = hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable")
+    if hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable"):
+        why, allowed = "its checkpointing switch (transformers') turns on full only", ["none", "full"]
+    else:
+        why, allowed = "it has no gradient_checkpointing_enable", ["none"]
     raise UnsupportedConfig(f"checkpointing '{mode}' cannot be applied to the entry point's "
-                            f"{type(model).__name__}: it has no gradient_checkpointing_enable "
-                            "(full only). To fix: checkpoint inside your model, and set "
-                            "checkpointing none",
-                            workload_allows={"checkpointing": ["none", "full"] if switch else ["none"]})
+                            f"{type(model).__name__}: {why}. To fix: checkpoint inside your model, "
+                            f"and set checkpointing {' or '.join(allowed)}",
+                            workload_allows={"checkpointing": allowed})
