@@ -135,6 +135,7 @@ class TrialRecord(BaseModel):
     local_move_from: int | None = None  # enqueued as a neighbour of this trial
     fit_probe: bool | None = None  # enqueued to learn what fits: launched whatever the prescreen says
     reused_from: int | None = None  # measured nothing: copied this trial's measurement
+    recovered_from: int | None = None  # not launched: recorded what lost trial N's run measured
     held_back_by: int | None = None  # not launched: trial N found its setting unsupported by the workload
     repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured first
     race_block: str | None = None  # measured back to back with the other trials of this block
@@ -166,8 +167,8 @@ class TrialRecord(BaseModel):
 
     OWN: ClassVar[frozenset[str]] = frozenset({
         "config", "config_key", "hardware", "machine", "controller", "launch", "claim",
-        "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "held_back_by", "repeat_of",
-        "race_block",
+        "retry_of", "baseline", "local_move_from", "fit_probe", "reused_from", "recovered_from",
+        "held_back_by", "repeat_of", "race_block",
         "search_gpu_hours", "search_usd", "leftovers_killed", "slot"})
     # What a re-queued retry of a stale trial keeps (Optuna copies all attributes otherwise).
     KEPT_ON_RETRY: ClassVar[frozenset[str]] = frozenset({"baseline", "repeat_of", "race_block", "fit_probe"})

@@ -115,8 +115,8 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         params=dict(t.params),
         config={k: (cfg or queued).get(k) for k in CONFIG_COLUMNS} | (
             {"global_batch_samples": _global_batch(cfg or queued)} if cfg or queued else {}),
-        # Failed by a later sweep for its dead controller (recover_dead_trials): no status of its own.
-        status=rec.status or ("lost" if rec.leftovers_killed is not None else None),
+        # Failed for its dead controller (recover_dead_trials), even after its run measured: lost.
+        status="lost" if rec.leftovers_killed is not None and t.state.name == "FAIL" else rec.status,
         error=rec.error,
         tokens_per_s=rec.tokens_per_s,
         peak_mem_bytes=rec.peak_mem_bytes,
@@ -141,6 +141,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         search_gpu_hours=rec.search_gpu_hours,
         search_usd=rec.search_usd,
         reused_from=rec.reused_from,
+        recovered_from=rec.recovered_from,
         held_back_by=rec.held_back_by,
         local_move_from=rec.local_move_from,
         repeat_of=rec.repeat_of,

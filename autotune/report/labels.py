@@ -46,7 +46,8 @@ def zero_summary(cfg: dict[str, Any]) -> str:
 def origin_note(row: dict[str, Any]) -> str:
     """' (re-measures #N)' for a deliberate re-measurement of trial N's config, ' (reused #N)'
     for a trial that took trial N's figures, ' (not launched: as #N)' for one held back because
-    trial N found its setting unsupported by the workload, ' (retries #N)' for one that measures again the
+    trial N found its setting unsupported by the workload, ' (recorded from #N's folder)' for one that
+    recorded what lost trial N's run had measured, ' (retries #N)' for one that measures again the
     config of trial N, cut short or lost, else "" (a report's trial row)."""
     if row.get("repeat_of") is not None:
         return f" (re-measures #{row['repeat_of']})"
@@ -54,6 +55,8 @@ def origin_note(row: dict[str, Any]) -> str:
         return f" (reused #{row['reused_from']})"
     if row.get("held_back_by") is not None:
         return f" (not launched: as #{row['held_back_by']})"
+    if row.get("recovered_from") is not None:
+        return f" (recorded from #{row['recovered_from']}'s folder)"
     if row.get("retry_of") is not None:
         return f" (retries #{row['retry_of']})"
     return ""
@@ -86,6 +89,8 @@ def outcome_line(o, width: int) -> str:
     # A re-measurement says whose config it measures again: the same config twice in the
     # progress is the race between rivals within noise, not a search going round in circles.
     again = f"re-measures #{o.repeat_of}: " if o.repeat_of is not None else ""
+    if o.recovered_from is not None:  # measured by a run its controller lost: recorded, not launched
+        again = f"{again}from #{o.recovered_from}'s folder: "
     if o.reused_from is not None:
         keep, prose = f"  trial {o.number:>3}  reused #{o.reused_from}: {r.status.value}{money}  ", cfg
     elif r.ok:

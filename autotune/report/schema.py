@@ -33,8 +33,9 @@ class TrialRow(_M):
     params: dict[str, Any] = Field(description="Optuna parameters as suggested")
     config: dict[str, Any] = Field(description="the TrialConfig fields that define the config")
     status: str | None = Field(description="how the trial ended: ok, oom, timeout, crash, nan, "
-                                           "unsupported, lost (its sweep died during it; a later "
-                                           "sweep failed it), or why it was never launched")
+                                           "unsupported, lost (its sweep died during it, or before "
+                                           "recording it; a later sweep failed it), or why it "
+                                           "was never launched")
     error: str | None
     tokens_per_s: float | None = Field(description="measured, all ranks together")
     peak_mem_bytes: int | None = Field(description="measured peak per rank (max over ranks)")
@@ -62,6 +63,9 @@ class TrialRow(_M):
     search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")
     reused_from: int | None = Field(default=None, description="the trial whose measurement of the "
                                     "same config on the same hardware this one reused (no run)")
+    recovered_from: int | None = Field(default=None, description="not launched: the lost trial "
+                                       "(its controller gone before recording it) whose run's "
+                                       "result this one recorded from its folder")
     held_back_by: int | None = Field(default=None, description="not launched: that trial found a "
                                      "setting of this config unsupported by the workload itself "
                                      "(e.g. TP for a model with no TP plan)")

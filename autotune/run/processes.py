@@ -14,13 +14,17 @@ by the storage's heartbeat (autotune/run/storage.py).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable
 
+from autotune.contract import TrialConfig, TrialResult, TrialStatus
 from autotune.contract.process import process_alive, start_ticks
-from autotune.record import ControllerRef, TrialRecord
+from autotune.contract.trial_files import TrialFiles
+from autotune.record import ControllerRef, LaunchRef, TrialRecord
 from autotune.run.process_group import group_alive
 from autotune.run.slurm import SlurmJobRef, job_ended
 
@@ -122,8 +126,10 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
                 note(f"trial {t.number}: killed {killed} leftover process(es)")
             continue
         job = f" (Slurm job {ctl.slurm_job_id})" if ctl.slurm_job_id else ""
-        why = (f"controller pid {ctl.pid} on {ctl.host}{job} died during the trial; a later sweep "
-               f"failed it and killed {killed} leftover process(es)")
+        how = ("ended before recording the trial, whose run had measured (its retry records the "
+               "result from the trial's folder)" if result_left_by(rec) else "died during the trial")
+        why = (f"controller pid {ctl.pid} on {ctl.host}{job} {how}; a later sweep failed it and "
+               f"killed {killed} leftover process(es)")
         try:  # two workers starting at once both find the dead trial: the first one fails it
             TrialRecord.write_stored(storage, t._trial_id, error=why, leftovers_killed=killed)
             if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
@@ -135,6 +141,36 @@ def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> lis
             note(f"trial {t.number}: {why}; re-queued")
         retry_callback()(study, copy.deepcopy(storage.get_trial(t._trial_id)))
     return failed
+
+
+def result_left_by(rec: TrialRecord) -> TrialResult | None:
+    """The successful result that a lost trial's run left in its folder, or None (nothing
+    there, a failure, or a folder another run has written since). The folder must prove to be
+    that run's: its config.json is the config the trial stored, and its launch.json names the
+    trial's controller and launcher. Rank 0 writes its result atomically once its steps are
+    measured, so a result there is whole. Where the controller died before timing the trial,
+    `wall_s` is read from the folder (launch.json written at the launch, result.json at its
+    end) and a note says so."""
+    if rec.trial_dir is None or rec.launch is None or rec.controller is None or rec.config is None:
+        return None
+    files = TrialFiles(Path(rec.trial_dir))
+    try:
+        launch = json.loads(files.launch.read_text())
+        group = {k: launch.get(k) for k in ("pgid", "start_ticks")} if isinstance(launch, dict) else {}
+        same_run = (bool(group) and LaunchRef.model_validate(group) == rec.launch
+                    and ControllerRef.model_validate(launch.get("controller")) == rec.controller
+                    and TrialConfig.read(files.config) == rec.trial_config())
+        result = TrialResult.read(files.result) if same_run else None
+        launched_at, ended_at = files.launch.stat().st_mtime, files.result.stat().st_mtime
+    except (OSError, ValueError):  # a missing or unreadable file: nothing to take
+        return None
+    if result is None or result.status is not TrialStatus.ok:
+        return None
+    if result.wall_s is None:
+        result.wall_s = max(ended_at - launched_at, 0.0)
+        result.notes.append("wall_s read from the trial folder's file times (launch.json to "
+                            "result.json): its controller died before timing the trial")
+    return result
 
 
 def owner_attrs() -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from autotune.contract import Launcher, TrialConfig, TrialResult, TrialStatus, default_launcher, write_json_atomic
 from autotune.contract.trial_files import TrialFiles
 from autotune.record import KNOWN_UNSUPPORTED, LaunchRef, TrialRecord
-from autotune.run.processes import controller_record, start_ticks
+from autotune.run.processes import controller_record, result_left_by, start_ticks
 from autotune.run.runner import TrialRunner, as_runner
 from autotune.search.calibration import MemoryGuard, Verdict
 from autotune.search.interrupt import Terminated, terminated_reason
@@ -54,6 +54,7 @@ class TrialOutcome:
     offer: str | None
     reused_from: int | None = None
     repeat_of: int | None = None  # a deliberate re-measurement of the config trial N measured
+    recovered_from: int | None = None  # not launched: what lost trial N's run measured
     launched: bool = True  # False: reused, or held back (memory prescreen, a known unsupported setting)
 
 
@@ -299,7 +300,40 @@ class Objective:
         raise optuna.TrialPruned(f"reused trial {src.number}: {TrialRecord.of(src).status}")
 
     def run(self, trial: "optuna.Trial", cfg: TrialConfig, verdict: Verdict) -> TrialResult:
-        """Launch the trial and wait for its result; record what it measured and cost."""
+        """Launch the trial and wait for its result (or take the result a lost run of this config
+        left: `left_by_lost_run`); record what it measured and cost."""
+        result = self.left_by_lost_run(trial, cfg) or self.launch(trial, cfg)
+        result = self.guard.after_trial(trial, cfg, verdict, result)  # calibration; emulated limit
+        TrialRecord.write(trial, **measured_record(result))
+        gpu_hours = (result.wall_s or 0.0) / 3600.0 * cfg.world_size
+        price = rank_hour_price_usd(self.spec, cfg, self.ctx.catalog)
+        TrialRecord.write(trial, search_gpu_hours=gpu_hours,
+                          search_usd=None if price is None else gpu_hours * price)
+        return result
+
+    def left_by_lost_run(self, trial: "optuna.Trial", cfg: TrialConfig) -> TrialResult | None:
+        """A retry of a lost trial whose run had measured before its controller was lost (killed
+        after the launcher finished, or stopped by a lost storage before recording it) records
+        that run's result from its folder (autotune.run.processes.result_left_by) instead of
+        measuring again: the trial names it (`recovered_from`) and its folder. The latest lost
+        trial of the retry chain first (a retry lost before its launch left nothing)."""
+        history = _frozen(trial).system_attrs.get("retry_history") or []
+        if not history:
+            return None
+        by_number = {t.number: t for t in trial.study.get_trials(deepcopy=False)}
+        key = config_key(cfg, self.ctx.hardware.key())
+        for number in reversed(history):
+            rec = TrialRecord.of(by_number[number]) if number in by_number else None
+            if rec is None or rec.config_key != key:
+                continue
+            result = result_left_by(rec)
+            if result is not None:
+                TrialRecord.write(trial, recovered_from=number, trial_dir=rec.trial_dir)
+                return result
+        return None
+
+    def launch(self, trial: "optuna.Trial", cfg: TrialConfig) -> TrialResult:
+        """Launch the trial and wait for its result."""
         trial_dir = self.trial_dir(trial)
 
         def on_start(pid: int) -> None:
@@ -318,12 +352,6 @@ class Objective:
             TrialRecord.write(trial, status="interrupted", error=f"{why}; its processes were killed")
             set_constraints(trial, self.spec, feasible=False)
             raise
-        result = self.guard.after_trial(trial, cfg, verdict, result)  # calibration; emulated limit
-        TrialRecord.write(trial, **measured_record(result))
-        gpu_hours = (result.wall_s or 0.0) / 3600.0 * cfg.world_size
-        price = rank_hour_price_usd(self.spec, cfg, self.ctx.catalog)
-        TrialRecord.write(trial, search_gpu_hours=gpu_hours,
-                          search_usd=None if price is None else gpu_hours * price)
         return result
 
     def score(self, trial: "optuna.Trial", cfg: TrialConfig, result: TrialResult) -> tuple[float, float]:
@@ -339,7 +367,8 @@ class Objective:
             TrialRecord.write(trial, score=score)
         self.report(TrialOutcome(trial.number, cfg, result, score.hours if score else None,
                                    score.usd if score else None, score.offer if score else None,
-                                   repeat_of=trial.user_attrs.get("repeat_of")))
+                                   repeat_of=trial.user_attrs.get("repeat_of"),
+                                   recovered_from=trial.user_attrs.get("recovered_from")))
         if result.status is TrialStatus.crash:
             set_constraints(trial, self.spec, feasible=False)
             raise TrialCrashed(f"trial {trial.number} crashed: {result.error_type}: {result.error}")

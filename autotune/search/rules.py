@@ -62,7 +62,9 @@ class SweepState:
         self.proposals += 1
         self.launched = rec.launched
         if rec.launched:
-            self.trials_run += 1
+            # --trials counts this invocation's launches: a lost run's result recorded now
+            # (TrialRecord.recovered_from) was launched by the sweep that lost it.
+            self.trials_run += rec.recovered_from is None
             self.trials_ok += rec.status == "ok"
             self.idle = 0
         else:
