@@ -198,3 +198,48 @@ def test_a_connection_cut_at_the_commit_stops_with_one_message(server):
         storage.set_trial_user_attr(trial._trial_id, "seen", 1)
     assert cut and not any(s in str(lost.value) for s in SECRETS)
     assert "postgresql://autotune:***@127.0.0.1" in str(lost.value)
+
+
+def test_a_trial_measured_before_the_storage_was_lost_is_recorded_by_the_next_sweep(tmp_path, server):
+    """The server goes down right after trial 1's run measured (from on_trial, before Optuna
+    records the trial) and stays down past a 2 s wait: the sweep stops with StorageLost, trial 1
+    left RUNNING. With the server back, the next sweep fails trial 1 and its retry records the
+    run's result from trial 1's folder instead of measuring the config again."""
+    import sys
+
+    from autotune.contract import TrialResult
+
+    spec, runs = write_spec(tmp_path, "lost", [1, 2, 4]), tmp_path / "runs"
+    pidfile = server.root / "data" / "postmaster.pid"
+    script = ("import os, signal, sys, time, autotune\n"
+              "from autotune.run.reconnect import StorageLost\n"
+              "def down(o):\n"
+              "    if o.number != 1: return\n"
+              "    pidfile = sys.argv[4]\n"
+              "    os.kill(int(open(pidfile).read().split()[0]), signal.SIGINT)\n"
+              "    while os.path.exists(pidfile): time.sleep(0.05)\n"
+              "try:\n"
+              "    autotune.sweep(sys.argv[1], trials=3, storage=sys.argv[2], runs_dir=sys.argv[3], on_trial=down)\n"
+              "except StorageLost as exc:\n"
+              "    sys.exit(f'lost: {exc}')\n")
+    env = cli_env(AUTOTUNE_STORAGE_WAIT_S="2")
+    first = subprocess.run([sys.executable, "-c", script, str(spec), server.url, str(runs), str(pidfile)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 1 and "lost: " in first.stderr, first.stdout + first.stderr
+    server.proc.wait(timeout=30)
+    server.resume()
+    storage = open_storage(server.url)
+    assert _states(storage, "lost")[1][1] == "RUNNING"
+    measured = TrialResult.read(runs / "lost" / "trial_0001" / "result.json")
+
+    again = subprocess.run(sweep_argv(spec, server.url, 1, runs), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "whose run had measured" in again.stdout, again.stdout
+    trials = optuna.load_study(study_name="lost", storage=storage).trials
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
+    rec = TrialRecord.of(retry)
+    assert retry.state is TrialState.COMPLETE and rec.recovered_from == 1
+    assert rec.tokens_per_s == measured.tokens_per_s
+    assert not (runs / "lost" / f"trial_{retry.number:04d}").exists()
+    assert not any(s in first.stdout + first.stderr + again.stdout + again.stderr for s in SECRETS)
