@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from autotune.api.side_by_side import check_storage, shares
+from autotune.api.side_by_side import SideBySideSummary, check_storage, shares
 from autotune.contract import DeviceKind
 from autotune.errors import UserError
 from autotune.run.slots import CUDA_ENV, Slot, pack_slots, slot_env, visible_devices
@@ -72,3 +72,14 @@ def test_the_budget_is_shared_between_workers_and_sqlite_is_refused_for_several(
     assert "journal:///" in exc.value.fix
     check_storage("sqlite:///autotune.db", 1)  # one worker: SQLite is fine
     check_storage("journal:///tmp/x.log", 2)
+
+
+def test_workers_that_stop_for_one_reason_say_it_once():
+    """Found running a side-by-side sweep again over a 4-config space: 'stopped:' repeated
+    'every config this machine can run has been tried' three times (two workers and the alone
+    phase's)."""
+    tried = "every config this machine can run has been tried (4 configs)"
+    summary = SideBySideSummary([], workers=[{"stop_reason": tried}, {"stop_reason": tried}, {}],
+                                alone=[{"stop_reason": tried}, {"stop_reason": "budget spent"}])
+    assert summary.stop_reason == f"{tried}; budget spent"
+    assert SideBySideSummary([], workers=[{}, {"stop_reason": None}]).stop_reason is None

@@ -71,8 +71,9 @@ class SideBySideSummary:
             return OUTPUT_CLOSED_REASON
         if self.interrupted:
             return "interrupted (Ctrl-C)"
-        reasons = [w.get("stop_reason") for w in self.workers + self.alone]
-        return "; ".join(r for r in reasons if r) or None
+        # Each worker says why it stopped; several often stop for one reason, said once.
+        reasons = dict.fromkeys(r for w in self.workers + self.alone if (r := w.get("stop_reason")))
+        return "; ".join(reasons) or None
 
 
 def check_storage(url: str, count: int) -> None:
