@@ -208,8 +208,11 @@ class TrialRecord(BaseModel):
 
     @property
     def launched(self) -> bool:
-        """The trial ran its own measurement: not reused from another, not held back."""
-        return self.status not in (None, "prescreened") and self.reused_from is None and self.held_back_by is None
+        """The trial ran its own measurement: not reused from another, not held back, not lost
+        (failed by a later sweep for its dead controller, `leftovers_killed`: a run of it that
+        measured is its retry's, `recovered_from`)."""
+        return (self.status not in (None, "prescreened") and self.reused_from is None
+                and self.held_back_by is None and self.leftovers_killed is None)
 
     def on(self, hw: HardwareFingerprint) -> bool:
         """Measured on this hardware (`HardwareFingerprint.key`). A record written before the

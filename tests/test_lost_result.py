@@ -47,6 +47,7 @@ def test_a_run_measured_before_its_controller_died_is_recorded_not_measured_agai
     assert "ended before recording the trial, whose run had measured" in again.stdout, again.stdout
     trials = optuna.load_study(study_name="lost", storage=url).trials
     assert trials[1].state is TrialState.FAIL
+    assert not TrialRecord.of(trials[1]).launched  # its run is the retry's: counted once
     (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
     rec = TrialRecord.of(retry)
     assert retry.state is TrialState.COMPLETE and rec.recovered_from == 1 and rec.status == "ok"

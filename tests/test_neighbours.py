@@ -76,3 +76,12 @@ def test_the_report_notes_an_interference_beyond_the_tolerance_and_not_within():
     same = [_trial(0, 0, 10, tps=99.0), _trial(1, 0, 10, key="b"), _trial(2, 20, 30, tps=100.0)]
     assert interference_note(interference(same, neighbours(same))) is None
     assert interference_note([]) is None
+
+
+def test_a_run_recorded_from_a_lost_trials_folder_ran_when_the_lost_trial_did():
+    """Trial 3 recorded lost trial 1's run (autotune.search.objective.left_by_lost_run) long after
+    it ran: its run overlapped trial 0 (trial 1's start plus the run's 8 s), not trial 2, which
+    ran as trial 3 was recorded. The lost trial itself is no one's neighbour: its run is 3's."""
+    lost = _trial(1, 2, 60, leftovers_killed=0)  # failed by the sweep that found its controller dead
+    trials = [_trial(0, 0, 10), lost, _trial(2, 100, 110), _trial(3, 105, 106, recovered_from=1, wall_s=8.0)]
+    assert neighbours(trials) == {0: [3], 2: [], 3: [0]}

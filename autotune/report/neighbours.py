@@ -5,7 +5,9 @@
     beside_text(doc_row), interference_lines(doc)   # as the terminal and HTML reports show them
 
 Two launched trials are neighbours when they ran on the same host (the slot's host, else the
-controller's) and their runs overlapped (Optuna's start and completion times of the trial).
+controller's) and their runs overlapped (Optuna's start and completion times of the trial; for
+one that recorded a lost trial's run from its folder, the lost trial's start and the run's wall
+time).
 A trial that reused a measurement, or that the prescreen held back, ran nothing: it has no
 neighbours and is no one's. Trials side by side on disjoint slots still share the host's
 memory bandwidth, caches, PCIe and power; the interference says how much that cost.
@@ -32,7 +34,11 @@ def _host(rec: TrialRecord) -> str | None:
     return rec.controller.host if rec.controller is not None else None
 
 
-def _interval(t: Any) -> tuple[float, float] | None:
+def _interval(t: Any, lost: Any = None, wall_s: float | None = None) -> tuple[float, float] | None:
+    """When the trial's run ran: Optuna's start and completion times; for a trial that recorded
+    a lost trial's run (`lost`), that trial's start and the run's `wall_s`."""
+    if lost is not None and wall_s is not None and lost.datetime_start is not None:
+        return lost.datetime_start.timestamp(), lost.datetime_start.timestamp() + wall_s
     start = getattr(t, "datetime_start", None)
     if start is None:
         return None
@@ -42,10 +48,11 @@ def _interval(t: Any) -> tuple[float, float] | None:
 
 def neighbours(frozen) -> dict[int, list[int]]:
     """For every launched trial, the launched trials on its host whose runs overlapped it."""
+    by_number = {t.number: t for t in frozen}
     runs = []
     for t in frozen:
         rec = TrialRecord.of(t)
-        span = _interval(t)
+        span = _interval(t, by_number.get(rec.recovered_from), rec.wall_s)
         host = _host(rec)
         if rec.launched and span is not None and host is not None:
             runs.append((t.number, host, span))
