@@ -25,7 +25,8 @@ is really gone.
 Opening a storage is not retried: a wrong host or port fails at once, as a user error. After the
 wait the sweep stops with `StorageLost`, one message naming the storage (password hidden), how
 long it was unreachable and the driver's reason; the trials recorded before are kept, and the
-running one, left RUNNING, is failed and queued again by the next sweep on this host.
+running one, left RUNNING, is failed by the next sweep on this host, which records its result
+from its folder where its run had measured, and queues it again otherwise.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ MAX_RETRY_S = 5.0
 
 # Times one storage call is made again after a query the server cut (each waits for the server).
 CUT_RETRIES = 3
+# What becomes of the sweep's trials when it stops for its storage (autotune.run.processes).
+AFTER_LOSS = ("The trials recorded before are kept. The next sweep on this host records a trial "
+              "whose run had measured from its folder, and queues any other running trial again.")
 
 
 class StorageLost(RuntimeError):
@@ -110,18 +114,15 @@ class _Outage:
                 self.lost = True
                 raise StorageLost(
                     f"lost the study's storage {redact_url(self.url)}: unreachable for "
-                    f"{now - self.since:.0f} s ({self.reason}). The trials recorded before are "
-                    "kept; a trial that was running is queued again by the next sweep on this "
-                    f"host. To fix: bring the server back, then run the same sweep again ({WAIT_ENV} "
-                    "sets how long a sweep waits)")
+                    f"{now - self.since:.0f} s ({self.reason}). {AFTER_LOSS} To fix: bring the "
+                    f"server back, then run the same sweep again ({WAIT_ENV} sets how long a sweep waits)")
             return left
 
     def cut_at_commit(self, exc: BaseException) -> str:
         return (f"the connection to the study's storage {redact_url(self.url)} broke while a write "
                 f"was being committed ({driver_reason(exc, self.url, 300)}): "
-                "whether it was recorded is unknown, so the sweep stopped. The trials recorded "
-                "before are kept; a trial that was running is queued again by the next sweep on "
-                "this host. To fix: run the same sweep again")
+                f"whether it was recorded is unknown, so the sweep stopped. {AFTER_LOSS} To fix: "
+                "run the same sweep again")
 
     def answered(self) -> None:
         with self.lock:
