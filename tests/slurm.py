@@ -54,6 +54,7 @@ class SlurmCluster:
         self.cpus = cpus
         self.conf = self.root / "slurm.conf"
         self.procs: list[subprocess.Popen] = []
+        self.munged: subprocess.Popen | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,9 +68,19 @@ class SlurmCluster:
         key.write_bytes(os.urandom(128))
         key.chmod(0o400)
         sock = munge / "munge.socket"
-        subprocess.run([_sbin("munged"), "--force", f"--key-file={key}", f"--socket={sock}",
-                        f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
-                        f"--seed-file={munge / 'munged.seed'}"], check=True, capture_output=True)
+        # In the foreground, as this process's child, so that stop() can wait for it: a forked
+        # munged writes its seed file as it exits, after the folder was removed, and left
+        # /tmp/autotune-slurm-*/munge/munged.seed behind after every Slurm test.
+        self.munged = subprocess.Popen(
+            [_sbin("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={sock}",
+             f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
+             f"--seed-file={munge / 'munged.seed'}"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if self.munged.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"munged did not start: {self.logs()}")
+            time.sleep(0.1)
         for d in ("state", "spool"):
             (self.root / d).mkdir()
         self.conf.write_text(self._conf(sock))
@@ -128,7 +139,7 @@ class SlurmCluster:
             time.sleep(0.5)
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.root.glob("*.log"))
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted(self.root.rglob("*.log"))
                          if p.is_file())
 
     def cancel_all(self, timeout_s: float = 60) -> None:
@@ -155,12 +166,13 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        pid = self.root / "munge" / "munged.pid"
-        if pid.is_file():
+        if self.munged is not None:  # last: the daemons above authenticate through it
+            self.munged.terminate()
             try:
-                os.kill(int(pid.read_text().strip()), 15)
-            except (ProcessLookupError, ValueError):
-                pass
+                self.munged.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.munged.kill()
+                self.munged.wait()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "SlurmCluster":
