@@ -151,6 +151,9 @@ class TrialRecord(BaseModel):
     tokens_per_s: float | None = None
     peak_mem_bytes: int | None = None
     peak_mem_source: str | None = None
+    # CPU ranks: the most any rank's process held before the model was built (Python, torch,
+    # the engine's libraries, the process group): no config of this runtime peaks below it.
+    mem_before_build_bytes: int | None = None
     step_time_median_s: float | None = None
     mfu: float | None = None
     hfu: float | None = None  # hardware FLOPs utilisation (recomputation counted)

@@ -100,8 +100,39 @@ def test_nothing_fits_ends_with_no_pick_and_names_the_closest_config(tmp_path):
     assert doc.cheapest is None
     (note,) = [n for n in doc.notes if n.startswith("no config fits the memory limit")]
     # The smallest config came closest; what would make it fit names savers it lacks.
-    assert "micro_batch_size=1," in note and "exceeds" not in note
+    assert "(1x mb1 ga1 fp32 ckpt:" in note and "exceeds" not in note
     assert "ZeRO-3 or FSDP2" in note and "more GPUs" in note
+    # Micro-batch 1 with full checkpointing was measured over the limit as well (on this
+    # pretend machine checkpointing saves next to nothing at micro-batch 1): named, not advised.
+    assert "checkpointing: [full]" not in note and "Tried, and over the limit too: full activation" in note
+    # This pretend machine's runtime (350 MiB) is below the limit: no word of it.
+    assert "No config can fit" not in note
+
+
+def test_a_limit_below_the_runtime_itself_says_no_config_can_fit(tmp_path):
+    """Each rank held 350 MiB before its model was built (CPU: host RSS, as trials/worker.py
+    measures it): under a 300 MiB limit the savers cannot help, and the note says so."""
+    spec = _spec(tmp_path, 300 * MB)
+    launched: list = []
+    runner = _runner(spec, launched)
+
+    def run(cfg, trial_dir, on_start=None) -> TrialResult:
+        result = runner(cfg, trial_dir, on_start)
+        result.memory.host_rss_baseline_bytes = [350 * MB]
+        return result
+
+    from autotune.report.build import build_report
+    from autotune.search.study import DIRECTIONS
+    from autotune.search.sweep import run_sweep
+
+    study = optuna.create_study(directions=DIRECTIONS, sampler=optuna.samplers.TPESampler(seed=0))
+    run_sweep(spec, study, 3, tmp_path / "runs", runner=run)
+    doc = build_report(study)
+    (note,) = [n for n in doc.notes if n.startswith("no config fits the memory limit")]
+    assert "No config can fit: before building the model, the ranks of every trial measured already " \
+           "held 350.0 MiB or more" in note, note
+    assert "To make it fit" not in note
+    assert all(t.mem_before_build_bytes == 350 * MB for t in doc.trials if t.peak_mem_bytes)
 
 
 def _study_with(spec, tmp_path, runs: list[tuple[int, str, int, str]], limit: int | None = None):

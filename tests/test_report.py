@@ -751,3 +751,17 @@ def test_the_html_pages_near_points_share_one_label(doc):
     named = next(t for t in figure.data if t.mode == "markers+text")
     ring = next(t for t in figure.data if t.name == "Pareto set")
     assert named.marker.size == ring.marker.size and named.marker.opacity == 0
+
+
+def test_a_note_prints_as_written(doc):
+    """Notes are text, not rich markup: the nothing-fits note's "(checkpointing: [full])" printed
+    as "(checkpointing: )" before."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import print_report
+
+    con = Console(width=200, file=io.StringIO(), record=True)
+    print_report({**doc, "notes": ["add it to the space (checkpointing: [full]; offload: [optimizer])"]}, con)
+    assert "note: add it to the space (checkpointing: [full]; offload: [optimizer])" in con.export_text()

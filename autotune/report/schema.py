@@ -40,6 +40,9 @@ class TrialRow(_M):
     tokens_per_s: float | None = Field(description="measured, all ranks together")
     peak_mem_bytes: int | None = Field(description="measured peak per rank (max over ranks)")
     peak_mem_source: str | None = Field(description="cuda_allocator, nvml, host_rss, not_measured")
+    mem_before_build_bytes: int | None = Field(
+        None, description="CPU ranks: the most a rank held before the model was built (Python, "
+        "torch, the process group), which no config of this runtime peaks below")
     predicted_peak_mem_bytes: int | None = Field(description="per rank, estimated before launch")
     predicted_basis: str | None = Field(description="how the prediction was made")
     mem_capacity_bytes: int | None = Field(description="memory one rank may use (see source)")

@@ -10,11 +10,13 @@ is shortened with an ellipsis instead (`fit_table`, `clip`).
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd, fmt_usd_range
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
+from autotune.report.nothing_fits import NOTHING_FITS
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -175,6 +177,13 @@ def outside_own_runs(estimate: float | None, runs: list[dict[str, Any]]) -> str 
     return f"estimate {side} {which}: set at the level of all the study's repeated runs"
 
 
+def _nothing_fits_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str | None]]:
+    """Why nothing is picked, when memory is the reason: the closest config and what would
+    make it fit (autotune.report.nothing_fits), wrapped at `width`."""
+    return [(text, None) for note in doc["notes"] if note.startswith(NOTHING_FITS)
+            for text in textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ")]
+
+
 def _limits_line(limits: dict[str, Any]) -> str:
     parts = []
     if limits["max_usd"] is not None:
@@ -187,8 +196,6 @@ def _limits_line(limits: dict[str, Any]) -> str:
 def _tail_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str | None]]:
     """The sweep's end after the Pareto set: the trials that did not complete, and the dates
     of the prices under the dollars (how old, where they are old), whole at `width`."""
-    import textwrap
-
     out: list[tuple[str, str | None]] = []
     if doc["failures"]:
         n = sum(g["count"] for g in doc["failures"])
@@ -287,8 +294,8 @@ def print_report(doc: dict[str, Any], console) -> None:
                     console.print(f"  {outside}", markup=False)
     if not doc["options"]:
         console.print("[yellow]no completed trial yet[/]")
-    for note in doc["notes"]:
-        console.print(f"[dim]note: {note}[/]")
+    for note in doc["notes"]:  # as text: a note's "[full]" is no markup tag
+        console.print(f"note: {note}", style="dim", markup=False)
 
 
 def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> None:
@@ -310,6 +317,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
     pick = doc["cheapest"]
     if pick is None:
         lines.append((clip("", f"No pick: {_no_pick_text(doc)}.", width), "yellow"))
+        lines += _nothing_fits_lines(doc, width)
     else:
         # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
         sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"

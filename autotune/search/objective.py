@@ -118,6 +118,8 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
         step_time_median_s=result.step_time_median_s, mfu=result.mfu, hfu=result.hfu,
         final_loss=result.final_loss, wall_s=result.wall_s, world_size=result.world_size,
         compile_s=result.compile_s)
+    if result.peak_mem_source.value == "host_rss" and result.memory.host_rss_baseline_bytes:
+        fields["mem_before_build_bytes"] = max(result.memory.host_rss_baseline_bytes)
     if not result.ok:
         fields["error"] = f"{result.error_type or ''}: {result.error or ''}"[:1000]
         if result.observations.get("workload_allows"):
