@@ -111,7 +111,7 @@ def test_nothing_fits_ends_with_no_pick_and_names_the_closest_config(tmp_path):
 
 def test_a_limit_below_the_runtime_itself_says_no_config_can_fit(tmp_path):
     """Each rank held 350 MiB before its model was built (CPU: host RSS, as trials/worker.py
-    measures it): under a 300 MiB limit the savers cannot help, and the note says so."""
+    measures it): under a 300 MiB limit the savers cannot help; the sweep stops and says so."""
     spec = _spec(tmp_path, 300 * MB)
     launched: list = []
     runner = _runner(spec, launched)
@@ -126,11 +126,18 @@ def test_a_limit_below_the_runtime_itself_says_no_config_can_fit(tmp_path):
     from autotune.search.sweep import run_sweep
 
     study = optuna.create_study(directions=DIRECTIONS, sampler=optuna.samplers.TPESampler(seed=0))
-    run_sweep(spec, study, 3, tmp_path / "runs", runner=run)
+    summary = run_sweep(spec, study, 3, tmp_path / "runs", runner=run)
+    # The sweep stops after its first trial rather than spend its budget on configs none of
+    # which can fit.
+    assert summary.trials_run == 1 and len(launched) == 1
+    assert summary.stop_reason == ("no config can fit the memory limit of 300.0 MiB per rank: before "
+                                   "building the model, trial 0's ranks already held 350.0 MiB (Python, "
+                                   "torch, the process group), which every config holds at least: set the "
+                                   "limit above that (memory: limit_bytes_per_rank in the spec), or run "
+                                   "on a machine with more memory")
     doc = build_report(study)
     (note,) = [n for n in doc.notes if n.startswith("no config fits the memory limit")]
-    assert "No config can fit: before building the model, the ranks of every trial measured already " \
-           "held 350.0 MiB or more" in note, note
+    assert "No config can fit: before building the model, trial 0's ranks already held 350.0 MiB" in note
     assert "To make it fit" not in note
     assert all(t.mem_before_build_bytes == 350 * MB for t in doc.trials if t.peak_mem_bytes)
 

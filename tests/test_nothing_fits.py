@@ -43,14 +43,37 @@ def test_a_saver_over_the_limit_at_a_larger_micro_batch_is_still_advised():
     assert what_would_fit(rows[0].config)[-1] == "more GPUs per trial, or a GPU with more memory"
 
 
-def test_a_limit_below_every_trials_pre_build_memory_leaves_no_saver():
-    rows = [row(0, 380, before_mib=320), row(1, 420, before_mib=310, checkpointing="full")]
+def test_a_limit_below_what_the_lightest_engine_held_before_its_build_leaves_no_saver():
+    rows = [row(0, 380, before_mib=330), row(1, 420, before_mib=320, checkpointing="full"),
+            row(2, 390, before_mib=400, zero_stage=3)]
     note = nothing_fits_note(rows)
-    assert "No config can fit: before building the model, the ranks of every trial measured already " \
-           "held 310.0 MiB or more (trial 1: Python, torch, the process group)." in note
+    # The least any plain-DDP trial held before its build (trial 1, 320 MiB) is over the
+    # 300 MiB limit by more than the 5% such a figure moves: every config holds at least that.
+    assert "No config can fit: before building the model, trial 1's ranks already held 320.0 MiB " \
+           "(Python, torch, the process group), which every config holds at least: set the limit above " \
+           "that (memory: limit_bytes_per_rank in the spec), or run on a machine with more memory." in note
     assert "To make it fit" not in note
-    # One trial held less than the limit before its build: the savers are advised as usual.
-    rows.append(row(2, 390, before_mib=250, zero_stage=3))
-    assert "No config can fit" not in nothing_fits_note(rows)
+    # Within 5% of the limit: left to the trials, the savers are advised as usual.
+    assert "No config can fit" not in nothing_fits_note([row(0, 380, before_mib=310)])
+    # Only engines that import more before their build (ZeRO-3 here) over it: no word of it.
+    assert "No config can fit" not in nothing_fits_note([row(0, 390, before_mib=400, zero_stage=3)])
+    # One plain-DDP trial held less than the limit before its build: neither.
+    assert "No config can fit" not in nothing_fits_note([*rows, row(3, 360, before_mib=290)])
     # Something fit: no note at all.
-    assert nothing_fits_note([*rows, row(3, 290, status="ok")]) is None
+    assert nothing_fits_note([*rows, row(4, 290, status="ok")]) is None
+
+
+def test_only_a_trial_in_fresh_ranks_records_what_they_held_before_the_build():
+    """A pooled rank holds what its earlier trials left (272 to 459 MiB over the big truth's
+    pooled runs): its pre-build figure is no floor for the runtime, so it is not recorded."""
+    from autotune.contract import TrialResult, TrialStatus
+    from autotune.contract.result import MemoryReport, MemorySource
+    from autotune.search.objective import measured_record
+
+    fresh = TrialResult(status=TrialStatus.ok, tokens_per_s=1.0, peak_mem_source=MemorySource.host_rss,
+                        memory=MemoryReport(host_rss_baseline_bytes=[300 * MiB, 310 * MiB]))
+    assert measured_record(fresh)["mem_before_build_bytes"] == 310 * MiB
+    pooled = fresh.model_copy(update={"observations": {"pool": {"trial": 3, "host_rss_at_start_bytes": 1}}})
+    assert "mem_before_build_bytes" not in measured_record(pooled)
+    gpu = fresh.model_copy(update={"peak_mem_source": MemorySource.cuda_allocator})
+    assert "mem_before_build_bytes" not in measured_record(gpu)

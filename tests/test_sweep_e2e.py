@@ -174,19 +174,23 @@ def test_a_setting_the_workload_cannot_run_is_tried_once(tmp_path, run_cli):
 
 def test_a_limit_below_what_the_runtime_holds_ends_saying_no_config_can_fit(tmp_path, run_cli):
     """A per-rank limit of 64 MiB on CPU ranks: Python and torch alone hold more before any
-    model is built. The sweep's end says so, from what its trials measured before their build,
-    not "add checkpointing" (which the savers cannot reach); exit 1, nothing measured."""
+    model is built. The sweep stops after its first trial and says so, from what that trial
+    measured before its build, not "add checkpointing" (which no saver can reach); exit 1."""
     (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2]\nprecision: [fp32]\n"
                                          "checkpointing: [none]\n")
     spec = SPEC.replace("SPACE", str(tmp_path / "space.yaml")) + "memory: {limit_bytes_per_rank: 67108864}\n"
     (tmp_path / "spec.yaml").write_text(spec)
-    p = run_cli("sweep", "spec.yaml", "--trials", "1", env={"COLUMNS": "80"})
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", env={"COLUMNS": "80"})
     assert p.returncode == 1, p.stdout + p.stderr
+    # It stops after its first trial: no budget spent on configs none of which can fit.
+    assert p.stdout.count("  trial ") == 1, p.stdout
+    assert "\nstopped: no config can fit the memory limit of 64.0 MiB per rank: before building the " \
+           "model, trial 0's ranks already held " in p.stdout, p.stdout
     end = p.stdout[p.stdout.index("Study 'e2e'"):]
     assert "No pick: no completed trial yet." in end
     flat = " ".join(end.split())
     assert "no config fits the memory limit: the closest was trial 0 (1x mb" in flat, end
-    assert "No config can fit: before building the model, the ranks of every trial measured already held" in flat
+    assert "No config can fit: before building the model, trial 0's ranks already held" in flat
     trial = next(t for t in _report(run_cli, tmp_path)["trials"] if t["number"] == 0)
     assert trial["status"] == "oom" and trial["mem_before_build_bytes"] > 64 * 2**20
     assert "To make it fit" not in flat

@@ -5,7 +5,7 @@
 What would make it fit is what the study's own trials leave open: a memory saver the closest
 config lacks is suggested only while no trial that used it was measured over the limit (those
 are named instead), and on CPU ranks a limit below what the ranks held before the model was
-even built (Python, torch, the process group) is said to be out of reach of every config.
+even built is said to be out of every config's reach (autotune.search.floor).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable
 from autotune.format import fmt_bytes
 from autotune.report.labels import config_summary
 from autotune.report.schema import TrialRow
+from autotune.search.floor import held_before_build, runtime_over_limit
 
 Config = dict[str, Any]
 
@@ -78,22 +79,6 @@ def _closest(rows: list[TrialRow]) -> tuple[TrialRow, int, str] | None:
     return min(pool, key=lambda p: p[1] / (p[0].mem_capacity_bytes or 1))
 
 
-def _runtime_floor(rows: list[TrialRow], capacity: int) -> str | None:
-    """When every measured trial's ranks held more than `capacity` before their model was
-    built, the sentence that says no config can fit; else None."""
-    held = [r for r in rows if r.mem_before_build_bytes]
-    if not held:
-        return None
-    low = min(held, key=lambda r: r.mem_before_build_bytes or 0)
-    floor = low.mem_before_build_bytes or 0
-    if floor < capacity:
-        return None
-    return (f"No config can fit: before building the model, the ranks of every trial measured "
-            f"already held {fmt_bytes(floor)} or more (trial {low.number}: Python, torch, the "
-            f"process group). Set the limit above that (memory: limit_bytes_per_rank in the spec), "
-            f"or run on a machine with more memory.")
-
-
 def _savers(rows: list[TrialRow], closest: TrialRow) -> tuple[list[str], list[str]]:
     """(advice on savers no trial has tried yet, "saver (trial N: peak)" for those tried and over)."""
     todo, tried = [], []
@@ -122,9 +107,9 @@ def nothing_fits_note(rows: list[TrialRow]) -> str | None:
     text = (f"{NOTHING_FITS}: the closest was trial {row.number} "
             f"({config_summary(row.config)}), {how} peak {fmt_bytes(peak)} per rank against "
             f"{fmt_bytes(capacity)} ({peak / capacity - 1:+.0%}).")
-    floor = _runtime_floor(rows, capacity)
+    floor = runtime_over_limit([(r.number, r.config, r.mem_before_build_bytes) for r in rows], capacity)
     if floor:
-        return f"{text} {floor}"
+        return f"{text} No config can fit: {held_before_build(*floor)}."
     todo, tried = _savers(rows, row)
     text += " To make it fit: " + "; ".join(todo) + "."
     if tried:

@@ -118,7 +118,9 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
         step_time_median_s=result.step_time_median_s, mfu=result.mfu, hfu=result.hfu,
         final_loss=result.final_loss, wall_s=result.wall_s, world_size=result.world_size,
         compile_s=result.compile_s)
-    if result.peak_mem_source.value == "host_rss" and result.memory.host_rss_baseline_bytes:
+    # In fresh ranks only: a pooled rank holds what its earlier trials left (autotune.search.floor).
+    if (result.peak_mem_source.value == "host_rss" and result.memory.host_rss_baseline_bytes
+            and "pool" not in result.observations):
         fields["mem_before_build_bytes"] = max(result.memory.host_rss_baseline_bytes)
     if not result.ok:
         fields["error"] = f"{result.error_type or ''}: {result.error or ''}"[:1000]

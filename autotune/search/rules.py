@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from autotune.record import TrialRecord
 from autotune.search.budget import RepeatedError, SearchBudget
+from autotune.search.floor import over_limit_reason
 from autotune.search.interrupt import OUTPUT_CLOSED_REASON, Interrupt, output_closed
 from autotune.search.racing import Racing
 from autotune.search.strategy import LOCAL_MOVE_EVERY, MAX_IDLE_PROPOSALS, LocalMoves
@@ -77,8 +78,8 @@ class Rule(Protocol):
 
 class StopRule:
     """Ctrl-C, the output's reader gone (autotune.search.interrupt.reader_left), the study's
-    search budget, one error ending several configs before any trial succeeded, or this
-    invocation's --trials done."""
+    search budget, one error ending several configs before any trial succeeded, a memory limit
+    below what the runtime holds before any model is built, or this invocation's --trials done."""
 
     def __init__(self, budget: SearchBudget, interrupt: Interrupt):
         self.budget, self.interrupt = budget, interrupt
@@ -91,7 +92,9 @@ class StopRule:
             return Stop("interrupted (Ctrl-C)", interrupted=True)
         if output_closed():
             return Stop(OUTPUT_CLOSED_REASON, interrupted=True)
-        reason = self.budget.exhausted(study) or (None if state.trials_ok else self.same_error.verdict())
+        reason = self.budget.exhausted(study) or (
+            None if state.trials_ok else self.same_error.verdict()
+            or (over_limit_reason(frozen, study.get_trials(deepcopy=False)) if state.launched else None))
         if reason is not None:
             return Stop(reason)
         if state.trials_run >= state.n_trials:
