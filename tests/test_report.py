@@ -765,3 +765,21 @@ def test_a_note_prints_as_written(doc):
     con = Console(width=200, file=io.StringIO(), record=True)
     print_report({**doc, "notes": ["add it to the space (checkpointing: [full]; offload: [optimizer])"]}, con)
     assert "note: add it to the space (checkpointing: [full]; offload: [optimizer])" in con.export_text()
+
+
+def test_a_trial_held_back_says_so_in_its_progress_line():
+    """A proposal the memory prescreen held back ran nothing: its line said "oom", as a trial
+    that ran out of memory does."""
+    from autotune.contract import TrialConfig, TrialResult, TrialStatus
+    from autotune.report.labels import outcome_line
+    from autotune.search.objective import TrialOutcome
+
+    held = TrialResult(status=TrialStatus.oom, error_type="PredictedOOM",
+                       error="not launched: predicted peak 402.2 MiB per rank against the limit 143.1 MiB")
+    line = outcome_line(TrialOutcome(number=1, config=TrialConfig(), result=held, hours=None, usd=None,
+                                     offer=None, launched=False), 200)
+    assert line.startswith("  trial   1  held back  1x mb") and "PredictedOOM: not launched: predicted" in line
+    ran = outcome_line(TrialOutcome(number=2, config=TrialConfig(), result=held.model_copy(
+        update={"error_type": "OverMemoryLimit", "error": "measured peak 435.9 MiB"}), hours=None, usd=None,
+        offer=None), 200)
+    assert ran.startswith("  trial   2  oom  1x mb")

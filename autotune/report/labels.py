@@ -99,7 +99,10 @@ def outcome_line(o, width: int) -> str:
         prose = f"{cfg}  mem {fmt_bytes(r.peak_mem_bytes)}"
     else:
         first = (r.error or "").splitlines()[0] if r.error else ""
-        keep = f"  trial {o.number:>3}  {again}{r.status.value}  "
+        # Not launched (the memory prescreen, a setting the workload cannot run): its result
+        # says oom or unsupported, but nothing ran out of memory or failed here.
+        word = "held back" if not o.launched and o.recovered_from is None else r.status.value
+        keep = f"  trial {o.number:>3}  {again}{word}  "
         prose = f"{cfg}  {r.error_type or ''}: {first}"
     return clip(keep, prose, width)
 
