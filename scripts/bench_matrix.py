@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_matrix.py                 # replay all, then the section
     .venv/bin/python scripts/bench_matrix.py --summary-only  # the section from the committed results
+    .venv/bin/python scripts/bench_matrix.py --twice-only    # the cells short of a target at --trials 16
     .venv/bin/python scripts/bench_matrix.py --benches big --limits 0.2 none
 
 For each bench of scripts/bench_search.py and each limit (a quantile of the space's measured
@@ -12,7 +13,9 @@ reads those files only, so the section regenerates from committed raw results wi
 `--summary-only`. Rows: the shipped sweep, random search, the DeepSpeed-style heuristic (stopped
 after the sweep's 8 trials, and run to its own end), the bound (told the 2 best configs), the
 reference (every config, every observable run), the first baseline only, and the baselines
-only. The section lists the cells that miss issue 28's targets, each beside the reference.
+only. The section lists the cells that miss issue 28's targets, each beside the reference;
+those cells are replayed again with the sweep alone at twice the budget (--trials 16, into
+search_<bench>_limit<Q>_trials16.json), and the list says what it gets there.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from bench_common import ROOT, markdown_table, shown_path, write_outputs  # noqa
 
 KINDS = ("sweep", "random", "heuristic_n", "heuristic", "oracle", "exhaustive", "first_baseline", "baselines")
 TRIALS = 8
+# A cell short of a target is replayed again at twice the budget (the sweep alone): whether a
+# user who asks for more trials gets the pick the cell misses, or the runs a seed observes
+# decide it whatever the budget.
+TWICE = 2 * TRIALS
 HEAD = {"sweep": "sweep", "random": "random", "heuristic_n": f"heuristic, {TRIALS} trials",
         "heuristic": "heuristic, to its end", "oracle": "bound", "exhaustive": "reference",
         "first_baseline": "first baseline", "baselines": "baselines only"}
@@ -43,8 +50,8 @@ HEAD = {"sweep": "sweep", "random": "random", "heuristic_n": f"heuristic, {TRIAL
 ACCURACY, BOUND_SLACK, REGRET_MAX = 55, 5, 0.10
 
 
-def result_path(bench: str, limit: str) -> Path:
-    return bs.RESULTS / f"search_{bench}_limit{limit}.json"
+def result_path(bench: str, limit: str, trials: int = TRIALS) -> Path:
+    return bs.RESULTS / f"search_{bench}_limit{limit}{'' if trials == TRIALS else f'_trials{trials}'}.json"
 
 
 def run_all(benches: list[str], limits: list[str], seeds: int) -> None:
@@ -55,11 +62,60 @@ def run_all(benches: list[str], limits: list[str], seeds: int) -> None:
             bs.main(["--bench", bench, "--limit", limit, "--trials", str(TRIALS), "--seeds", str(seeds),
                      "--one-budget", "--only", *KINDS, "--json-out", str(out), "--md-out", str(out.with_suffix(".md"))])
             print(f"== {bench} at limit {limit}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    run_twice(benches, limits, seeds)
 
 
-def row(data: dict[str, Any], kind: str) -> dict[str, Any] | None:
+def run_twice(benches: list[str], limits: list[str], seeds: int) -> None:
+    """The sweep alone at TWICE the trials, in each cell whose result misses a target."""
+    for bench in benches:
+        for limit in limits:
+            path = result_path(bench, limit)
+            data = json.loads(path.read_text()) if path.is_file() else None
+            if data is None or row(data, "sweep") is None or not misses(data):
+                continue
+            twice = result_path(bench, limit, TWICE)
+            bs.main(["--bench", bench, "--limit", limit, "--trials", str(TWICE), "--seeds", str(seeds),
+                     "--one-budget", "--only", "sweep", "--json-out", str(twice),
+                     "--md-out", str(twice.with_suffix(".md"))])
+
+
+def row(data: dict[str, Any], kind: str, trials: int = TRIALS) -> dict[str, Any] | None:
     return next((v for v in data["summary"].values() if v["kind"] == kind
-                 and v.get("trials_budget") in (None, TRIALS)), None)
+                 and v.get("trials_budget") in (None, trials)), None)
+
+
+def twice_change(bench: str, data: dict[str, Any]) -> str | None:
+    """How the sweep's accuracy in a cell moves at TWICE the trials: "better", "same", "worse",
+    or None where the cell was not replayed so."""
+    path = result_path(bench, data["limit_arg"], TWICE)
+    more = row(json.loads(path.read_text()), "sweep", TWICE) if path.is_file() else None
+    base = row(data, "sweep")
+    if more is None or base is None:
+        return None
+    a, b = base["usd"]["right"], more["usd"]["right"]
+    return "better" if b > a else "worse" if b < a else "same"
+
+
+def twice_summary(changes: list[str | None]) -> str:
+    """' At --trials 16 the sweep gets more seeds right in N of them, ...' (empty when none was
+    replayed at twice the budget)."""
+    n = {c: changes.count(c) for c in ("better", "same", "worse")}
+    if not sum(n.values()):
+        return ""
+    return (f" At `--trials {TWICE}` the sweep gets more seeds right in {n['better']} of them, as many in "
+            f"{n['same']} and fewer in {n['worse']}: in these cells a larger budget does not make up for "
+            "what the runs a seed observes say.")
+
+
+def twice_sentence(bench: str, limit: str) -> str | None:
+    """What the sweep gets in a cell at TWICE the trials (run_all replays the cells short of a
+    target again), or None where that cell was not replayed so."""
+    path = result_path(bench, limit, TWICE)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    r = row(data, "sweep", TWICE)
+    return None if r is None else f"at `--trials {TWICE}` the sweep gets {cell(r, data['seeds'])}"
 
 
 def cell(r: dict[str, Any] | None, seeds: int, trials: bool = False) -> str:
@@ -158,7 +214,8 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
         ref_s += f"; the optimum of all runs ran out of memory in {oom[0]} of its {oom[1]} runs"
     import bench_headroom  # here: it reads this module's targets at import
 
-    more = "".join(f"; {x}" for x in (bench_resample.cell_sentence(bench, data["limit_arg"]),
+    more = "".join(f"; {x}" for x in (twice_sentence(bench, data["limit_arg"]),
+                                      bench_resample.cell_sentence(bench, data["limit_arg"]),
                                       bench_headroom.cell_sentence(bench, data["limit_arg"])) if x)
     return [f"- `{bench}` at {bl.limit_label(data)}: {', '.join(missed)}{ref_s}{more}."]
 
@@ -193,13 +250,15 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              f"{ACCURACY}/60, or the bound minus {BOUND_SLACK} where noise caps the bound lower; "
              f"never below random or the heuristic at {TRIALS} trials; a worst regret of at most "
              f"{REGRET_MAX:.0%}. The cells that miss one are listed at the end, each beside the "
-             "reference and the bound. Regenerate: `scripts/bench_matrix.py` (replays, about a "
-             "minute of CPU per cell) or "
+             f"reference and the bound, and with what the sweep gets there at twice the budget (`--trials {TWICE}`, "
+             f"the same seeds; `search_<bench>_limit<Q>_trials{TWICE}.json`). Regenerate: `scripts/bench_matrix.py` (replays, about a "
+             "minute of CPU per cell; `--twice-only`: the twice-budget replays alone) or "
              "`scripts/bench_matrix.py --summary-only` (this section from the committed "
              "`benchmarks/results/search_<bench>_limit<Q>.json`).", ""]
     raw: dict[str, Any] = {}
     missed: list[str] = []
     capped: list[str] = []  # cells short of a target where the bound's worst regret misses too
+    twice: list[str | None] = []  # those cells at TWICE the trials: "better", "same", "worse" or None
     for bench in benches:
         rows, places, about = [], [], []
         for limit, path, data in bl.cell_results(bench, limits, result_path):
@@ -207,6 +266,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                 rows.append([limit, "not run"] + ["-"] * (len(KINDS) - 1))
                 continue
             raw[f"{bench}/{limit}"] = path
+            if result_path(bench, limit, TWICE).is_file():
+                raw[f"{bench}/{limit}/trials{TWICE}"] = result_path(bench, limit, TWICE)
             if "incomplete" in data:
                 rows.append([limit, data["incomplete"]] + ["-"] * (len(KINDS) - 1))
                 continue
@@ -226,6 +287,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
                 missed += short
                 if short and bound_misses_regret(data):
                     capped.append(f"{bench} {data['limit_arg']}")
+                if short:
+                    twice.append(twice_change(bench, data))
             if place:
                 places.append(f"- limit {bl.limit_label(data)}: {bl.place_sentence(place)}")
         title = bs.BENCHES[bench]["title"]
@@ -234,7 +297,7 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
     lines += ["Cells short of a target:", "", *missed, ""] if missed else ["Every cell meets the targets.", ""]
     if missed:
         lines += [f"{len(missed)} cells miss a target; in {len(capped)} of them ({', '.join(capped) or 'none'}) the "
-                  f"bound's worst regret is over {REGRET_MAX:.0%} as well.", ""]
+                  f"bound's worst regret is over {REGRET_MAX:.0%} as well." + twice_summary(twice), ""]
     lines += [f"Not measured: `{name}`, {b['title'][0].lower()}{b['title'][1:]}. Its truth is measured on a CUDA "
               "GPU, and none has measured it yet (`scripts/gpu_check.sh --truth-only --truth-s 300` there; then "
               f"`scripts/bench_matrix.py --benches {name}` replays it here).\n"
@@ -248,8 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     bl.add_cell_args(ap, list(bs.BENCHES), "search_matrix", "search", bs.RESULTS, bs.ROOT / "benchmarks" / "sections",
                      default=bs.measured_benches())
     ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--twice-only", action="store_true",
+                    help=f"replay only the cells short of a target again at --trials {TWICE}, then the section")
     args = ap.parse_args(argv)
-    if not args.summary_only:
+    if args.twice_only:
+        run_twice(args.benches, args.limits, args.seeds)
+    elif not args.summary_only:
         run_all(args.benches, args.limits, args.seeds)
     md, raw = section(args.benches, args.limits)
     write_outputs(args.json_out, args.md_out, {"benches": args.benches, "limits": args.limits, "results": raw}, md)

@@ -496,6 +496,11 @@ def test_matrix_lists_each_target_a_cell_misses_beside_the_reference(tmp_path, m
     line, = bench_matrix.target_lines("gpt390", short)
     assert line.endswith("the reference gets 52/60 (37%), the bound 60/60 (0%); on 3 resampled truths the sweep gets 45/60 "
                          "[33-57] and a worst regret within 10% in 67% of them, the reference 45/60 [33-57].")
+    # The cell replayed again at twice the budget (bench_matrix.run_twice): what the sweep gets there.
+    bench_matrix.result_path("gpt390", "0.7", 16).write_text(json.dumps({"seeds": 60, "summary": {"s": {
+        "kind": "sweep", "trials_budget": 16, "usd": {"right": 57, "regret_max": 0.22}}}}))
+    line, = bench_matrix.target_lines("gpt390", short)
+    assert "the bound 60/60 (0%); at `--trials 16` the sweep gets 57/60 (22%); on 3 resampled truths" in line
 
 
 def test_a_missed_cell_says_how_often_its_optimum_ran_out_of_memory():
