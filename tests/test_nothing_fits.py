@@ -14,12 +14,12 @@ LIMIT = 300 * MiB
 
 
 def row(number: int, peak_mib: float | None, status: str = "oom", before_mib: float | None = None,
-        **config) -> TrialRow:
+        hardware: str = "cpu-a", **config) -> TrialRow:
     cfg = dict(num_gpus=2, micro_batch_size=1, grad_accum_steps=1, precision="fp32",
                checkpointing="none", zero_stage=0, offload="none", fsdp="none", tp_degree=1) | config
     return TrialRow.model_construct(
         number=number, status=status, config=cfg, peak_mem_bytes=int(peak_mib * MiB) if peak_mib else None,
-        predicted_peak_mem_bytes=None, mem_capacity_bytes=LIMIT,
+        predicted_peak_mem_bytes=None, mem_capacity_bytes=LIMIT, hardware=hardware,
         mem_before_build_bytes=int(before_mib * MiB) if before_mib else None)
 
 
@@ -61,6 +61,9 @@ def test_a_limit_below_what_the_lightest_engine_held_before_its_build_leaves_no_
     assert "No config can fit" not in nothing_fits_note([*rows, row(3, 360, before_mib=290)])
     # Something fit: no note at all.
     assert nothing_fits_note([*rows, row(4, 290, status="ok")]) is None
+    # Another machine's runtime says nothing of the closest trial's: only its own hardware counts.
+    other = [row(0, 380, before_mib=330, hardware="cpu-b"), row(1, 370, hardware="cpu-a")]
+    assert "No config can fit" not in nothing_fits_note(other)
 
 
 def test_only_a_trial_in_fresh_ranks_records_what_they_held_before_the_build():
@@ -77,3 +80,32 @@ def test_only_a_trial_in_fresh_ranks_records_what_they_held_before_the_build():
     assert "mem_before_build_bytes" not in measured_record(pooled)
     gpu = fresh.model_copy(update={"peak_mem_source": MemorySource.cuda_allocator})
     assert "mem_before_build_bytes" not in measured_record(gpu)
+
+
+def test_the_sweep_stops_only_on_what_its_own_hardware_held_before_the_build():
+    """autotune.search.floor.over_limit_reason, as StopRule asks it after a trial out of memory:
+    the least a plain-DDP trial of the same hardware held before its build, against the limit."""
+    import optuna
+
+    from autotune.record import PrescreenRecord, TrialRecord
+    from autotune.search.floor import over_limit_reason
+
+    def trial(number: int, hardware: str, before_mib: int | None, status: str = "oom"):
+        t = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.PRUNED, user_attrs=TrialRecord.attrs(
+                config={"zero_stage": 0, "fsdp": "none", "tp_degree": 1, "launcher": "torchrun"},
+                hardware=hardware, status=status, mem_before_build_bytes=before_mib and before_mib * MiB,
+                memory_prescreen=PrescreenRecord(launch=True, limit_bytes=LIMIT)))
+        t.number = number
+        return t
+
+    mine = trial(1, "cpu-a", 350)
+    assert over_limit_reason(mine, [mine]).startswith(
+        "no config can fit the memory limit of 300.0 MiB per rank: before building the model, trial 1's "
+        "ranks already held 350.0 MiB")
+    # Another machine's runtime held less there: this one's still cannot fit.
+    assert over_limit_reason(mine, [mine, trial(0, "cpu-b", 200)]) is not None
+    # A trial of this machine held less than the limit before its build: no stop.
+    assert over_limit_reason(mine, [mine, trial(0, "cpu-a", 250)]) is None
+    # Not out of memory, or no limit: no stop.
+    assert over_limit_reason(trial(2, "cpu-a", 350, status="crash"), [mine]) is None

@@ -107,7 +107,8 @@ def nothing_fits_note(rows: list[TrialRow]) -> str | None:
     text = (f"{NOTHING_FITS}: the closest was trial {row.number} "
             f"({config_summary(row.config)}), {how} peak {fmt_bytes(peak)} per rank against "
             f"{fmt_bytes(capacity)} ({peak / capacity - 1:+.0%}).")
-    floor = runtime_over_limit([(r.number, r.config, r.mem_before_build_bytes) for r in rows], capacity)
+    floor = runtime_over_limit([(r.number, r.config, r.mem_before_build_bytes) for r in rows
+                                if r.hardware == row.hardware], capacity)
     if floor:
         return f"{text} No config can fit: {held_before_build(*floor)}."
     todo, tried = _savers(rows, row)

@@ -60,12 +60,14 @@ def held_before_build(number: int, held_bytes: int) -> str:
 def over_limit_reason(frozen: Any, trials: list[Any]) -> str | None:
     """Why the sweep stops, when the trial just finished ran out of memory under the sweep's
     limit and no trial of the study held less than that limit before building its model;
-    else None. `trials`: the study's (Optuna FrozenTrials)."""
+    else None. `trials`: the study's (Optuna FrozenTrials); those of other hardware (another
+    machine of a study shared across machines, another torch) say nothing of this one's runtime."""
     rec = TrialRecord.of(frozen)
     limit = rec.memory_prescreen.limit_bytes if rec.memory_prescreen is not None else None
     if rec.status != "oom" or not limit:
         return None
-    records = [(t.number, TrialRecord.of(t)) for t in trials]
-    found = runtime_over_limit([(n, r.config or {}, r.mem_before_build_bytes) for n, r in records], limit)
+    records = [(t.number, TrialRecord.of(t)) for t in trials]  # on this trial's hardware only
+    found = runtime_over_limit([(n, r.config or {}, r.mem_before_build_bytes) for n, r in records
+                                if r.hardware == rec.hardware], limit)
     return None if found is None else (f"no config can fit the memory limit of {fmt_bytes(limit)} "
                                        f"per rank: {held_before_build(*found)}")
