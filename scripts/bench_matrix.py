@@ -84,15 +84,24 @@ def row(data: dict[str, Any], kind: str, trials: int = TRIALS) -> dict[str, Any]
                  and v.get("trials_budget") in (None, trials)), None)
 
 
+def twice_row(bench: str, limit: str) -> tuple[dict[str, Any], int] | None:
+    """(the sweep's figures, the seeds) in a cell replayed at TWICE the trials (run_twice
+    replays the cells short of a target again), or None where it was not replayed so."""
+    path = result_path(bench, limit, TWICE)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    r = row(data, "sweep", TWICE)
+    return None if r is None else (r, data["seeds"])
+
+
 def twice_change(bench: str, data: dict[str, Any]) -> str | None:
     """How the sweep's accuracy in a cell moves at TWICE the trials: "better", "same", "worse",
     or None where the cell was not replayed so."""
-    path = result_path(bench, data["limit_arg"], TWICE)
-    more = row(json.loads(path.read_text()), "sweep", TWICE) if path.is_file() else None
-    base = row(data, "sweep")
+    more, base = twice_row(bench, data["limit_arg"]), row(data, "sweep")
     if more is None or base is None:
         return None
-    a, b = base["usd"]["right"], more["usd"]["right"]
+    a, b = base["usd"]["right"], more[0]["usd"]["right"]
     return "better" if b > a else "worse" if b < a else "same"
 
 
@@ -108,14 +117,9 @@ def twice_summary(changes: list[str | None]) -> str:
 
 
 def twice_sentence(bench: str, limit: str) -> str | None:
-    """What the sweep gets in a cell at TWICE the trials (run_all replays the cells short of a
-    target again), or None where that cell was not replayed so."""
-    path = result_path(bench, limit, TWICE)
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    r = row(data, "sweep", TWICE)
-    return None if r is None else f"at `--trials {TWICE}` the sweep gets {cell(r, data['seeds'])}"
+    """What the sweep gets in a cell at TWICE the trials, or None where it was not replayed so."""
+    more = twice_row(bench, limit)
+    return None if more is None else f"at `--trials {TWICE}` the sweep gets {cell(*more)}"
 
 
 def cell(r: dict[str, Any] | None, seeds: int, trials: bool = False) -> str:

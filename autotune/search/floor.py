@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from autotune.contract import EngineKind, FSDPMode, Launcher, engine_for
 from autotune.format import fmt_bytes
 from autotune.record import TrialRecord
 
@@ -32,10 +33,15 @@ MARGIN = 1.05
 
 
 def lightest(config: dict[str, Any]) -> bool:
-    """The engine that holds the least before its build: plain DDP (or one rank) under torchrun."""
-    return ((config.get("zero_stage") or 0) == 0 and config.get("fsdp") in (None, "none")
-            and (config.get("tp_degree") or 1) == 1 and not config.get("compile")
-            and config.get("launcher", "torchrun") == "torchrun")
+    """The engine that holds the least before its build: plain DDP (or one rank), uncompiled
+    (the engine as autotune.contract.engine_for resolves it for the worker)."""
+    try:
+        engine = engine_for(config.get("zero_stage") or 0, config.get("tp_degree") or 1,
+                            Launcher(config["launcher"]) if config.get("launcher") else None,
+                            FSDPMode(config.get("fsdp") or "none"))
+    except ValueError:  # a value this version does not know: not the engine it knows least of
+        return False
+    return engine is EngineKind.ddp and not config.get("compile")
 
 
 def runtime_over_limit(trials: Iterable[tuple[int, dict[str, Any], int | None]],
