@@ -86,10 +86,8 @@ def postgres():
 # process groups and pools, sleep through timeouts: one file at a time leaves the cores idle
 # for part of the run (vmstat, sampled during it). `--dist loadfile` runs each file whole on one
 # worker, so that its module fixtures (test_engines' 16 real trials, test_scale's 389.5M GPT)
-# run once. (xdist's loadgroup would also keep test_launchers beside test_engines, whose
-# trials it shares, but it does not group under pytest 9: it renames a node attribute that
-# pytest 9 no longer reads. Where the two land on different workers, test_launchers runs its
-# 3 trials itself.)
+# run once. (test_engines runs its trials pooled, test_launchers its 3 unpooled: they share
+# none, whichever workers they land on.)
 # At most two workers: most trials use 2 ranks each. A file that holds GBs per rank is marked
 # `alone`: test_scale's DDP run of the 389.5M GPT holds about 7 GB on each of its 2 ranks, so
 # beside another file's trials (test_scale_sweep's hold about 2.4 GB per rank) little of a

@@ -2,8 +2,9 @@
 holds half the parameters per rank on 2 ranks, offload steps the optimizer with
 DeepSpeedCPUAdam in host memory, bf16 changes the dtypes, TP=2 shards the linear weights and
 still computes what one unsplit rank computes, FSDP2 and ZeRO-3 built from the meta device
-train exactly what DDP trains. Real trials (tests/fixtures/engine_trials.py),
-plus the DeepSpeed config and the dispatch checked without launching anything.
+train exactly what DDP trains. Real trials (tests/fixtures/engine_trials.py), run in worker
+pools as a sweep runs them by default (the launchers' own tests, tests/test_launchers.py, run
+theirs unpooled), plus the DeepSpeed config and the dispatch checked without launching anything.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import pytest
 from autotune.contract import DeviceKind, Offload, Precision, TrialConfig, TrialStatus, deepspeed_config
 from tests.fixtures.engine_trials import CONFIGS, engine_trials
 
-NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "zero_fp16", "single",
-          "tp2", "tp2_dp2", "hf_single", "hf_tp2", "torchrun", "zero3", "fsdp", "fsdp_knobs",
-          "fsdp_tp2_dp2", "fsdp_fp16"]
+# The fp16 trials last: where the CPU refuses fp16 they fail, which ends their pool, and the
+# trials before them in the same pool keep it.
+NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "single", "tp2",
+          "tp2_dp2", "hf_single", "hf_tp2", "torchrun", "zero3", "fsdp", "fsdp_knobs",
+          "fsdp_tp2_dp2", "zero_fp16", "fsdp_fp16"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    results = engine_trials(NEEDED, tmp_path_factory.getbasetemp() / "engine_trials")
-    return results
+    return engine_trials(NEEDED, tmp_path_factory.getbasetemp() / "engine_trials_pooled", pooled=True)
 
 
 def ok(r):
