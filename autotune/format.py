@@ -4,9 +4,15 @@
     fmt_hours(0.5), fmt_hours(72), fmt_hours(72, days_beside=True)   # "30.0 min", "3.0 d", "72.0 h (3.0 d)"
     fmt_usd(1234.5), fmt_pct(0.295)                                   # "$1,234.50", "29.5%"
     fmt_tokens(1e9), fmt_tokens(2.5e11), fmt_tokens(12_345)           # "1B", "250B", "12.3k"
+
+and sizes as people write them (a spec's memory limit):
+
+    bytes_from_text("80 GiB"), bytes_from_text("75GB"), bytes_from_text("1e9")   # 85899345920, 75000000000, 1000000000
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def fmt_bytes(n: int | float | None) -> str:
@@ -19,6 +25,30 @@ def fmt_bytes(n: int | float | None) -> str:
             return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def bytes_from_text(value: Any) -> Any:
+    """A byte count from what a user wrote: an integer, a number in exponent form ("1e9", which
+    YAML reads as text, or 1.0e9), or a number with a unit: "80 GiB", "512MiB" (powers of 1024),
+    "75 GB", "80G" (powers of 1000; pydantic's ByteSize reads the units). Not a whole number of
+    bytes ("1.5", 2.5): ValueError, rather than rounding it away. Anything else is returned as
+    it came, for the field's own type to judge."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    if isinstance(value, str):
+        try:
+            value = float(value)  # "1e9", "4096", " 2.5e10 "
+        except ValueError:
+            try:
+                return int(TypeAdapter(ByteSize).validate_python(value))
+            except ValidationError:
+                raise ValueError(f"{value!r} is not a size: write a number of bytes or a number "
+                                 "with a unit, e.g. 80000000000, 8e10, '80 GB' or '74.5 GiB'") from None
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{value:g} is not a whole number of bytes: give bytes, or a unit, e.g. '1.5 GiB'")
+        return int(value)
+    return value
 
 
 def fmt_hours(h: float | None, days_beside: bool = False) -> str:

@@ -9,12 +9,13 @@ A spec file is YAML; every field has a default, so `{}` is a valid spec (the def
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, Workload
 from autotune.errors import UserError, format_validation_error, load_yaml_file
+from autotune.format import bytes_from_text
 from autotune.pricing.target import DEFAULT_TOKENS, TargetSpec
 
 
@@ -159,9 +160,10 @@ class MemorySpec(_Spec):
     `limit_bytes_per_rank` sets a smaller one (e.g. to emulate a small device on CPU, where a
     trial measured above it then counts as out of memory)."""
 
-    limit_bytes_per_rank: int | None = Field(default=None, gt=0, description=(
-        "Memory limit per rank, in bytes, below the device's (or the host's share); a trial "
-        "measured above it counts as out of memory."))
+    limit_bytes_per_rank: Annotated[int | None, BeforeValidator(bytes_from_text)] = Field(
+        default=None, gt=0, description=(
+            "Memory limit per rank, below the device's (or the host's share); a trial measured "
+            "above it counts as out of memory. Bytes, or a size with its unit: '70 GiB', '75 GB', 7.5e10."))
     safety_margin: float | None = Field(
         default=None, ge=0, lt=1,
         description="fixed headroom: a config counts as fitting only under limit / (1 + margin). "

@@ -32,6 +32,35 @@ def test_nan_and_infinity_are_not_quantities(tmp_path, text, field):
     assert f"`{field}`" in str(exc.value) and "To fix" in str(exc.value)
 
 
+@pytest.mark.parametrize("written, limit_bytes", [
+    ("85899345920", 80 * 2**30),
+    ("1e9", 10**9),            # YAML 1.1 reads 1e9 as text, not as a number
+    ("8.0e10", 8 * 10**10),    # ... and this as a float
+    ("80 GiB", 80 * 2**30),    # binary units: powers of 1024
+    ("'74.5GiB'", int(74.5 * 2**30)),
+    ("512 MiB", 512 * 2**20),
+    ("80 GB", 80 * 10**9),     # decimal units: powers of 1000, as GPU sheets print them
+])
+def test_a_memory_limit_is_bytes_or_a_size_with_its_unit(tmp_path, written, limit_bytes):
+    spec = load_spec(_write(tmp_path, f"memory: {{limit_bytes_per_rank: {written}}}"))
+    assert spec.memory.limit_bytes_per_rank == limit_bytes
+    assert type(spec.memory.limit_bytes_per_rank) is int  # stored in the study as a plain integer
+
+
+@pytest.mark.parametrize("written, says", [
+    ("1.5", "1.5 is not a whole number of bytes"),  # not rounded to 1 byte (pydantic's ByteSize would)
+    ("80 gigs", "'80 gigs' is not a size"),
+    ("-1 GiB", "'-1 GiB' is not a size"),
+    ("0", "greater than 0"),
+    (".nan", "not a whole number of bytes"),
+])
+def test_a_memory_limit_that_is_not_a_size_is_one_user_error(tmp_path, written, says):
+    with pytest.raises(UserError) as exc:
+        load_spec(_write(tmp_path, f"memory: {{limit_bytes_per_rank: {written}}}"))
+    msg = str(exc.value)
+    assert "`memory.limit_bytes_per_rank`" in msg and says in msg and "To fix" in msg, msg
+
+
 @pytest.mark.parametrize("name", ["../../escaped", "/abs/path", "a/b", "x/", "./x", "..", ".hidden",
                                   "", "with space", "semi;colon", "new\nline", "x" * 101])
 def test_unsafe_study_names_are_refused(tmp_path, name):

@@ -175,13 +175,15 @@ def test_a_setting_the_workload_cannot_run_is_tried_once(tmp_path, run_cli):
 def test_a_limit_below_what_the_runtime_holds_ends_saying_no_config_can_fit(tmp_path, run_cli):
     """A per-rank limit of 64 MiB on CPU ranks: Python and torch alone hold more before any
     model is built. The sweep stops after its first trial and says so, from what that trial
-    measured before its build, not "add checkpointing" (which no saver can reach); exit 1."""
+    measured before its build, not "add checkpointing" (which no saver can reach); exit 1.
+    The limit is written as a user writes a size, with its unit, and the header says how it was read."""
     (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2]\nprecision: [fp32]\n"
                                          "checkpointing: [none]\n")
-    spec = SPEC.replace("SPACE", str(tmp_path / "space.yaml")) + "memory: {limit_bytes_per_rank: 67108864}\n"
+    spec = SPEC.replace("SPACE", str(tmp_path / "space.yaml")) + "memory: {limit_bytes_per_rank: 64 MiB}\n"
     (tmp_path / "spec.yaml").write_text(spec)
     p = run_cli("sweep", "spec.yaml", "--trials", "3", env={"COLUMNS": "80"})
     assert p.returncode == 1, p.stdout + p.stderr
+    assert "\n  memory limit per rank: 64.0 MiB (67,108,864 bytes)\n" in p.stdout, p.stdout
     # It stops after its first trial: no budget spent on configs none of which can fit.
     assert p.stdout.count("  trial ") == 1, p.stdout
     assert "\nstopped: no config can fit the memory limit of 64.0 MiB per rank: before building the " \

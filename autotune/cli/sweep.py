@@ -146,12 +146,16 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
     """What the sweep is about to do, where, and what this machine does not offer; then the
     DeepSpeed ops built once."""
     from autotune.api.sweep import prebuild
+    from autotune.format import fmt_bytes
     from autotune.run.storage import redact_url
 
     hw, rs, spec = session.hardware, session.restricted, session.spec
     con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
               f"({session.measured_before} trials measured so far), {n_trials} more on "
               f"{hw.device_name} x{hw.device_count}", soft_wrap=True)
+    if spec.memory.limit_bytes_per_rank:  # as the spec's size was read ("80 GB" is not "80 GiB")
+        con.print(f"  memory limit per rank: {fmt_bytes(spec.memory.limit_bytes_per_rank)} "
+                  f"({spec.memory.limit_bytes_per_rank:,} bytes)", soft_wrap=True)
     if rs.dropped:
         con.print("  not offered on this machine: " + "; ".join(
             f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items()),
