@@ -734,3 +734,17 @@ def test_a_tight_pick_that_keeps_its_place_says_what_headroom_would_cost(monkeyp
     (note,) = [n for n in doc.notes if n.startswith("by cost")]
     assert f"trial {doc.cheapest.trial} is recommended though" in note
     assert f"one more run fits with {fit.p_run:.0%} chance" in note and "the best config with headroom" in note
+    # The sweep's own end says it too (it was in `autotune report` alone), whole at 80 columns,
+    # once: the fastest is the same config, so not again by time.
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import print_summary
+
+    con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+    print_summary(doc.model_dump(mode="json"), con, [])
+    lines = con.export_text().splitlines()
+    assert all(len(ln) <= 80 for ln in lines) and len(lines) <= 25, lines
+    assert note in " ".join(ln.strip() for ln in lines), lines
+    assert doc.fastest.trial == doc.cheapest.trial and not any(ln.strip().startswith("by time") for ln in lines)

@@ -129,6 +129,11 @@ def pick_rows(cheapest: OptionRow | None, fastest: OptionRow | None, feasible: l
     return [r for r in rows if r is not None]
 
 
+def headroom_note_start(by: Literal["cost", "time"]) -> str:
+    """How with_headroom's notes on the pick by `by` begin (the sweep's summary prints them)."""
+    return f"by {by}, trial "
+
+
 def recommended(feasible: list[OptionRow], fits) -> tuple[OptionRow | None, OptionRow | None, list[str]]:
     """(cheapest, fastest, notes): the options the report recommends, each the best of
     `feasible` unless it gives way for memory headroom (with_headroom), which the notes say."""
@@ -171,11 +176,11 @@ def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,
     peaked += f" (one more run fits with {tight.p_run:.0%} chance)"
     if alt is None:
         savers = what_would_fit(chosen.config or {})[:2]
-        return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; no config "
+        return chosen, (f"{headroom_note_start(by)}{chosen.trial} is recommended though {peaked}; no config "
                         f"measured has headroom. To give it some: {'; or '.join(savers)}")
     gap = f"{value(alt) / value(chosen) - 1:.1%} more"
     if value(alt) > value(chosen) * (1 + (GIVE_WAY_AFTER_OOM if tight.oom_runs else GIVE_WAY)):
-        return chosen, (f"by {by}, trial {chosen.trial} is recommended though {peaked}; trial "
+        return chosen, (f"{headroom_note_start(by)}{chosen.trial} is recommended though {peaked}; trial "
                         f"{alt.trial}, the best config with headroom, {more} {gap}")
-    return alt, (f"by {by}, trial {alt.trial} is recommended over trial {chosen.trial}, though it "
+    return alt, (f"{headroom_note_start(by)}{alt.trial} is recommended over trial {chosen.trial}, though it "
                  f"{more} {gap}: {peaked}, trial {alt.trial}'s have headroom")

@@ -17,6 +17,7 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd, fmt_usd_rang
 from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.nothing_fits import NOTHING_FITS
+from autotune.report.picks import headroom_note_start
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -184,6 +185,17 @@ def _nothing_fits_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str 
             for text in textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ")]
 
 
+def _headroom_lines(doc: dict[str, Any], width: int, fastest_differs: bool) -> list[tuple[str, str | None]]:
+    """The notes on a pick's memory headroom (autotune.report.picks.with_headroom): a pick
+    whose runs peaked within their spread of the limit (how likely its long run is to fit, what
+    the best config with headroom costs), or one recommended over a tighter config. Only the
+    pick by cost's, unless the fastest is another config. Wrapped at `width`."""
+    starts = tuple(headroom_note_start(by) for by in (("cost", "time") if fastest_differs else ("cost",)))
+    return [(text, "yellow") for note in doc["notes"] if note.startswith(starts)
+            for text in textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ",
+                                      break_on_hyphens=False)]  # config keys stay whole
+
+
 def _limits_line(limits: dict[str, Any]) -> str:
     parts = []
     if limits["max_usd"] is not None:
@@ -298,6 +310,36 @@ def print_report(doc: dict[str, Any], console) -> None:
         console.print(f"note: {note}", style="dim", markup=False)
 
 
+def _pick_lines(doc: dict[str, Any], pick: dict[str, Any], width: int) -> list[tuple[str, str | None]]:
+    """The pick by cost in a few lines (hours, dollars and how sure; its config; the fastest),
+    then the notes on its memory headroom."""
+    lines: list[tuple[str, str | None]] = []
+    # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
+    sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
+                 and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
+    interval = (f" (90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})"
+                if sure and sure.get("value_low") is not None else "")
+    lines.append((clip(f"Pick: trial {pick['trial']} on {pick['offer']}", ", cheapest within limits",
+                       width), "bold"))
+    # The hours and dollars are projected to the target; only the tokens/s behind them are
+    # measured (or projected from another GPU type, or estimated), so the line says which.
+    lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
+                       f", from {pick['basis_kind']} tokens/s", width), "bold"))
+    if sure and sure.get("how_sure"):
+        lines.append((clip("  ", sure["how_sure"], width), None))
+    lines.extend((clip("  ", text, width), None) for text in _config_lines(pick, sure))
+    lines.append((clip("  ", mfu_text(pick), width), None))
+    fast = doc["fastest"]
+    differs = bool(fast) and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"])
+    if differs:
+        lines.append((clip(f"Fastest: trial {fast['trial']} on {fast['offer']}: ",
+                           f"{fmt_hours(fast['hours'])}, {fmt_usd(fast['usd'])}", width), None))
+    else:
+        lines.append(("Fastest: the same.", None))
+    lines += _headroom_lines(doc, width, differs)
+    return lines
+
+
 def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> None:
     """The end of a sweep, in about 20 lines at any width: the pick with its hours and
     dollars, the Pareto set in short, and the commands that go on from here."""
@@ -319,27 +361,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
         lines.append((clip("", f"No pick: {_no_pick_text(doc)}.", width), "yellow"))
         lines += _nothing_fits_lines(doc, width)
     else:
-        # The pick's interval over its runs, where the study has re-measured it (doc["picks"]).
-        sure = next((r for r in doc.get("picks") or [] if r.get("by") == "cost"
-                     and (r.get("trial"), r.get("offer")) == (pick["trial"], pick["offer"])), None)
-        interval = (f" (90%: {fmt_usd_range(sure['value_low'], sure['value_high'])})"
-                    if sure and sure.get("value_low") is not None else "")
-        lines.append((clip(f"Pick: trial {pick['trial']} on {pick['offer']}", ", cheapest within limits",
-                           width), "bold"))
-        # The hours and dollars are projected to the target; only the tokens/s behind them are
-        # measured (or projected from another GPU type, or estimated), so the line says which.
-        lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
-                           f", from {pick['basis_kind']} tokens/s", width), "bold"))
-        if sure and sure.get("how_sure"):
-            lines.append((clip("  ", sure["how_sure"], width), None))
-        lines.extend((clip("  ", text, width), None) for text in _config_lines(pick, sure))
-        lines.append((clip("  ", mfu_text(pick), width), None))
-        fast = doc["fastest"]
-        if fast and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"]):
-            lines.append((clip(f"Fastest: trial {fast['trial']} on {fast['offer']}: ",
-                               f"{fmt_hours(fast['hours'])}, {fmt_usd(fast['usd'])}", width), None))
-        else:
-            lines.append(("Fastest: the same.", None))
+        lines += _pick_lines(doc, pick, width)
     front = doc["pareto"]
     if front:
         lines.append((clip("", f"Pareto set ({len(front)} of {len(doc['options'])} options; hours, dollars, offer, "
