@@ -35,6 +35,8 @@ def bytes_from_text(value: Any) -> Any:
     it came, for the field's own type to judge."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
+    if isinstance(value, bool):  # YAML's yes/no/true: not 1 byte
+        raise ValueError(f"{value} is not a size: write a number of bytes or a number with a unit, e.g. '80 GB'")
     if isinstance(value, str):
         try:
             value = float(value)  # "1e9", "4096", " 2.5e10 "

@@ -53,6 +53,7 @@ def test_a_memory_limit_is_bytes_or_a_size_with_its_unit(tmp_path, written, limi
     ("-1 GiB", "'-1 GiB' is not a size"),
     ("0", "greater than 0"),
     (".nan", "not a whole number of bytes"),
+    ("yes", "True is not a size"),  # YAML 1.1's boolean, not 1 byte
 ])
 def test_a_memory_limit_that_is_not_a_size_is_one_user_error(tmp_path, written, says):
     with pytest.raises(UserError) as exc:
