@@ -28,11 +28,11 @@ def fmt_bytes(n: int | float | None) -> str:
 
 
 def bytes_from_text(value: Any) -> Any:
-    """A byte count from what a user wrote: an integer, a number in exponent form ("1e9", which
-    YAML reads as text, or 1.0e9), or a number with a unit: "80 GiB", "512MiB" (powers of 1024),
-    "75 GB", "80G" (powers of 1000; pydantic's ByteSize reads the units). Not a whole number of
-    bytes ("1.5", 2.5): ValueError, rather than rounding it away. Anything else is returned as
-    it came, for the field's own type to judge."""
+    """A byte count from what a user wrote: an integer, a number in exponent form ("1e9" and
+    "8.0e10", which YAML 1.1 reads as text, or 8.0e+10, a float), or a number with a unit:
+    "80 GiB", "512MiB" (powers of 1024), "75 GB", "80G" (powers of 1000; pydantic's ByteSize
+    reads the units). Not a whole number of bytes ("1.5", 2.5): ValueError, rather than rounding
+    it away. Anything else is returned as it came, for the field's own type to judge."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
 
     if isinstance(value, bool):  # YAML's yes/no/true: not 1 byte

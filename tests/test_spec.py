@@ -34,8 +34,9 @@ def test_nan_and_infinity_are_not_quantities(tmp_path, text, field):
 
 @pytest.mark.parametrize("written, limit_bytes", [
     ("85899345920", 80 * 2**30),
-    ("1e9", 10**9),            # YAML 1.1 reads 1e9 as text, not as a number
-    ("8.0e10", 8 * 10**10),    # ... and this as a float
+    ("1e9", 10**9),            # YAML 1.1 reads 1e9 and 8.0e10 as text (its exponent needs a sign)
+    ("8.0e10", 8 * 10**10),
+    ("8.0e+10", 8 * 10**10),   # ... and this as a float
     ("80 GiB", 80 * 2**30),    # binary units: powers of 1024
     ("'74.5GiB'", int(74.5 * 2**30)),
     ("512 MiB", 512 * 2**20),
