@@ -767,6 +767,32 @@ def test_a_note_prints_as_written(doc):
     assert "note: add it to the space (checkpointing: [full]; offload: [optimizer])" in con.export_text()
 
 
+def test_the_sweep_summary_gives_the_headroom_note_of_each_pick_it_names(doc):
+    """A tight pick's note (autotune.report.picks.with_headroom) under the pick at a sweep's
+    end: by cost always; by time only where the fastest is another config, which the summary
+    names on its own line. Other notes stay in `autotune report`."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.report.terminal import print_summary
+
+    pick = doc["cheapest"]
+    by_cost = f"by cost, trial {pick['trial']} is recommended though its runs peaked within their spread"
+    by_time = "by time, trial 99 is recommended though its runs peaked within their spread"
+    other = "a note for the full report only"
+
+    def shown(fastest) -> str:
+        con = Console(width=80, file=io.StringIO(), record=True)
+        print_summary({**doc, "fastest": fastest, "notes": [other, by_cost, by_time]}, con, [])
+        return " ".join(con.export_text().split())
+
+    same = shown(pick)
+    assert by_cost in same and by_time not in same and other not in same
+    differs = shown({**pick, "trial": 99})
+    assert "Fastest: trial 99" in differs and by_cost in differs and by_time in differs
+
+
 def test_a_trial_held_back_says_so_in_its_progress_line():
     """A proposal the memory prescreen held back ran nothing: its line said "oom", as a trial
     that ran out of memory does."""

@@ -178,22 +178,15 @@ def outside_own_runs(estimate: float | None, runs: list[dict[str, Any]]) -> str 
     return f"estimate {side} {which}: set at the level of all the study's repeated runs"
 
 
-def _nothing_fits_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str | None]]:
-    """Why nothing is picked, when memory is the reason: the closest config and what would
-    make it fit (autotune.report.nothing_fits), wrapped at `width`."""
-    return [(text, None) for note in doc["notes"] if note.startswith(NOTHING_FITS)
-            for text in textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ")]
-
-
-def _headroom_lines(doc: dict[str, Any], width: int, fastest_differs: bool) -> list[tuple[str, str | None]]:
-    """The notes on a pick's memory headroom (autotune.report.picks.with_headroom): a pick
-    whose runs peaked within their spread of the limit (how likely its long run is to fit, what
-    the best config with headroom costs), or one recommended over a tighter config. Only the
-    pick by cost's, unless the fastest is another config. Wrapped at `width`."""
-    starts = tuple(headroom_note_start(by) for by in (("cost", "time") if fastest_differs else ("cost",)))
-    return [(text, "yellow") for note in doc["notes"] if note.startswith(starts)
+def _note_lines(doc: dict[str, Any], width: int, starts: tuple[str, ...],
+                style: str | None = None) -> list[tuple[str, str | None]]:
+    """The report's notes that begin with one of `starts`, wrapped at `width` under the line
+    they explain (config keys stay whole): where nothing fits, the closest config and what
+    would make it fit (autotune.report.nothing_fits); a pick's memory headroom
+    (autotune.report.picks.with_headroom)."""
+    return [(text, style) for note in doc["notes"] if note.startswith(starts)
             for text in textwrap.wrap(note, width, initial_indent="  ", subsequent_indent="  ",
-                                      break_on_hyphens=False)]  # config keys stay whole
+                                      break_on_hyphens=False)]
 
 
 def _limits_line(limits: dict[str, Any]) -> str:
@@ -336,7 +329,9 @@ def _pick_lines(doc: dict[str, Any], pick: dict[str, Any], width: int) -> list[t
                            f"{fmt_hours(fast['hours'])}, {fmt_usd(fast['usd'])}", width), None))
     else:
         lines.append(("Fastest: the same.", None))
-    lines += _headroom_lines(doc, width, differs)
+    # The headroom note on the pick by cost, and by time where the fastest is another config.
+    starts = (headroom_note_start("cost"),) + ((headroom_note_start("time"),) if differs else ())
+    lines += _note_lines(doc, width, starts, "yellow")
     return lines
 
 
@@ -359,7 +354,7 @@ def print_summary(doc: dict[str, Any], console, next_commands: list[str]) -> Non
     pick = doc["cheapest"]
     if pick is None:
         lines.append((clip("", f"No pick: {_no_pick_text(doc)}.", width), "yellow"))
-        lines += _nothing_fits_lines(doc, width)
+        lines += _note_lines(doc, width, (NOTHING_FITS,))
     else:
         lines += _pick_lines(doc, pick, width)
     front = doc["pareto"]
