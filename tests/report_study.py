@@ -4,6 +4,7 @@ test session by real `autotune sweep` runs (real launched trials on CPU ranks).
     s = ddp_study(tmp_path_factory)       # 3 trials: 1 or 2 ranks, micro 1-2, accumulation 2
     s = zero_study(tmp_path_factory)      # 1 trial: DeepSpeed ZeRO-2 on 2 ranks
     s = fsdp_study(tmp_path_factory)      # 1 trial: FSDP2 full_shard on 2 ranks
+    s = selective_study(tmp_path_factory) # 1 trial: selective checkpointing (every 2nd block), 1 rank
     s.cli("report", "--json")             # the real CLI against that study
 """
 
@@ -50,6 +51,14 @@ grad_accum_steps: [2]
 precision: [fp32]
 checkpointing: [none]
 fsdp: [full_shard]
+"""
+
+SELECTIVE_SPACE = """\
+num_gpus: [1]
+micro_batch_size: [1]
+grad_accum_steps: [1]
+precision: [fp32]
+checkpointing: [selective]
 """
 
 
@@ -120,3 +129,7 @@ def zero_study(tmp_path_factory) -> Study:
 
 def fsdp_study(tmp_path_factory) -> Study:
     return _build(tmp_path_factory, "fsdp", FSDP_SPACE, 1)
+
+
+def selective_study(tmp_path_factory) -> Study:
+    return _build(tmp_path_factory, "selective", SELECTIVE_SPACE, 1)

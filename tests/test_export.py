@@ -17,7 +17,7 @@ import yaml
 
 from autotune.contract import TrialConfig
 from autotune.run.argv import free_port
-from tests.report_study import ddp_study, fsdp_study, zero_study
+from tests.report_study import ddp_study, fsdp_study, selective_study, zero_study
 
 pytestmark = pytest.mark.e2e
 
@@ -385,7 +385,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
 
 (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
-model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
+model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
                                    bos_token_id=0, eos_token_id=0))
 
 class Data(torch.utils.data.Dataset):
@@ -399,7 +399,8 @@ trainer = Trainer(model=model, args=args, train_dataset=Data())
 trainer.train()
 out = {"world_size": args.world_size, "micro": args.per_device_train_batch_size,
        "accum": args.gradient_accumulation_steps, "bf16": args.bf16,
-       "checkpointing": args.gradient_checkpointing, "steps": trainer.state.global_step,
+       "checkpointed_layers": [i for i, b in enumerate(model.transformer.h) if b.gradient_checkpointing],
+       "steps": trainer.state.global_step,
        "deepspeed": trainer.is_deepspeed_enabled}
 if trainer.is_deepspeed_enabled:
     ds = trainer.accelerator.deepspeed_plugin.deepspeed_config
@@ -447,6 +448,7 @@ def test_hf_trainer_export_runs_a_real_trainer_with_the_trials_batch(tmp_path_fa
         assert r["world_size"] == 2 and r["steps"] == 2 and not r["deepspeed"]
         assert r["micro"] * r["accum"] * r["world_size"] == cfg["global_batch_samples"]
         assert (r["micro"], r["accum"]) == (cfg["micro_batch_size"], cfg["grad_accum_steps"])
+        assert r["checkpointed_layers"] == []  # the trial ran without checkpointing
 
     # ZeRO: the JSON's "auto" values filled by a real Trainer from the exported flags. One
     # process: on CPU accelerate runs Trainer's DeepSpeed on one rank only (a GPU runs all).
@@ -472,25 +474,93 @@ def test_hf_trainer_export_runs_a_real_trainer_with_the_trials_batch(tmp_path_fa
     assert (r["ds_micro"], r["ds_accum"]) == (zcfg.micro_batch_size, zcfg.grad_accum_steps)
 
 
+def test_a_selective_checkpointing_pick_checkpoints_the_trials_layers_under_a_real_trainer(tmp_path_factory, tmp_path):
+    """A trial that checkpointed every 2nd block, exported `--for hf-trainer` with the installed
+    transformers (the test extra asks >= 5.16, where Trainer reads `every_n_layers`): a real
+    Trainer, through launch.sh, checkpoints the same blocks of its model, 0 and 2 of 4. Before,
+    the flags left checkpointing off, and a long run sized on the trial's memory could run out of it."""
+    from autotune.contract.hardware import installed_version
+
+    study = selective_study(tmp_path_factory)
+    out = tmp_path / "hf"
+    p = study.cli("export", "--pick", "cheapest", "--out", str(out), "--for", "hf-trainer")
+    assert p.returncode == 0, p.stdout + p.stderr
+    cfg = TrialConfig.model_validate_json((out / "trial_config.json").read_text())
+    assert (cfg.checkpointing.value, cfg.checkpoint_every, cfg.num_gpus) == ("selective", 2, 1)
+    assert f"written for transformers {installed_version('transformers')}," in (out / "bill.md").read_text()
+    assert "checkpointing off" not in (out / "launch.sh").read_text()
+    script = tmp_path / "train_hf.py"
+    script.write_text(TRAINER_SCRIPT)
+    run = _run_launch_script(out, tmp_path / "run", script, "--output_dir", tmp_path / "run",
+                             "--max_steps", "1", "--report_to", "none", "--save_strategy", "no")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (r,) = _ranks(tmp_path / "run")
+    assert r["steps"] == 1 and r["checkpointed_layers"] == [0, 2]
+
+
+@pytest.mark.parametrize("version, full, selective", [
+    (None, ["--gradient_checkpointing"], []),
+    ("4.57.6", ["--gradient_checkpointing"], []),
+    ("5.15.1", ["--gradient_checkpointing"], []),
+    ("5.16.0", ["--gradient_checkpointing"],
+     ["--gradient_checkpointing", '--gradient_checkpointing_kwargs={"every_n_layers":3}']),
+    ("5.22.2", ["--gradient_checkpointing"],
+     ["--gradient_checkpointing", '--gradient_checkpointing_kwargs={"every_n_layers":3}']),
+    ("5.23.0", ["--activation_checkpointing"],
+     ["--activation_checkpointing", '--activation_checkpointing_kwargs={"every_n_layers":3}']),
+    ("6.0.0.dev0", ["--activation_checkpointing"],
+     ["--activation_checkpointing", '--activation_checkpointing_kwargs={"every_n_layers":3}']),
+])
+def test_checkpointing_flags_follow_the_transformers_release_that_reads_them(version, full, selective):
+    """Trainer reads `every_n_layers` from 5.16 on and names the flags activation_* from 5.23 on
+    (read from the releases' wheels); where selective checkpointing has no flag, the notes say
+    so, and name the version to install."""
+    from autotune.contract import Checkpointing
+    from autotune.report.hf_trainer import checkpointing_flags, trainer_notes
+
+    cfg = TrialConfig(checkpointing=Checkpointing.full)
+    assert checkpointing_flags(cfg, version) == full and not trainer_notes(cfg, version)
+    sel = TrialConfig(checkpointing=Checkpointing.selective, checkpoint_every=3)
+    assert checkpointing_flags(sel, version) == selective
+    notes = trainer_notes(sel, version)
+    assert bool(notes) == (not selective)
+    if notes:
+        assert "transformers 5.16" in notes[0] and (version or "not installed") in notes[0]
+    assert checkpointing_flags(TrialConfig(checkpointing=Checkpointing.none), version) == []
+
+
 def test_trainer_flags_parse_as_training_arguments():
     """bf16, checkpointing and batch flags as Trainer's own parser reads them; a TP trial and
     --launcher accelerate are refused with a fix."""
+    import warnings
+
     from transformers import HfArgumentParser, TrainingArguments
 
     from autotune.contract import Checkpointing, DeviceKind, Launcher, Precision
+    from autotune.contract.hardware import installed_version
     from autotune.errors import UserError
     from autotune.report.hf_trainer import check_trainer_export, trainer_flags
 
     cfg = TrialConfig(num_gpus=2, micro_batch_size=4, grad_accum_steps=3, precision=Precision.bf16,
                       checkpointing=Checkpointing.full, device=DeviceKind.cuda)
-    flags = trainer_flags(cfg)
+    version = installed_version("transformers")
+    flags = trainer_flags(cfg, version)
     assert "--use_cpu" not in flags  # a GPU config
     # TrainingArguments checks bf16 against this machine's hardware (a CPU here): --use_cpu
-    # added for the parse only.
-    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
-        args=[*flags, "--use_cpu", "--output_dir", "x"])
+    # added for the parse only. The flags are this release's own names: no deprecation warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+            args=[*flags, "--use_cpu", "--output_dir", "x"])
+    assert not [w for w in caught if "checkpointing" in str(w.message)], [str(w.message) for w in caught]
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 3)
+    # gradient_checkpointing: the name every release has (from 5.23 it mirrors activation_*)
     assert args.bf16 and not args.fp16 and args.gradient_checkpointing
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        args=[*trainer_flags(cfg.model_copy(update={"checkpointing": Checkpointing.selective}), version),
+              "--use_cpu", "--output_dir", "x"])
+    kwargs = getattr(args, "activation_checkpointing_kwargs", None) or args.gradient_checkpointing_kwargs
+    assert args.gradient_checkpointing and kwargs == {"every_n_layers": cfg.checkpoint_every}
     with pytest.raises(UserError, match="tensor parallel"):
         check_trainer_export(cfg.model_copy(update={"tp_degree": 2}), None)
     with pytest.raises(UserError, match="torchrun"):

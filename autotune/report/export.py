@@ -45,7 +45,7 @@ def render(plan: ExportPlan) -> dict[str, str]:
     if plan.target == "hf-trainer":
         from autotune.report.hf_trainer import TRAINER_FLAGS, hf_deepspeed_config, trainer_flags
 
-        files[TRAINER_FLAGS] = "".join(f + "\n" for f in trainer_flags(cfg))
+        files[TRAINER_FLAGS] = "".join(f + "\n" for f in trainer_flags(cfg, plan.transformers_version))
         if cfg.zero_stage > 0:
             files[DEEPSPEED_CONFIG] = json.dumps(hf_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
     else:

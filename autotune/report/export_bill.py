@@ -86,7 +86,7 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     if plan.target == "hf-trainer":
         from autotune.report.hf_trainer import bill_lines
 
-        out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG)
+        out += bill_lines(cfg, LAUNCH_SCRIPT, DEEPSPEED_CONFIG, plan.transformers_version)
     else:
         out += ["Activation checkpointing, tensor parallelism and torch.compile are model code: your "
                 "script applies them from AUTOTUNE_CHECKPOINTING / AUTOTUNE_TP_DEGREE / AUTOTUNE_COMPILE "

@@ -115,7 +115,7 @@ def launch_script(plan: ExportPlan) -> str:
     if trainer:
         from autotune.report.hf_trainer import TRAINER_FLAGS, launch_lines, trainer_notes
 
-        lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg)]
+        lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg, plan.transformers_version)]
         lines += launch_lines(cfg, f"$HERE/{TRAINER_FLAGS}",
                               f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None)
     lines += _check_lines()

@@ -34,6 +34,9 @@ class ExportPlan:
     launcher: Launcher
     target: str = "script"  # EXPORT_TARGETS: your own training script, or Hugging Face Trainer
     python: str = sys.executable  # launch.sh's default interpreter: the one that exported it
+    # hf-trainer: the version Trainer's flags are written for, installed where the export runs
+    # (autotune.report.hf_trainer.checkpointing_flags); None when not installed.
+    transformers_version: str | None = None
 
 
 # What `export --for` writes: files for your own training script, or for Hugging Face Trainer.
@@ -87,10 +90,13 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     except ValueError as exc:
         raise UserError(f"trial {number}: its stored config is unreadable ({type(exc).__name__})",
                         fix="re-run the trial with this version of autotune") from None
+    transformers_version = None
     if target == "hf-trainer":
+        from autotune.contract.hardware import installed_version
         from autotune.report.hf_trainer import check_trainer_export
 
         launcher = check_trainer_export(cfg, launcher)
+        transformers_version = installed_version("transformers")
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
                       catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
-                      target=target)
+                      target=target, transformers_version=transformers_version)

@@ -7,10 +7,18 @@ and a DeepSpeed JSON with "auto" where Trainer fills the values from those flags
 Trainer rejects a DeepSpeed config whose batch, precision or optimizer values differ from its
 own arguments ("set these values to 'auto'"), so those are "auto" here and the trial's values
 travel as flags; the ZeRO section (stage, offload) is the trial's own.
+
+The checkpointing flags depend on the transformers version that will read them, taken from the
+machine that exports (`autotune.contract.hardware.installed_version`):
+
+    trainer_flags(cfg, "5.25.0")   # [..., "--activation_checkpointing",
+                                   #  '--activation_checkpointing_kwargs={"every_n_layers":2}']
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from autotune.contract import Checkpointing, DeviceKind, Launcher, Precision, TrialConfig, deepspeed_config
@@ -41,17 +49,49 @@ def check_trainer_export(cfg: TrialConfig, launcher: Launcher | None) -> Launche
     return Launcher.deepspeed if cfg.launcher is Launcher.deepspeed else Launcher.torchrun
 
 
-def trainer_flags(cfg: TrialConfig) -> list[str]:
+# Trainer's checkpointing arguments by transformers version, read from each release's
+# training_args.py and trainer.py (PyPI wheels, checked 2026-12-06):
+# - from 5.16.0 Trainer takes `every_n_layers` out of the checkpointing kwargs and checkpoints the
+#   decoder layers whose index % n == 0: the layers a selective trial checkpoints
+#   (trials/workloads/hf.py `apply_checkpointing`). Before it, every key went on to
+#   torch.utils.checkpoint, so only full checkpointing has a flag there.
+# - from 5.23.0 the arguments are named activation_checkpointing(_kwargs); the gradient_* names
+#   still work but warn that v6 removes them.
+EVERY_N_LAYERS_SINCE = (5, 16)
+ACTIVATION_NAMES_SINCE = (5, 23)
+
+
+def _major_minor(version: str | None) -> tuple[int, int]:
+    """(5, 23) for "5.23.0" or "5.23.0.dev0"; (0, 0) when unknown (not installed)."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def checkpointing_flags(cfg: TrialConfig, transformers_version: str | None) -> list[str]:
+    """The trial's activation checkpointing as Trainer flags for this transformers version:
+    none where it has no flag (selective before 5.16; `trainer_notes` says so)."""
+    version = _major_minor(transformers_version)
+    name = "activation_checkpointing" if version >= ACTIVATION_NAMES_SINCE else "gradient_checkpointing"
+    if cfg.checkpointing is Checkpointing.full:
+        return [f"--{name}"]
+    if cfg.checkpointing is Checkpointing.selective and version >= EVERY_N_LAYERS_SINCE:
+        # Compact JSON: one word, so a flag file split on whitespace keeps it whole.
+        kwargs = json.dumps({"every_n_layers": cfg.checkpoint_every}, separators=(",", ":"))
+        return [f"--{name}", f"--{name}_kwargs={kwargs}"]
+    return []
+
+
+def trainer_flags(cfg: TrialConfig, transformers_version: str | None) -> list[str]:
     """`TrainingArguments` flags for the trial's batch, accumulation, precision and
-    checkpointing, one `--name=value` per item (argparse reads that form)."""
+    checkpointing, one `--name=value` per item (argparse reads that form), for the given
+    transformers version (None: not known, the flags every version reads)."""
     flags = [f"--per_device_train_batch_size={cfg.micro_batch_size}",
              f"--gradient_accumulation_steps={cfg.grad_accum_steps}"]
     if cfg.precision is Precision.bf16:
         flags.append("--bf16")
     elif cfg.precision is Precision.fp16:
         flags.append("--fp16")
-    if cfg.checkpointing is Checkpointing.full:
-        flags.append("--gradient_checkpointing")
+    flags += checkpointing_flags(cfg, transformers_version)
     if cfg.compile:
         flags.append("--torch_compile")  # Trainer compiles the model (Inductor, default mode)
     if cfg.device is DeviceKind.cpu and cfg.zero_stage == 0:
@@ -61,12 +101,16 @@ def trainer_flags(cfg: TrialConfig) -> list[str]:
     return flags
 
 
-def trainer_notes(cfg: TrialConfig) -> list[str]:
+def trainer_notes(cfg: TrialConfig, transformers_version: str | None) -> list[str]:
     """What the flags do not carry, said in launch.sh and bill.md."""
     notes = []
-    if cfg.checkpointing is Checkpointing.selective:
-        notes.append(f"selective checkpointing (every {cfg.checkpoint_every} block(s)) has no Trainer "
-                     "flag: the flags leave checkpointing off; your model applies it")
+    if cfg.checkpointing is Checkpointing.selective and not checkpointing_flags(cfg, transformers_version):
+        have = (f"transformers {transformers_version} is installed here" if transformers_version
+                else "transformers is not installed here")
+        since = ".".join(map(str, EVERY_N_LAYERS_SINCE))
+        notes.append(f"selective checkpointing (every {cfg.checkpoint_every} block(s)) has a Trainer flag "
+                     f"from transformers {since} on, and {have}: the flags leave checkpointing off; "
+                     f"your model applies it, or export again where transformers >= {since} is installed")
     if cfg.precision is Precision.fp8:
         notes.append("fp8 has no Trainer flag: set it in accelerate's config (mixed_precision: fp8)")
     if cfg.device is DeviceKind.cpu and cfg.zero_stage > 0:
@@ -112,12 +156,15 @@ def launch_lines(cfg: TrialConfig, here_flags: str, here_ds: str | None) -> list
     ]
 
 
-def bill_lines(cfg: TrialConfig, launch_script: str, ds_file: str) -> list[str]:
+def bill_lines(cfg: TrialConfig, launch_script: str, ds_file: str,
+               transformers_version: str | None) -> list[str]:
     """bill.md's paragraph on how Trainer takes the files."""
     ds = (f" and `--deepspeed {ds_file}` (\"auto\" where Trainer fills values from those flags)"
           if cfg.zero_stage > 0 else "")
+    written_for = (f"transformers {transformers_version}, installed where `autotune export` ran"
+                   if transformers_version else "any transformers: none was installed where `autotune export` ran")
     out = [f"Hugging Face Trainer: `./{launch_script} train.py --output_dir ...` passes the flags of "
            f"`{TRAINER_FLAGS}`{ds} to a script that parses `TrainingArguments`; arguments after the "
-           "script win.", ""]
-    notes = trainer_notes(cfg)
+           f"script win. The flags are written for {written_for}.", ""]
+    notes = trainer_notes(cfg, transformers_version)
     return out + [f"- {n[0].upper()}{n[1:]}." for n in notes] + ([""] if notes else [])
