@@ -12,7 +12,7 @@ import torch
 
 from autotune.contract import Checkpointing, EntryPointWorkload, HFWorkload, TrialStatus
 from autotune.estimate.compute import flops_per_token, model_from_hf_config
-from tests.fixtures.trials import FIXTURES, run_many, tiny
+from tests.fixtures.trials import FIXTURES, entry, run_many, tiny
 from trials.errors import UnsupportedConfig
 from trials.measure import SavedTensorMeter
 from trials.workloads.build import apply_checkpointing, build_workload
@@ -101,9 +101,10 @@ def test_entry_point_errors_name_the_entry_point():
     assert no_switch.value.workload_allows == {"checkpointing": ["none"]}
 
 
-def test_an_entry_point_with_the_switch_allows_full_checkpointing_only():
-    """A model with transformers' switch runs `full` (every layer); `selective` stays
-    unsupported, and the worker says `none` and `full` are what the workload runs."""
+def test_an_entry_point_whose_switch_has_no_every_n_layers_allows_full_checkpointing_only():
+    """A model with transformers' switch from before 5.16 (no `every_n_layers`) runs `full`;
+    `selective` stays unsupported, and the worker says `none` and `full` are what the workload
+    runs."""
     wl = EntryPointWorkload(entry_point="entry_points:build", python_path=[FIXTURES])
     built = build_workload(tiny(workload=wl), CPU)
     built.model.gradient_checkpointing_enable = lambda gradient_checkpointing_kwargs=None: None
@@ -112,6 +113,21 @@ def test_an_entry_point_with_the_switch_allows_full_checkpointing_only():
             as selective:
         apply_checkpointing(built, tiny(workload=wl, checkpointing=Checkpointing.selective))
     assert selective.value.workload_allows == {"checkpointing": ["none", "full"]}
+
+
+def test_an_entry_points_hf_model_checkpoints_every_kth_layer_through_transformers_switch(tmp_path):
+    """A user's own transformers model (a 4-layer GPT-2 from an entry point): selective
+    checkpointing goes through the switch's `every_n_layers` (transformers >= 5.16, the test
+    extra's floor), in a real trial, which runs and recomputes; full marks every layer.
+    Before, selective was `unsupported` for any entry point."""
+    wl = entry("build_hf")
+    r = run_many({"sel": tiny(workload=wl, checkpointing=Checkpointing.selective, checkpoint_every=2)},
+                 tmp_path)["sel"]
+    assert r.status is TrialStatus.ok, f"{r.error_type}: {r.error}\n{r.log_tail}"
+    assert r.observations["checkpointed_layers"] == [0, 2]
+    assert r.observations["linear_forward_passes_per_micro_step"] > 1.1  # half the blocks run again
+    full = tiny(workload=wl, checkpointing=Checkpointing.full)
+    assert apply_checkpointing(build_workload(full, CPU), full) == [0, 1, 2, 3]
 
 
 def test_meta_build_is_materialised_with_the_models_own_init_same_weights_each_time():

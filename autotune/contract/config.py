@@ -203,8 +203,10 @@ class EntryPointWorkload(ContractModel):
       `n_layers` and `d_model` for the attention term of the 6N + 12·L·d·s estimate;
       `init_module`: a function(module) initialising one module's weights (and buffers), for
       a meta-built model.
-    Activation checkpointing applies where the model has transformers'
-    `gradient_checkpointing_enable`; otherwise such a trial is `unsupported`.
+    Activation checkpointing applies through transformers' switch
+    (`activation_checkpointing_enable`, `gradient_checkpointing_enable` before 5.23): full on
+    any version, selective (every `checkpoint_every`-th decoder layer, its `every_n_layers`)
+    from transformers 5.16 on; otherwise such a trial is `unsupported`.
 
     So that no rank holds more of a large model than its config says, build it on the meta
     device: `with torch.device("meta"): model = MyModel(cfg)`, and return it with

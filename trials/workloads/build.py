@@ -170,19 +170,7 @@ def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
         from trials.workloads import hf
 
         return hf.apply_checkpointing(built.model, built.hf_config, mode, cfg.checkpoint_every)
-    # The user's model: transformers' switch where it has one (all layers), else unsupported.
-    model = built.model
-    if mode == "full" and hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        return []
-    if mode == "full" and hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return []
-    if hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable"):
-        why, allowed = "its checkpointing switch (transformers') turns on full only", ["none", "full"]
-    else:
-        why, allowed = "it has no gradient_checkpointing_enable", ["none"]
-    raise UnsupportedConfig(f"checkpointing '{mode}' cannot be applied to the entry point's "
-                            f"{type(model).__name__}: {why}. To fix: checkpoint inside your model, "
-                            f"and set checkpointing {' or '.join(allowed)}",
-                            workload_allows={"checkpointing": allowed})
+    # The user's model: transformers' switch where it has one, else unsupported.
+    from trials.workloads.hf import switch_checkpointing
+
+    return switch_checkpointing(built.model, mode, cfg.checkpoint_every)

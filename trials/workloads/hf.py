@@ -145,6 +145,44 @@ def apply_checkpointing(model: torch.nn.Module, config: Any, mode: str, every: i
     return chosen
 
 
+def switch_checkpointing(model: torch.nn.Module, mode: str, every: int) -> list[int]:
+    """Checkpointing on a user's model (an entry point) through transformers' own switch,
+    `full` or `selective` (every `every`-th decoder layer); returns the layers it checkpoints
+    (those transformers marks per layer; [] where it marks none). Selective needs the
+    switch's `every_n_layers` (transformers >= 5.16); the switch is
+    `activation_checkpointing_enable` from 5.23, `gradient_checkpointing_enable` before.
+    Without a switch, or selective without `every_n_layers`, the trial is unsupported, and
+    says which settings the workload runs."""
+    import inspect
+
+    found = [(getattr(model, name), kwargs_name) for name, kwargs_name in (
+        ("activation_checkpointing_enable", "activation_checkpointing_kwargs"),
+        ("gradient_checkpointing_enable", "gradient_checkpointing_kwargs")) if callable(getattr(model, name, None))]
+    if not found:
+        raise UnsupportedConfig(
+            f"checkpointing '{mode}' cannot be applied to the entry point's {type(model).__name__}: it "
+            "has no gradient_checkpointing_enable. To fix: checkpoint inside your model, and set "
+            "checkpointing none", workload_allows={"checkpointing": ["none"]})
+    switch, kwargs_name = found[0]
+    try:
+        takes_every = "every_n_layers" in inspect.signature(switch).parameters
+    except (TypeError, ValueError):  # a builtin or C-implemented switch: no signature to read
+        takes_every = False
+    if mode == "selective" and not takes_every:
+        raise UnsupportedConfig(
+            f"checkpointing 'selective' cannot be applied to the entry point's {type(model).__name__}: "
+            "its checkpointing switch (transformers') turns on full only (every_n_layers needs "
+            "transformers >= 5.16). To fix: checkpoint inside your model, and set checkpointing "
+            "none or full", workload_allows={"checkpointing": ["none", "full"]})
+    args: dict[str, Any] = {kwargs_name: {"use_reentrant": False}}
+    if takes_every:
+        args["every_n_layers"] = every if mode == "selective" else 1
+    switch(**args)
+    per_layer = [m for m in model.modules()
+                 if any(c.__name__ == "GradientCheckpointingLayer" for c in type(m).__mro__)]
+    return [i for i, m in enumerate(per_layer) if getattr(m, "gradient_checkpointing", False)]
+
+
 def random_batches(vocab_size: int, seq_len: int, micro_batch_size: int,
                    device: torch.device, seed: int):
     """Endless random token batches. transformers shifts labels inside the loss, so the
