@@ -748,3 +748,11 @@ def test_a_tight_pick_that_keeps_its_place_says_what_headroom_would_cost(monkeyp
     assert all(len(ln) <= 80 for ln in lines) and len(lines) <= 25, lines
     assert note in " ".join(ln.strip() for ln in lines), lines
     assert doc.fastest.trial == doc.cheapest.trial and not any(ln.strip().startswith("by time") for ln in lines)
+    # `autotune export --pick cheapest`: bill.md says it too, with what would give it headroom
+    # (it said the trial's peak alone).
+    from autotune.report.export import plan_export, render
+
+    plan = plan_export(doc.model_dump(mode="json"), {t.number: t for t in study.get_trials()}, "cheapest")
+    bill = render(plan)["bill.md"]
+    assert f"one more run (the long run) fits with {fit.p_run:.0%} chance. **Little headroom**" in bill, bill
+    assert "To give it some: " in bill and "names the best config measured with headroom" in bill

@@ -70,3 +70,23 @@ def test_a_sweep_where_memory_binds_names_a_two_rank_config_fastest(tmp_path):
                        default=0.0)
     if max(r.tokens_per_s for r in two_rank_ok) > 1.1 * one_rank_tps:
         assert fastest.config["num_gpus"] == 2, doc.fastest
+
+    # `autotune export` of the pick: bill.md says how its config's runs met the limit and how
+    # likely the long run is to fit; where that is short of headroom, the export says so too.
+    import os
+    import subprocess
+    import sys
+
+    from autotune.format import fmt_bytes
+    from autotune.search.verdict import runs_fit
+
+    out = tmp_path / "launch"
+    p = subprocess.run([sys.executable, "-m", "autotune.cli", "export", "--pick", "fastest", "--out", str(out),
+                        "--study", spec.study, "--storage", spec.storage],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    fit = runs_fit(study.get_trials())[doc.fastest.trial]
+    bill = (out / "bill.md").read_text()
+    assert f"the memory limit {fmt_bytes(limit)} per rank; one more run (the long run) fits with " \
+           f"{fit.p_run:.0%} chance" in bill, bill
+    assert ("**Little headroom**" in bill) == (not fit.headroom) == ("little memory headroom" in p.stdout), p.stdout

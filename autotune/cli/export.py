@@ -76,12 +76,19 @@ def export(
         print_json({"study": plan.study, "trial": plan.trial, "pick": plan.pick, "for": plan.target,
                     "launcher": plan.launcher.value, "out": str(out.resolve()),
                     "files": [str(p) for p in paths], "launch": str((out / "launch.sh").resolve()),
-                    "option": o})
+                    "option": o, "memory_fit": plan.trial_row.get("memory_fit")})
         return
     con = console()
     where = (f" on {o['offer']}: {projected_text(o)} (from {o['basis_kind']} tokens/s)" if o
              else " (not priced)")
     con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
+    fit = plan.trial_row.get("memory_fit")
+    if fit and not fit["headroom"]:  # the long run may not fit: said here, not only in bill.md
+        from autotune.report.memory_fit import fit_text
+        from autotune.report.schema import MemoryFitRow
+
+        con.print(f"[yellow]little memory headroom:[/] {fit_text(MemoryFitRow(**fit))} (bill.md says "
+                  "what would give it some)")
     for p in paths:
         con.print(f"  {p}")
     con.print(f"run: {shlex.quote(str(out / 'launch.sh'))} train.py ...   (the bill: {out / BILL_MD})")

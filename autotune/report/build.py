@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.contract.trial_files import TrialFiles
-from autotune.format import fmt_bytes
 from autotune.record import SweepRecord, TrialRecord
+from autotune.report.memory_fit import memory_verdicts
 from autotune.report.neighbours import interference, interference_note, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
 from autotune.report.picks import config_options, pick_rows, recommended, run_models
@@ -265,25 +265,6 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
         return None
 
 
-def memory_verdicts(options: list[OptionRow], fits) -> list[str]:
-    """A config whose typical peak is over the memory limit is not recommended, even when one
-    of its runs fit (`fits`: autotune.search.verdict.runs_fit); one that ran out of memory in some
-    run but typically fits is, with a note saying how likely the long run is to fit."""
-    notes = []
-    for o in options:
-        f = fits.get(o.trial)
-        if f is None or not f.oom_runs:
-            continue
-        o.feasible = o.feasible and f.recommendable
-        verdict = "under it: still recommended" if f.recommendable else "over it: not recommended"
-        note = (f"trial {o.trial}'s config ran out of memory in {f.oom_runs} of {f.runs} runs "
-                f"against the limit {fmt_bytes(f.limit_bytes)} (its typical peak is {verdict}); "
-                f"one more run fits with {f.p_run:.0%} chance")
-        if note not in notes:
-            notes.append(note)
-    return notes
-
-
 def _limits(spec: SweepRecord, max_usd: float | None, deadline_hours: float | None) -> Limits:
     """Limits given as flags win over the study's (the sweep's spec)."""
     budget = spec.budget
@@ -348,7 +329,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     from autotune.search.verdict import runs_fit
 
     fits = runs_fit(frozen)
-    notes += memory_verdicts(options, fits)
+    notes += memory_verdicts(options, fits, rows)
     front = pareto_set(options)
     front_keys = {(o.trial, o.offer) for o in front}
     for o in options:

@@ -11,7 +11,9 @@ from typing import Any
 from autotune.contract import DeviceKind, TrialConfig
 from autotune.format import fmt_bytes, fmt_hours, fmt_tokens, fmt_usd
 from autotune.report.export_plan import BILL_MD, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, ExportPlan
+from autotune.report.memory_fit import fit_lines
 from autotune.report.optimizer import optimizer_notes
+from autotune.report.schema import MemoryFitRow
 from autotune.report.sharding import sharding_bill_lines, sharding_label
 
 
@@ -50,6 +52,8 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"
            if t.get("peak_mem_bytes") else "peak memory not measured")
     out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
+    if t.get("memory_fit"):
+        out += fit_lines(MemoryFitRow(**t["memory_fit"]), t["config"])
     if o is not None and len(o.get("runs") or []) > 1 and o.get("tokens_per_s"):
         # The bill rests on every run of the config, this trial's among them.
         out += [f"The bill uses {o['tokens_per_s']:,.0f} tokens/s: the estimate over this config's "

@@ -25,6 +25,19 @@ class _M(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class MemoryFitRow(_M):
+    """How a config's runs fit the sweep's memory limit (autotune.search.verdict.RunsFit): the
+    same on every trial of the config."""
+
+    limit_bytes: int = Field(description="the sweep's memory limit per rank")
+    runs: int = Field(description="runs of the config with a measured peak or out of memory")
+    oom_runs: int = Field(description="those of them that ran out of memory")
+    p_run: float = Field(description="chance that one more run (the long run) stays under the limit, "
+                         "from the runs' peaks and their spread")
+    headroom: bool = Field(description="p_run is at least autotune.search.verdict.P_HEADROOM: a config "
+                           "without it may run out of memory in the long run")
+
+
 class TrialRow(_M):
     """One Optuna trial as stored, whatever its state."""
 
@@ -85,6 +98,9 @@ class TrialRow(_M):
                              "trials ran side by side, e.g. 'cores 1 (slot 2 of 2)'")
     neighbours: list[int] = Field(default_factory=list, description="trials that ran on the same "
                                   "host while it ran (overlapping runs); [] = it ran alone")
+    memory_fit: MemoryFitRow | None = Field(default=None, description="under a memory limit: how the "
+                                            "runs of this trial's config fit it; None without a limit "
+                                            "or a measured peak")
 
 
 class Sensitivity(_M):
