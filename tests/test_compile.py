@@ -255,6 +255,7 @@ def test_a_compiled_exports_settings_read_back_by_accelerate_and_the_trainer(tmp
     from accelerate.commands.config.config_args import load_config_from_file
     from transformers import HfArgumentParser, TrainingArguments
 
+    from autotune.contract.hardware import installed_version
     from autotune.report.export_accelerate import accelerate_config
     from autotune.report.export_launch import settings_env
     from autotune.report.hf_trainer import trainer_flags
@@ -267,6 +268,7 @@ def test_a_compiled_exports_settings_read_back_by_accelerate_and_the_trainer(tmp
     eager.write_text(yaml.safe_dump(accelerate_config(cfg.model_copy(update={"compile": False}))))
     assert not load_config_from_file(str(eager)).dynamo_config
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
-        ["--output_dir", str(tmp_path / "out"), *trainer_flags(cfg.model_copy(update={"precision": "fp32"}))])
+        ["--output_dir", str(tmp_path / "out"), *trainer_flags(cfg.model_copy(update={"precision": "fp32"}),
+                                                             installed_version("transformers"))])
     assert args.torch_compile is True
     assert ("AUTOTUNE_COMPILE", "1") in settings_env(cfg)

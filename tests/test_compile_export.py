@@ -113,9 +113,10 @@ def test_the_accelerate_export_of_a_compiled_pick_runs_compiled(tmp_path, compil
 
 
 def test_the_trainer_flags_of_a_compiled_pick_compile_a_real_trainer(tmp_path):
+    from autotune.contract.hardware import installed_version
     from autotune.report.hf_trainer import trainer_flags
 
-    flags = trainer_flags(TrialConfig(compile=True, num_gpus=1, micro_batch_size=4))
+    flags = trainer_flags(TrialConfig(compile=True, num_gpus=1, micro_batch_size=4), installed_version("transformers"))
     assert "--torch_compile" in flags
     script = tmp_path / "train_hf.py"
     script.write_text(TRAINER_SCRIPT)
