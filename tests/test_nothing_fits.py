@@ -109,3 +109,20 @@ def test_the_sweep_stops_only_on_what_its_own_hardware_held_before_the_build():
     assert over_limit_reason(mine, [mine, trial(0, "cpu-a", 250)]) is None
     # Not out of memory, or no limit: no stop.
     assert over_limit_reason(trial(2, "cpu-a", 350, status="crash"), [mine]) is None
+
+
+def test_every_space_setting_the_advice_names_is_one_a_space_file_takes():
+    """The advice quotes space-file settings (`checkpointing: [full]`) for the user to copy:
+    each must load, or the user's next sweep stops on it (`fsdp: [full]` did: FSDP2's mode is
+    full_shard)."""
+    import re
+
+    import yaml
+
+    from autotune.search.space_file import SearchSpace
+
+    bare = dict(micro_batch_size=8, checkpointing="none", zero_stage=0, offload="none", fsdp="none")
+    settings = re.findall(r"(\w+): (\[[^\]]*\])", " ".join(what_would_fit(bare)))
+    assert {k for k, _ in settings} >= {"checkpointing", "zero_stage", "fsdp", "offload"}, settings
+    for key, value in settings:
+        SearchSpace.model_validate({key: yaml.safe_load(value)})

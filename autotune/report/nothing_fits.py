@@ -47,7 +47,7 @@ SAVERS = (
           lambda c: c.get("checkpointing") in (None, "none", "selective"),
           lambda c, ref: c.get("checkpointing") == "full"),
     Saver("ZeRO-3 or FSDP2",
-          lambda c: "sharded states: ZeRO-3 or FSDP2 (zero_stage: [3] or fsdp: [full])",
+          lambda c: "sharded states: ZeRO-3 or FSDP2 (zero_stage: [3] or fsdp: [full_shard])",
           lambda c: not _sharded(c), lambda c, ref: _sharded(c)),
     Saver("CPU offload",
           lambda c: "CPU offload of optimizer states (offload: [optimizer], with ZeRO 1-3)",
