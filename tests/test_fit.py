@@ -683,6 +683,23 @@ def test_a_knife_edge_pick_gives_way_to_a_config_with_headroom_within_the_tolera
     for seed in (6, 42, 58):
         _, pick, truth, _ = _replayed(replay, seed)
         assert pick == "g2-tp1-mb8-acc2-fp32-ckpt:none-z0-off:none" and truth.within(pick, "usd", 0.03)
+    # `autotune export --pick cheapest` writes the config the report recommends, the one with
+    # headroom (it wrote the cheapest measured, the tight one), and bill.md says why (the
+    # report's note); on the offer it is priced on, the same.
+    from autotune.report.build import build_report
+    from autotune.report.export import plan_export, render
+
+    study = _replayed(replay, 6)[3]
+    doc = build_report(study).model_dump(mode="json")
+    trials = {t.number: t for t in study.get_trials()}
+    plan = plan_export(doc, trials, "cheapest")
+    cheapest_measured = min((o for o in doc["options"] if o["feasible"]), key=lambda o: o["usd"])
+    assert plan.trial == doc["cheapest"]["trial"] != cheapest_measured["trial"]
+    assert plan_export(doc, trials, "cheapest", offer=doc["cheapest"]["offer"]).trial == plan.trial
+    bill = render(plan)["bill.md"]
+    (note,) = [n for n in doc["notes"] if n.startswith("by cost")]
+    assert "is recommended over trial" in note and "**Little headroom**" not in bill, bill
+    assert f"The report: {note[0].upper()}{note[1:]}." in bill, bill
     monkeypatch.setattr(verdict, "P_HEADROOM", 0.0)
     for seed in (6, 42, 58):
         pick = _replayed(replay, seed)[1]
@@ -755,4 +772,4 @@ def test_a_tight_pick_that_keeps_its_place_says_what_headroom_would_cost(monkeyp
     plan = plan_export(doc.model_dump(mode="json"), {t.number: t for t in study.get_trials()}, "cheapest")
     bill = render(plan)["bill.md"]
     assert f"one more run (the long run) fits with {fit.p_run:.0%} chance. **Little headroom**" in bill, bill
-    assert "To give it some: " in bill and "names the best config measured with headroom" in bill
+    assert "To give it some: " in bill and f"The report: {note[0].upper()}{note[1:]}." in bill, bill

@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
 
 
 def export(
-    pick: str = typer.Option(..., "--pick", help="cheapest | fastest | a trial number"),
+    pick: str = typer.Option(..., "--pick",
+                             help="cheapest | fastest (the picks `autotune report` names) | a trial number"),
     out: Path = typer.Option(..., "--out", help="folder to write (must be new or empty; see --force)"),
     offer: Optional[str] = typer.Option(None, "--offer", help="price on this catalog offer"),
     study: str = typer.Option("default", "--study", help="study name"),

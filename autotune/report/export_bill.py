@@ -53,7 +53,7 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
            if t.get("peak_mem_bytes") else "peak memory not measured")
     out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
     if t.get("memory_fit"):
-        out += fit_lines(MemoryFitRow(**t["memory_fit"]), t["config"])
+        out += fit_lines(MemoryFitRow(**t["memory_fit"]), t["config"], plan.headroom_note)
     if o is not None and len(o.get("runs") or []) > 1 and o.get("tokens_per_s"):
         # The bill rests on every run of the config, this trial's among them.
         out += [f"The bill uses {o['tokens_per_s']:,.0f} tokens/s: the estimate over this config's "

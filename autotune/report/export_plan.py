@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from autotune.contract import Launcher, TrialConfig
 from autotune.errors import UserError, did_you_mean
@@ -37,6 +37,9 @@ class ExportPlan:
     # hf-trainer: the version Trainer's flags are written for, installed where the export runs
     # (autotune.report.hf_trainer.checkpointing_flags); None when not installed.
     transformers_version: str | None = None
+    # The report's memory-headroom note on this trial as a pick (autotune.report.picks.with_headroom):
+    # bill.md repeats it.
+    headroom_note: str | None = None
 
 
 # What `export --for` writes: files for your own training script, or for Hugging Face Trainer.
@@ -56,14 +59,14 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
                             fix=f"use one of: {', '.join(known) or '(none: no priced trial yet)'}")
         options = [o for o in options if o["offer"] == offer]
     p = pick.strip().lower()
+    option: dict[str, Any] | None
     if p in ("cheapest", "fastest"):
         feasible = [o for o in options if o["feasible"]]
         if not feasible:
             why = "no priced trial yet" if not options else "no option meets the budget/deadline"
             raise UserError(f"--pick {p}: {why}",
                             fix="run more trials, relax --max-usd / --deadline-hours, or pick a trial number")
-        key = (lambda o: (o["usd"], o["hours"])) if p == "cheapest" else (lambda o: (o["hours"], o["usd"]))
-        option = min(feasible, key=key)
+        option, note = _recommended(doc, feasible, "cost" if p == "cheapest" else "time")
         number = option["trial"]
     else:
         try:
@@ -84,6 +87,7 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
             raise UserError(f"--pick {number} --offer {offer}: trial {number} is not priced on that offer",
                             fix="drop --offer to take the trial's cheapest offer")
         option = min(mine, key=lambda o: (o["usd"], o["hours"]), default=None)
+        note = _headroom_note(doc["notes"], number)
     row = next(t for t in doc["trials"] if t["number"] == number)
     try:
         cfg = TrialRecord.of(trials_by_number[number]).trial_config()
@@ -99,4 +103,28 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
         transformers_version = installed_version("transformers")
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
                       catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
-                      target=target, transformers_version=transformers_version)
+                      target=target, transformers_version=transformers_version, headroom_note=note)
+
+
+def _recommended(doc: dict[str, Any], feasible: list[dict[str, Any]],
+                 by: Literal["cost", "time"]) -> tuple[dict[str, Any], str | None]:
+    """The option the report recommends by `by` among `feasible` (one offer's, with --offer),
+    and its headroom note: the best one unless it gives way for memory headroom, by the
+    report's own rule (autotune.report.picks.with_headroom, on the trial rows' memory_fit)."""
+    from autotune.report.picks import with_headroom
+    from autotune.report.schema import MemoryFitRow, OptionRow
+
+    rows = [OptionRow.model_validate(o) for o in feasible]
+    fits = {t["number"]: MemoryFitRow(**t["memory_fit"]) for t in doc["trials"] if t.get("memory_fit")}
+    metric = (lambda o: (o.usd, o.hours)) if by == "cost" else (lambda o: (o.hours, o.usd))
+    chosen, note = with_headroom(min(rows, key=metric), rows, fits, by)
+    assert chosen is not None  # rows is not empty
+    return feasible[rows.index(chosen)], note
+
+
+def _headroom_note(notes: list[str], number: int) -> str | None:
+    """The report's headroom note on trial `number` as a pick, by cost or by time."""
+    from autotune.report.picks import headroom_note_start
+
+    starts = (f"{headroom_note_start('cost')}{number} ", f"{headroom_note_start('time')}{number} ")
+    return next((n for n in notes if n.startswith(starts)), None)

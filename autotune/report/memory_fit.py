@@ -5,7 +5,7 @@ configs that ran out of memory in some run, and each trial row's `memory_fit` (w
     fits = runs_fit(trials)                  # autotune.search.verdict
     notes += memory_verdicts(options, fits, rows)   # and drops the configs whose typical peak
                                                     # is over; sets row.memory_fit
-    fit_lines(MemoryFitRow(**row["memory_fit"]), row["config"])   # bill.md's memory paragraph
+    fit_lines(MemoryFitRow(**row["memory_fit"]), row["config"], note)   # bill.md's memory paragraph
 """
 
 from __future__ import annotations
@@ -55,12 +55,16 @@ def fit_text(fit: MemoryFitRow) -> str:
             f"run) fits with {fit.p_run:.0%} chance")
 
 
-def fit_lines(fit: MemoryFitRow, config: dict[str, Any]) -> list[str]:
+def fit_lines(fit: MemoryFitRow, config: dict[str, Any], note: str | None = None) -> list[str]:
     """bill.md's memory paragraph: the fit, and where the config lacks headroom, that the long
-    run may run out of memory and what would give it some."""
+    run may run out of memory and what would give it some; `note`, the report's headroom note
+    on this pick (autotune.report.picks.with_headroom), after it."""
     text = f"Memory: {fit_text(fit)}."
     if not fit.headroom:
         text += (" **Little headroom**: the long run may run out of memory. To give it some: "
-                 + "; or ".join(what_would_fit(config)[:2])
-                 + ". `autotune report` names the best config measured with headroom and what it costs.")
+                 + "; or ".join(what_would_fit(config)[:2]) + ".")
+    if note:
+        text += f" The report: {note[0].upper()}{note[1:]}."
+    elif not fit.headroom:
+        text += " `autotune report` names the best config measured with headroom and what it costs."
     return [text, ""]
