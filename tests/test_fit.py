@@ -696,6 +696,14 @@ def test_a_knife_edge_pick_gives_way_to_a_config_with_headroom_within_the_tolera
     cheapest_measured = min((o for o in doc["options"] if o["feasible"]), key=lambda o: o["usd"])
     assert plan.trial == doc["cheapest"]["trial"] != cheapest_measured["trial"]
     assert plan_export(doc, trials, "cheapest", offer=doc["cheapest"]["offer"]).trial == plan.trial
+    # A side-by-side sweep's last re-measurement alone takes the same pick (it took trial 1).
+    # The replay records no neighbours: here every trial ran beside another one.
+    from autotune.api.alone import leaders_without_alone_run
+    from autotune.report import neighbours
+
+    with monkeypatch.context() as m:
+        m.setattr(neighbours, "neighbours", lambda frozen: {t.number: [-1] for t in frozen})
+        assert leaders_without_alone_run(study, 1, picks_only=True) == [plan.trial]
     bill = render(plan)["bill.md"]
     (note,) = [n for n in doc["notes"] if n.startswith("by cost")]
     assert "is recommended over trial" in note and "**Little headroom**" not in bill, bill

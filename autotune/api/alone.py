@@ -78,8 +78,9 @@ def _numbers(ns: list[int]) -> str:
 
 def leaders_without_alone_run(study, k: int, picks_only: bool = False) -> list[int]:
     """Up to `k` configs (their first trials) with no successful run alone yet: the cheapest
-    and the fastest feasible options of the report in turn (`picks_only`: the cheapest and the
-    fastest alone)."""
+    and the fastest feasible options of the report in turn, the report's picks first (a
+    cheapest config short of memory headroom may give way: autotune.report.picks.with_headroom;
+    `picks_only`: the picks alone)."""
     from autotune.record import TrialRecord
     from autotune.report.build import collect
     from autotune.report.neighbours import neighbours
@@ -91,8 +92,9 @@ def leaders_without_alone_run(study, k: int, picks_only: bool = False) -> list[i
              if t.number in nbrs and not nbrs[t.number] and TrialRecord.of(t).status == "ok"}
     doc = collect(study)
     feasible = [o for o in doc["options"] if o["feasible"]]
-    by_cost = [o["trial"] for o in sorted(feasible, key=lambda o: (o["usd"], o["hours"]))]
-    by_time = [o["trial"] for o in sorted(feasible, key=lambda o: (o["hours"], o["usd"]))]
+    picks = {by: [doc[by]["trial"]] if doc.get(by) else [] for by in ("cheapest", "fastest")}
+    by_cost = picks["cheapest"] + [o["trial"] for o in sorted(feasible, key=lambda o: (o["usd"], o["hours"]))]
+    by_time = picks["fastest"] + [o["trial"] for o in sorted(feasible, key=lambda o: (o["hours"], o["usd"]))]
     if picks_only:
         by_cost, by_time = by_cost[:1], by_time[:1]
     firsts: list[int] = []
