@@ -126,3 +126,20 @@ def test_every_space_setting_the_advice_names_is_one_a_space_file_takes():
     assert {k for k, _ in settings} >= {"checkpointing", "zero_stage", "fsdp", "offload"}, settings
     for key, value in settings:
         SearchSpace.model_validate({key: yaml.safe_load(value)})
+
+
+def test_bill_md_gives_the_advice_once_where_the_reports_note_already_does():
+    """A pick without headroom where no measured config has any: the report's note names the
+    savers (autotune.report.picks.with_headroom), and bill.md's memory paragraph quotes that
+    note, so it does not give them a second time; with no note it gives them itself."""
+    from autotune.report.memory_fit import fit_lines
+    from autotune.report.schema import MemoryFitRow
+
+    cfg = dict(micro_batch_size=8, checkpointing="none", zero_stage=0, offload="none", fsdp="none")
+    fit = MemoryFitRow(limit_bytes=LIMIT, runs=2, oom_runs=0, p_run=0.6, headroom=False)
+    savers = "; or ".join(what_would_fit(cfg)[:2])
+    note = f"by cost, trial 3 is recommended though ...; no config measured has headroom. To give it some: {savers}"
+    (with_note, _) = fit_lines(fit, cfg, note)
+    assert with_note.count(savers) == 1 and "**Little headroom**" in with_note
+    (alone, _) = fit_lines(fit, cfg)
+    assert alone.count(savers) == 1 and "`autotune report` names the best config" in alone

@@ -109,15 +109,14 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
 def _recommended(doc: dict[str, Any], feasible: list[dict[str, Any]],
                  by: Literal["cost", "time"]) -> tuple[dict[str, Any], str | None]:
     """The option the report recommends by `by` among `feasible` (one offer's, with --offer),
-    and its headroom note: the best one unless it gives way for memory headroom, by the
-    report's own rule (autotune.report.picks.with_headroom, on the trial rows' memory_fit)."""
-    from autotune.report.picks import with_headroom
+    and its headroom note, by the report's own rule (autotune.report.picks.recommend, on the
+    trial rows' memory_fit)."""
+    from autotune.report.picks import recommend
     from autotune.report.schema import MemoryFitRow, OptionRow
 
     rows = [OptionRow.model_validate(o) for o in feasible]
     fits = {t["number"]: MemoryFitRow(**t["memory_fit"]) for t in doc["trials"] if t.get("memory_fit")}
-    metric = (lambda o: (o.usd, o.hours)) if by == "cost" else (lambda o: (o.hours, o.usd))
-    chosen, note = with_headroom(min(rows, key=metric), rows, fits, by)
+    chosen, note = recommend(rows, fits, by)
     assert chosen is not None  # rows is not empty
     return feasible[rows.index(chosen)], note
 

@@ -61,8 +61,10 @@ def fit_lines(fit: MemoryFitRow, config: dict[str, Any], note: str | None = None
     on this pick (autotune.report.picks.with_headroom), after it."""
     text = f"Memory: {fit_text(fit)}."
     if not fit.headroom:
-        text += (" **Little headroom**: the long run may run out of memory. To give it some: "
-                 + "; or ".join(what_would_fit(config)[:2]) + ".")
+        text += " **Little headroom**: the long run may run out of memory."
+        savers = "; or ".join(what_would_fit(config)[:2])
+        if savers not in (note or ""):  # the note names them where no config has headroom
+            text += f" To give it some: {savers}."
     if note:
         text += f" The report: {note[0].upper()}{note[1:]}."
     elif not fit.headroom:

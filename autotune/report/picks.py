@@ -135,13 +135,19 @@ def headroom_note_start(by: Literal["cost", "time"]) -> str:
 
 
 def recommended(feasible: list[OptionRow], fits) -> tuple[OptionRow | None, OptionRow | None, list[str]]:
-    """(cheapest, fastest, notes): the options the report recommends, each the best of
-    `feasible` unless it gives way for memory headroom (with_headroom), which the notes say."""
-    cheapest, cost_note = with_headroom(min(feasible, key=lambda o: (o.usd, o.hours), default=None),
-                                        feasible, fits, "cost")
-    fastest, time_note = with_headroom(min(feasible, key=lambda o: (o.hours, o.usd), default=None),
-                                       feasible, fits, "time")
+    """(cheapest, fastest, notes): the options the report recommends (`recommend`), and the
+    notes of those that gave way for memory headroom or kept their place without it."""
+    cheapest, cost_note = recommend(feasible, fits, "cost")
+    fastest, time_note = recommend(feasible, fits, "time")
     return cheapest, fastest, [n for n in (cost_note, time_note) if n]
+
+
+def recommend(feasible: list[OptionRow], fits, by: Literal["cost", "time"]) -> tuple[OptionRow | None, str | None]:
+    """The option recommended by `by`: the best of `feasible` unless it gives way for memory
+    headroom (with_headroom), and the note that says so. `autotune export` applies it to one
+    offer's options too (`fits`: RunsFit, or the report rows' MemoryFitRow, by trial)."""
+    key = (lambda o: (o.usd, o.hours)) if by == "cost" else (lambda o: (o.hours, o.usd))
+    return with_headroom(min(feasible, key=key, default=None), feasible, fits, by)
 
 
 def with_headroom(chosen: OptionRow | None, feasible: list[OptionRow], fits,

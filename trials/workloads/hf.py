@@ -126,11 +126,7 @@ def apply_checkpointing(model: torch.nn.Module, config: Any, mode: str, every: i
     `GradientCheckpointingLayer` reads; older versions without it only do all or nothing."""
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise UnsupportedConfig(f"{type(model).__name__} does not support activation checkpointing")
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    switch_checkpointing(model, "full", 1)  # every layer on; selective turns some off below
     layers = decoder_layers(model, config)
     per_layer = [layer for layer in layers if hasattr(layer, "gradient_checkpointing")]
     if mode == "full":
