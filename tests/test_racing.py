@@ -184,6 +184,19 @@ def test_a_lucky_single_run_is_measured_again_and_loses(spec, tmp_path):
     assert {o.trial for o in doc.options} == firsts and len(firsts) == 3
 
 
+def test_the_last_trial_measures_a_leader_that_rests_on_one_run_again(spec, tmp_path):
+    """--trials 3: micro 4 (truly 900 tokens/s, the slowest) leads on a lucky first run of
+    1,300, micro 2 (1,100) is second, one trial is left. A block does not fit; the trial goes
+    to the leader, not to its runner-up, whose second run would leave the lucky run crowned
+    (the mem space at its 0.5 limit, 13 of 60 seeds: docs/benchmarks.md)."""
+    from autotune.report.build import build_report
+
+    study, _, log = _sweep(spec, tmp_path, 3, lucky=1300.0, true_tps={**TRUE_TPS, 4: 900.0})
+    assert log == [(4, 0), (2, 0), (4, 1)]
+    doc = build_report(study)
+    assert TrialRecord.of(study.trials[doc.cheapest.trial]).config["micro_batch_size"] == 2
+
+
 def test_a_leader_far_ahead_is_confirmed_once_then_the_sweep_stops(spec, tmp_path):
     """Micro 4 at 3x the others: a single run is never crowned, so it is measured once more,
     back to back with the runner-up; still far ahead, nothing more is re-measured, and the

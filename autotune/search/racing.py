@@ -20,8 +20,9 @@ once its interval (Z_RACE sds) no longer reaches TOLERANCE below the leader; rac
 none is left (the unused trials go back to exploring) or the budget ends. While a block waits,
 the sweep queues nothing else: a local move in the middle of the race would spend the reserve on
 a new rival measured once, which the race would then have to chase. A last trial too few for a
-block measures the raced rival with the fewest runs on its own (the least certain estimate)
-rather than a new config, which would be recommended on one run if it led. A leader measured
+block measures, on its own, the leader where it rests on one run, else the raced rival with
+the fewest runs (the least certain estimate), rather than a new config, which would be
+recommended on one run if it led. A leader measured
 only once is measured again with its runner-up whatever its lead, or alone where memory binds
 and nothing else can be recommended: a single run is never crowned. Only what the report may
 recommend races: a config whose typical peak is over the memory limit does not. Once every config of the space has
@@ -132,7 +133,8 @@ class Racing:
         """The configs to measure back to back now: within the last `reserve` trials of the
         budget (or any time once every config has been tried), when a rival may still beat
         the cheapest or the fastest config by more than the tolerance. With one trial left,
-        the one rival (of the block it would have been) with the fewest runs."""
+        one config: the leader where it rests on one run (its runner-up's repeat would crown
+        that run), else the rival (of the block it would have been) with the fewest runs."""
         if not (self.racing_now(remaining) or (everything_tried and self.enabled and remaining >= 1)):
             return None
         from autotune.search.verdict import memory_binds, runs_fit
@@ -145,6 +147,7 @@ class Racing:
         memory = runs_fit(trials)
         scores = [s for s in scores if s.trial.number not in memory or memory[s.trial.number].recommendable]
         members: list[ConfigScore] = []
+        once: list[ConfigScore] = []  # leaders (by cost, by time) that rest on one run
         for metric in METRICS:
             leader, alive = rivals(scores, model, metric)
             if leader is not None and not alive and len(leader.est.runs) < 2:
@@ -154,9 +157,13 @@ class Racing:
                                key=lambda s: s.value(metric))[:1]
             if leader is None or not alive:
                 continue
+            once += [leader] if len(leader.est.runs) < 2 else []
             members += [s for s in [leader, *alive] if s.key not in {m.key for m in members}]
         if remaining == 1 and len(members) >= 2:
-            return [min(members[1:BLOCK_SIZE], key=lambda m: len(m.est.runs))]
+            # A leader that rests on one run is measured again: the runner-up's second run
+            # would leave it crowned on that run (the mem space at its 0.5 limit crowned such
+            # runs: docs/benchmarks.md, the search matrix).
+            return once[:1] or [min(members[1:BLOCK_SIZE], key=lambda m: len(m.est.runs))]
         alone = [s for s in scores if s.feasible]
         if not members and len(alone) == 1 and len(alone[0].est.runs) < 2 and memory_binds(trials):
             # Where memory binds, the only config that can be recommended rests on one run: it
