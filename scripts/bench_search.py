@@ -528,7 +528,12 @@ def truth_facts(table, doc, truths: list[bt.Truth]) -> dict[str, Any]:
             for e in (best, rival) if e is not None and sum(m.feasible for m in e.runs) > 1]
     sd_pair = math.sqrt(sum(x * x for x in pair) / 2) if len(pair) == 2 else None
     optima = {min(t.usd, key=t.usd.get) for t in truths if t.usd}
-    return {"median_spread": percentile(spreads, 50), "p90_spread": percentile(spreads, 90),
+    # The config best over all runs, judged as each seed judges a pick: on held-out runs, how
+    # often even it misses (the judge's own noise: no search can do better than the truth).
+    regrets = [t.usd[best.key] / t.best_usd - 1 if best.key in t.usd else math.inf for t in truths]
+    return {"best_judged_right": sum(t.within(best.key, "usd", WITHIN) for t in truths),
+            "best_judged_regret_max": max(regrets),
+            "median_spread": percentile(spreads, 50), "p90_spread": percentile(spreads, 90),
             "load_median": statistics.median(loads) if loads else None,
             "load_max": max(loads) if loads else None, "runners": runners,
             "measured_utc": doc.get("measured_utc"), "n_oom": sum(e.oom for e in table.values()),

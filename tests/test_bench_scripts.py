@@ -523,6 +523,33 @@ def test_a_missed_cell_says_how_often_its_optimum_ran_out_of_memory():
     assert bench_matrix.optimum_oom_runs("mem", {**data, "mem_limit_bytes": None}) is None
 
 
+def test_the_truths_own_optimum_is_judged_as_a_pick_is():
+    """No search recommends better than the truth's own best config (over all its runs). Judged
+    in-sample, it is right in every seed; judged on held-out halves, it misses where two configs
+    tie (mem without a limit: its two best are 0.3% apart over 10 runs, and a seed's held-out
+    half puts them 12% apart), and a missed cell's line says so: the judge's noise, not the
+    search, misses there."""
+    import bench_matrix
+    import bench_search
+
+    facts = {}
+    for bench, limit in (("cpu40", "0.7"), ("mem", "none")):
+        _, table, _, holdout = bench_limits.cell_truth(bench, limit)
+        truths = [bench_truth.truth_for(table, s, holdout) for s in range(60)]
+        facts[bench] = bench_search.truth_facts(table, {}, truths)
+    assert facts["cpu40"]["best_judged_right"] == 60 and facts["cpu40"]["best_judged_regret_max"] == 0.0
+    mem = facts["mem"]
+    assert mem["best_judged_right"] < 55 and mem["best_judged_regret_max"] > 0.10
+    data = {"seeds": 60, "holdout": True, "limit_arg": "none", "mem_limit_bytes": None, "truth": mem,
+            "summary": {"sweep": {"kind": "sweep", "trials_budget": None,
+                                  "usd": {"right": 20, "regret_max": 0.2}}}}
+    assert bench_matrix.judge_misses(data)
+    line, = bench_matrix.target_lines("mem", data)
+    assert (f"the config best over all runs, recommended in every seed, gets {mem['best_judged_right']}/60 "
+            f"({mem['best_judged_regret_max']:.0%}) on the seeds' held-out runs") in line
+    assert not bench_matrix.judge_misses({**data, "holdout": False})
+
+
 def test_the_named_benchmark_shape_is_the_issues_389m_gpt():
     w = bench_truth.workload_for("gpt390m")
     assert w.preset is None and w.resolved_shape().num_params() == 389_526_528
