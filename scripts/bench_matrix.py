@@ -154,12 +154,20 @@ def misses(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def judged_optimum(data: dict[str, Any]) -> tuple[int, float] | None:
+    """(seeds right, worst regret) of the truth's own best config (over all runs), recommended
+    in every seed and judged on the seeds' held-out runs (bench_search.truth_facts); None where
+    the cell is judged in-sample or its file predates the figure."""
+    truth = data.get("truth", {})
+    if not data.get("holdout") or truth.get("best_judged_right") is None:
+        return None
+    return truth["best_judged_right"], truth["best_judged_regret_max"]
+
+
 def judge_misses(data: dict[str, Any]) -> bool:
-    """Whether the truth's own best config (over all runs), recommended in every seed, misses
-    the accuracy or the regret target on the seeds' held-out runs (bench_search.truth_facts)."""
-    judged = data.get("truth", {}).get("best_judged_right")
-    return bool(data.get("holdout")) and judged is not None and (
-        judged < ACCURACY * data["seeds"] / 60 or data["truth"]["best_judged_regret_max"] > REGRET_MAX)
+    """Whether that config (judged_optimum) misses the accuracy or the regret target."""
+    judged = judged_optimum(data)
+    return judged is not None and (judged[0] < ACCURACY * data["seeds"] / 60 or judged[1] > REGRET_MAX)
 
 
 def bound_misses_regret(data: dict[str, Any]) -> bool:
@@ -224,12 +232,12 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     oom = optimum_oom_runs(bench, data)
     if oom is not None:
         ref_s += f"; the optimum of all runs ran out of memory in {oom[0]} of its {oom[1]} runs"
-    judged = data.get("truth", {}).get("best_judged_right")
-    if data.get("holdout") and judged is not None:
+    judged = judged_optimum(data)
+    if judged is not None:
         # No strategy: the truth's own best config, picked in every seed and judged on the
         # seed's held-out runs. Where it misses a target, the judge's noise does, not the search.
-        worst = data["truth"]["best_judged_regret_max"]
-        ref_s += (f"; the config best over all runs, recommended in every seed, gets {judged}/{data['seeds']} "
+        right, worst = judged
+        ref_s += (f"; the config best over all runs, recommended in every seed, gets {right}/{data['seeds']} "
                   f"({'inf' if worst == math.inf else f'{worst:.0%}'}) on the seeds' held-out runs")
     import bench_headroom  # here: it reads this module's targets at import
 
