@@ -201,19 +201,55 @@ def differs_from_sweep(bench: str, limit: str, seeds: int, shipped: dict[str, An
     return f"{bench} {limit} (matrix {figures_text(m['usd'])})"
 
 
+def _cell_table(bench: str, data: dict[str, Any]):
+    """The committed truth's table under the cell's limit, or None without a limit, or where the
+    truth no longer gives the cell's limit (measured again since the replay)."""
+    if not data.get("mem_limit_bytes") or bench not in bs.BENCHES:
+        return None
+    _, table, limit_bytes, _ = bl.cell_truth(bench, data["limit_arg"])
+    return table if limit_bytes == data["mem_limit_bytes"] else None
+
+
 def optimum_oom_runs(bench: str, data: dict[str, Any]) -> tuple[int, int] | None:
     """(runs over the limit, runs) of the cell's optimum of all runs, read from its committed
     truth: where a miss is a pick that passed over an optimum whose own runs often ran out of
-    memory, the cell's optimum is a gamble a long run would take. None without a limit, or
-    where the truth no longer gives the cell's limit (measured again since the replay)."""
+    memory, the cell's optimum is a gamble a long run would take. None as _cell_table."""
     key = (data.get("optimum_place") or {}).get("optimum")
-    if not key or not data.get("mem_limit_bytes") or bench not in bs.BENCHES:
-        return None
-    _, table, limit_bytes, _ = bl.cell_truth(bench, data["limit_arg"])
-    if limit_bytes != data["mem_limit_bytes"] or key not in table:
+    table = _cell_table(bench, data) if key else None
+    if table is None or key not in table:
         return None
     runs = table[key].runs
     return sum(1 for r in runs if r.oom), len(runs)
+
+
+def straddling(bench: str, data: dict[str, Any]) -> tuple[int, str, float, int, int] | None:
+    """(how many configs of the committed truth have runs on both sides of the cell's limit, the
+    one whose median peak lies nearest it, that median's distance from the limit as a share of
+    it, its runs over, its runs), or None where none straddles (or as _cell_table). A quantile
+    limit can land on a config's own median peak: whether it fits is then a coin flip of runs."""
+    table = _cell_table(bench, data)
+    if table is None:
+        return None
+    limit = data["mem_limit_bytes"]
+    both = [e for e in table.values() if any(m.oom for m in e.runs)
+            and any(not m.oom and m.emulated_peak_bytes is not None for m in e.runs)]
+    if not both:
+        return None
+    # Equally near (a quantile between two medians): the one that fits by its median first.
+    near = min(both, key=lambda e: (abs(e.emulated_peak_bytes - limit), e.emulated_peak_bytes > limit, e.key))
+    return (len(both), near.key, (near.emulated_peak_bytes - limit) / limit,
+            sum(1 for m in near.runs if m.oom), len(near.runs))
+
+
+def straddle_sentence(bench: str, data: dict[str, Any]) -> str:
+    """"; N configs' runs fell on both sides of the limit, ..." for a missed cell's line, or ""."""
+    s = straddling(bench, data)
+    if s is None:
+        return ""
+    n, key, gap, over, runs = s
+    side, whose = "over" if gap > 0 else "under", "configs'" if n != 1 else "config's"
+    return (f"; {n} {whose} runs fell on both sides of the limit, the nearest "
+            f"(`{key}`) with its median peak {abs(gap):.2%} {side} it and {over} of its {runs} runs over")
 
 
 def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
@@ -232,6 +268,7 @@ def target_lines(bench: str, data: dict[str, Any]) -> list[str]:
     oom = optimum_oom_runs(bench, data)
     if oom is not None:
         ref_s += f"; the optimum of all runs ran out of memory in {oom[0]} of its {oom[1]} runs"
+    ref_s += straddle_sentence(bench, data)
     judged = judged_optimum(data)
     if judged is not None:
         # No strategy: the truth's own best config, picked in every seed and judged on the
@@ -263,14 +300,13 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              "accuracy by cost over the seeds (within 3% of the seed's optimum), the worst cost "
              "regret of the pick in brackets (inf: a seed picked a config that does not fit, or "
              "nothing where something fits), and how many seeds ended with no pick. Rows beside the "
-             "sweep: random search (Optuna RandomSampler, 8 trials), the DeepSpeed-style heuristic "
-             "(`scripts/bench_replay.py`: for each setting of the other dimensions, ZeRO stages then FSDP2, "
-             "a binary search for the largest micro-batch that fits), stopped after the sweep's 8 trials "
+             "sweep: random search (Optuna RandomSampler, 8 trials), the DeepSpeed-style heuristic (`scripts/"
+             "bench_replay.py`: for each setting of the other dimensions, ZeRO stages then FSDP2, a binary "
+             "search for the largest micro-batch that fits), stopped after the sweep's 8 trials "
              "and run to its own end (its cell adds the median trials it ran), the bound (told the "
-             "seed's 2 best configs, 8 trials re-measuring them), the sweep's first baseline alone, "
-             "and its baselines alone "
-             "(`autotune.search.strategy.baseline_params`, each measured once, the best that fits "
-             "recommended). The reference is no strategy either: every config measured with every "
+             "seed's 2 best configs, 8 trials re-measuring them), the sweep's first baseline alone, and its "
+             "baselines alone (`autotune.search.strategy.baseline_params`, each measured once, the best "
+             "that fits recommended). The reference is no strategy either: every config measured with every "
              "run the seed may observe, the best median picked; where the truth is held-out runs, "
              "it shows what the observable runs themselves recommend, and the bound, told the "
              "held-out optimum, can beat it. Targets (issue 28): at least "
@@ -280,6 +316,8 @@ def section(benches: list[str], limits: list[str]) -> tuple[str, dict[str, Any]]
              f"reference and the bound, beside the truth's own optimum (the config best over all its runs) "
              "recommended in every seed and judged on the seed's held-out runs as a pick is (where it "
              "misses a target, the judge's noise does: no search recommends better than the truth), "
+             "beside the configs whose runs fell on both sides of the limit (a quantile limit can land on "
+             "a config's own median peak: whether it fits is then a coin flip of the runs measured), "
              f"and with what the sweep gets there at twice the budget (`--trials {TWICE}`, "
              f"the same seeds; `search_<bench>_limit<Q>_trials{TWICE}.json`). Regenerate: `scripts/bench_matrix.py` (replays, about a "
              "minute of CPU per cell; `--twice-only`: the twice-budget replays alone) or "

@@ -523,6 +523,31 @@ def test_a_missed_cell_says_how_often_its_optimum_ran_out_of_memory():
     assert bench_matrix.optimum_oom_runs("mem", {**data, "mem_limit_bytes": None}) is None
 
 
+def test_a_missed_cell_says_which_configs_straddle_its_limit():
+    """A quantile limit can land on a config's own median peak: then about half that config's
+    runs are over, and whether it fits is a coin flip of the runs a seed measures. A missed
+    cell's line counts the configs of the committed truth whose runs fell on both sides of the
+    limit and names the nearest, here mem's optimum at its 0.5 limit (the quantile lies halfway
+    between two configs' medians; of the two, the one that fits by its median is named)."""
+    import bench_matrix
+
+    data = json.loads((SCRIPTS.parent / "benchmarks/results/search_mem_limit0.5.json").read_text())
+    _, table, limit, _ = bench_limits.cell_truth("mem", "0.5")
+    peaks = {k: [m.emulated_peak_bytes for m in e.runs] for k, e in table.items()}
+    both = sorted(k for k, p in peaks.items() if min(p) <= limit < max(p))
+    assert len(both) >= 2
+    nearest = min(both, key=lambda k: (abs(table[k].emulated_peak_bytes - limit), table[k].emulated_peak_bytes > limit))
+    assert nearest == data["optimum_place"]["optimum"]
+    over = sum(p > limit for p in peaks[nearest])
+    n, key, gap, got_over, runs = bench_matrix.straddling("mem", data)
+    assert (n, key, got_over, runs) == (len(both), nearest, over, len(peaks[nearest]))
+    assert gap == (table[nearest].emulated_peak_bytes - limit) / limit <= 0
+    line, = bench_matrix.target_lines("mem", data)
+    assert (f"; {len(both)} configs' runs fell on both sides of the limit, the nearest (`{nearest}`) with its "
+            f"median peak {abs(gap):.2%} under it and {over} of its {len(peaks[nearest])} runs over") in line
+    assert bench_matrix.straddle_sentence("mem", {**data, "mem_limit_bytes": None}) == ""
+
+
 def test_the_truths_own_optimum_is_judged_as_a_pick_is():
     """No search recommends better than the truth's own best config (over all its runs). Judged
     in-sample, it is right in every seed; judged on held-out halves, it misses where two configs
