@@ -12,6 +12,8 @@ import textwrap
 
 import pytest
 
+from tests.fixtures.study_tools import sighup_as_at_login
+
 PROGRAM = textwrap.dedent("""
     import os, signal, sys, time
     from autotune.search.interrupt import Terminated, terminated_exit_code, termination_raises, terminating
@@ -37,7 +39,8 @@ PROGRAM = textwrap.dedent("""
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_the_signal_raises_once_then_the_handler_from_before_is_back(sig, code):
-    p = subprocess.run([sys.executable, "-c", PROGRAM, sig.name], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", PROGRAM, sig.name], capture_output=True, text=True, timeout=60,
+                       preexec_fn=sighup_as_at_login)  # the test itself may run under nohup
     assert p.stdout.splitlines() == [f"raised Terminated {sig.name} True {code}", "cleanup finished",
                                      "restored True"], p.stderr
     assert p.returncode == -sig  # the default handler: killed by the signal
