@@ -209,6 +209,17 @@ class SweepSpec(_Spec):
                              "with `autotune export --pick cheapest` or `--pick fastest`")
         return data
 
+    @model_validator(mode="after")
+    def _batch_over_nodes(self) -> "SweepSpec":
+        # A fixed global batch is met over every node's ranks (micro x accumulation x ranks).
+        gb = self.batch.global_batch_samples
+        bad = [n for n in self.launcher.num_nodes if gb is not None and gb % n]
+        if bad:
+            raise ValueError(f"batch.global_batch_samples {gb} cannot be split evenly over "
+                             f"launcher.num_nodes {bad}: use a global batch that each node count "
+                             "divides, or drop those node counts")
+        return self
+
     @field_validator("study")
     @classmethod
     def _safe_study(cls, v: str) -> str:

@@ -32,6 +32,7 @@ from autotune.search.calibration import MemoryGuard, Verdict
 from autotune.search.interrupt import Terminated, terminated_reason
 from autotune.search.machine import MachineSpace
 from autotune.search.reuse import config_key, reuse_measurement, wait_for_measurement
+from autotune.search.score import rank_hour_price_usd
 from autotune.spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, 
                      seed: int) -> TrialConfig:
     """The TrialConfig a trial with these suggested values launches on this machine."""
     precision = values.get("precision")
-    return TrialConfig(
+    cfg = TrialConfig(
         workload=spec.workload, seq_len=spec.seq_len, **values, num_nodes=num_nodes,
         launcher=launcher_for(values, spec), device=ms.hardware.device_kind,
         warmup_steps=spec.trial.warmup_steps, measure_steps=spec.trial.measure_steps,
@@ -80,6 +81,11 @@ def trial_config_for(values: dict[str, Any], spec: SweepSpec, ms: MachineSpace, 
         threads_per_rank=spec.trial.threads_per_rank, seed=seed,
         device_peak_flops=ms.peak_flops.get(str(getattr(precision, "value", precision))),
     )
+    gb = spec.batch.global_batch_samples
+    if gb is not None and cfg.global_batch_samples != gb:  # values suggested for another node count
+        raise ValueError(f"{cfg.global_batch_samples} samples per step on {num_nodes} node(s), not the "
+                         f"spec's global batch {gb}: suggest the values with num_nodes={num_nodes}")
+    return cfg
 
 
 def set_constraints(trial, spec: SweepSpec, feasible: bool, usd: float | None = None,
@@ -91,23 +97,6 @@ def set_constraints(trial, spec: SweepSpec, feasible: bool, usd: float | None = 
     if spec.budget.deadline_hours is not None:
         trial.set_constraint("deadline_hours",
                              hours - spec.budget.deadline_hours if hours is not None else 0.0)
-
-
-def rank_hour_price_usd(spec: SweepSpec, cfg: TrialConfig, catalog) -> float | None:
-    """What one rank-hour of this machine costs the search (None: not priced)."""
-    if spec.budget.search_price_usd_per_gpu_hour is not None:
-        return spec.budget.search_price_usd_per_gpu_hour
-    from autotune.search.score import device_type_key
-
-    try:
-        prices = [o.price_usd_per_gpu_hour for o in catalog.offers_for(device_type_key(cfg))
-                  if getattr(o, "price_usd_per_gpu_hour", None) is not None]
-    except Exception:  # unknown GPU type in the catalog: the search is simply not priced
-        return None
-    if not prices:
-        return None
-    # On CPU a rank is `threads_per_rank` cores, each billed as a vCPU.
-    return min(prices) * (cfg.threads_per_rank if cfg.device.value == "cpu" else 1)
 
 
 def measured_record(result: TrialResult) -> dict[str, Any]:
@@ -233,9 +222,10 @@ class Objective:
         from autotune.search.space import suggest
 
         ms, ls = self.ctx.machine, self.spec.launcher
-        values = suggest(trial, ms.restricted, self.spec.batch.global_batch_samples, ms.full)
+        # The nodes first: a fixed global batch is met over all their ranks (the accumulation).
         num_nodes = ls.num_nodes[0] if len(ls.num_nodes) == 1 else \
             trial.suggest_categorical("num_nodes", ls.num_nodes)
+        values = suggest(trial, ms.restricted, self.spec.batch.global_batch_samples, ms.full, num_nodes)
         cfg = trial_config_for(values, self.spec, ms, num_nodes, seed=self.spec.seed + trial.number)
         hw = self.ctx.hardware
         TrialRecord.write(trial, config=cfg.model_dump(mode="json"), hardware=hw.key(),
@@ -310,7 +300,7 @@ class Objective:
         result = self.guard.after_trial(trial, cfg, verdict, result)  # calibration; emulated limit
         TrialRecord.write(trial, **measured_record(result))
         gpu_hours = (result.wall_s or 0.0) / 3600.0 * cfg.world_size
-        price = rank_hour_price_usd(self.spec, cfg, self.ctx.catalog)
+        price = rank_hour_price_usd(self.spec, cfg, self.ctx.catalog, self.ctx.hardware)
         TrialRecord.write(trial, search_gpu_hours=gpu_hours,
                           search_usd=None if price is None else gpu_hours * price)
         return result

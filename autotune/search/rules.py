@@ -366,13 +366,13 @@ class FitRule:
 
         ms, spec = self.ctx.machine, self.ctx.spec
         gb = spec.batch.global_batch_samples
-        pairs = self.moves.listed()
+        nodes = spec.launcher.num_nodes[0]
+        pairs = self.moves.listed(nodes)
         if not pairs:
             seen = [c for c in (TrialRecord.of(t).config for t in trials) if c]
             pairs = [p for c in seen for p in neighbours({k: c[k] for k in c if k in ms.restricted.__dict__},
-                                                         ms.restricted, gb, ms.full)]
+                                                         ms.restricted, gb, ms.full, nodes)]
         skip = self.moves.tried(trials) | self.moves.queued | self.queued_keys(study)
-        nodes = spec.launcher.num_nodes[0]
         out = []
         for params, values in pairs:
             key = self.moves.key_for(values, nodes)
@@ -393,6 +393,7 @@ class FitRule:
         out = set()
         for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             fixed = t.system_attrs.get("fixed_params") or {}
-            _, values = params_for(fixed, ms.restricted, gb, ms.full)
-            out.add(self.moves.key_for(values, int(fixed.get("num_nodes", self.ctx.spec.launcher.num_nodes[0]))))
+            nodes = int(fixed.get("num_nodes", self.ctx.spec.launcher.num_nodes[0]))
+            _, values = params_for(fixed, ms.restricted, gb, ms.full, nodes)
+            out.add(self.moves.key_for(values, nodes))
         return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autotune.contract import TrialConfig, TrialResult
+from autotune.contract import HardwareFingerprint, TrialConfig, TrialResult
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, JobSpec, Skipped, Throughput, bills_for
 from autotune.pricing.target import tokens_to_target
@@ -40,6 +40,25 @@ def device_type_key(cfg: TrialConfig) -> str:
 
     "" on CUDA: `score_trial` then matches the result's device name against the catalog."""
     return "cpu-core" if cfg.device.value == "cpu" else ""
+
+
+def rank_hour_price_usd(spec: SweepSpec, cfg: TrialConfig, catalog,
+                        hardware: HardwareFingerprint) -> float | None:
+    """What one rank-hour of this machine costs the search (None: not priced): the spec's
+    price, else the catalog's cheapest offer for this hardware (CPU ranks as CPU cores, a GPU
+    by the name its driver reports, as a trial's bills match it: score.trial_pricing)."""
+    if spec.budget.search_price_usd_per_gpu_hour is not None:
+        return spec.budget.search_price_usd_per_gpu_hour
+    gpu = device_type_key(cfg) or catalog.match_device(hardware.device_name or "") or ""
+    try:
+        prices = [o.price_usd_per_gpu_hour for o in catalog.offers_for(gpu)
+                  if getattr(o, "price_usd_per_gpu_hour", None) is not None]
+    except Exception:  # unknown GPU type in the catalog: the search is simply not priced
+        return None
+    if not prices:
+        return None
+    # On CPU a rank is `threads_per_rank` cores, each billed as a vCPU.
+    return min(prices) * (cfg.threads_per_rank if cfg.device.value == "cpu" else 1)
 
 
 def job_for(cfg: TrialConfig, params: int | None, tokens: float, dataset_tokens: float | None) -> JobSpec:

@@ -151,13 +151,14 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
 
 
 def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = None,
-            full: RestrictedSpace | None = None) -> dict[str, Any]:
+            full: RestrictedSpace | None = None, num_nodes: int = 1) -> dict[str, Any]:
     """Suggest one configuration (TrialConfig fields) from an Optuna trial (or from the
     stand-ins below, which answer `suggest_within`).
 
     `full`: the study's unrestricted space (`unrestricted()`; default `rs`): each name's choice
-    list. Returns None-free values; raises `optuna.TrialPruned` only for a trial another
-    machine queued with values this one cannot run.
+    list. `num_nodes`: the nodes the trial spans, each with `num_gpus` ranks; a fixed
+    `global_batch_samples` is met over all of them. Returns None-free values; raises
+    `optuna.TrialPruned` only for a trial another machine queued with values this one cannot run.
     """
     full = full or rs
     within = getattr(trial, "suggest_within", None)
@@ -175,7 +176,7 @@ def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = 
     num_gpus = pick("num_gpus", rs.num_gpus, full.num_gpus)
     tp_choices = rs.tp_choices(num_gpus)
     tp = tp_choices[0] if len(tp_choices) == 1 else pick("tp_degree", tp_choices, full.tp_degree)
-    dp = num_gpus // tp
+    dp = num_gpus * num_nodes // tp  # data-parallel ranks over every node
     if global_batch_samples is None:
         micro = pick("micro_batch_size", rs.micro_batch_size, full.micro_batch_size)
         accum = pick("grad_accum_steps", rs.grad_accum_steps, full.grad_accum_steps)
@@ -246,10 +247,11 @@ class _Chooser:
 
 
 def params_for(wanted: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-               full: RestrictedSpace | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Optuna params, TrialConfig values) of the config closest to `wanted` on this machine."""
+               full: RestrictedSpace | None = None, num_nodes: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(Optuna params, TrialConfig values) of the config closest to `wanted` on this machine,
+    on `num_nodes` nodes."""
     chooser = _Chooser(wanted)
-    values = suggest(chooser, rs, global_batch_samples, full)
+    values = suggest(chooser, rs, global_batch_samples, full, num_nodes)
     return chooser.params, values
 
 
@@ -270,16 +272,17 @@ class _PathTrial:
 
 
 def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = None,
-                      full: RestrictedSpace | None = None,
-                      limit: int | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
-    """Every (Optuna params, TrialConfig values) pair `suggest` can return, depth first in the
-    space's order; None when there are more than `limit` (a space too large to list)."""
+                      full: RestrictedSpace | None = None, limit: int | None = None,
+                      num_nodes: int = 1) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
+    """Every (Optuna params, TrialConfig values) pair `suggest` can return on `num_nodes` nodes,
+    depth first in the space's order; None when there are more than `limit` (a space too large
+    to list)."""
     out: list[tuple[dict[str, Any], dict[str, Any]]] = []
     stack: list[list[int]] = [[]]
     while stack:
         path = stack.pop()
         t = _PathTrial(path)
-        values = suggest(t, rs, global_batch_samples, full)
+        values = suggest(t, rs, global_batch_samples, full, num_nodes)
         if len(path) < len(t.arity):  # an unexplored decision: branch on it
             stack.extend(path + [i] for i in reversed(range(t.arity[len(path)])))
             continue
@@ -295,15 +298,16 @@ _STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "
 
 
 def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-               full: RestrictedSpace | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+               full: RestrictedSpace | None = None, num_nodes: int = 1) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The configs one step away from `values`: one dimension moved to the adjacent choice of
     this machine's list (the others kept where still valid, e.g. accumulation re-derived for a
     fixed global batch), as (Optuna params, TrialConfig values), without `values` itself."""
-    return [(params, moved) for _, _, params, moved in steps(values, rs, global_batch_samples, full)]
+    return [(params, moved) for _, _, params, moved in steps(values, rs, global_batch_samples, full, num_nodes)]
 
 
 def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-          full: RestrictedSpace | None = None) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
+          full: RestrictedSpace | None = None,
+          num_nodes: int = 1) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
     """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
     plain = {"fsdp": "none", "compile": False, **{k: getattr(v, "value", v) for k, v in values.items()}}
     lists: dict[str, list[Any]] = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
@@ -326,7 +330,7 @@ def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int
         for j in (i - 1, i + 1):
             if not 0 <= j < len(choices):
                 continue
-            params, moved = params_for({**plain, dim: choices[j]}, rs, global_batch_samples, full)
+            params, moved = params_for({**plain, dim: choices[j]}, rs, global_batch_samples, full, num_nodes)
             k = _values_key(moved)
             if k not in seen:
                 seen.add(k)

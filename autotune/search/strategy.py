@@ -44,7 +44,8 @@ ENUMERATE_LIMIT = 5000
 # ---------------------------------------------------------------------------------------
 
 
-def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[dict[str, Any]]:
+def baseline_params(ms: MachineSpace, global_batch_samples: int | None,
+                    num_nodes: int = 1) -> list[dict[str, Any]]:
     """A few sensible first configs on this machine, as Optuna params. The objective's
     structure, as DeepSpeed's autotuner uses it: throughput grows with the micro-batch until
     the device saturates or memory runs out, and memory savers (checkpointing, ZeRO, offload,
@@ -54,7 +55,8 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     `LocalMoves.enqueue_next`); then one rank, and the memory-saving corner (full
     checkpointing at the largest micro-batch). Where accumulation is free (no fixed global
     batch) the largest is taken: more samples per optimizer step, for the same tokens. The
-    precision that runs fastest on this machine (`autotune.search.machine.preferred_precision`)."""
+    precision that runs fastest on this machine (`autotune.search.machine.preferred_precision`).
+    On `num_nodes` nodes (a fixed global batch is met over all of them)."""
     from autotune.search.space import params_for
 
     rs = ms.restricted
@@ -64,7 +66,8 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     base = dict(tp_degree=1, zero_stage=min(rs.zero_stage), offload="none",
                 grad_accum_steps=max(rs.grad_accum_steps), precision=prec, checkpointing="none",
                 num_gpus=max(rs.num_gpus))
-    _, largest = params_for({**base, "micro_batch_size": micros[-1]}, rs, global_batch_samples, ms.full)
+    _, largest = params_for({**base, "micro_batch_size": micros[-1]}, rs, global_batch_samples, ms.full,
+                            num_nodes)
     top = largest["micro_batch_size"]
     wanted = [
         {**base, "micro_batch_size": top},
@@ -74,7 +77,7 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None) -> list[
     ]
     out: list[dict[str, Any]] = []
     for w in wanted:
-        params, _ = params_for(w, rs, global_batch_samples, ms.full)
+        params, _ = params_for(w, rs, global_batch_samples, ms.full, num_nodes)
         if params not in out:
             out.append(params)
     return out
@@ -84,7 +87,10 @@ def enqueue_baselines(ctx: "SweepContext") -> int:
     """Enqueue the baselines once per study and machine kind (an atomic claim, so two workers
     starting at once do not enqueue them twice): 0 if another worker already did."""
     study = ctx.study
-    baselines = baseline_params(ctx.machine, ctx.spec.batch.global_batch_samples)
+    nodes = ctx.spec.launcher.num_nodes
+    baselines = baseline_params(ctx.machine, ctx.spec.batch.global_batch_samples, nodes[0])
+    if len(nodes) > 1:  # the node count their accumulation was derived for
+        baselines = [{**params, "num_nodes": nodes[0]} for params in baselines]
     sig = hashlib.sha256(json.dumps(baselines, sort_keys=True, default=str).encode()).hexdigest()[:16]
     if not claim(study._storage, f"{study.study_name}/baselines/{sig}", owner_attrs()):
         return 0
@@ -136,7 +142,7 @@ class LocalMoves:
         self.rng = random.Random(seed)
         self.queued: set[str] = set()
         self._all_keys: set[str] = set()
-        self._listed: list | None = None
+        self._listed: dict[int, list] = {}  # by node count
 
     def key_for(self, values: dict[str, Any], num_nodes: int) -> str:
         """The config key these suggested values measure on this machine."""
@@ -182,7 +188,7 @@ class LocalMoves:
         for t in ranked_by_front(trials, self.ms.hardware):
             cfg = TrialRecord.of(t).config or {}
             nodes = int(cfg.get("num_nodes", 1))
-            moves = steps(cfg, rs, gb, full)
+            moves = steps(cfg, rs, gb, full, nodes)
             self.rng.shuffle(moves)
             keys = {(dim, d): self.key_for(values, nodes) for dim, d, _, values in moves}
 
@@ -208,19 +214,23 @@ class LocalMoves:
     def exhausted(self, study) -> int | None:
         """The number of configs when every config this machine can run has been tried; None
         otherwise, or when the space is too large to list."""
-        listed = self.listed()
-        if listed and not self._all_keys:
-            self._all_keys = {self.key_for(v, n) for _, v in listed for n in self.spec.launcher.num_nodes}
-        if not listed or not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
+        nodes = self.spec.launcher.num_nodes
+        if not all(self.listed(n) for n in nodes):
+            return None
+        if not self._all_keys:
+            self._all_keys = {self.key_for(v, n) for n in nodes for _, v in self.listed(n)}
+        if not self._all_keys <= self.tried(study.get_trials(deepcopy=False)):
             return None
         return len(self._all_keys)
 
-    def listed(self) -> list:
-        """Every (Optuna params, TrialConfig values) of this machine's space, listed once; []
-        when the space is too large to list (autotune.search.space.enumerate_configs)."""
+    def listed(self, num_nodes: int | None = None) -> list:
+        """Every (Optuna params, TrialConfig values) of this machine's space on `num_nodes` nodes
+        (default: the spec's first choice), listed once; [] when the space is too large to list
+        (autotune.search.space.enumerate_configs)."""
         from autotune.search.space import enumerate_configs
 
-        if self._listed is None:
-            self._listed = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
-                                             self.ms.full, limit=ENUMERATE_LIMIT) or []
-        return self._listed
+        n = self.spec.launcher.num_nodes[0] if num_nodes is None else num_nodes
+        if n not in self._listed:
+            self._listed[n] = enumerate_configs(self.ms.restricted, self.spec.batch.global_batch_samples,
+                                                self.ms.full, limit=ENUMERATE_LIMIT, num_nodes=n) or []
+        return self._listed[n]

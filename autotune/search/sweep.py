@@ -28,7 +28,7 @@ from autotune.run.runner import TrialRunner
 from autotune.search.budget import SearchBudget
 from autotune.search.context import SweepContext
 from autotune.search.interrupt import Interrupt, Terminated, stop_signal
-from autotune.search.objective import Objective, TrialCrashed, TrialOutcome, rank_hour_price_usd
+from autotune.search.objective import Objective, TrialCrashed, TrialOutcome
 from autotune.search.racing import Racing
 from autotune.search.rules import (
     ExhaustedRule,
@@ -42,6 +42,7 @@ from autotune.search.rules import (
     SweepLoop,
     SweepState,
 )
+from autotune.search.score import rank_hour_price_usd
 from autotune.search.strategy import LocalMoves, enqueue_baselines
 from autotune.spec import SweepSpec
 
@@ -94,7 +95,7 @@ def check_search_price(ctx: SweepContext) -> None:
         return
     probe = TrialConfig(workload=spec.workload, device=ctx.hardware.device_kind,
                         threads_per_rank=spec.trial.threads_per_rank)
-    if rank_hour_price_usd(spec, probe, ctx.catalog) is None:
+    if rank_hour_price_usd(spec, probe, ctx.catalog, ctx.hardware) is None:
         raise UserError("budget.search_usd is set but this machine's hardware has no price "
                         "in the catalog", fix="set budget.search_price_usd_per_gpu_hour")
 
