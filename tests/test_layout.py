@@ -271,8 +271,7 @@ _TRIAL_FILE_NAME = re.compile(
     r"|\.rank\*?\.json|rank\*?\.pid|^\.pid$|^autotune-pool-|^stop$")
 # A literal that is not the protocol's: Hugging Face's model folder holds a config.json too.
 NOT_THE_PROTOCOL = {
-    ("autotune/run/preflight.py", "config.json"),  # an HF model folder's config
-    ("trials/workloads/hf.py", "config.json"),     # an HF model folder's config
+    ("autotune/contract/config.py", "config.json"),  # an HF model folder's config
 }
 
 

@@ -187,6 +187,14 @@ class HFWorkload(ContractModel):
             )
         return self
 
+    def config_file(self) -> Path | None:
+        """The config.json `config_path` names (a folder stands for the one inside it), as the
+        worker builds it and the controller models it; None for a `model_type` workload."""
+        if self.config_path is None:
+            return None
+        path = Path(self.config_path)
+        return path / "config.json" if path.is_dir() else path
+
 
 class EntryPointWorkload(ContractModel):
     """The user's own model and data: `module:function` returning (model, batch iterator).

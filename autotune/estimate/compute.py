@@ -137,31 +137,43 @@ def _first(cfg: dict[str, Any], *names: str) -> Any:
     return None
 
 
-def _read_hf_config(path_or_dict: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The config's fields and where they came from; a file that is not one, a UserError."""
+def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
+                    overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """The config's fields, `overrides` set over them, and where they came from; a path that
+    holds no config, a UserError. Resolved as the worker's `load_config_dict` does
+    (trials/workloads/hf.py), so that the estimate is of the model the trial trains: a folder
+    stands for its config.json, and an override wins over the file's field."""
+    where = "config"
     if isinstance(path_or_dict, dict):
-        return path_or_dict, "config"
-    p = Path(path_or_dict)
-    if not p.is_file():
-        raise UserError(f"model config '{p}' does not exist",
-                        fix="give a preset name or the path to a Hugging Face config.json")
-    try:
-        cfg = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
-    return cfg, str(p)
+        cfg = path_or_dict
+    else:
+        p = HFWorkload(config_path=str(path_or_dict)).config_file() or Path(path_or_dict)
+        if not p.is_file():
+            raise UserError(f"model config '{p}' does not exist",
+                            fix="give a preset name, or the path to a Hugging Face config.json "
+                                "or to the folder holding one")
+        try:
+            cfg = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+        where = str(p)
+    if overrides:
+        return {**cfg, **overrides}, f"{where} with config_overrides {sorted(overrides)}"
+    return cfg, where
 
 
-def model_from_hf_config(path_or_dict: str | Path | dict[str, Any]) -> ModelShape:
-    """Parameter count and shape from a Hugging Face `config.json` (no download, no torch).
+def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
+                         overrides: dict[str, Any] | None = None) -> ModelShape:
+    """Parameter count and shape from a Hugging Face `config.json` (or the folder holding one),
+    with `overrides` set over its fields (no download, no torch).
 
     Exact for llama / mistral / qwen2 / qwen3 (gated MLP, RMSNorm) and gpt2 / gpt_neox / opt
     (plain MLP, LayerNorm with bias); other families are counted with the llama layout and
     labelled as approximate in `source`.
     """
-    cfg, where = _read_hf_config(path_or_dict)
+    cfg, where = _read_hf_config(path_or_dict, overrides)
     mt = str(cfg.get("model_type", "")).lower()
     h = _first(cfg, "hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
     L = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
@@ -252,9 +264,10 @@ def model_from_workload(workload: Any) -> ModelShape | None:
     if isinstance(workload, GPTWorkload):
         return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
     if isinstance(workload, HFWorkload):
+        # The same config the worker builds (trials/workloads/hf.py, `load_config_dict`).
         if workload.config_path:
-            return model_from_hf_config(workload.config_path)
-        return model_from_hf_config({"model_type": workload.model_type, **workload.config_overrides})
+            return model_from_hf_config(workload.config_path, workload.config_overrides)
+        return model_from_hf_config({"model_type": workload.model_type}, workload.config_overrides)
     return None
 
 

@@ -50,7 +50,7 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
         return
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
-        _check_hf_file(Path(wl.config_path), where)
+        _check_hf_file(wl.config_file(), where)
     from autotune.run.argv import launch_env
 
     cfg = TrialConfig(workload=wl, seq_len=spec.seq_len)
@@ -75,8 +75,6 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
 
 def _check_hf_file(path: Path, where: str) -> None:
     """The config file's own problems, named without starting a subprocess."""
-    if path.is_dir():
-        path = path / "config.json"
     if not path.is_file():
         raise UserError(f"{where}workload: HF config '{path}' does not exist",
                         fix="point config_path at a local config.json (a relative path is read "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,10 +40,8 @@ def transformers_module():
 
 def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
     """The config as a dict: a local config.json (plus overrides), or model_type + overrides."""
-    if wl.config_path is not None:
-        path = Path(wl.config_path)
-        if path.is_dir():
-            path = path / "config.json"
+    path = wl.config_file()
+    if path is not None:
         if not path.is_file():
             raise UnsupportedConfig(f"HF config '{path}' does not exist (it must be a local "
                                     "file: trials never download). To fix: point config_path "
