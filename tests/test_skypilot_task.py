@@ -97,6 +97,23 @@ def test_a_size_no_offer_rents_is_refused(cli, tmp_path, monkeypatch):
     assert not (tmp_path / "skypilot").exists()  # nothing half-written
 
 
+def test_the_runs_folder_is_passed_on_and_a_storage_flag_is_refused(cli, tmp_path, monkeypatch):
+    """--runs-dir reaches the task's worker; --storage / --storage-file would put the URL (or the
+    file holding it) into a synced task, so they are refused with exit 2 and nothing written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"study": "llama"}))
+    code, out, err = cli("sweep", "spec.yaml", "--runs-dir", "cloud runs", "--skypilot-task", "h200:8")
+    assert code == 0, out + err
+    task = yaml.safe_load((tmp_path / "skypilot" / "autotune-h200x8.yaml").read_text())
+    assert task["run"] == "autotune sweep spec.yaml --study llama --runs-dir 'cloud runs'"
+    (tmp_path / "url.txt").write_text(f"postgresql://{SECRET}/autotune\n")
+    for flags in (["--storage", f"postgresql://{SECRET}/autotune"], ["--storage-file", "url.txt"]):
+        code, out, err = cli("sweep", "spec.yaml", *flags, "--skypilot-task", "a100-80gb:8")
+        assert code == 2 and f"{flags[0]} given with --skypilot-task" in err, out + err
+        assert "S3cret" not in out + err
+        assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
+
+
 def test_the_tasks_are_valid_skypilot_tasks(tasks):
     try:
         import sky

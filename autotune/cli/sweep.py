@@ -18,6 +18,9 @@ import typer
 
 from autotune.cli.common import console, storage_file_option, storage_option
 
+# Trial folders go here unless --runs-dir says otherwise (a SkyPilot task forwards another one).
+RUNS_DIR = Path("autotune_runs")
+
 
 def register(app: typer.Typer) -> None:
     app.command()(sweep)
@@ -32,7 +35,7 @@ def sweep(
     storage_file: Optional[Path] = storage_file_option(),
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
-    runs_dir: Path = typer.Option(Path("autotune_runs"), help="folder for trial folders"),
+    runs_dir: Path = typer.Option(RUNS_DIR, help="folder for trial folders"),
     total_trials: Optional[int] = typer.Option(
         None, min=1, help="stop once the study holds this many finished trials (all machines)"),
     max_gpu_hours: Optional[float] = typer.Option(
@@ -216,6 +219,14 @@ def _elsewhere(spec, spec_file, storage_file, runs_dir, as_json: bool, forwarded
     if skypilot_tasks:
         from autotune.cli import sweep_skypilot
 
+        if storage_flag or storage_file is not None:  # a task file is synced and kept: no secret in it
+            flag = "--storage" if storage_flag else "--storage-file"
+            raise UserError(f"{flag} given with --skypilot-task: a task never holds the storage URL (it "
+                            "would be written into the task and synced to the cloud node)",
+                            fix=f"drop {flag} and give the URL at launch: AUTOTUNE_STORAGE=... "
+                                "sky launch --secret AUTOTUNE_STORAGE <task file>")
+        if runs_dir != RUNS_DIR:  # where the worker keeps its trial folders, on the cloud node
+            forwarded = [*forwarded, "--runs-dir", str(runs_dir)]
         paths = sweep_skypilot.write(spec, spec_file, skypilot_tasks, tasks_dir or Path("skypilot"), forwarded)
         console(stderr=as_json).print(sweep_skypilot.describe(paths), soft_wrap=True, markup=False)
         if as_json:
