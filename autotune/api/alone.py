@@ -34,6 +34,10 @@ def alone_phase(spec, study, reserve: int, run: Run, note: Callable[[str], None]
     beyond the reserve: a recommendation measured only beside another trial carries the
     interference, which the user's long run, alone on its machine, does not."""
     out: dict = {"runs": [], "remeasured": [], "interrupted": False}
+    if reserve <= 0:
+        # No reserve, no phase, not even the picks beyond it: `budget.remeasure_trials: 0` means
+        # never re-measure (autotune.api.side_by_side.alone_reserve), and --trials is the limit.
+        return out
     left, raced, measured_alone = reserve, False, set()
     while not out["interrupted"]:
         if left > 0 and not raced:

@@ -15,6 +15,8 @@ threads_per_rank cores; autotune.run.slots packs them). The budget splits in two
    turn, up to the reserve, back to back; recorded as repeats, `repeat_of`), so that the pick
    is measured alone and compared with rivals measured alike; what is left of the reserve
    races as a sweep one at a time does. Trials phase 1 left queued run first.
+   With `budget.remeasure_trials: 0` ("never re-measure") there is no alone phase: all
+   `n_trials` run side by side, and the sweep says once what that leaves in the figures.
 Every trial stores its slot; the report derives each trial's neighbours (same host, overlapping
 run) and the interference: a config's tokens/s beside another trial against alone.
 
@@ -88,13 +90,10 @@ def plan_slots(spec, count: int) -> list[Slot]:
     """`count` disjoint slots that each hold the space's largest trial on this machine;
     UserError (before any study is touched) when they do not fit."""
     from autotune.run.hardware import local_hardware
-    from autotune.search.space import capabilities_for, restrict
-    from autotune.search.space_file import load_space
+    from autotune.search.machine import restricted_space
 
     hw = local_hardware()
-    n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
-    rs = restrict(load_space(spec.space), capabilities_for(hw, spec.trial.threads_per_rank), n_heads)
-    ranks = max(rs.num_gpus)
+    ranks = max(restricted_space(spec, hw).num_gpus)  # as the workers' sweeps will restrict it
     size = ranks * spec.trial.threads_per_rank if hw.device_kind is DeviceKind.cpu else ranks
     devices = visible_devices(hw.device_kind, device_count=hw.device_count)
     return pack_slots(devices, size, count, hw.device_kind)
@@ -111,19 +110,49 @@ def shares(n: int, k: int) -> list[int]:
     return [n // k + (i < n % k) for i in range(k)]
 
 
-def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
-                     note: Callable[[str], None] = print, stdout=None) -> SideBySideSummary:
-    """Run the two phases (module docstring); `stdout`: where the workers' lines go."""
+def alone_reserve(spec, n_trials: int, count: int) -> int:
+    """Of `n_trials`, how many the alone phase takes: the re-measure reserve a sweep one at a
+    time keeps, at least one (the pick is measured alone before it is recommended); none with
+    one worker (a sweep one at a time), with no more trials than workers, or where the user set
+    `budget.remeasure_trials: 0` ("never re-measure": the alone phase re-measures, and beyond
+    its reserve too, so it does not run and every trial of `n_trials` goes side by side)."""
     from autotune.search.sweep import remeasure_reserve
 
+    if count < 2 or n_trials <= count or spec.budget.remeasure_trials == 0:
+        return 0
+    return max(remeasure_reserve(spec, n_trials), 1)
+
+
+def plan_note(spec, n_trials: int, count: int, slots: list[Slot], reserve: int) -> str:
+    """What the side-by-side sweep is about to do, said once; where nothing is measured again
+    alone (`budget.remeasure_trials: 0`, or no trial left for it), also what the figures are."""
+    head = f"{count} trials side by side ({', '.join(s.label() for s in slots)}): "
+    if reserve:
+        return head + f"{n_trials - reserve} trials together, then {reserve} alone (the leaders re-measured)"
+    if count < 2:
+        return head + f"{n_trials} trials"
+    why = ("budget.remeasure_trials: 0" if spec.budget.remeasure_trials == 0
+           else f"--trials {n_trials} leaves none after one each side by side")
+    return head + (
+        f"all {n_trials} trials together, none measured again alone ({why}). Each figure, the "
+        f"picks' too, is of a run beside up to {count - 1} other trial(s), slower by the "
+        "interference than the long run alone will be; a run with none beside it (once the other "
+        "workers had ended) is not slowed, which favours it. The report lists each trial's "
+        "neighbours; budget.remeasure_trials above 0 has the leaders measured again alone")
+
+
+def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
+                     note: Callable[[str], None] = print, stdout=None) -> SideBySideSummary:
+    """Run the two phases (module docstring); `stdout`: where the workers' lines go. Launches at
+    most `n_trials`, except that the alone phase may measure a pick alone beyond its reserve
+    (autotune.api.alone), never where `budget.remeasure_trials` is 0 (`alone_reserve`)."""
     spec = session.spec
     slots = check(spec, count)
-    reserve = max(remeasure_reserve(spec, n_trials), 1) if count > 1 and n_trials > count else 0
+    reserve = alone_reserve(spec, n_trials, count)
     side = shares(n_trials - reserve, count)
     work = Path(runs_dir) / spec.study / f"side_by_side_{uuid.uuid4().hex[:6]}"
     work.mkdir(parents=True, exist_ok=True)
-    note(f"{count} trials side by side ({', '.join(s.label() for s in slots)}): "
-         f"{sum(side)} trials together, then {reserve} alone (the leaders re-measured)")
+    note(plan_note(spec, n_trials, count, slots, reserve))
     summary = SideBySideSummary(slots)
     if count > 1:
         spec = spec.with_overrides(**{"budget.remeasure_trials": 0})  # racing waits for the alone phase

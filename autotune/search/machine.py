@@ -4,6 +4,11 @@ peak FLOP/s from the catalog (for MFU).
 
     ms = MachineSpace.for_spec(spec, catalog)
     ms.hardware.key(), ms.restricted.num_gpus, ms.peak_flops.get("bf16")
+    rs = restricted_space(spec, hw)    # the restricted space alone (what the slots of --side-by-side need)
+
+On a GPU, what decides fp8 (and bf16) is read here, as the hardware fingerprint records
+neither: the GPU's compute capability through NVML and whether torchao is installed, from its
+package metadata (no torch import: the CLI stays fast). fp8 needs both.
 """
 
 from __future__ import annotations
@@ -30,15 +35,92 @@ class MachineSpace:
     def for_spec(cls, spec: SweepSpec, catalog=None) -> "MachineSpace":
         """`catalog`: the sweep's, loaded once (None: the spec's, loaded here when needed)."""
         from autotune.run.hardware import local_hardware
-        from autotune.search.space import capabilities_for, restrict, unrestricted
+        from autotune.search.space import unrestricted
         from autotune.search.space_file import load_space
 
         hw = local_hardware()
         space = load_space(spec.space)
-        n_heads = spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
-        return cls(hw, restrict(space, capabilities_for(hw, spec.trial.threads_per_rank), n_heads),
-                   unrestricted(space, n_heads),
+        return cls(hw, restricted_space(spec, hw, space), unrestricted(space, _n_heads(spec)),
                    device_peak_flops(hw, catalog if catalog is not None else spec.platforms.catalog))
+
+
+def _n_heads(spec: SweepSpec) -> int | None:
+    return spec.workload.resolved_shape().n_heads if spec.workload.kind == "gpt" else None
+
+
+def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
+    """The study's space (`space`: loaded already) restricted to what `hw` can run, on a GPU
+    with its compute capability and torchao read here; where fp8 is left out on a GPU, its
+    entry in `dropped` says why (the sweep's "not offered on this machine" line prints it)."""
+    from autotune.search.space import capabilities_for, restrict
+    from autotune.search.space_file import load_space
+
+    space = space if space is not None else load_space(spec.space)
+    cc, lib = None, False
+    if hw.device_kind is DeviceKind.cuda:
+        cc, lib = gpu_compute_capability(hw.device_name), fp8_library_installed()
+    rs = restrict(space, capabilities_for(hw, spec.trial.threads_per_rank, cc, lib), _n_heads(spec))
+    dropped = rs.dropped.get("precision", [])
+    reason = fp8_reason(hw, cc, lib)
+    if Precision.fp8 in dropped and reason:
+        # A string in place of the value: the line that lists `dropped` prints it as it is.
+        dropped[dropped.index(Precision.fp8)] = f"fp8 ({reason})"
+    return rs
+
+
+def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | None,
+               fp8_library: bool) -> str | None:
+    """Why a GPU machine's space has no fp8 (the first that applies: the GPU, torchao, the
+    space's compile); None on a CPU machine, which never offers fp8 (its line stays as it was)."""
+    from autotune.search.space import capabilities_for
+
+    if hw.device_kind is not DeviceKind.cuda:
+        return None
+    if compute_capability is None:
+        return "this GPU's compute capability could not be read (NVML); fp8 needs >= 8.9, Ada/Hopper"
+    if Precision.fp8 not in capabilities_for(hw, 1, compute_capability, True).precisions:
+        return (f"needs compute capability >= 8.9, Ada/Hopper; {hw.device_name or 'this GPU'} has "
+                f"{compute_capability[0]}.{compute_capability[1]}")
+    if not fp8_library:
+        return "needs torchao, not installed: pip install 'autotune-llm[fp8]'"
+    return "runs only compiled: add true to the space's compile"
+
+
+def gpu_compute_capability(device_name: str) -> tuple[int, int] | None:
+    """The compute capability of the fingerprint's GPU model (`device_name`, the first visible
+    GPU's name as NVML gives it), from NVML; None without NVML or a GPU of that name. One model
+    has one capability: matching the name keeps to the GPU the fingerprint describes, whichever
+    CUDA_VISIBLE_DEVICES leaves visible (a node mixing models is described by its first one,
+    as the fingerprint is; the worker refuses fp8 on a rank that cannot run it)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU: NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        caps = [pynvml.nvmlDeviceGetCudaComputeCapability(h) for h in handles
+                if _text(pynvml.nvmlDeviceGetName(h)) == device_name]
+        return min((int(major), int(minor)) for major, minor in caps) if caps else None
+    except Exception:  # an old driver without the call: unknown, so no fp8 offered
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def fp8_library_installed() -> bool:
+    """Whether torchao (fp8 training: trials/precision.py) is installed, from its metadata: the
+    trials run in this environment, and the worker checks the import itself before fp8."""
+    from autotune.contract.hardware import installed_version
+
+    return installed_version("torchao") is not None
 
 
 def device_peak_flops(hw: HardwareFingerprint, catalog) -> dict[str, float]:
