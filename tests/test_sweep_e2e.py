@@ -166,6 +166,8 @@ def test_a_setting_the_workload_cannot_run_is_tried_once(tmp_path, run_cli):
         assert f"KnownUnsupported: not launched: trial {by} found that this workload runs {setting} only" \
             in p.stdout, p.stdout
     assert recs[4].status == "ok" and recs[4].launched, states  # the third launched trial
+    # An entry point gives no shape to predict memory from: the sweep says once that it measures.
+    assert p.stdout.count("memory prescreen off: the workload gives no model shape") == 1, p.stdout
     shown = run_cli("report", "--study", "ep", "--storage", url)
     assert shown.returncode == 0, shown.stderr
     row = next(ln for ln in shown.stdout.splitlines() if ln.startswith("1 "))

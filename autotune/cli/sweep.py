@@ -151,6 +151,7 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
     from autotune.api.sweep import prebuild
     from autotune.format import fmt_bytes
     from autotune.run.storage import redact_url
+    from autotune.search.calibration import model_shape_for
 
     hw, rs, spec = session.hardware, session.restricted, session.spec
     con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "
@@ -159,6 +160,10 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
     if spec.memory.limit_bytes_per_rank:  # as the spec's size was read ("80 GB" is not "80 GiB")
         con.print(f"  memory limit per rank: {fmt_bytes(spec.memory.limit_bytes_per_rank)} "
                   f"({spec.memory.limit_bytes_per_rank:,} bytes)", soft_wrap=True)
+    if spec.memory.prescreen and model_shape_for(spec.workload) is None:  # else only each trial's record says so
+        con.print("  memory prescreen off: the workload gives no model shape to predict memory from (an entry "
+                  "point's model is known only once a trial builds it); every config is launched and measured",
+                  soft_wrap=True, markup=False)
     if rs.dropped:
         con.print("  not offered on this machine: " + "; ".join(
             f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items()),
