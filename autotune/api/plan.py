@@ -155,15 +155,13 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     measured `tokens_per_s` at `gpus` on `gpu`, or (planning) from `mfu` with `params`."""
     from autotune.estimate.compute import flops_per_token, model_from_params
     from autotune.estimate.scaling import CommModel, grad_bytes_per_param
-    from autotune.pricing.catalog import PRECISIONS
     from autotune.pricing.load import load_catalog
     from autotune.pricing.quote import BasePoint, quote
     from autotune.search.score import job_from_model
 
     cat = load_catalog(catalog).select(providers=providers, regions=regions)
     cat.gpu_type(gpu)  # "did you mean"
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}", fix="pick one of them")
+    storage = _stored_precision(precision)
     n_params = None if params is None else int(round(params))
     if (tokens_per_s is None) == (mfu is None):
         raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
@@ -191,14 +189,14 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     fpt = flops_per_token(model_from_params(n_params), seq_len=1) if n_params else None
     base = BasePoint(gpu=gpu, num_gpus=gpus, tokens_per_s=tokens_per_s, mfu=mfu,
                      tokens_per_gpu_step=per_gpu_step, flops_per_token=fpt, precision=precision)
-    comm = (CommModel(params=n_params, grad_bytes_per_param=grad_bytes_per_param(precision, zero_stage),
+    comm = (CommModel(params=n_params, grad_bytes_per_param=grad_bytes_per_param(storage, zero_stage),
                       zero_stage=zero_stage) if n_params else None)
     types = [gpu]
     if all_gpus:
         if n_params is None:
             raise UserError("--all-gpus needs --params (to move the MFU to other GPU types)", fix="add --params N")
         types += [k for k, g in cat.gpus.items() if k != gpu and g.device_class == cat.gpus[gpu].device_class]
-    job = job_from_model(n_params, precision != "fp32", "adamw", tokens_for(counts[0]), None)
+    job = job_from_model(n_params, storage != "fp32", "adamw", tokens_for(counts[0]), None)
     sizes = {f: v * 1e9 for f, v in (("checkpoint_bytes", checkpoint_gb), ("dataset_bytes", dataset_gb),
                                      ("final_model_bytes", final_model_gb)) if v is not None}
     given = tuple(f"given: {k.replace('_bytes', '').replace('_', ' ')} {v / 1e9:g} GB (replaces the "
@@ -211,8 +209,19 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
         # A measured throughput ran, so its own GPU type held it (perhaps at a ZeRO stage not
         # given here); planned figures and other GPU types are checked.
         measured_gpu = gpu if tokens_per_s is not None else None
-        bills, skipped = _drop_unfitting(bills, skipped, cat, n_params, precision, zero_stage, measured_gpu)
+        bills, skipped = _drop_unfitting(bills, skipped, cat, n_params, storage, zero_stage, measured_gpu)
     return CostResult(bills, skipped, cat, job)
+
+
+def _stored_precision(precision: str) -> str:
+    """The precision the model's states are held, reduced and checkpointed in. tf32 is fp32
+    training with TF32 matmuls: fp32 weights, gradients and optimizer states; only its compute
+    peak (the GPU's tf32 one, which `precision` itself picks) differs from fp32's."""
+    from autotune.pricing.catalog import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision '{precision}' is not one of {', '.join(PRECISIONS)}", fix="pick one of them")
+    return "fp32" if precision == "tf32" else precision
 
 
 def _drop_unfitting(bills, skipped, cat, n_params: int, precision: str, zero_stage: int,

@@ -132,7 +132,9 @@ def cost(
                             "a measurement; needs --params"),
     params: Optional[str] = typer.Option(
         None, "--params", help="model parameters, e.g. 7e9 (FLOPs, communication, checkpoint size)"),
-    precision: str = typer.Option("bf16", "--precision", help="fp32 | tf32 | bf16 | fp16 | fp8: which peak"),
+    precision: str = typer.Option(
+        "bf16", "--precision",
+        help="fp32 | tf32 | bf16 | fp16 | fp8: which peak (tf32: fp32 training with TF32 matmuls, fp32 states)"),
     zero_stage: int = typer.Option(0, "--zero-stage", min=0, max=3,
                                    help="ZeRO stage (communication volume; with --params, offers whose GPUs "
                                         "cannot hold the model's states are skipped)"),
@@ -148,7 +150,7 @@ def cost(
     catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="catalog YAML (default: the shipped one)"),
     offer: Optional[list[str]] = typer.Option(None, "--offer", help="only this offer (repeat)"),
     checkpoint_gb: Optional[str] = typer.Option(
-        None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param)"),
+        None, "--checkpoint-gb", help="one checkpoint, GB (default: 14 B/param; 12 at fp32 and tf32)"),
     dataset_gb: Optional[str] = typer.Option(
         None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
     final_model_gb: Optional[str] = typer.Option(
@@ -300,15 +302,20 @@ def _register_plan(app: typer.Typer) -> None:
         for name in spec.platforms.offers or []:
             catalog.offer(name)
         result = plan(spec, catalog, hfu=mfu, gpu_types=gpu)
-        _warn_stale(catalog, [b.offer for b in result.bills] or None)
+        _warn_stale(catalog, _priced(result))
         fastest = sorted(result.bills, key=lambda b: (b.hours, b.usd))[:top]
         if as_json:
             doc = {"assumptions": result.assumptions, "configs": result.configs,
                    "not_fitting": result.not_fitting,
-                   "price_note": catalog.price_note([b.offer for b in result.bills] or None),
+                   "price_note": catalog.price_note(_priced(result)),
                    "why_none": result.why_none,
+                   "limits": {"max_usd": spec.budget.max_usd, "deadline_hours": spec.budget.deadline_hours,
+                              "limit_bytes_per_rank": spec.memory.limit_bytes_per_rank},
+                   "limit_notes": result.limit_notes,
                    "bills": [b.as_dict() for b in result.bills[:top]],
-                   "fastest": [b.as_dict() for b in fastest]}
+                   "fastest": [b.as_dict() for b in fastest],
+                   # Billed but over budget.max_usd or past budget.deadline_hours: never recommended.
+                   "over_limits": [b.as_dict() for b in result.over_limits[:top]]}
             print_json(doc)
             return
         print_plan(spec_file, result, catalog, fastest, top, console())
@@ -319,20 +326,26 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
     from autotune.pricing.quote import explain
 
     c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
-            f"{result.not_fitting} over memory, {len(result.bills)} bills (estimated, no trial run)")
+            f"{result.not_fitting} over memory, {len(result.bills)} bills"
+            + (f" within the spec's limits ({len(result.over_limits)} over them)" if result.over_limits else "")
+            + " (estimated, no trial run)")
     for a in result.assumptions:
         c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
-    c.print("[bold]cheapest[/]")
+    if result.bills:  # else why_none says why nothing is recommended
+        c.print("[bold]cheapest[/]")
     for b in result.bills[:top]:
         c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
                 f"{b.tokens_per_s:,.0f} tok/s "
                 f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  "
                 f"{fmt_gpu_hours(b.gpu_hours)} GPU-h  "
                 f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
-    c.print("[bold]fastest[/]")
+    if fastest:
+        c.print("[bold]fastest[/]")
     for b in fastest[: min(top, 5)]:
         c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}",
                 soft_wrap=True)
+    for note in result.limit_notes:  # what the spec's limits kept from the lists above
+        c.print(f"[yellow]{note}[/]", soft_wrap=True)
     for line in explain(result.bills):
         c.print(line, soft_wrap=True)
     if result.bills:
@@ -341,4 +354,10 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(result.why_none, soft_wrap=True)
     for line in offer_notes(result.bills[:top] + fastest[: min(top, 5)]):
         c.print(f"[dim]{line}[/]", soft_wrap=True)
-    c.print(catalog.price_note([b.offer for b in result.bills] or None))
+    c.print(catalog.price_note(_priced(result)))
+
+
+def _priced(result) -> list[str] | None:
+    """The offers whose prices the plan shows: the recommended bills', else (none within the
+    spec's limits) those over them that why_none names; None: every offer's."""
+    return [b.offer for b in result.bills or result.over_limits] or None

@@ -266,14 +266,23 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
 
 
 def _limits(spec: SweepRecord, max_usd: float | None, deadline_hours: float | None) -> Limits:
-    """Limits given as flags win over the study's (the sweep's spec)."""
+    """A limit given as a flag wins over the study's (the sweep's spec) for that limit alone:
+    --max-usd keeps the spec's deadline and --deadline-hours its budget, as their help says."""
     budget = spec.budget
-    if max_usd is not None or deadline_hours is not None:
-        return Limits(max_usd=max_usd, deadline_hours=deadline_hours, source="flags")
-    if budget.get("max_usd") is not None or budget.get("deadline_hours") is not None:
-        return Limits(max_usd=budget.get("max_usd"), deadline_hours=budget.get("deadline_hours"),
-                      source="study (the sweep's spec)")
-    return Limits(max_usd=None, deadline_hours=None, source="none")
+    usd = max_usd if max_usd is not None else budget.get("max_usd")
+    hours = deadline_hours if deadline_hours is not None else budget.get("deadline_hours")
+    flagged = [f for f, v in (("--max-usd", max_usd), ("--deadline-hours", deadline_hours)) if v is not None]
+    stored = [what for what, v, flag in (("budget", usd, max_usd), ("deadline", hours, deadline_hours))
+              if v is not None and flag is None]
+    if flagged and stored:
+        source = f"{' and '.join(flagged)} flag and the study (the sweep's spec) for the {stored[0]}"
+    elif flagged:
+        source = "flags"
+    elif stored:
+        source = "study (the sweep's spec)"
+    else:
+        source = "none"
+    return Limits(max_usd=usd, deadline_hours=hours, source=source)
 
 
 def _empty_notes(options: list[OptionRow], feasible: list[OptionRow], rows: list[TrialRow],

@@ -50,7 +50,7 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
         return
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
-        _check_hf_file(wl.config_file(), where)
+        _check_hf_file(wl.config_file() or Path(wl.config_path), where)
     from autotune.run.argv import launch_env
 
     cfg = TrialConfig(workload=wl, seq_len=spec.seq_len)

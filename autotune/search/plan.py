@@ -9,6 +9,11 @@ of `autotune.estimate.compute` at a stated fraction of the GPU's dense peak, com
 from `autotune.estimate.scaling` (ring collectives, no overlap assumed), and the bill from
 `autotune.pricing.cost`. Every figure is an estimate and says so.
 
+The spec's limits apply as in a sweep: configs over `memory.limit_bytes_per_rank` are not
+planned (the sweep's prescreen would not launch them), and bills over `budget.max_usd` or
+past `budget.deadline_hours` are not recommended (`PlanResult.over_limits`, as the sweep's
+report leaves infeasible options out of its cheapest and fastest).
+
 Large models reach beyond one node: with the default space, a GPU type whose largest node
 cannot hold the model's training state (16 bytes/param, mixed-precision Adam) also gets the
 counts 16, 32, ... 512 its multi-node offers sell. When nothing can be billed,
@@ -33,6 +38,7 @@ from autotune.estimate.compute import (
 )
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, grad_bytes_per_param, link_for, tp_bytes
+from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
@@ -57,12 +63,14 @@ MULTI_NODE_COUNTS = (16, 32, 64, 128, 256, 512)
 
 @dataclass
 class PlanResult:
-    bills: list[Bill]
+    bills: list[Bill]            # within the spec's budget and deadline, cheapest first
     skipped: list[Skipped]
     configs: int                 # (config, GPU type) pairs considered
-    not_fitting: int             # of those, over the GPU's memory
+    not_fitting: int             # of those, over the GPU's memory (or the spec's limit per rank)
     assumptions: list[str] = field(default_factory=list)
     why_none: str | None = None  # when no bill: why, and what to add (a UserError's text)
+    over_limits: list[Bill] = field(default_factory=list)  # billed, not recommended: cheapest first
+    limit_notes: list[str] = field(default_factory=list)   # what the spec's limits left out
 
 
 def model_of(spec: SweepSpec) -> ModelShape:
@@ -129,6 +137,7 @@ class _Tally:
     skipped: list[Skipped] = field(default_factory=list)
     configs: int = 0
     not_fitting: int = 0
+    over_spec_memory: int = 0  # of not_fitting, those within the GPU's memory but not the spec's limit
 
 
 @dataclass
@@ -164,7 +173,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
     rs = unrestricted(space, model.n_heads)
-    assumptions = _assumptions(model, rs, hfu, reach)
+    assumptions = _assumptions(model, rs, hfu, reach, spec.memory.limit_bytes_per_rank)
     if rs.dropped:  # as the sweep's start says which choices it cannot run
         assumptions.append("left out, as a sweep of this space leaves them out: " + "; ".join(
             f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items())
@@ -178,13 +187,53 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     else:
         assumptions.insert(1, "target: depends on each config's global batch (steps or loss target)")
     tally = p.tally
-    why = None if tally.bills else _why_none(catalog, types, tally.configs, tally.fits, tally.smallest_mem,
-                                             tally.no_network, [gpu for gpu, counts in large.items() if not counts],
-                                             model.params * STATE_BYTES_PER_PARAM)
-    return PlanResult(rank(tally.bills), tally.skipped, tally.configs, tally.not_fitting, assumptions, why)
+    within, over, notes = _within_limits(tally.bills, spec)
+    if tally.over_spec_memory:
+        notes.insert(0, f"{tally.over_spec_memory} (config, GPU type) pair(s) fit the GPU's memory but not "
+                        f"memory.limit_bytes_per_rank {fmt_bytes(spec.memory.limit_bytes_per_rank)} "
+                        f"({spec.memory.limit_bytes_per_rank:,} bytes): not planned, as a sweep would not launch them")
+    why = None if within else _no_limits_met(spec, over) if over else _why_none(
+        catalog, types, tally, [gpu for gpu, counts in large.items() if not counts],
+        model.params * STATE_BYTES_PER_PARAM, spec.memory.limit_bytes_per_rank)
+    return PlanResult(rank(within), tally.skipped, tally.configs, tally.not_fitting, assumptions, why,
+                      rank(over), notes)
 
 
-def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: dict[str, list[int]]) -> list[str]:
+def _within_limits(bills: list[Bill], spec: SweepSpec) -> tuple[list[Bill], list[Bill], list[str]]:
+    """(within, over, notes): the bills within the spec's budget.max_usd and
+    budget.deadline_hours (at most each, as autotune.report.options.apply_limits judges a
+    sweep's options), those over either, and a note per limit that left some out."""
+    max_usd, deadline = spec.budget.max_usd, spec.budget.deadline_hours
+    dear = {id(b) for b in bills if max_usd is not None and b.usd > max_usd}
+    late = {id(b) for b in bills if deadline is not None and b.hours > deadline}
+    notes = []
+    if dear:
+        notes.append(f"{len(dear)} option(s) over budget.max_usd {fmt_usd(max_usd)} not recommended")
+    if late:
+        notes.append(f"{len(late)} option(s) past budget.deadline_hours {deadline:g} ({fmt_hours(deadline)}) "
+                     "not recommended")
+    return ([b for b in bills if id(b) not in dear | late], [b for b in bills if id(b) in dear | late], notes)
+
+
+def _no_limits_met(spec: SweepSpec, over: list[Bill]) -> str:
+    """Why nothing is recommended when every bill breaks a limit: the limits, and what the
+    cheapest and the fastest bill over them would take (the report's best_by_cost / _time)."""
+    cheap = min(over, key=lambda b: (b.usd, b.hours))
+    fast = min(over, key=lambda b: (b.hours, b.usd))
+    budget = spec.budget
+    limits = ", ".join(([f"budget.max_usd {fmt_usd(budget.max_usd)}"] if budget.max_usd is not None else [])
+                       + ([f"budget.deadline_hours {budget.deadline_hours:g} ({fmt_hours(budget.deadline_hours)})"]
+                          if budget.deadline_hours is not None else []))
+    return str(UserError(
+        f"no option meets the spec's limits ({limits}): none recommended; over them, the "
+        f"cheapest is {cheap.config} on {cheap.offer} ({fmt_usd(cheap.usd)}, {fmt_hours(cheap.hours)}) and "
+        f"the fastest {fast.config} on {fast.offer} ({fmt_hours(fast.hours)}, {fmt_usd(fast.usd)})",
+        fix="raise budget.max_usd / budget.deadline_hours in the spec, or add GPUs or GPU types to "
+            "plan on (--gpu)"))
+
+
+def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: dict[str, list[int]],
+                 limit: int | None) -> list[str]:
     """What every figure of the plan rests on, said once."""
     out = [
         f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
@@ -194,6 +243,8 @@ def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: d
         "communication: ring collectives at the datasheet link bandwidth, none hidden behind compute",
         f"memory: analytic estimate + {MEMORY_MARGIN:.0%} headroom (no calibration on this hardware)",
     ]
+    if limit:  # as the sweep's prescreen: the smaller of the device's memory and the spec's limit
+        out[-1] += f", under the GPU's memory or memory.limit_bytes_per_rank {fmt_bytes(limit)}, the smaller"
     if Precision.fp8 in space.precision:
         # Never the bf16 fraction of the fp8 peak (2x bf16's): fp8 training does not reach it.
         out.append(f"fp8 configs are planned with torch.compile (torchao float8 pays only "
@@ -250,8 +301,11 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
         return  # fp8 on Ampere, or a GPU without sourced peaks
     t.configs += 1
     t.smallest_mem[gpu] = min(t.smallest_mem.get(gpu, mem), mem)
-    if mem > g.memory_bytes * (1 - MEMORY_MARGIN):
+    capacity = _capacity(g.memory_bytes, p.spec.memory.limit_bytes_per_rank)
+    if mem > capacity * (1 - MEMORY_MARGIN):
         t.not_fitting += 1
+        if mem <= g.memory_bytes * (1 - MEMORY_MARGIN):  # the GPU would hold it: the spec's limit did not
+            t.over_spec_memory += 1
         return
     t.fits.setdefault(gpu, set()).add(c["num_gpus"])
     hw_fpt = hardware_flops_per_token(p.model, seq, c["checkpointing"].value)
@@ -279,7 +333,8 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
         basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token "
                  f"(MFU {mfu:.1%} of the {'bf16' if speedup != 1.0 else prec.value} peak), "
                  f"{cs:.3g} s of collectives per {step:.3g} s step over "
-                 f"{over}, memory {mem / 1e9:.1f} GB of {g.memory_bytes / 1e9:g} GB")
+                 f"{over}, memory {mem / 1e9:.1f} GB of {capacity / 1e9:g} GB"
+                 + (" (memory.limit_bytes_per_rank)" if capacity < g.memory_bytes else ""))
         tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
         try:
             t.bills.append(compute_bill(o, tokens, tp_, job))
@@ -287,11 +342,17 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
             t.skipped.append(Skipped(o.name, f"{label}: {exc}"))
 
 
-def _why_none(catalog: Catalog, types: list[str], configs: int, fits: dict[str, set[int]],
-              smallest_mem: dict[str, float], no_network: dict[str, set[str]],
-              single_node: list[str], state_bytes: float) -> str:
+def _capacity(gpu_memory: int, limit: int | None) -> int:
+    """What one rank may use: the GPU's memory, or the spec's smaller limit per rank."""
+    return min(gpu_memory, limit) if limit else gpu_memory
+
+
+def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: list[str], state_bytes: float,
+              limit: int | None) -> str:
     """Why no config got a bill, and what to add, as a UserError's text. `single_node`: the
-    types whose nodes cannot hold the training state and that no offer sells beyond a node."""
+    types whose nodes cannot hold the training state and that no offer sells beyond a node;
+    `limit`: the spec's memory.limit_bytes_per_rank."""
+    configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
         return str(UserError(f"no GPU type to plan on ({', '.join(types) or 'none with an offer'} "
                              f"lack sourced peaks or memory, or the space holds no valid config)",
@@ -307,12 +368,15 @@ def _why_none(catalog: Catalog, types: list[str], configs: int, fits: dict[str, 
                                      f"clusters" if clusters else "")))
     if not fits:
         least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of "
-                          f"{(catalog.gpus[gpu].memory_bytes or 0) * (1 - MEMORY_MARGIN) / 1e9:,.0f} GB usable"
-                          for gpu in sorted(smallest_mem))
-        return str(UserError(f"no config fits in memory (the smallest needs: {least})",
+                          f"{_capacity(catalog.gpus[gpu].memory_bytes or 0, limit) * (1 - MEMORY_MARGIN) / 1e9:,.0f}"
+                          f" GB usable" for gpu in sorted(smallest_mem))
+        spec_limit = (f"; memory.limit_bytes_per_rank {fmt_bytes(limit)} caps every GPU"
+                      if tally.over_spec_memory and limit else "")
+        return str(UserError(f"no config fits in memory (the smallest needs: {least}){spec_limit}",
                              fix="add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the "
-                                 "space, or a GPU type with more memory; `autotune estimate` shows "
-                                 "where the memory goes"))
+                                 "space, or a GPU type with more memory"
+                                 + (", or raise memory.limit_bytes_per_rank" if spec_limit else "")
+                                 + "; `autotune estimate` shows where the memory goes"))
     parts, fixes = [], []
     for gpu in sorted(fits):
         counts = sorted(fits[gpu])
