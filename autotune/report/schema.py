@@ -191,7 +191,8 @@ class PickRow(_M):
 class Limits(_M):
     max_usd: float | None
     deadline_hours: float | None
-    source: str = Field(description="where the limits came from: flags, study, none")
+    source: str = Field(description="where the limits came from: flags, study, none, or each its "
+                                    "own (a flag for one, the study for the other)")
 
 
 class Counts(_M):
