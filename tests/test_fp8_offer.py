@@ -157,7 +157,9 @@ def test_a_fingerprint_by_hand(monkeypatch, tmp_path):
     h100 = HardwareFingerprint(device_kind=DeviceKind.cuda, device_name="NVIDIA H100 80GB HBM3",
                                device_count=8, cpu_count=64)
     cpu = HardwareFingerprint(device_kind=DeviceKind.cpu, device_count=2, cpu_count=2)
-    monkeypatch.setattr(machine_mod, "gpu_compute_capability", lambda name: (9, 0))
+    from autotune.run import hardware
+
+    monkeypatch.setattr(hardware, "visible_compute_capability", lambda: (9, 0))
     monkeypatch.setattr(machine_mod, "fp8_library_installed", lambda: True)
     assert machine_mod.restricted_space(spec, h100).precision == [Precision.bf16, Precision.fp8]
     assert machine_mod.restricted_space(spec, cpu).precision == [Precision.bf16]

@@ -1,16 +1,13 @@
 """`budget.remeasure_trials: 0` ("never re-measure") holds under `autotune sweep --side-by-side`:
 no alone phase (it re-measures, and beyond its reserve too), every trial of --trials runs side
-by side, none more, and the sweep says once what the figures then are."""
+by side, none more, and the sweep says once what the figures then are. The real sweep is in
+tests/test_side_by_side_e2e.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import types
 from pathlib import Path
-
-import optuna
-import pytest
 
 from autotune.api import side_by_side
 from autotune.api.alone import alone_phase
@@ -99,36 +96,3 @@ def test_the_alone_phase_with_no_reserve_runs_nothing(monkeypatch):
     assert ran == [] and out["runs"] == [] and out["remeasured"] == []
     assert alone_phase(_spec(None), None, 1, run, note=lambda m: None, hw=None, catalog=None)["remeasured"] == [0]
     assert ran == [1]  # the stand-ins do make it run where there is a reserve
-
-
-SPEC = """\
-workload: {kind: gpt, preset: tiny}
-seq_len: 32
-target: {tokens: 1.0e7}
-space: space.yaml
-trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240, threads_per_rank: 1}
-budget: {remeasure_trials: 0}
-study: never
-"""
-SPACE = "num_gpus: [1]\nmicro_batch_size: [1, 2, 4]\ngrad_accum_steps: [1, 2]\nprecision: [fp32]\ncheckpointing: [none]\n"
-
-
-@pytest.mark.e2e
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores: one per trial")
-def test_a_real_side_by_side_sweep_launches_exactly_its_trials(tmp_path, run_cli):
-    """3 trials two at a time (the old code kept one back to re-measure the leader alone, then
-    measured the pick alone beyond it: up to 4 or 5 launched)."""
-    from autotune.record import TrialRecord
-    from autotune.run.storage import open_storage
-
-    (tmp_path / "space.yaml").write_text(SPACE)
-    (tmp_path / "spec.yaml").write_text(SPEC)
-    url = f"journal:///{tmp_path}/study.log"
-    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--side-by-side", "2", "--storage", url)
-    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-    assert p.stdout.count("none measured again alone (budget.remeasure_trials: 0)") == 1, p.stdout
-    trials = optuna.load_study(study_name="never", storage=open_storage(url)).trials
-    recs = [TrialRecord.of(t) for t in trials]
-    launched = [r for r in recs if r.launched]
-    assert len(launched) == 3, [(r.status, r.slot) for r in recs]
-    assert all(r.slot is not None and r.slot.side_by_side == 2 and r.repeat_of is None for r in launched)

@@ -1,5 +1,6 @@
 """Trials side by side on this machine, for real: `autotune sweep --side-by-side 2` runs
-one-rank CPU trials two at a time on disjoint cores, then re-measures the pick alone; the
+one-rank CPU trials two at a time on disjoint cores, then re-measures the pick alone (none with
+budget.remeasure_trials: 0: then exactly --trials run side by side); the
 records say what ran beside what, and the report shows it with the interference."""
 
 from __future__ import annotations
@@ -200,3 +201,23 @@ def test_a_reader_that_leaves_stops_every_worker_after_its_trial(tmp_path):
     assert all(t.state in (TrialState.COMPLETE, TrialState.WAITING) for t in trials), (states, err)
     assert any(t.state is TrialState.COMPLETE for t in trials), states
     assert processes_under(runs) == [] and processes_under(tmp_path) == []
+
+
+@pytest.mark.e2e
+@needs_two_cores
+def test_a_real_side_by_side_sweep_launches_exactly_its_trials(tmp_path, run_cli):
+    """3 trials two at a time (the old code kept one back to re-measure the leader alone, then
+    measured the pick alone beyond it: up to 4 or 5 launched)."""
+    (tmp_path / "space.yaml").write_text(SPACE)
+    # budget.remeasure_trials: 0 ("never re-measure"): no alone phase (autotune.api.side_by_side)
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("remeasure_trials: 2", "remeasure_trials: 0")
+                                        .replace("study: sbs", "study: never"))
+    url = f"journal:///{tmp_path}/study.log"
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--side-by-side", "2", "--storage", url)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    assert p.stdout.count("none measured again alone (budget.remeasure_trials: 0)") == 1, p.stdout
+    trials = optuna.load_study(study_name="never", storage=open_storage(url)).trials
+    recs = [TrialRecord.of(t) for t in trials]
+    launched = [r for r in recs if r.launched]
+    assert len(launched) == 3, [(r.status, r.slot) for r in recs]
+    assert all(r.slot is not None and r.slot.side_by_side == 2 and r.repeat_of is None for r in launched)

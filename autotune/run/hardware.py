@@ -45,9 +45,8 @@ def _visible_handles(pynvml) -> list:
     return [handles[i] for i in picked]
 
 
-def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
-    """(name, count, memory bytes, driver, CUDA) of the visible GPUs; None without any. The
-    memory is the smallest visible device's: a config must fit on every rank."""
+def _with_nvml(read):
+    """`read(pynvml, visible handles)`, or None without NVML, a driver or a visible GPU."""
     try:
         import pynvml
     except ImportError:
@@ -58,15 +57,34 @@ def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
         return None
     try:
         handles = _visible_handles(pynvml)
-        if not handles:
-            return None
+        return read(pynvml, handles) if handles else None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvml_gpus() -> tuple[str, int, int, str, str] | None:
+    """(name, count, memory bytes, driver, CUDA) of the visible GPUs; None without any. The
+    memory is the smallest visible device's: a config must fit on every rank."""
+    def read(pynvml, handles):
         name = _text(pynvml.nvmlDeviceGetName(handles[0]))
         mem = min(int(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles)
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
         return name, len(handles), mem, driver, f"{cuda // 1000}.{(cuda % 1000) // 10}"
-    finally:
-        pynvml.nvmlShutdown()
+
+    return _with_nvml(read)
+
+
+def visible_compute_capability() -> tuple[int, int] | None:
+    """The lowest compute capability of the visible GPUs (what every rank can run), from NVML;
+    None without a visible GPU, or with a driver too old for the call (then unknown)."""
+    def read(pynvml, handles):
+        try:
+            return min(tuple(int(v) for v in pynvml.nvmlDeviceGetCudaComputeCapability(h)) for h in handles)
+        except Exception:  # NVMLError_FunctionNotFound on old drivers; AttributeError on old pynvml
+            return None
+
+    return _with_nvml(read)
 
 
 @lru_cache(maxsize=1)

@@ -7,8 +7,9 @@ peak FLOP/s from the catalog (for MFU).
     rs = restricted_space(spec, hw)    # the restricted space alone (what the slots of --side-by-side need)
 
 On a GPU, what decides fp8 (and bf16) is read here, as the hardware fingerprint records
-neither: the GPU's compute capability through NVML and whether torchao is installed, from its
-package metadata (no torch import: the CLI stays fast). fp8 needs both.
+neither: the visible GPUs' compute capability through NVML (autotune.run.hardware) and whether
+torchao is installed, from its package metadata (no torch import: the CLI stays fast). fp8
+needs both.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
     space = space if space is not None else load_space(spec.space)
     cc, lib = None, False
     if hw.device_kind is DeviceKind.cuda:
-        cc, lib = gpu_compute_capability(hw.device_name), fp8_library_installed()
+        from autotune.run.hardware import visible_compute_capability
+
+        cc, lib = visible_compute_capability(), fp8_library_installed()
     rs = restrict(space, capabilities_for(hw, spec.trial.threads_per_rank, cc, lib), _n_heads(spec))
     dropped = rs.dropped.get("precision", [])
     reason = fp8_reason(hw, cc, lib)
@@ -84,35 +87,6 @@ def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | No
     if not fp8_library:
         return "needs torchao, not installed: pip install 'autotune-llm[fp8]'"
     return "runs only compiled: add true to the space's compile"
-
-
-def gpu_compute_capability(device_name: str) -> tuple[int, int] | None:
-    """The compute capability of the fingerprint's GPU model (`device_name`, the first visible
-    GPU's name as NVML gives it), from NVML; None without NVML or a GPU of that name. One model
-    has one capability: matching the name keeps to the GPU the fingerprint describes, whichever
-    CUDA_VISIBLE_DEVICES leaves visible (a node mixing models is described by its first one,
-    as the fingerprint is; the worker refuses fp8 on a rank that cannot run it)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver / no GPU: NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None
-    try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        caps = [pynvml.nvmlDeviceGetCudaComputeCapability(h) for h in handles
-                if _text(pynvml.nvmlDeviceGetName(h)) == device_name]
-        return min((int(major), int(minor)) for major, minor in caps) if caps else None
-    except Exception:  # an old driver without the call: unknown, so no fp8 offered
-        return None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def fp8_library_installed() -> bool:
