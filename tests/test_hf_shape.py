@@ -85,3 +85,18 @@ def test_model_type_with_overrides_matches_the_worker():
     m = model_from_workload(wl)
     assert m is not None
     assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl)
+
+
+def test_an_mlp_width_the_config_leaves_out_is_labelled_approximate():
+    """A llama config without intermediate_size: the worker's transformers fills its type's
+    default, which the controller does not know (it takes 4 x hidden), so the count says it is
+    approximate; gpt2 takes 4 x hidden itself, so there it stays exact."""
+    sizes = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}
+    unstated = model_from_hf_config({"model_type": "llama", **sizes})
+    assert "approximate: MLP width not in the config" in unstated.source
+    assert _worker_shape(HFWorkload(model_type="llama", config_overrides=sizes))[0] != unstated.params
+    stated = model_from_hf_config({"model_type": "llama", **sizes, "intermediate_size": 172})
+    assert "exact count" in stated.source
+    gpt2 = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}
+    m = model_from_hf_config({"model_type": "gpt2", **gpt2})
+    assert "exact count" in m.source and m.params == _worker_shape(HFWorkload(model_type="gpt2", config_overrides=gpt2))[0]

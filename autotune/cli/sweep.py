@@ -161,9 +161,10 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
         con.print(f"  memory limit per rank: {fmt_bytes(spec.memory.limit_bytes_per_rank)} "
                   f"({spec.memory.limit_bytes_per_rank:,} bytes)", soft_wrap=True)
     if spec.memory.prescreen and model_shape_for(spec.workload) is None:  # else only each trial's record says so
-        con.print("  memory prescreen off: the workload gives no model shape to predict memory from (an entry "
-                  "point's model is known only once a trial builds it); every config is launched and measured",
-                  soft_wrap=True, markup=False)
+        why = ("an entry point's model is known only once a trial builds it" if spec.workload.kind == "entry_point"
+               else "its config lacks the sizes: hidden_size, num_hidden_layers, num_attention_heads, vocab_size")
+        con.print(f"  memory prescreen off: the workload gives no model shape to predict memory from ({why}); "
+                  "every config is launched and measured", soft_wrap=True, markup=False)
     if rs.dropped:
         con.print("  not offered on this machine: " + "; ".join(
             f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items()),

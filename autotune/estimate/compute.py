@@ -189,9 +189,15 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     head_dim = int(cfg.get("head_dim") or h // a)
     gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
     ffn = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
+    # Not in the config: the worker's transformers fills its type's default (llama: 11008), which
+    # this reader does not know, so the count is approximate; gpt2 alone takes 4 x hidden then.
+    ffn_stated = ffn is not None or mt == "gpt2"
     ffn = int(ffn) if ffn is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
     exact = mt in ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "opt")
+    how = ("exact count" if exact and ffn_stated else
+           "approximate: MLP width not in the config, taken as 4 x hidden" if exact else
+           "approximate: counted with the llama layout")
 
     if gated:  # llama layout: RMSNorm (weight only), no biases (qwen2: q/k/v biases)
         q_out, kv_out = a * head_dim, kv * head_dim
@@ -227,7 +233,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         tied_embeddings=tied, lookup_params=lookup,
         largest_layer_params=max(emb, h * ffn + ffn),
         source=f"Hugging Face config {where} ({mt or 'unknown type'}; "
-               f"{'exact count' if exact else 'approximate: counted with the llama layout'})",
+               f"{how})",
         block_params=attn + mlp + norms,
     )
 
