@@ -17,8 +17,10 @@ import pytest
 
 from autotune.contract import HardwareFingerprint, Precision, TrialConfig
 from autotune.pricing.load import load_catalog
+from autotune.search.score import with_compile
 from autotune.search.space import capabilities_for, enumerate_configs, restrict, steps
 from autotune.search.space_file import SearchSpace, load_space
+from tests.fixtures.bills import bill_of
 
 REPO = Path(__file__).resolve().parent.parent
 H100x8 = HardwareFingerprint(device_kind="cuda", device_name="NVIDIA H100 80GB HBM3", device_count=8)
@@ -194,14 +196,21 @@ def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_c
     assert sorted(t["config"]["compile"] for t in ran) == [False, True]
     hours = {}
     for t in ran:
-        # Hours on the offer = its setup (the shipped catalog's) + steps at the measured
-        # tokens/s, plus the compile once for the compiled config; the eager one has none.
+        # Hours on the offer: the shipped bill (autotune.pricing.cost.compute_bill: setup +
+        # steps at the measured tokens/s + checkpoint writes) of the target's 1e6 tokens, with
+        # the compile charged once for the compiled config (with_compile); the eager one has none.
         assert t["offer"] == "aws-c7i-ondemand"
-        setup_h = load_catalog().offer(t["offer"]).setup_hours
         compile_s = t["compile_s"] or 0.0
         assert (compile_s > 0) == t["config"]["compile"]
-        hours[t["number"]] = setup_h + (1.0e6 / t["tokens_per_s"] + compile_s) / 3600
-        assert t["hours"] == pytest.approx(hours[t["number"]], rel=1e-3)
+        bill = bill_of(Path(t["trial_dir"]), study_dir / "spec.yaml", t["offer"])
+        assert bill.tokens == 1.0e6
+        assert bill.tokens_per_s == pytest.approx(with_compile(t["tokens_per_s"], 1.0e6, compile_s), rel=1e-12)
+        hours[t["number"]] = bill.hours
+        assert t["hours"] == pytest.approx(bill.hours, rel=1e-9)
+        # ... by the formula itself: setup + the steps at the measured rate + the compile once,
+        # plus checkpoint writes (a tiny model's: under 0.1%).
+        floor_h = load_catalog().offer(t["offer"]).setup_hours + (1.0e6 / t["tokens_per_s"] + compile_s) / 3600
+        assert floor_h <= t["hours"] <= floor_h * 1.001
     assert doc["fastest"]["trial"] == min(hours, key=hours.get)
     # The compiled trial ran in the sweep's worker pool, which imports the workload (and with it
     # Inductor) before trials.compile, and it cached in the study's folder all the same.
@@ -215,7 +224,6 @@ def test_a_sweep_measures_eager_and_compiled_and_its_pick_pays_the_compile(run_c
 
 def test_plan_ranks_fp8_by_the_stated_ratio_over_bf16_never_by_its_peak(tmp_path):
     from autotune.estimate.compute import FP8_SPEEDUP_OVER_BF16
-    from autotune.pricing.load import load_catalog
     from autotune.search.plan import plan
     from autotune.spec import SweepSpec
 

@@ -12,6 +12,11 @@ from autotune.contract import DeviceKind, Launcher, TrialConfig, TrialResult, Tr
 from autotune.run.argv import build_argv, free_port, launch_env
 from autotune.run.results import read_result
 
+# Each launcher's flags for the ranks per node and the rendezvous port (their own spellings).
+RANKS_AND_PORT_FLAGS = {Launcher.torchrun: ("--nproc-per-node", "--master-port"),
+                        Launcher.deepspeed: ("--num_gpus", "--master_port"),
+                        Launcher.accelerate: ("--num_processes", "--main_process_port")}
+
 
 @pytest.mark.parametrize("launcher", list(Launcher))
 def test_argv_is_a_list_with_ranks_port_and_paths(tmp_path, launcher):
@@ -19,7 +24,9 @@ def test_argv_is_a_list_with_ranks_port_and_paths(tmp_path, launcher):
     argv = build_argv(cfg, tmp_path / "c.json", tmp_path / "r.json", port=41234, python="/py")
     assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
     assert argv[0] == "/py"
-    assert "2" in argv and "41234" in argv
+    ranks_flag, port_flag = RANKS_AND_PORT_FLAGS[launcher]
+    assert argv[argv.index(ranks_flag) + 1] == "2", argv
+    assert argv[argv.index(port_flag) + 1] == "41234", argv
     assert argv[-4:] == ["--config", str(tmp_path / "c.json"), "--result", str(tmp_path / "r.json")]
 
 

@@ -129,7 +129,8 @@ def test_accelerate_precision_names_in_launch_and_export(tmp_path):
 # --- hardware fingerprint ------------------------------------------------------------------
 
 def test_worker_and_controller_fingerprint_the_host_alike():
-    torch = pytest.importorskip("torch")
+    import torch
+
     from autotune.run.hardware import local_hardware
     from trials.hardware import fingerprint
 
@@ -158,7 +159,8 @@ def test_flops_per_token_counts_matmul_parameters():
 
 
 def test_the_worker_counts_the_same_matmul_parameters_as_the_estimate():
-    torch = pytest.importorskip("torch")
+    import torch
+
     from autotune.contract import HFWorkload
     from autotune.estimate.compute import model_from_hf_config, model_from_preset
     from trials.workloads.build import build_workload
@@ -168,7 +170,6 @@ def test_the_worker_counts_the_same_matmul_parameters_as_the_estimate():
     llama = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
                  max_position_embeddings=128)
-    pytest.importorskip("transformers")
     hf = build_workload(TrialConfig(seq_len=32, workload=HFWorkload(
         model_type="llama", config_overrides={k: v for k, v in llama.items() if k != "model_type"})),
         torch.device("cpu"))

@@ -51,9 +51,19 @@ def test_the_batch_script_quotes_every_value(tmp_path):
     assert f"cd '{tmp_path / 'my dir'}'" in text
 
 
-def test_a_job_slurm_never_heard_of_is_ended_and_no_slurm_is_unknown(monkeypatch, tmp_path):
+def test_without_slurm_whether_a_job_ended_is_unknown(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol on PATH
     assert job_ended(SlurmJobRef(job_id="1")) is None
+
+
+def test_a_job_slurm_never_heard_of_is_ended(slurm, monkeypatch):
+    """The real scontrol's answer for a job id it does not know ("Invalid job id specified":
+    a job purged after it ended) reads as ended, not as Slurm unable to say."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    never = "67000000"  # under Slurm's default MaxJobId; this fresh cluster counts from 1
+    asked = slurm.run("scontrol", "-o", "show", "job", never, check=False)
+    assert asked.returncode != 0 and "invalid job id" in asked.stderr.lower(), asked.stderr
+    assert job_ended(SlurmJobRef(job_id=never)) is True
 
 
 def test_slurm_flags_refuse_what_cannot_work(cli, tmp_path, monkeypatch):

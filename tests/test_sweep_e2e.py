@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.pricing.load import load_catalog
+from tests.fixtures.bills import bill_of
 
 pytestmark = pytest.mark.e2e
 
@@ -73,12 +74,17 @@ def test_sweep_then_resume(tmp_path, run_cli):
             assert (folder / name).is_file(), name
         result = json.loads((folder / "result.json").read_text())
         assert result["world_size"] == 2
-        # The stored score is the result priced: wall clock = the shipped catalog offer's setup
-        # + tokens / (tokens/s) + checkpoint writes (tiny model: negligible).
+        # The stored score is the result priced: the shipped bill's wall clock on the offer
+        # (autotune.pricing.cost.compute_bill: setup + tokens / (tokens/s) + checkpoint writes)
+        # of the target's 1e8 tokens at the measured tokens/s.
         assert t["offer"] == "aws-c7i-ondemand"
-        setup_h = load_catalog().offer(t["offer"]).setup_hours
-        training_h = 1.0e8 / result["tokens_per_s"] / 3600
-        assert training_h + setup_h == pytest.approx(t["hours"], rel=1e-3)
+        bill = bill_of(folder, tmp_path / "spec.yaml", t["offer"])
+        assert bill.tokens == 1.0e8 and bill.tokens_per_s == result["tokens_per_s"]
+        assert t["hours"] == pytest.approx(bill.hours, rel=1e-9)
+        # ... which is, by the formula itself: the offer's setup + the tokens at the measured
+        # rate, plus checkpoint writes (a tiny model's: under 0.1%).
+        floor_h = load_catalog().offer(t["offer"]).setup_hours + 1.0e8 / result["tokens_per_s"] / 3600
+        assert floor_h <= t["hours"] <= floor_h * 1.001
     assert first["pareto"], "a study with completed trials has a Pareto front"
 
     p = run_cli("sweep", "spec.yaml", "--trials", "1", "--json")
