@@ -14,14 +14,17 @@ from __future__ import annotations
 STORAGE_HELP = ("Optuna storage URL (default: $AUTOTUNE_STORAGE, else the spec's, else "
                 "sqlite:///autotune.db in this folder); a password here shows in `ps`: prefer "
                 "--storage-file or AUTOTUNE_STORAGE")
+# The same for a command that reads no spec (report, export, study): no spec to default to.
+STORAGE_HELP_NO_SPEC = STORAGE_HELP.replace(", else the spec's", "")
 STORAGE_FILE_HELP = ("read the storage URL from the first line of this file (keeps a password off "
                      "the command line)")
 
 
-def storage_option():
+def storage_option(spec: bool = False):
+    """`spec`: the command reads a sweep spec, whose `storage` is a default too."""
     import typer
 
-    return typer.Option(None, "--storage", help=STORAGE_HELP)
+    return typer.Option(None, "--storage", help=STORAGE_HELP if spec else STORAGE_HELP_NO_SPEC)
 
 
 def storage_file_option():

@@ -31,7 +31,7 @@ def sweep(
     trials: Optional[int] = typer.Option(
         None, "--trials", "-n", min=1,
         help="trials to launch in this invocation (a config already measured is reused, not counted)"),
-    storage: Optional[str] = storage_option(),
+    storage: Optional[str] = storage_option(spec=True),
     storage_file: Optional[Path] = storage_file_option(),
     study: Optional[str] = typer.Option(None, help="study name (same name again = resume)"),
     space: Optional[str] = typer.Option(None, help="search space name or YAML path"),
