@@ -164,6 +164,17 @@ def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
     return cfg, where
 
 
+def _how_counted(model_type: str, ffn_stated: bool) -> str:
+    """How exact an HF config's parameter count is. Where the config leaves the MLP width out,
+    the worker's transformers fills its type's default (llama: 11008), which this reader does
+    not know (it takes 4 x hidden): approximate then, but for gpt2, which takes 4 x hidden too."""
+    if model_type not in ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "opt"):
+        return "approximate: counted with the llama layout"
+    if ffn_stated or model_type == "gpt2":
+        return "exact count"
+    return "approximate: MLP width not in the config, taken as 4 x hidden"
+
+
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
                          overrides: dict[str, Any] | None = None) -> ModelShape:
     """Parameter count and shape from a Hugging Face `config.json` (or the folder holding one),
@@ -189,15 +200,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     head_dim = int(cfg.get("head_dim") or h // a)
     gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
     ffn = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
-    # Not in the config: the worker's transformers fills its type's default (llama: 11008), which
-    # this reader does not know, so the count is approximate; gpt2 alone takes 4 x hidden then.
-    ffn_stated = ffn is not None or mt == "gpt2"
+    how = _how_counted(mt, ffn is not None)
     ffn = int(ffn) if ffn is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
-    exact = mt in ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "opt")
-    how = ("exact count" if exact and ffn_stated else
-           "approximate: MLP width not in the config, taken as 4 x hidden" if exact else
-           "approximate: counted with the llama layout")
 
     if gated:  # llama layout: RMSNorm (weight only), no biases (qwen2: q/k/v biases)
         q_out, kv_out = a * head_dim, kv * head_dim
