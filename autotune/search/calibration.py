@@ -370,8 +370,7 @@ class MemoryGuard:
                 measured_bytes=measured, measured_source=source,
                 rel_error=(verdict.predicted_bytes - measured) / measured if verdict.predicted_bytes else None))
             points = [p for p in study_points(trial.study, self.hw) if p.trial_number != trial.number]
-            points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number,
-                                           verdict.ranks))
+            points.append(CalibrationPoint(analytic, measured, verdict.engine, trial.number, verdict.ranks))
             self.fit = fit_calibration(points, self.hw_key)
             self.save(trial.study)
         if (result.ok and measured and self.spec_limit is not None and verdict.limit_bytes is not None
@@ -379,7 +378,8 @@ class MemoryGuard:
             return result.model_copy(update=dict(
                 status=TrialStatus.oom, error_type="OverMemoryLimit",
                 error=f"measured peak {fmt_bytes(measured)} ({source}) exceeds the memory limit "
-                      f"{fmt_bytes(verdict.limit_bytes)} per rank set in the spec"))
+                      f"{fmt_bytes(verdict.limit_bytes)} per rank set in the spec"
+                      + (f" (its limit less safety_margin {self.margin:.0%})" if self.margin else "")))
         return result
 
 
