@@ -8,9 +8,9 @@ On CPU ranks a trial in fresh ranks records what each rank's process held before
 built (TrialRecord.mem_before_build_bytes: Python, torch, the engine's and the workload's
 libraries, the process group; trials/worker.py). Every config of the space holds at least what
 the lightest engine's ranks hold there, whatever its micro-batch and savers: plain DDP under
-torchrun, with no ZeRO, FSDP2, TP or compile (the others import more before their build; here
-DDP 304.9 MiB, FSDP2 with TP 305.2, ZeRO-3 318.6). So one such trial over the limit, by more than
-that figure moves between runs, rules out every config: the sweep stops
+torchrun, with no ZeRO, FSDP2, TP or compile (the others import more before their build). So one
+such trial over the limit, by more than that figure moves between runs, rules out every config:
+the sweep stops
 (autotune.search.rules.StopRule) and the report says so (autotune.report.nothing_fits) instead
 of advising savers that cannot reach it. A pooled rank (autotune.run.pool) records nothing: it
 holds what its earlier trials left: 272 to 459 MiB over the 756 pooled runs of
@@ -27,8 +27,8 @@ from autotune.contract import EngineKind, FSDPMode, Launcher, engine_for
 from autotune.format import fmt_bytes
 from autotune.record import TrialRecord
 
-# The pre-build figure of fresh ranks moves by about 1% between runs (cpu40's, above); a limit
-# within 5% of it is left to the trials to settle.
+# The pre-build figure of fresh ranks moves by about 1.5% between runs (cpu40's 229 to 232 MiB,
+# above); a limit within 5% of it is left to the trials to settle.
 MARGIN = 1.05
 
 
