@@ -33,6 +33,15 @@ TRUTHS = [ROOT / "benchmarks" / "search_ground_truth.json", RESULTS / "truth_ds_
           RESULTS / "truth_big_pool.json", RESULTS / "truth_mem_pool.json"]
 
 
+def _medians(spreads: list[dict], widest: bool) -> str:
+    """The truths' median run-to-run sd: the widest one's (`file` median), or the others' range."""
+    top = max(spreads, key=lambda s: s["median"])
+    if widest:
+        return f"`{top['file']}` {top['median']:.3f}"
+    rest = [s["median"] for s in spreads if s is not top]
+    return f"{min(rest):.3f} to {max(rest):.3f}"
+
+
 def run_spread(path: Path) -> dict | None:
     """sd of log peak between runs of one config, over a truth's configs."""
     if not path.is_file():
@@ -60,10 +69,13 @@ def cpu_model_errors() -> dict:
 
 def gpu_model_errors() -> dict:
     d = json.loads((RESULTS / "gpu_check.json").read_text())
-    errs = [math.log(t["nvml_peak_bytes"] / t["sweep_predicted_bytes"]) for t in d["trials"]
-            if t.get("sweep_predicted_bytes") and t.get("nvml_peak_bytes")
-            and "analytic lower bound" not in (t.get("sweep_predicted_basis") or "")]
+    predicted = [t for t in d["trials"] if t.get("sweep_predicted_bytes") and t.get("nvml_peak_bytes")]
+    # A prediction before its engine had a calibration point is the analytic lower bound, not
+    # the calibrated model: counted apart (the prescreen treats it as a bound, not an estimate).
+    bounds = [t for t in predicted if "analytic lower bound" in (t.get("sweep_predicted_basis") or "")]
+    errs = [math.log(t["nvml_peak_bytes"] / t["sweep_predicted_bytes"]) for t in predicted if t not in bounds]
     return {"n": len(errs), "rms": math.sqrt(statistics.fmean(e * e for e in errs)) if errs else None,
+            "bounds": [t["trial"] for t in bounds],
             "max_abs": max((abs(e) for e in errs), default=None), "date": d["context"].get("date_utc"),
             "machine": d["context"].get("machine")}
 
@@ -112,7 +124,9 @@ def render(spreads: list[dict], cpu: dict, gpu: dict, h200: dict | None = None) 
               f"(root mean square of log error): CPU {cpu['rms']:.3f} over {cpu['n']} leave-one-out "
               f"predictions (max {cpu['max_abs']:.3f}; `benchmarks/results/memory.json`, {cpu['date']}); "
               + (f"GPU {gpu['rms']:.3f} over {gpu['n']} calibrated predictions of the H200 sweep "
-                 f"(max {gpu['max_abs']:.3f}; `benchmarks/results/gpu_check.json`, {gpu['date']})."
+                 f"(max {gpu['max_abs']:.3f}; `benchmarks/results/gpu_check.json`, {gpu['date']}; "
+                 f"left out as analytic lower bounds, predicted before their engine had a calibration "
+                 f"point: {', '.join(gpu['bounds']) or 'none'})."
                  if gpu["rms"] is not None else "GPU: not measured.")
               + (f" On the H200 ground truth (`{h200['file']}`), leave-one-out over its {h200['n']} "
                  f"measured configs: {h200['rms']:.3f} (max {h200['max_abs']:.3f}). There the analytic "
@@ -123,8 +137,9 @@ def render(spreads: list[dict], cpu: dict, gpu: dict, h200: dict | None = None) 
               f"{PRIOR_SD_RUN[DeviceKind.cuda]} (GPU: an allocator's peak repeats; not measured here, "
               f"an assumption); model error sd {PRIOR_SD_MODEL[DeviceKind.cpu]} (CPU) / "
               f"{PRIOR_SD_MODEL[DeviceKind.cuda]} (GPU), each weighted as 2 points. The CPU run-to-run "
-              "prior is the typical config's spread; pooled workers' peaks spread more on the spaces "
-              "that mix engines (the `big` truth), which a study learns from its own repeats.", ""]
+              f"prior is above the typical config's spread in the truths above but one (medians "
+              f"{_medians(spreads, widest=False)}) and near that of the widest, {_medians(spreads, widest=True)}, "
+              "whose pooled workers mix engines: a study learns its own from its repeats.", ""]
     return "\n".join(lines)
 
 
