@@ -112,6 +112,11 @@ def test_the_runs_folder_is_passed_on_and_a_storage_flag_is_refused(cli, tmp_pat
         assert code == 2 and f"{flags[0]} given with --skypilot-task" in err, out + err
         assert "S3cret" not in out + err
         assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
+    # Nor in the spec file, which the task syncs to the node with its workdir.
+    (tmp_path / "pg.yaml").write_text(yaml.safe_dump({"study": "llama", "storage": f"postgresql://{SECRET}/autotune"}))
+    code, out, err = cli("sweep", "pg.yaml", "--skypilot-task", "a100-80gb:8")
+    assert code == 2 and "holds a storage URL with a password" in err and "S3cret" not in out + err, out + err
+    assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
 
 
 def test_the_tasks_are_valid_skypilot_tasks(tasks):

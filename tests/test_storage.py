@@ -37,6 +37,14 @@ from autotune.run.storage import (
     ("postgresql://u:p@ss#Secret@127.0.0.1:1/db", "postgresql://***@127.0.0.1:1/db"),
     ("postgresql://u:pa@ss/x@host/db", "postgresql://***@host/db"),
     ("sqlite:////home/a@b/x.db", "sqlite:////home/a@b/x.db"),  # an '@' in a path is no user info
+    # Mistyped schemes, with no '://': everything after a scheme-like start up to the last '@'.
+    ("postgresql:/alice:s3cret@127.0.0.1:1/db", "postgresql:/***@127.0.0.1:1/db"),
+    ("postgres:alice:s3cret@h/db", "postgres:***@h/db"),
+    ("postgresql//alice:s3cret@h/db", "***@h/db"),
+    # A journal URL written as a server's, as given or made absolute against the spec's folder.
+    ("journal://u:s3cret@/tmp/x/j.log", "journal://***@/tmp/x/j.log"),
+    ("journal:///runs/u:s3cret@/tmp/x/j.log", "journal:///runs/***@/tmp/x/j.log"),
+    ("journal:///tmp/a@b/j.log", "journal:///tmp/a@b/j.log"),
 ])
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
@@ -117,6 +125,10 @@ def test_storage_kind(url, kind):
     ("sqlite:///no/such/folder/x.db", "does not exist"),
     ("journal:///no/such/folder/x.log", "does not exist"),
     ("mysql://u:topsecret@127.0.0.1/db", "driver"),
+    ("postgresql:/u:topsecret@127.0.0.1/db", "not a URL"),
+    ("u:topsecret@127.0.0.1/db", "not a URL"),
+    ("journal://u:topsecret@/tmp/x.log", "holds no user or password"),
+    ("journal:///tmp/u:topsecret@/x.log", "holds no user or password"),
 ])
 def test_bad_urls_are_one_clear_user_error(url, words):
     with pytest.raises(UserError) as exc:

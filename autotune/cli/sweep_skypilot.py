@@ -40,12 +40,27 @@ def worker_argv(spec_file: Optional[Path], study: str, forwarded: list[str]) -> 
     return argv + ["--study", study, *forwarded]
 
 
+def check_spec_has_no_secret(spec_file: Optional[Path]) -> None:
+    """The task syncs its workdir, the spec file with it, to the cloud node: a spec whose
+    `storage` holds a password would carry it there, so it is refused (as --storage is)."""
+    from autotune.run.redact import redact_url, url_secrets
+    from autotune.spec import load_spec
+
+    stored = load_spec(spec_file).storage if spec_file is not None else None
+    if stored and url_secrets(stored):
+        raise UserError(f"spec file '{spec_file}' holds a storage URL with a password "
+                        f"({redact_url(stored)}), and a SkyPilot task syncs the spec to the cloud node",
+                        fix="remove `storage` from the spec and give the URL at launch: "
+                            "AUTOTUNE_STORAGE=... sky launch --secret AUTOTUNE_STORAGE <task file>")
+
+
 def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwarded: list[str]) -> list[Path]:
     from autotune import __version__
     from autotune.pricing.load import load_catalog
     from autotune.report.files import prepare_out_dir, write_files
     from autotune.run.skypilot_task import resolve_gpu, skypilot_task, task_yaml
 
+    check_spec_has_no_secret(spec_file)
     prepare_out_dir(folder, flag="--tasks-dir", force_flag=None)  # never over a file autotune did not write
     catalog = load_catalog(spec.platforms.catalog)
     argv = worker_argv(spec_file, spec.study, forwarded)

@@ -59,6 +59,8 @@ def redact_url(url: str) -> str:
     name holding `@` (`postgresql://admin@corp:PW@host/db`), a password holding `#`, `/`, `:`
     or `@`, percent-encoded or not, `?password=` in the query. A URL without a secret comes
     back as given."""
+    if url.startswith("journal:") or (url.endswith(".log") and "://" not in url):
+        return _redact_journal(url)
     parsed = parse_clean(url)
     if parsed is None:
         return _redact_unparsed(url)
@@ -79,13 +81,31 @@ def _hidden_part(url: str) -> str:
     return rest.rpartition("@")[0] if sep else ""
 
 
+# A path segment that reads as user info (`user:password@`): a journal URL written as a
+# server's (`journal://u:pw@/runs/study.log`), or such a URL made absolute against a folder.
+_USERINFO_SEGMENT = re.compile(r"(?<=/)[^/]*:[^/]*@|(?<=^journal:)[^/]*:[^/]*@")
+
+
+def _redact_journal(url: str) -> str:
+    """A journal URL names a file and holds no secret, but one written as a server URL does:
+    every segment that reads as user info hidden."""
+    return _USERINFO_SEGMENT.sub(_MASK + "@", url)
+
+
+def has_user_info(url: str) -> bool:
+    """Whether a journal URL (or path) holds a segment that reads as `user:password@`."""
+    return _USERINFO_SEGMENT.search(url) is not None
+
+
 def _redact_unparsed(url: str) -> str:
     """A URL that does not parse cleanly: everything between '://' and the last '@' hidden
     (where an unencoded '@' ends the user info is anyone's guess), and the value of every
-    secret-looking query parameter."""
+    secret-looking query parameter. Without '://' (`postgresql:/u:pw@host/db`, `u:pw@host/db`),
+    everything after a scheme-like start up to the last '@'."""
     head, sep, rest = url.partition("://")
     if not sep:
-        return url
+        start = re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:/*", url)
+        head, sep, rest = (url[:start.end()], "", url[start.end():]) if start else ("", "", url)
     if "@" in rest:
         rest = _MASK + "@" + rest.rpartition("@")[2]
     rest = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",

@@ -40,7 +40,7 @@ from autotune.errors import UserError
 from autotune.record import TrialRecord
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
 from autotune.run.reconnect import first_in_chain, wait_for_server, wait_s_from_env
-from autotune.run.redact import driver_reason, parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
+from autotune.run.redact import driver_reason, has_user_info, parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Seconds a driver may take to open a connection: an unreachable server fails fast.
@@ -109,6 +109,10 @@ def storage_kind(url: str) -> str:
     """'sqlite', 'postgresql', 'mysql', ... or 'journal'; UserError for anything else, and for
     an RDB URL SQLAlchemy would read otherwise than written (an unencoded '@' in the password)."""
     if url.startswith("journal:") or (url.endswith(".log") and "://" not in url):
+        if has_user_info(url):  # the path would carry the password into every message naming it
+            raise UserError(f"storage {redact_url(url)}: a journal URL names a file; it holds no user "
+                            "or password", fix="write journal:///path/to/study.log (a file every worker "
+                                               "can reach), or use a server URL: postgresql://...")
         return "journal"
     parsed = _sqlalchemy_url(url)
     dialect = parsed.get_backend_name().lower()
@@ -168,9 +172,9 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
     if kind == "journal":
         path = journal_path(url)
         if not path.name:
-            raise UserError(f"storage {url}: no file name", fix="use journal:///path/study.log")
+            raise UserError(f"storage {redact_url(url)}: no file name", fix="use journal:///path/study.log")
         if not path.parent.is_dir():
-            raise UserError(f"storage {url}: folder '{path.parent}' does not exist",
+            raise UserError(f"storage {redact_url(url)}: folder '{path.parent}' does not exist",
                             fix="create the folder or point --storage elsewhere")
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -182,7 +186,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
     if kind == "sqlite":
         db = _sqlite_file(url)
         if db and db != ":memory:" and not Path(db).parent.is_dir():
-            raise UserError(f"storage {url}: folder '{Path(db).parent}' does not exist",
+            raise UserError(f"storage {redact_url(url)}: folder '{Path(db).parent}' does not exist",
                             fix="create the folder or point --storage elsewhere")
     hb = heartbeat or HeartbeatSettings.from_env()
     wait_s = wait_s_from_env()  # a bad value is refused before anything is opened
