@@ -108,6 +108,19 @@ def test_no_flag_takes_both_of_the_specs_limits_and_two_flags_neither(stored):
     assert doc["cheapest"]["trial"] == 0 and doc["fastest"]["trial"] == 1
 
 
+def test_a_limit_flag_of_zero_or_less_is_refused(stored, tmp_path):
+    """As the spec's own budget.max_usd and deadline_hours (above 0; a negative one the flag itself
+    refuses): one line, exit 2."""
+    folder, _ = stored
+    for command, flag, value in (("report", "--max-usd", "0"), ("report", "--deadline-hours", "0"),
+                                 ("export", "--max-usd", "0")):
+        extra = ["--pick", "cheapest", "--out", str(tmp_path / "out")] if command == "export" else []
+        p = _cli(folder, command, flag, value, *extra)
+        assert p.returncode == 2 and f"{flag} {float(value):g} must be above 0" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_export_deadline_flag_keeps_the_specs_budget(stored, tmp_path):
     folder, bills = stored
     h0 = bills[0][0]

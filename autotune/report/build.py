@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.contract.trial_files import TrialFiles
+from autotune.errors import UserError
 from autotune.record import SweepRecord, TrialRecord
 from autotune.report.memory_fit import memory_verdicts
 from autotune.report.neighbours import interference, interference_note, neighbours
@@ -255,7 +256,6 @@ def _counts(rows: list[TrialRow]) -> Counts:
 
 
 def _load_catalog_quietly(path: str | None, notes: list[str]):
-    from autotune.errors import UserError
     from autotune.pricing.load import load_catalog
 
     try:
@@ -268,6 +268,9 @@ def _load_catalog_quietly(path: str | None, notes: list[str]):
 def _limits(spec: SweepRecord, max_usd: float | None, deadline_hours: float | None) -> Limits:
     """A limit given as a flag wins over the study's (the sweep's spec) for that limit alone:
     --max-usd keeps the spec's deadline and --deadline-hours its budget, as their help says."""
+    for flag, v in (("--max-usd", max_usd), ("--deadline-hours", deadline_hours)):
+        if v is not None and not v > 0:  # as the spec's budget.max_usd / deadline_hours (gt=0)
+            raise UserError(f"{flag} {v:g} must be above 0", fix=f"give a positive {flag}, or leave it out")
     budget = spec.budget
     usd = max_usd if max_usd is not None else budget.get("max_usd")
     hours = deadline_hours if deadline_hours is not None else budget.get("deadline_hours")
