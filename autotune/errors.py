@@ -22,7 +22,9 @@ class UserError(Exception):
         super().__init__(self.__str__())
 
     def __str__(self) -> str:
-        return f"{self.message}. To fix: {self.fix}" if self.fix else self.message
+        if not self.fix or all("To fix:" in line for line in self.message.splitlines() or [""]):
+            return self.message  # a field's own fix (a validator's message) says more than a generic one
+        return f"{self.message.rstrip('.')}. To fix: {self.fix}"
 
 
 # At most this many names offered when several start with what was typed.
@@ -131,15 +133,42 @@ def _literals(model: Any) -> set:
             for v in typing.get_args(f.annotation)}
 
 
+def read_text_file(path: str | Path, what: str, fix: str = "check the path") -> str:
+    """The text of a file a user gave us, read as UTF-8 (a byte-order mark is dropped); a
+    missing path (`fix`), a folder, an unreadable file or one that is not UTF-8 text (UTF-16,
+    Latin-1, binary) is a UserError naming it.
+
+        read_text_file("spec.yaml", "spec")   # "spec.yaml: not UTF-8 text (...)" if it is not"""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{what} file '{p}' is a folder, not a file",
+                        fix=f"give the path of the {what} file itself, not of the folder holding it")
+    if not p.is_file():
+        raise UserError(f"{what} file '{p}' does not exist", fix=fix)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {what} file '{p}': {exc.strerror or exc}",
+                        fix="check the file's permissions") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        utf16 = data[:2] in (b"\xff\xfe", b"\xfe\xff")
+        why = ("it starts with a UTF-16 byte-order mark" if utf16
+               else f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start + len(data) - len(exc.object)}")
+        raise UserError(f"{p}: not UTF-8 text ({why})",
+                        fix=f"save the {what} file as UTF-8 (e.g. `iconv -f {'UTF-16' if utf16 else 'LATIN1'} "
+                            f"-t UTF-8 '{p}' > new-file`), or give the right file") from None
+
+
 def load_yaml_file(path: str | Path, what: str) -> Any:
     """Read a YAML file a user gave us, turning every failure into a UserError."""
     import yaml
 
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{what} file '{p}' does not exist", fix="check the path")
+    text = read_text_file(p, what)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -25,6 +25,8 @@ def test_bad_spec_exits_2_naming_file_and_field(tmp_path, run_cli, case):
     assert "spec.yaml" in p.stderr and expected in p.stderr
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "autotune.db").exists(), "the study must stay untouched"
+    # One fix, the field's own where its check gives one: never "..", never two "To fix".
+    assert p.stderr.count("To fix:") == 1 and ".." not in p.stderr.replace("...", ""), p.stderr
 
 
 def test_bad_space_file_exits_2(tmp_path, run_cli):
