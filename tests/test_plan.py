@@ -106,6 +106,10 @@ def test_plan_estimates_every_figure(cli, tmp_path, monkeypatch):
                                                                    "entry_point": "m:f"}}))
     code, out, err = cli("plan", "ep.yaml")
     assert code == 2 and "entry-point" in err
+    # A CPU core is in the catalog, but has no dense peak to plan at a fraction of: refused, not
+    # answered (exit 0) with "no GPU type to plan on".
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "cpu-core")
+    assert code == 2 and "--gpu cpu-core: not a GPU type" in err, out + err
 
 
 def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_path, monkeypatch):

@@ -167,6 +167,11 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     types = gpu_types or sorted({o.gpu for o in catalog.offers})
     for t in types:
         catalog.gpu_type(t)  # "did you mean"
+    not_gpus = [t for t in gpu_types or [] if catalog.gpus[t].device_class != "gpu"]
+    if not_gpus:  # named with --gpu: a CPU core has no dense peak to plan at a fraction of
+        raise UserError(f"--gpu {', '.join(not_gpus)}: not a GPU type (no dense peak to plan with)",
+                        fix="plan for a GPU type (list them: autotune catalog); to price a CPU run, "
+                            "sweep it: autotune sweep")
     types = [t for t in types if catalog.gpus[t].device_class == "gpu"]
     large = _beyond_one_node(model, catalog, types)
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
@@ -354,8 +359,8 @@ def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: li
     `limit`: the spec's memory.limit_bytes_per_rank."""
     configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
-        return str(UserError(f"no GPU type to plan on ({', '.join(types) or 'none with an offer'} "
-                             f"lack sourced peaks or memory, or the space holds no valid config)",
+        why = f"{', '.join(types)} lack sourced peaks or memory" if types else "no GPU type has an offer"
+        return str(UserError(f"no GPU type to plan on ({why}, or the space holds no valid config)",
                              fix="pick a GPU type with --gpu (list them: autotune catalog)"))
     clusters = sorted({o.gpu for o in catalog.offers if o.max_nodes > 1 and o.inter_node_gb_per_s})
     if not fits and single_node:
