@@ -267,6 +267,12 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
             plan_export(doc, trials, **kwargs)
     with pytest.raises(UserError, match="no option meets"):
         plan_export(collect(st, max_usd=1e-9), trials, pick="cheapest")
+    # A study with no trial yet: what to do, not "a trial number from 0 to -1" or "one of: (none...)".
+    empty = {"study": "new", "options": [], "trials": [], "notes": []}
+    for kwargs in (dict(pick="0"), dict(pick="cheapest", offer="aws-c7i-ondemand")):
+        with pytest.raises(UserError, match="run autotune sweep first") as exc:
+            plan_export(empty, {}, **kwargs)
+        assert "-1" not in str(exc.value) and ".." not in str(exc.value)
     # --offer takes that offer's cheapest option
     plan = plan_export(doc, trials, pick="cheapest", offer="test-cpu-spot")
     assert plan.option["offer"] == "test-cpu-spot"

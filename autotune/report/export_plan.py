@@ -54,9 +54,11 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     if offer is not None:
         known = sorted({o["offer"] for o in options})
         if offer not in known:
+            if not known:
+                raise UserError(f"--offer '{offer}': no trial of study '{doc['study']}' is priced yet",
+                                fix="run autotune sweep first, or check --study and --storage")
             raise UserError(f"--offer '{offer}': no completed trial is priced on it"
-                            f"{did_you_mean(offer, known)}.",
-                            fix=f"use one of: {', '.join(known) or '(none: no priced trial yet)'}")
+                            f"{did_you_mean(offer, known)}", fix=f"use one of: {', '.join(known)}")
         options = [o for o in options if o["offer"] == offer]
     p = pick.strip().lower()
     option: dict[str, Any] | None
@@ -76,8 +78,10 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
                             fix="e.g. --pick cheapest, --pick fastest or --pick 12") from None
         row = next((t for t in doc["trials"] if t["number"] == number), None)
         if row is None:
+            numbers = [t["number"] for t in doc["trials"]]
             raise UserError(f"--pick {number}: study '{doc['study']}' has no trial {number}",
-                            fix=f"use a trial number from 0 to {len(doc['trials']) - 1} (autotune report)")
+                            fix=f"use a trial number from {min(numbers)} to {max(numbers)} (autotune report)"
+                            if numbers else "run autotune sweep first, or check --study and --storage")
         if row["state"] != "COMPLETE":
             raise UserError(f"--pick {number}: trial {number} did not complete ({row['state']}, "
                             f"{row['status']}): there is no measured config to export",
