@@ -25,6 +25,14 @@ def test_study_copy_prints_json(cli, tmp_path):
     src, dst = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
     study = optuna.create_study(study_name="s", storage=src, directions=["minimize", "minimize"])
     study.add_trial(optuna.trial.create_trial(values=[1.0, 2.0]))
+    # A --runs-dir that is not there is a typo, not "0 trial folders": refused, nothing copied.
+    code, out, err = cli("study", "copy", src, dst, "--study", "s", "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert code == 2 and "--runs-dir" in err and "is not a folder" in err, err
+    assert not (tmp_path / "b.db").exists()
+    # A URL and its file both given: refused, naming the flag.
+    code, out, err = cli("study", "copy", src, dst, "--study", "s", "--dst-file", str(tmp_path / "u.txt"))
+    assert code == 2 and "--dst-file given with a URL" in err, err
+    (tmp_path / "runs").mkdir()
     code, out, err = cli("study", "copy", src, dst, "--study", "s", "--runs-dir", str(tmp_path / "runs"), "--json")
     assert code == 0, err
     doc = json.loads(out)

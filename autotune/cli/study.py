@@ -42,7 +42,7 @@ def copy(
     dst_url: str = typer.Argument(..., help="storage URL to copy it into"),
     study: str = typer.Option("default", help="study name in SRC_URL"),
     to_study: Optional[str] = typer.Option(None, help="name in DST_URL (default: the same)"),
-    runs_dir: Path = typer.Option(Path("autotune_runs"), help="trial folders of the source"),
+    runs_dir: Optional[Path] = typer.Option(None, help="trial folders of the source (default: autotune_runs)"),
     to_runs_dir: Optional[Path] = typer.Option(None, help="where to copy the trial folders "
                                                "(default: RUNS_DIR; nothing to copy then "
                                                "unless the study name changes)"),
@@ -64,9 +64,16 @@ def copy(
         # '-' with a file: the URL (and its password) stays off the command line.
         if given == "-" and file is None:
             raise UserError(f"'-' needs {option} FILE", fix=f"add {option} with the URL on its first line")
+        if given != "-" and file is not None:
+            raise UserError(f"{option} given with a URL: which one to copy is unclear",
+                            fix=f"give '-' in the URL's place to read it from {option}, or drop {option}")
         return resolve_storage(None if given == "-" else given, file)
 
     src_url, dst_url = url(src_url, src_file, "--src-file"), url(dst_url, dst_file, "--dst-file")
+    if runs_dir is not None and not runs_dir.is_dir():  # the default may be absent: a study copied alone
+        raise UserError(f"--runs-dir '{runs_dir}' is not a folder", fix="give the source's trial folders, "
+                        "or leave --runs-dir out to copy the study alone")
+    runs_dir = runs_dir or Path("autotune_runs")
     result = copy_study(src_url, dst_url, study, to_study or study, runs_dir, to_runs_dir or runs_dir)
     if as_json:
         from autotune.cli.common import print_json
