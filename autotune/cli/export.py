@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 def export(
     pick: str = typer.Option(..., "--pick",
                              help="cheapest | fastest (the picks `autotune report` names) | a trial number"),
-    out: Path = typer.Option(..., "--out", help="folder to write (must be new or empty; see --force)"),
+    out: Path = typer.Option(..., "--out", help="folder to write (new, empty or an earlier export's; see --force)"),
     offer: Optional[str] = typer.Option(None, "--offer", help="price on this catalog offer"),
     study: str = typer.Option("default", "--study", help="study name"),
     storage: Optional[str] = storage_option(),
@@ -36,8 +36,9 @@ def export(
     deadline_hours: Optional[float] = typer.Option(
         None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
     force: bool = typer.Option(
-        False, "--force", help="write into an --out folder that holds other files (they are kept; one under a "
-                               "name the export writes is refused)"),
+        False, "--force", help="write into an --out folder that holds other files: yours, ones changed since "
+                               "autotune wrote them, a report's (they are kept; one under a name the export "
+                               "writes is refused)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
     target: str = typer.Option(

@@ -25,9 +25,12 @@ def report(
     storage: Optional[str] = storage_option(),
     storage_file: Optional[Path] = storage_file_option(),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document (docs/report_schema.md)"),
-    html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML page here"),
+    html: Optional[Path] = typer.Option(
+        None, "--html", help="write a self-contained HTML page here (a new file, or a page autotune wrote that "
+                             "nobody changed since: an edited page is never replaced)"),
     out: Optional[Path] = typer.Option(
-        None, "--out", help="write report.html, report.json and PNG plots into this folder"),
+        None, "--out", help="write report.html, report.json and PNG plots into this folder (new, empty or an "
+                            "earlier report's; see --force)"),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(
         None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
@@ -35,7 +38,9 @@ def report(
     region: Optional[list[str]] = region_option(),
     force: bool = typer.Option(
         False, "--force",
-        help="write into an --out folder holding other files (they are kept; a file of yours is never replaced)"),
+        help="write into an --out folder holding other files: yours, ones changed since autotune wrote them, an "
+             "export's (they are kept; one under a name the report writes is refused: a file of yours, an edited "
+             "report.json included, is never replaced)"),
 ) -> None:
     """Print a study's Pareto set of (config, offer), the cheapest and fastest within limits, failures."""
     from autotune.errors import require_extra
@@ -54,23 +59,38 @@ def report(
     doc = collect(open_study(url, check_study_name(study), create=False), max_usd=max_usd,
                   deadline_hours=deadline_hours, storage_url=url, providers=provider, regions=region)
     if html is not None or out is not None:
-        from autotune.report.files import check_out_path, prepare_out_dir, write_files
-        from autotune.report.html import prepare_html_path, report_dir_files, write_html
-
-        # Check both targets before writing either: a refusal leaves nothing half-written. The
-        # folder's path first; what it holds once the names of its files are known.
-        html_path = prepare_html_path(html) if html is not None else None
-        out_dir = check_out_path(out) if out is not None else None
-        files = report_dir_files(doc) if out_dir is not None else {}
-        if out_dir is not None:
-            prepare_out_dir(out_dir, force, names=files)
-        if html_path is not None:
-            write_html(doc, html_path)
-        if out_dir is not None:
-            write_files(out_dir, files)
+        _write(doc, html, out, force)
     if as_json:
         print_json(doc)
     else:
         print_report(doc, console())
         for path in ([html] if html else []) + ([out] if out else []):
             console().print(f"wrote {path}")
+
+
+def _write(doc: dict, html: Optional[Path], out: Optional[Path], force: bool) -> None:
+    """The --html page and the --out folder (autotune.report.files): both targets are checked
+    before either is written, so a refusal leaves nothing half-written. The folder's path
+    first; what it holds once the names of its files are known."""
+    from autotune.report.files import (
+        REPORT,
+        check_out_path,
+        prepare_out_dir,
+        refuse_changed_page,
+        signed_page,
+        write_files,
+        write_text_atomic,
+    )
+    from autotune.report.html import prepare_html_path, render_html, report_dir_files
+
+    html_path = prepare_html_path(html) if html is not None else None
+    if html_path is not None:  # a page autotune wrote, but edited since: the user's now
+        refuse_changed_page(html_path, "--html")
+    out_dir = check_out_path(out) if out is not None else None
+    files = report_dir_files(doc) if out_dir is not None else {}
+    if out_dir is not None:
+        prepare_out_dir(out_dir, force, names=files, kind=REPORT)
+    if html_path is not None:
+        write_text_atomic(html_path, signed_page(render_html(doc)), "--html")
+    if out_dir is not None:
+        write_files(out_dir, files, kind=REPORT)

@@ -70,11 +70,12 @@ def render(plan: ExportPlan) -> dict[str, str]:
 
 
 def write_export(plan: ExportPlan, out: Path, force: bool = False) -> list[Path]:
-    """Every file into `out`, all or nothing; a folder holding files autotune did not write
-    needs `force`, and even then those files are kept: one under a name the export writes
-    (a launch.sh of the user's) is refused, `force` or not (autotune.report.files)."""
-    from autotune.report.files import prepare_out_dir, write_files
+    """Every file into `out`, all or nothing; a folder holding other files (the user's, ones
+    changed since autotune wrote them, a report's) needs `force`, and even then those files are
+    kept: one under a name the export writes (a launch.sh of the user's) is refused, `force` or
+    not, and only an earlier export's unchanged files are replaced or removed (autotune.report.files)."""
+    from autotune.report.files import EXPORT, prepare_out_dir, write_files
 
     files = render(plan)
-    out = prepare_out_dir(out, force, names=files)  # never over a file autotune did not write
-    return write_files(out, files, executable={LAUNCH_SCRIPT})
+    out = prepare_out_dir(out, force, names=files, kind=EXPORT)  # never over a file that is not the export's
+    return write_files(out, files, executable={LAUNCH_SCRIPT}, kind=EXPORT)
