@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from autotune.errors import UserError
 
@@ -163,18 +165,7 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     cat.gpu_type(gpu)  # "did you mean"
     storage = _stored_precision(precision)
     n_params = None if params is None else int(round(params))
-    if (tokens_per_s is None) == (mfu is None):
-        raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
-                        fix="e.g. --tokens-per-s 3200, or --mfu 0.4 --params 7e9")
-    if mfu is not None and not 0 < mfu <= 1:
-        raise UserError(f"--mfu {mfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.4")
-    if mfu is not None and n_params is None:
-        raise UserError("--mfu needs --params (FLOPs per token = 6 x params)", fix="add --params N")
-    if (target_tokens is None) == (target_steps is None):
-        raise UserError("give exactly one target: --target-tokens or --target-steps",
-                        fix="e.g. --target-tokens 2e10, or --target-steps 50000 --global-batch-tokens 524288")
-    if target_steps is not None and global_batch_tokens is None:
-        raise UserError("--target-steps needs --global-batch-tokens", fix="add --global-batch-tokens N")
+    _check_cost_flags(tokens_per_s, mfu, n_params, target_tokens, target_steps, global_batch_tokens)
     counts = sorted(set(run_gpus or [gpus]))
     per_gpu_step = global_batch_tokens / gpus if global_batch_tokens else None
 
@@ -204,13 +195,70 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
     job = replace(job, **sizes, egress_checkpoints=egress_checkpoints, checkpoints_kept=checkpoints_kept,
                   checkpoint_interval_hours=checkpoint_interval_hours, month_rest_used=month_rest_used,
                   assumptions=job.assumptions + given)
-    bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=offers)
-    if n_params:
-        # A measured throughput ran, so its own GPU type held it (perhaps at a ZeRO stage not
-        # given here); planned figures and other GPU types are checked.
-        measured_gpu = gpu if tokens_per_s is not None else None
-        bills, skipped = _drop_unfitting(bills, skipped, cat, n_params, storage, zero_stage, measured_gpu)
+    inputs = {"--tokens-per-s": tokens_per_s, "--mfu": mfu, "--params": params, "--target-tokens": target_tokens,
+              "--target-steps": target_steps, "--global-batch-tokens": global_batch_tokens,
+              "--checkpoint-gb": checkpoint_gb, "--dataset-gb": dataset_gb, "--final-model-gb": final_model_gb,
+              "--checkpoint-interval-hours": checkpoint_interval_hours}
+    with _finite_figures(inputs):
+        bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=offers)
+        if n_params:
+            # A measured throughput ran, so its own GPU type held it (perhaps at a ZeRO stage not
+            # given here); planned figures and other GPU types are checked.
+            measured_gpu = gpu if tokens_per_s is not None else None
+            bills, skipped = _drop_unfitting(bills, skipped, cat, n_params, storage, zero_stage, measured_gpu)
+        if not all(_finite_bill(b) for b in bills):
+            raise OverflowError("a bill's figure is not finite")
     return CostResult(bills, skipped, cat, job)
+
+
+def _check_cost_flags(tokens_per_s: float | None, mfu: float | None, n_params: int | None,
+                      target_tokens: float | None, target_steps: int | None,
+                      global_batch_tokens: float | None) -> None:
+    """UserError unless `cost` was given one throughput (measured or an MFU with the parameter
+    count) and one target (tokens, or steps with the batch)."""
+    if (tokens_per_s is None) == (mfu is None):
+        raise UserError("give exactly one of --tokens-per-s (measured) or --mfu (planning)",
+                        fix="e.g. --tokens-per-s 3200, or --mfu 0.4 --params 7e9")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise UserError(f"--mfu {mfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.4")
+    if mfu is not None and n_params is None:
+        raise UserError("--mfu needs --params (FLOPs per token = 6 x params)", fix="add --params N")
+    if (target_tokens is None) == (target_steps is None):
+        raise UserError("give exactly one target: --target-tokens or --target-steps",
+                        fix="e.g. --target-tokens 2e10, or --target-steps 50000 --global-batch-tokens 524288")
+    if target_steps is not None and global_batch_tokens is None:
+        raise UserError("--target-steps needs --global-batch-tokens", fix="add --global-batch-tokens N")
+
+
+# An input this many powers of ten away from 1 is named as a cause when a bill overflows: no
+# real model size, token count or throughput is.
+EXTREME_DECADES = 30
+
+
+def _finite_bill(bill: Any) -> bool:
+    return all(math.isfinite(x) for x in (bill.hours, bill.gpu_hours, bill.usd, bill.hours_worst_case,
+                                          bill.usd_worst_case, *bill.breakdown.values()))
+
+
+@contextmanager
+def _finite_figures(inputs: dict[str, float | None]) -> Iterator[None]:
+    """Around pricing: a figure that overflows (an OverflowError, or a NaN or infinity met where
+    an integer is made) is a UserError naming the inputs that made it: those given (flag: value)
+    far from any real figure, else the farthest one."""
+    try:
+        yield
+    except (OverflowError, ValueError) as exc:
+        if not isinstance(exc, OverflowError) and not any(w in str(exc) for w in ("NaN", "infinity")):
+            raise
+        given = {f: float(v) for f, v in inputs.items() if v}
+        decades = {f: abs(math.log10(abs(v))) if math.isfinite(v) else math.inf for f, v in given.items()}
+        named = [f for f, d in decades.items() if d >= EXTREME_DECADES]
+        named = named or sorted(decades, key=lambda f: decades[f])[-1:]
+        parts = [f"{f} {given[f]:g} (too {'large' if abs(given[f]) > 1 else 'small'})" for f in named]
+        raise UserError(f"cannot price this run: its hours or dollars are not a finite number, from "
+                        f"{' and '.join(parts) or 'the figures given'}",
+                        fix="give figures of a real run, e.g. --params 7e9, --target-tokens 1e11, "
+                            "--tokens-per-s 3200") from None
 
 
 def _stored_precision(precision: str) -> str:

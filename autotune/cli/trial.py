@@ -32,12 +32,11 @@ def trial(
     from pydantic import ValidationError
 
     from autotune.contract import TrialConfig
-    from autotune.errors import format_validation_error
+    from autotune.errors import format_validation_error, read_text_file
 
-    if not config_file.is_file():
-        raise UserError(f"config file '{config_file}' does not exist", fix="check the path")
+    text = read_text_file(config_file, "config")  # a folder, a missing or non-UTF-8 file: UserError
     try:
-        cfg = TrialConfig.model_validate_json(config_file.read_text())
+        cfg = TrialConfig.model_validate_json(text)
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None

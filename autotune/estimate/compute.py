@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.contract.flops import model_flops_per_token, utilization
-from autotune.errors import UserError
+from autotune.errors import UserError, read_text_file
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -130,13 +130,6 @@ _GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "p
 _PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 
 
-def _first(cfg: dict[str, Any], *names: str) -> Any:
-    for n in names:
-        if cfg.get(n) is not None:
-            return cfg[n]
-    return None
-
-
 def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
                     overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
     """The config's fields, `overrides` set over them, and where they came from; a path that
@@ -148,13 +141,11 @@ def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
         cfg = path_or_dict
     else:
         p = HFWorkload(config_path=str(path_or_dict)).config_file() or Path(path_or_dict)
-        if not p.is_file():
-            raise UserError(f"model config '{p}' does not exist",
-                            fix="give a preset name, or the path to a Hugging Face config.json "
-                                "or to the folder holding one")
+        text = read_text_file(p, "model config", fix="give a preset name, or the path to a Hugging Face "
+                                                     "config.json or to the folder holding one")
         try:
-            cfg = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
         if not isinstance(cfg, dict):
             raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
@@ -162,6 +153,59 @@ def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
     if overrides:
         return {**cfg, **overrides}, f"{where} with config_overrides {sorted(overrides)}"
     return cfg, where
+
+
+# The largest size field a config may set: a tensor dimension's int32 bound, far over any real
+# model's, and low enough that every count and FLOP figure made of them stays a finite float.
+MAX_HF_SIZE = 2**31 - 1
+_SHAPE_FIELDS = (("hidden_size", "n_embd", "d_model", "word_embed_proj_dim"),
+                 ("num_hidden_layers", "n_layer", "num_layers"),
+                 ("num_attention_heads", "n_head", "num_heads"), ("vocab_size",))
+
+
+def _set_name(cfg: dict[str, Any], *names: str) -> str | None:
+    """The first of `names` the config sets (to something other than null)."""
+    return next((n for n in names if cfg.get(n) is not None), None)
+
+
+def _hf_size(cfg: dict[str, Any], where: str, *names: str) -> int | None:
+    """The first of `names` the config sets, as an int; None when none is. A value that is not
+    a whole number from 1 to MAX_HF_SIZE (0, -100, "x", 1e300, true) is a UserError naming it."""
+    name = _set_name(cfg, *names)
+    if name is None:
+        return None
+    v = cfg[name]
+    whole = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+    if not whole or not 0 < v <= MAX_HF_SIZE:
+        raise UserError(f"{where}: field `{name}` is {json.dumps(v, default=str)}, not a whole number "
+                        f"from 1 to {MAX_HF_SIZE:,}",
+                        fix=f"set `{name}` to a positive integer in the config (or in the spec's "
+                            "workload.config_overrides, where it is set there)")
+    return int(v)
+
+
+def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, int, int, int, int]:
+    """Hidden size, layers, attention heads, vocabulary, key/value heads and head width of a
+    config, each checked (_hf_size); the heads must divide what the layout splits among them:
+    the hidden size (GPT-2 style: its modeling files refuse the rest) and, in the llama layout,
+    the attention heads over the key/value heads (grouped-query attention)."""
+    dims = {names[0]: _hf_size(cfg, where, *names) for names in _SHAPE_FIELDS}
+    missing = [n for n, v in dims.items() if v is None]
+    if missing:
+        raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
+                        fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
+    h, L, a, V = (v or 0 for v in dims.values())
+    kv = _hf_size(cfg, where, "num_key_value_heads", "multi_query_group_num") or a
+    head_dim = _hf_size(cfg, where, "head_dim")
+    heads = _set_name(cfg, *_SHAPE_FIELDS[2])
+    if not gated and h % a:
+        raise UserError(f"{where}: `{_set_name(cfg, *_SHAPE_FIELDS[0])}` {h} is not divisible by `{heads}` {a}",
+                        fix="give a head count that divides the hidden size")
+    if gated and a % kv:
+        raise UserError(f"{where}: `{heads}` {a} is not divisible by "
+                        f"`{_set_name(cfg, 'num_key_value_heads', 'multi_query_group_num')}` {kv}",
+                        fix="give a key/value head count that divides the attention heads")
+    return h, L, a, V, kv, head_dim or h // a
 
 
 def _how_counted(model_type: str, ffn_stated: bool) -> str:
@@ -186,22 +230,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     """
     cfg, where = _read_hf_config(path_or_dict, overrides)
     mt = str(cfg.get("model_type", "")).lower()
-    h = _first(cfg, "hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
-    L = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    a = _first(cfg, "num_attention_heads", "n_head", "num_heads")
-    V = _first(cfg, "vocab_size")
-    missing = [n for n, v in (("hidden_size", h), ("num_hidden_layers", L),
-                              ("num_attention_heads", a), ("vocab_size", V)) if v is None]
-    if missing:
-        raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
-                        fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
-    h, L, a, V = int(h), int(L), int(a), int(V)
-    kv = int(_first(cfg, "num_key_value_heads", "multi_query_group_num") or a)
-    head_dim = int(cfg.get("head_dim") or h // a)
     gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
-    ffn = _first(cfg, "intermediate_size", "n_inner", "ffn_dim")
+    h, L, a, V, kv, head_dim = _hf_dims(cfg, where, gated)
+    ffn = _hf_size(cfg, where, "intermediate_size", "n_inner", "ffn_dim")
     how = _how_counted(mt, ffn is not None)
-    ffn = int(ffn) if ffn is not None else 4 * h
+    ffn = ffn if ffn is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
 
     if gated:  # llama layout: RMSNorm (weight only), no biases (qwen2: q/k/v biases)
@@ -226,9 +259,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     emb = V * h
     pos = 0
     if mt in ("gpt2", "gpt_neo"):
-        pos = int(_first(cfg, "n_positions", "max_position_embeddings") or 1024) * h
-    elif mt == "opt":
-        pos = (int(cfg.get("max_position_embeddings", 2048)) + 2) * h  # OPT offsets positions by 2
+        pos = (_hf_size(cfg, where, "n_positions", "max_position_embeddings") or 1024) * h
+    elif mt == "opt":  # OPT offsets positions by 2
+        pos = ((_hf_size(cfg, where, "max_position_embeddings") or 2048) + 2) * h
     head = 0 if tied else V * h
     params = L * (attn + mlp + norms) + final_norm + emb + pos + head
     lookup = pos + (0 if tied else emb)
