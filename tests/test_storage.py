@@ -270,3 +270,15 @@ def test_each_value_of_a_repeated_secret_key_is_scrubbed():
     url = "postgresql://u@db/x?password=S3CRETPW&password=S3CRETPW2"
     text = redact_text("invalid sslmode value: \"S3CRETPW2\" (S3CRETPW)", url)
     assert "S3CRETPW" not in text and "S3CRETPW" not in redact_url(url)
+
+
+def test_a_file_that_is_not_a_sqlite_database_is_named_as_such(tmp_path):
+    """sqlite:///spec.yaml (a typo for the study's database): the fix is about the file, not a
+    server that is not running."""
+    (tmp_path / "spec.yaml").write_text("workload: {kind: gpt}\n")
+    for must_exist in (False, True):
+        with pytest.raises(UserError) as exc:
+            open_storage(f"sqlite:///{tmp_path / 'spec.yaml'}", must_exist=must_exist)
+        assert "not a database" in str(exc.value) and "SQLite file a sweep wrote" in str(exc.value)
+        assert "server" not in str(exc.value)
+    assert (tmp_path / "spec.yaml").read_text() == "workload: {kind: gpt}\n"

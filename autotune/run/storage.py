@@ -213,7 +213,9 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
                             f"{_RDB_KINDS.get(kind, kind)} is not installed",
                             fix=_DRIVER_FIX.get(missing, f"pip install {missing}")) from None
         raise UserError(f"cannot open storage {redact_url(given)}: {driver_reason(exc, given)}",
-                        fix="check the URL, that the server is running and reachable, and the "
+                        fix="point the URL at the SQLite file a sweep wrote (this file is not one, or is "
+                            "damaged), or at a new file" if kind == "sqlite" else
+                            "check the URL, that the server is running and reachable, and the "
                             "credentials") from None
 
 
