@@ -66,6 +66,13 @@ def test_a_folder_where_a_file_is_expected_is_called_a_folder(cli, here, args):
     assert "does not exist" not in line
 
 
+def test_a_trial_whose_hf_config_is_missing_is_refused_before_it_launches(cli, here):
+    """`autotune trial` checks the model's config file first: no trial folder, no worker."""
+    (here / "c.json").write_text('{"workload": {"kind": "hf", "config_path": "/nonexistent/llama"}, "seq_len": 32}')
+    _one_error(*cli("trial", "c.json")[::2], "/nonexistent/llama", "does not exist")
+    assert sorted(f.name for f in here.iterdir()) == ["c.json"]
+
+
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "vocab_size": 100}
 BAD_HF = {

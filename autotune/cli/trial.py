@@ -40,6 +40,10 @@ def trial(
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
+    hf_file = getattr(cfg.workload, "config_file", lambda: None)()
+    if hf_file is not None:  # checked here, before a trial folder is made and a worker started
+        read_text_file(hf_file, "Hugging Face config", fix="point workload.config_path at a local config.json "
+                       "(or the folder holding one); trials never download")
     crowded = _crowded_cores(cfg)
     if crowded:
         console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
