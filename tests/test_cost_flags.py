@@ -63,3 +63,14 @@ def test_an_unknown_precision_is_one_line_exit_2(run_cli):
                 "--precision", "tf16")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--precision 'tf16' is not one of fp32, tf32, bf16, fp16, fp8" in " ".join(r.stderr.split())
+
+
+def test_a_step_count_that_is_not_whole_is_refused(run_cli):
+    """--target-steps 1.5 was rounded to 2 steps without a word."""
+    r = run_cli("cost", "--gpu", "h100-sxm", "--gpus", "8", "--tokens-per-s", "30000",
+                "--global-batch-tokens", "1e6", "--target-steps", "1.5")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--target-steps 1.5 must be a whole number" in " ".join(r.stderr.split()), r.stderr
+    r = run_cli("cost", "--gpu", "h100-sxm", "--gpus", "8", "--tokens-per-s", "30000",
+                "--global-batch-tokens", "1e6", "--target-steps", "2e3", "--json")
+    assert r.returncode == 0, r.stderr

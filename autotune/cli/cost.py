@@ -42,7 +42,10 @@ def _number(text: str | None, flag: str, integer: bool = False, allow_zero: bool
         raise UserError(f"{flag} '{text}' is not a number", fix=f"write it as e.g. {flag} 2e10") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise UserError(f"{flag} {text} must be a positive number", fix=f"give a positive {flag}")
-    return int(round(value)) if integer else value
+    if integer and not value.is_integer():  # 1.5 steps is not a count: never rounded silently
+        raise UserError(f"{flag} {text} must be a whole number",
+                        fix=f"give {flag} as a count, e.g. {flag} {round(value)}")
+    return int(value) if integer else value
 
 
 def _warn_stale(catalog, offers=None) -> None:
