@@ -86,8 +86,9 @@ def test_an_ampere_gpu_does_not_and_says_why(machine):
     _, ms = machine("NVIDIA A100-SXM4-80GB", [(8, 0), (8, 0)], torchao=True)
     assert Precision.fp8 not in ms.restricted.precision
     assert Precision.bf16 in ms.restricted.precision  # 8.0 has bf16
-    assert ms.restricted.dropped["precision"] == [
-        "fp8 (needs compute capability >= 8.9, Ada/Hopper; NVIDIA A100-SXM4-80GB has 8.0)"]
+    assert ms.restricted.dropped["precision"] == [Precision.fp8]
+    assert ms.restricted.dropped_text() == (
+        "precision fp8 (needs compute capability >= 8.9, Ada/Hopper; NVIDIA A100-SXM4-80GB has 8.0)")
 
 
 def test_the_gpu_the_fingerprint_describes_decides(machine):
@@ -98,18 +99,21 @@ def test_the_gpu_the_fingerprint_describes_decides(machine):
     assert ms.hardware.device_name == h100[0] and Precision.fp8 in ms.restricted.precision
     _, ms = machine("", [a100, h100, h100], torchao=True, visible="0,1")
     assert ms.hardware.device_name == a100[0] and Precision.fp8 not in ms.restricted.precision
-    assert "NVIDIA A100-SXM4-80GB has 8.0" in ms.restricted.dropped["precision"][0]
+    assert "NVIDIA A100-SXM4-80GB has 8.0" in ms.restricted.dropped_text()
 
 
 def test_a_hopper_gpu_without_torchao_says_how_to_get_it(machine):
     _, ms = machine("NVIDIA H100 80GB HBM3", [(9, 0)], torchao=False)
     assert Precision.fp8 not in ms.restricted.precision
-    assert ms.restricted.dropped["precision"] == ["fp8 (needs torchao, not installed: pip install 'autotune-llm[fp8]')"]
+    assert ms.restricted.dropped["precision"] == [Precision.fp8]
+    assert ms.restricted.dropped_text().endswith(
+        "; precision fp8 (needs torchao, not installed: pip install 'autotune-llm[fp8]')")
 
 
 def test_a_space_without_compile_says_fp8_needs_it(machine):
     _, ms = machine("NVIDIA H100 80GB HBM3", [(9, 0)], torchao=True, compile_="[false]")
-    assert ms.restricted.dropped["precision"] == ["fp8 (runs only compiled: add true to the space's compile)"]
+    assert ms.restricted.dropped["precision"] == [Precision.fp8]
+    assert ms.restricted.dropped_text().endswith("; precision fp8 (runs only compiled: add true to the space's compile)")
 
 
 def test_an_unreadable_capability_offers_no_fp8_and_keeps_bf16(machine, monkeypatch):
@@ -123,7 +127,7 @@ def test_an_unreadable_capability_offers_no_fp8_and_keeps_bf16(machine, monkeypa
     hardware.local_hardware.cache_clear()
     ms = MachineSpace.for_spec(spec)
     assert Precision.fp8 not in ms.restricted.precision and Precision.bf16 in ms.restricted.precision
-    assert "could not be read" in ms.restricted.dropped["precision"][0]
+    assert "could not be read" in ms.restricted.dropped_text()
 
 
 def test_a_cpu_machine_is_unchanged(machine, monkeypatch):

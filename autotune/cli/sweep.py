@@ -166,9 +166,7 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
         con.print(f"  memory prescreen off: the workload gives no model shape to predict memory from ({why}); "
                   "every config is launched and measured", soft_wrap=True, markup=False)
     if rs.dropped:
-        con.print("  not offered on this machine: " + "; ".join(
-            f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items()),
-            soft_wrap=True, markup=False)
+        con.print("  not offered on this machine: " + rs.dropped_text(), soft_wrap=True, markup=False)
     prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
 
 

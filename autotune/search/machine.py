@@ -51,8 +51,8 @@ def _n_heads(spec: SweepSpec) -> int | None:
 
 def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
     """The study's space (`space`: loaded already) restricted to what `hw` can run, on a GPU
-    with its compute capability and torchao read here; where fp8 is left out on a GPU, its
-    entry in `dropped` says why (the sweep's "not offered on this machine" line prints it)."""
+    with its compute capability and torchao read here; where fp8 is left out on a GPU,
+    `why_dropped` says why (the sweep's "not offered on this machine" line prints it)."""
     from autotune.search.space import capabilities_for, restrict
     from autotune.search.space_file import load_space
 
@@ -63,18 +63,17 @@ def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
 
         cc, lib = visible_compute_capability(), fp8_library_installed()
     rs = restrict(space, capabilities_for(hw, spec.trial.threads_per_rank, cc, lib), _n_heads(spec))
-    dropped = rs.dropped.get("precision", [])
     reason = fp8_reason(hw, cc, lib)
-    if Precision.fp8 in dropped and reason:
-        # A string in place of the value: the line that lists `dropped` prints it as it is.
-        dropped[dropped.index(Precision.fp8)] = f"fp8 ({reason})"
+    if reason and Precision.fp8 in rs.dropped.get("precision", []):
+        rs.why_dropped["precision fp8"] = reason
     return rs
 
 
 def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | None,
                fp8_library: bool) -> str | None:
-    """Why a GPU machine's space has no fp8 (the first that applies: the GPU, torchao, the
-    space's compile); None on a CPU machine, which never offers fp8 (its line stays as it was)."""
+    """Why a GPU machine cannot run fp8 (the first that applies: the GPU, torchao); None on a
+    CPU machine, which never offers fp8 (its line stays as it was), and on a GPU that can (a
+    space without compile drops it all the same: autotune.search.space.restrict says why)."""
     from autotune.search.space import capabilities_for
 
     if hw.device_kind is not DeviceKind.cuda:
@@ -86,7 +85,7 @@ def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | No
                 f"{compute_capability[0]}.{compute_capability[1]}")
     if not fp8_library:
         return "needs torchao, not installed: pip install 'autotune-llm[fp8]'"
-    return "runs only compiled: add true to the space's compile"
+    return None
 
 
 def fp8_library_installed() -> bool:

@@ -180,10 +180,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     rs = unrestricted(space, model.n_heads)
     assumptions = _assumptions(model, rs, hfu, reach, spec.memory.limit_bytes_per_rank)
     if rs.dropped:  # as the sweep's start says which choices it cannot run
-        assumptions.append("left out, as a sweep of this space leaves them out: " + "; ".join(
-            f"{k} {', '.join(str(getattr(v, 'value', v)) for v in vs)}" for k, vs in rs.dropped.items())
-            + (" (fp8 runs only compiled: add true to the space's compile)"
-               if Precision.fp8 in rs.dropped.get("precision", []) else ""))
+        assumptions.append("left out, as a sweep of this space leaves them out: " + rs.dropped_text())
     p = _Planning(spec, catalog, model, types, hfu, _Tally())
     for c in _configs(rs, spec.batch.global_batch_samples):
         _plan_config(p, c)

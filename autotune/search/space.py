@@ -80,6 +80,19 @@ class RestrictedSpace:
     dropped: dict[str, list[Any]] = field(default_factory=dict)
     fsdp: list[FSDPMode] = field(default_factory=lambda: [FSDPMode.none])
     compile: list[bool] = field(default_factory=lambda: [False])
+    # Why a dropped choice is left out, where the choice alone does not say: by "name value"
+    # ("precision fp8": "runs only compiled ..."); shown beside it by dropped_text().
+    why_dropped: dict[str, str] = field(default_factory=dict)
+
+    def dropped_text(self) -> str:
+        """The choices left out, as the sweep's "not offered" line and the plan show them:
+        `num_gpus 4, 8; precision fp8 (why)`."""
+        def shown(name: str, v: Any) -> str:
+            text = str(getattr(v, "value", v))
+            why = self.why_dropped.get(f"{name} {text}")
+            return f"{text} ({why})" if why else text
+
+        return "; ".join(f"{k} {', '.join(shown(k, v) for v in vs)}" for k, vs in self.dropped.items())
 
     def compile_choices(self) -> list[bool]:
         """Eager only where every precision left is fp8 would leave nothing to run."""
@@ -135,7 +148,11 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
     tp = keep("tp_degree", space.tp_degree,
               lambda t: t <= max(num_gpus) and (caps.tensor_parallel or t == 1)
               and (n_heads is None or n_heads % t == 0) and (t == 1 or 0 in zero))
+    why = {}
+    if Precision.fp8 in dropped.get("precision", []) and Precision.fp8 in caps.precisions:
+        why["precision fp8"] = "runs only compiled: add true to the space's compile"
     return RestrictedSpace(
+        why_dropped=why,
         num_gpus=num_gpus,
         micro_batch_size=list(space.micro_batch_size),
         grad_accum_steps=list(space.grad_accum_steps),
