@@ -480,16 +480,16 @@ def test_a_report_into_a_file_keeps_whole_lines(study):
 
 def test_report_into_a_missing_folder_is_a_user_error_and_writes_nothing(doc, tmp_path):
     from autotune.errors import UserError
-    from autotune.report.files import prepare_out_dir
+    from autotune.report.files import REPORT, prepare_out_dir
     from autotune.report.html import prepare_html_path
 
     with pytest.raises(UserError, match="does not exist"):
         prepare_html_path(tmp_path / "missing" / "r.html")
     with pytest.raises(UserError, match="does not exist"):
-        prepare_out_dir(tmp_path / "missing" / "rep")
+        prepare_out_dir(tmp_path / "missing" / "rep", kind=REPORT)
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UserError, match="is a file"):
-        prepare_out_dir(tmp_path / "afile")
+        prepare_out_dir(tmp_path / "afile", kind=REPORT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no temporary leftovers
 
 

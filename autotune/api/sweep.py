@@ -159,9 +159,9 @@ class SweepResult:
         """Write the chosen config's launcher files into `out` (as `autotune export`)."""
         from autotune.contract import Launcher
         from autotune.report.export import plan_export, write_export
-        from autotune.report.files import prepare_out_dir
+        from autotune.report.files import EXPORT, prepare_out_dir
 
-        prepare_out_dir(Path(out), force)
+        prepare_out_dir(Path(out), force, kind=EXPORT)
         trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
         plan = plan_export(self.report, trials, pick, offer=offer, target=target,
                            launcher=Launcher(launcher) if launcher else None)

@@ -57,11 +57,12 @@ def check_spec_has_no_secret(spec_file: Optional[Path]) -> None:
 def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwarded: list[str]) -> list[Path]:
     from autotune import __version__
     from autotune.pricing.load import load_catalog
-    from autotune.report.files import prepare_out_dir, write_files
+    from autotune.report.files import SKYPILOT_TASKS, prepare_out_dir, write_files
     from autotune.run.skypilot_task import resolve_gpu, skypilot_task, task_yaml
 
     check_spec_has_no_secret(spec_file)
-    prepare_out_dir(folder, flag="--tasks-dir", force_flag=None)  # never over a file autotune did not write
+    # Never over a file autotune did not write, nor over another command's.
+    prepare_out_dir(folder, flag="--tasks-dir", force_flag=None, kind=SKYPILOT_TASKS)
     catalog = load_catalog(spec.platforms.catalog)
     argv = worker_argv(spec_file, spec.study, forwarded)
     tasks = {}
@@ -70,7 +71,8 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
         task = skypilot_task(catalog, resolve_gpu(catalog, name), count, argv,
                              install=f"autotune-llm[postgres]=={__version__}")
         tasks[task["name"]] = task
-    return write_files(folder, {f"{name}.yaml": task_yaml(task) for name, task in tasks.items()})
+    return write_files(folder, {f"{name}.yaml": task_yaml(task) for name, task in tasks.items()},
+                       kind=SKYPILOT_TASKS)
 
 
 def describe(paths: list[Path]) -> str:

@@ -31,7 +31,7 @@ def trial(
     """Run one trial outside any study (the small run before the long one)."""
     from pydantic import ValidationError
 
-    from autotune.contract import TrialConfig
+    from autotune.contract import HFWorkload, TrialConfig
     from autotune.errors import format_validation_error, read_text_file
 
     text = read_text_file(config_file, "config")  # a folder, a missing or non-UTF-8 file: UserError
@@ -40,7 +40,7 @@ def trial(
     except ValidationError as exc:
         raise UserError(format_validation_error(config_file, exc),
                         fix="see autotune/contract/config.py TrialConfig for the fields") from None
-    hf_file = getattr(cfg.workload, "config_file", lambda: None)()
+    hf_file = cfg.workload.config_file() if isinstance(cfg.workload, HFWorkload) else None
     if hf_file is not None:  # checked here, before a trial folder is made and a worker started
         read_text_file(hf_file, "Hugging Face config", fix="point workload.config_path at a local config.json "
                        "(or the folder holding one); trials never download")
@@ -95,7 +95,7 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
     (kill, scancel) or SIGHUP ends the trial's processes and DeepSpeed's buffers with it, then
     exits 143 (SIGHUP: 129)."""
     from autotune.contract.trial_files import TRIAL_NAMES, own_output
-    from autotune.report.files import next_numbered_dir, note_written, prepare_out_dir
+    from autotune.report.files import TRIAL, next_numbered_dir, note_written, prepare_out_dir
     from autotune.run.launch import run_trial
     from autotune.search.interrupt import Terminated, terminated_exit_code, termination_raises
 
@@ -106,9 +106,10 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
                 return run_trial(cfg, out), out
             # A folder that cannot be written, or a file of the user's under a name the trial
             # writes (config.json, result.json, ...: replaced even with --force before), is refused.
-            out = prepare_out_dir(out, force, names=TRIAL_NAMES)
+            out = prepare_out_dir(out, force, names=TRIAL_NAMES, kind=TRIAL)
             result = _run_in(cfg, out)
-            note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or own_output(p.name)])
+            note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or own_output(p.name)],
+                         kind=TRIAL)
             return result, out
     except Terminated as exc:
         console(stderr=True).print(f"stopped by {exc.signum.name}: the trial's processes were ended; "

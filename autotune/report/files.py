@@ -16,8 +16,7 @@ The rules, for `report --out`, `export --out`, `trial --out` and `study copy`'s 
   command writes is refused, `--force` or not. A command removes only its own files of an
   earlier run that it no longer writes (a stale plot), never another command's;
 - a manifest of an older autotune names no command: its unchanged files may be replaced by a
-  command that writes their names, and are never removed; a caller naming no `kind` in
-  `prepare_out_dir` (trial --out) accepts any command's unchanged files;
+  command that writes their names, and are never removed;
 - a single page (`report --html`) carries the SHA-256 of its text in its last line: a page
   changed since (or one without that line) is never replaced;
 - every file is written to a temporary name first and renamed into place once all are written,
@@ -43,11 +42,11 @@ from autotune.errors import UserError
 from autotune.paths import check_parent, probe_writable, writing
 
 MANIFEST = ".autotune-files.json"
-# The commands (`kind`) whose files a folder's manifest tells apart.
-ANY = "autotune"  # write_files' kind where its caller names none (sweep --tasks-dir)
+# The commands (`kind`) whose files a folder's manifest tells apart; every writer names its own.
 REPORT = "autotune report --out"
 EXPORT = "autotune export"
 TRIAL = "autotune trial --out"
+SKYPILOT_TASKS = "autotune sweep --skypilot-task"
 _PAGE_DIGEST = re.compile(rb"<!-- autotune sha256 ([0-9a-f]{64}) -->\n")
 
 
@@ -87,7 +86,7 @@ def _manifest_bytes(files: Mapping[str, str | None], by: Mapping[str, str]) -> b
             + "\n").encode()
 
 
-def note_written(folder: Path, names: Iterable[str], kind: str = TRIAL) -> None:
+def note_written(folder: Path, names: Iterable[str], kind: str) -> None:
     """Add files autotune has just written into `folder` by other means (a trial's run) to its
     manifest, as `kind`'s, so that a later --force may replace them and nothing else."""
     files, by = _manifest(folder)
@@ -103,17 +102,16 @@ def _unchanged(path: Path, digest: str) -> bool:
     return not path.is_symlink() and path.is_file() and _sha256(path) == digest
 
 
-def _sorted_out(folder: Path, kind: str | None) -> tuple[set[str], dict[str, str]]:
+def _sorted_out(folder: Path, kind: str) -> tuple[set[str], dict[str, str]]:
     """(own, others): the files of `folder` exactly as autotune wrote them, parted into those
-    `kind` may replace (its own and an older manifest's; with kind None, any command's) and
-    the other commands' ({name: command})."""
+    `kind` may replace (its own and an older manifest's) and the other commands' ({name: command})."""
     files, by = _manifest(folder)
     own: set[str] = set()
     others: dict[str, str] = {}
     for name, digest in files.items():
         if not _unchanged(folder / name, digest):
             continue
-        if kind is None or by.get(name, kind) == kind:
+        if by.get(name, kind) == kind:
             own.add(name)
         else:
             others[name] = by[name]
@@ -130,7 +128,7 @@ def _described(folder: Path, names: list[str], others: Mapping[str, str]) -> str
     groups: dict[str, list[str]] = {}
     for name in names:
         if name in others:
-            whose = f"written by `{others[name]}`" if others[name] != ANY else "written by another autotune command"
+            whose = f"written by `{others[name]}`"
         elif name in recorded and (folder / name).is_file():
             whose = "changed since autotune wrote {}"
         else:
@@ -140,7 +138,7 @@ def _described(folder: Path, names: list[str], others: Mapping[str, str]) -> str
                      for whose, group in groups.items())
 
 
-def _refuse_replacing(folder: Path, names: Iterable[str], kind: str | None, flag: str,
+def _refuse_replacing(folder: Path, names: Iterable[str], kind: str, flag: str,
                       force_flag: str | None) -> None:
     """UserError if a file of `names` in `folder` is not `kind`'s own: never replaced."""
     own, others = _sorted_out(folder, kind)
@@ -156,8 +154,7 @@ def _refuse_replacing(folder: Path, names: Iterable[str], kind: str | None, flag
 
 
 def prepare_out_dir(folder: str | Path, force: bool = False, flag: str = "--out",
-                    names: Iterable[str] = (), force_flag: str | None = "--force",
-                    kind: str | None = None) -> Path:
+                    names: Iterable[str] = (), force_flag: str | None = "--force", *, kind: str) -> Path:
     """Check that command `kind` may write `names` (and any other of its files) into `folder`
     (see the module's rules); returns it absolute. Nothing is left created or changed here.
     `force_flag`: the command's flag for `force`, named in the fix (None: it has none)."""
@@ -189,7 +186,7 @@ def check_out_path(folder: str | Path, flag: str = "--out") -> Path:
 
 
 def write_files(folder: str | Path, files: Mapping[str, str | bytes],
-                executable: Iterable[str] = (), kind: str = ANY) -> list[Path]:
+                executable: Iterable[str] = (), *, kind: str) -> list[Path]:
     """Write `files` ({name: content}) into `folder` all or nothing, as command `kind`'s (see
     the module's rules). Call `prepare_out_dir` first. Returns the paths written, sorted."""
     folder = Path(folder)

@@ -18,7 +18,7 @@ from typing import Any
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.paths import check_parent, probe_writable, refuse_foreign
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
-from autotune.report.files import write_files, write_text_atomic
+from autotune.report.files import REPORT, write_files, write_text_atomic
 from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
@@ -244,5 +244,5 @@ def write_report_dir(doc: dict[str, Any], folder: str | Path) -> Path:
     `autotune.report.files.prepare_out_dir` first): all or nothing, and nothing else in the
     folder is touched."""
     folder = Path(folder)
-    write_files(folder, report_dir_files(doc))
+    write_files(folder, report_dir_files(doc), kind=REPORT)
     return folder
