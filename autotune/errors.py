@@ -161,8 +161,10 @@ def read_text_file(path: str | Path, what: str, fix: str = "check the path") -> 
                             f"-t UTF-8 '{p}' > new-file`), or give the right file") from None
 
 
-def load_yaml_file(path: str | Path, what: str) -> Any:
-    """Read a YAML file a user gave us, turning every failure into a UserError."""
+def load_yaml_file(path: str | Path, what: str, empty_fix: str | None = None) -> Any:
+    """Read a YAML file a user gave us, turning every failure into a UserError. An empty file
+    (or one of comments only) reads as {}, or, given `empty_fix`, is refused with that fix: a
+    file of all defaults is a mistake for some kinds (a catalog with no offers)."""
     import yaml
 
     p = Path(path)
@@ -174,6 +176,8 @@ def load_yaml_file(path: str | Path, what: str) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise UserError(f"{p}: not valid YAML{where}: {getattr(exc, 'problem', exc)}",
                         fix="correct the YAML syntax") from None
+    if data is None and empty_fix is not None:
+        raise UserError(f"{what} file '{p}' is empty (no `key: value` line)", fix=empty_fix)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -293,11 +293,16 @@ class SweepRecord(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    budget: dict[str, float | None] = {}  # max_usd, deadline_hours
+    budget: dict[str, float | None] = {}  # max_usd, deadline_hours, remeasure_trials
     catalog: str | None = None  # resolved path; None: the shipped catalog
     offers: list[str] | None = None
     target: dict[str, Any] = {}
     spec_file: str | None = None
+
+    @property
+    def remeasures(self) -> bool:
+        """Whether the sweep re-measures leaders (not `budget.remeasure_trials: 0`)."""
+        return self.budget.get("remeasure_trials") != 0
 
     @classmethod
     def of(cls, study: Any) -> "SweepRecord":

@@ -73,6 +73,24 @@ def test_a_trial_whose_hf_config_is_missing_is_refused_before_it_launches(cli, h
     assert sorted(f.name for f in here.iterdir()) == ["c.json"]
 
 
+@pytest.mark.parametrize("text", ["", "# prices to come\n"], ids=["empty", "comments only"])
+@pytest.mark.parametrize("reader", ["catalog", "search space"])
+def test_an_empty_catalog_or_space_is_one_line_saying_so(cli, here, reader, text):
+    """An empty catalog used to list three missing fields over three lines; an empty search
+    space ran a sweep of one config of all defaults."""
+    (here / "f.yaml").write_text(text)
+    _one_error(*cli(*(a.format(f="f.yaml") for a in READERS[reader]))[::2], "f.yaml", "is empty")
+    assert sorted(f.name for f in here.iterdir()) == ["f.yaml"]
+
+
+def test_a_trial_config_of_another_schema_version_is_refused(cli, here):
+    """A config another autotune wrote (its fields may mean something else here) used to run."""
+    (here / "c.json").write_text('{"schema_version": 99, "seq_len": 32}')
+    line = _one_error(*cli("trial", "c.json")[::2], "c.json", "schema_version 99", "(1)")
+    assert "one autotune version" in line.split("To fix:")[1]
+    assert sorted(f.name for f in here.iterdir()) == ["c.json"]
+
+
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "vocab_size": 100}
 BAD_HF = {

@@ -91,10 +91,8 @@ class GPTShape(ContractModel):
     @model_validator(mode="after")
     def _heads_divide(self) -> "GPTShape":
         if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}. "
-                "To fix: pick n_heads that divides d_model."
-            )
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}. "
+                             "To fix: pick n_heads that divides d_model.")
         return self
 
     @property
@@ -342,9 +340,8 @@ class TrialConfig(TrainingKnobs):
     timeout_s: float = Field(default=300.0, gt=0, description=(
         "Wall-clock limit of the whole trial; past it the process group is killed. Also the "
         "process group's collective timeout (at least 60 s)."))
-    device_peak_flops: float | None = Field(
-        default=None, description="Dense peak FLOP/s of one device at this precision (from the catalog), for MFU."
-    )
+    device_peak_flops: float | None = Field(default=None, description=(
+        "Dense peak FLOP/s of one device at this precision (from the catalog), for MFU."))
     measure_noise_scale: bool = Field(default=True, description=(
         "Record squared gradient norms at two batch sizes for the gradient noise scale "
         "(McCandlish et al. 2018); a loss target uses it."))
@@ -355,12 +352,14 @@ class TrialConfig(TrainingKnobs):
         "compilation (TrialResult.compile_s); the measured steps run compiled.")
 
     @model_validator(mode="after")
-    def _parallel_shape(self) -> "TrialConfig":
-        if self.num_gpus % self.tp_degree:
+    def _version_and_shape(self) -> "TrialConfig":
+        if self.schema_version != SCHEMA_VERSION:  # another autotune's file: its fields may mean else
             raise ValueError(
-                f"tp_degree={self.tp_degree} does not divide num_gpus={self.num_gpus}. "
-                "To fix: choose a tp_degree that divides the GPU count."
-            )
+                f"schema_version {self.schema_version} is not this autotune's ({SCHEMA_VERSION}). To fix: "
+                "run the controller and the workers with one autotune version, or write the config again.")
+        if self.num_gpus % self.tp_degree:
+            raise ValueError(f"tp_degree={self.tp_degree} does not divide num_gpus={self.num_gpus}. "
+                             "To fix: choose a tp_degree that divides the GPU count.")
         return self
 
     @property

@@ -244,7 +244,8 @@ def read_catalog(path: str | Path) -> Catalog:
     """Read and validate a catalog YAML file; every problem is a UserError naming the file and
     field. (`autotune.pricing.load.load_catalog` also reads SkyPilot's catalog folders.)"""
     p = Path(path)
-    data = load_yaml_file(p, "catalog")
+    data = load_yaml_file(p, "catalog", empty_fix=f"give a catalog with its date, gpus and offers, as "
+                                                  f"{DEFAULT_CATALOG}")
     try:
         cat = Catalog.model_validate(data)
     except ValidationError as exc:

@@ -376,7 +376,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         best_by_cost=min(options, key=lambda o: (o.usd, o.hours), default=None),
         best_by_time=min(options, key=lambda o: (o.hours, o.usd), default=None),
         per_platform=sorted(per_platform.values(), key=lambda o: o.platform),
-        picks=pick_rows(cheapest, fastest, feasible, models),
+        picks=pick_rows(cheapest, fastest, feasible, models, spec.remeasures),
         failures=_failures(rows),
         memory=_memory_checks(frozen, rows),
         scaling=_scaling(rows),

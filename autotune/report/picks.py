@@ -91,8 +91,9 @@ def _sd_between(models, a: int, b: int) -> float:
 
 
 def pick_row(by: Literal["cost", "time"], chosen: OptionRow | None, feasible: list[OptionRow],
-             models) -> PickRow | None:
-    """The runs, interval and certainty of a recommended option (`by`: "cost" or "time")."""
+             models, remeasures: bool = True) -> PickRow | None:
+    """The runs, interval and certainty of a recommended option (`by`: "cost" or "time");
+    `remeasures`: whether the study's sweep re-measures leaders (how_sure's hint)."""
     ests = _estimates(models)
     if chosen is None or chosen.trial not in ests:
         return None
@@ -119,13 +120,14 @@ def pick_row(by: Literal["cost", "time"], chosen: OptionRow | None, feasible: li
         runner_up=runner.trial if runner else None, margin=m[0] if m else None,
         margin_low=m[1] if m else None, margin_high=m[2] if m else None,
         how_sure=how_sure("cheaper" if by == "cost" else "faster", chosen.trial,
-                          runner.trial if runner else None, m, TOLERANCE),
+                          runner.trial if runner else None, m, TOLERANCE, remeasures),
         run_sd=model.noise.run_sd, paired_sd=model.noise.paired_sd)
 
 
 def pick_rows(cheapest: OptionRow | None, fastest: OptionRow | None, feasible: list[OptionRow],
-              models) -> list[PickRow]:
-    rows = [pick_row("cost", cheapest, feasible, models), pick_row("time", fastest, feasible, models)]
+              models, remeasures: bool = True) -> list[PickRow]:
+    rows = [pick_row("cost", cheapest, feasible, models, remeasures),
+            pick_row("time", fastest, feasible, models, remeasures)]
     return [r for r in rows if r is not None]
 
 

@@ -286,10 +286,13 @@ def margin(leader_value: float, other_value: float, sd: float,
 
 
 def how_sure(better: str, leader_trial: int, runner_trial: int | None,
-             margin: tuple[float, float, float] | None, tolerance: float) -> str:
+             margin: tuple[float, float, float] | None, tolerance: float,
+             remeasures: bool = True) -> str:
     """The sentence under a pick. `better`: "cheaper" or "faster"; `margin`: how much worse the
     runner-up is (0.04 = 4%), with its interval (estimate, low, high); `tolerance`: a gap this
-    small does not matter (the benchmark counts a pick within 3% of the best as right)."""
+    small does not matter (the benchmark counts a pick within 3% of the best as right);
+    `remeasures`: False where the study's sweep never re-measures (`budget.remeasure_trials: 0`),
+    so more --trials alone would not settle it."""
     if runner_trial is None or margin is None:
         return f"trial {leader_trial} is the only config measured successfully"
     est, lo, hi = margin
@@ -298,6 +301,8 @@ def how_sure(better: str, leader_trial: int, runner_trial: int | None,
         return f"{better} than the runner-up (trial {runner_trial}) by {est:.0%} ± {pm:.0%}"
     if -tolerance <= lo and hi <= tolerance:
         return f"not distinguishable from trial {runner_trial} ({est:+.0%} ± {pm:.0%}): either will do"
+    how = (f"sweeping this study again with {BOTH_REMEASURED_TRIALS} or more --trials re-measures both"
+           if remeasures else "its sweep never re-measures (budget.remeasure_trials: 0); with it at "
+           "2 or more, sweeping this study again re-measures both")
     return (f"not distinguishable from trial {runner_trial} with the runs so far ({better} by "
-            f"{est:.0%} ± {pm:.0%}): either may be the better one; sweeping this study again "
-            f"with {BOTH_REMEASURED_TRIALS} or more --trials re-measures both")
+            f"{est:.0%} ± {pm:.0%}): either may be the better one; {how}")

@@ -73,7 +73,8 @@ def load_space(name_or_path: str) -> SearchSpace:
             known = sorted(f.stem for f in SPACES_DIR.glob("*.yaml"))
             raise UserError(f"unknown search space '{name_or_path}'",
                             fix=f"use one of {', '.join(known)} or a path to a YAML file")
-    data = load_yaml_file(p, "search space")
+    data = load_yaml_file(p, "search space", empty_fix="list the choices of at least one dimension, e.g. "
+                          "`micro_batch_size: [1, 2, 4]` (autotune/data/search_spaces/default.yaml)")
     try:
         return SearchSpace.model_validate(data)
     except ValidationError as exc:

@@ -74,7 +74,8 @@ def record_sweep(study, spec) -> None:
     from autotune.record import SweepRecord
 
     catalog = spec.platforms.catalog
-    SweepRecord(budget={"max_usd": spec.budget.max_usd, "deadline_hours": spec.budget.deadline_hours},
+    SweepRecord(budget={"max_usd": spec.budget.max_usd, "deadline_hours": spec.budget.deadline_hours,
+                        "remeasure_trials": spec.budget.remeasure_trials},
                 catalog=str(Path(catalog).resolve()) if catalog else None,
                 offers=spec.platforms.offers, target=spec.target.model_dump(mode="json"),
                 spec_file=spec.source).write(study)
