@@ -237,6 +237,7 @@ def _assert_cut_and_queued_again(url: str, study: str, queue: str, ranks: list[i
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
     assert len(retry) == 1 and retry[0].state is TrialState.WAITING, [t.system_attrs for t in trials]
     assert retry[0].params == cut.params
+    assert retry[0].constraints == {}, "the retry carries the cut run's infeasible verdict"
     return retry[0]
 
 

@@ -209,6 +209,37 @@ def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):
     assert "controller" not in retry.user_attrs  # the dead run's own records are not copied
 
 
+def test_a_retry_starts_without_the_constraints_of_the_run_it_retries(tmp_path):
+    """A trial cut by SIGTERM is failed as infeasible (`feasible` > 0) and queued again. Optuna
+    keeps the first value of a constraint, and its retry callback copies every system attribute:
+    the retry, measured fine, stayed infeasible (out of the front, the local moves and the
+    patience count) and warned that its own value was ignored. Real SQLite study."""
+    import warnings
+
+    from autotune.run.storage import retry_callback
+
+    study = optuna.create_study(study_name="cut", storage=open_storage(f"sqlite:///{tmp_path}/s.db"),
+                                directions=["minimize", "minimize"])
+    with pytest.warns(UserWarning, match="Heartbeat"):  # ask() outside optimize(): expected here
+        cut = study.ask({"mb": optuna.distributions.CategoricalDistribution([1, 2])})
+    cut.set_constraint("feasible", 1.0)  # as the objective fails a cut trial
+    study.tell(cut, state=optuna.trial.TrialState.FAIL)
+    retry_callback()(study, study.trials[0])
+
+    def measured_fine(trial) -> tuple[float, float]:
+        trial.suggest_categorical("mb", [1, 2])
+        trial.set_constraint("feasible", 0.0)
+        return 1.0, 2.0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "The constraint value is ignored ..." was one
+        study.optimize(measured_fine, n_trials=1)
+    retry = study.trials[1]
+    assert retry.system_attrs["failed_trial"] == 0 and retry.params == study.trials[0].params
+    assert retry.state is optuna.trial.TrialState.COMPLETE and retry.constraints == {"feasible": 0.0}
+    assert study.best_trials == [retry]
+
+
 def test_heartbeat_settings_from_env(monkeypatch):
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "5")
     monkeypatch.setenv("AUTOTUNE_GRACE_S", "11")

@@ -327,7 +327,10 @@ def _missing_module(exc: BaseException) -> str | None:
 
 def retry_callback(hb: HeartbeatSettings | None = None):
     """Optuna's retry of a stale trial, minus the dead run's own attributes (its controller,
-    process group, claim, error), which would otherwise be copied into the retry."""
+    process group, claim, error) and its constraints, which would otherwise be copied into the
+    retry: a cut trial is failed as infeasible, and Optuna keeps the first value of a constraint,
+    so a retry that then measured fine stayed infeasible (left out of the front, the local moves
+    and the patience count) and warned that its own value was ignored."""
     import copy
 
     import optuna
@@ -338,11 +341,17 @@ def retry_callback(hb: HeartbeatSettings | None = None):
         def __call__(self, study, trial) -> None:
             trial = copy.deepcopy(trial)
             trial.user_attrs = {k: v for k, v in trial.user_attrs.items() if k in TrialRecord.KEPT_ON_RETRY}
+            trial.system_attrs = {k: v for k, v in trial.system_attrs.items() if not _is_constraint(k)}
             super().__call__(study, trial)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return _Retry(max_retry=hb.max_retry)
+
+
+def _is_constraint(system_attr: str) -> bool:
+    # Optuna's keys: "constraints:NAME" (trial.set_constraint), "constraints" (a constraints_func).
+    return system_attr == "constraints" or system_attr.startswith("constraints:")
 
 
 def user_study_names(storage) -> list[str]:
