@@ -158,6 +158,27 @@ def test_a_submission_names_its_storage_and_a_refused_one_leaves_nothing(tmp_pat
     slurm.cancel_all()
 
 
+@pytest.mark.e2e
+def test_a_percent_sign_in_the_runs_dir_is_not_read_as_a_slurm_pattern(tmp_path, slurm):
+    """sbatch expands %j, %x ... anywhere in --output, the folder's own name included: a runs
+    dir "runs 50%x %j" named a folder that does not exist ("runs 50autotune-pct 7") and the
+    job failed to launch (JobLaunchFailure). Now the job runs its one-trial sweep, its output
+    lies in the folder as written, and the study records that path."""
+    spec = write_spec(tmp_path, "pct", [1], timeout_s=120)
+    (tmp_path / "db-url").write_text(f"journal:///{tmp_path / 'study.log'}\n")
+    env = cli_env(**slurm.env)
+    env.pop("AUTOTUNE_STORAGE", None)
+    done = _cli(["sweep", str(spec), "--trials", "1", "--runs-dir", "runs 50%x %j", "--slurm-jobs", "1",
+                 "--storage-file", "db-url", "--json"], tmp_path, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = json.loads(done.stdout)["slurm"]["jobs"]
+    assert slurm.wait_job(job, ("COMPLETED", "FAILED"), timeout_s=240) == "COMPLETED", slurm.logs()
+    log = tmp_path / "runs 50%x %j" / "pct" / "slurm" / f"worker-{job}.out"
+    assert "trial   0  ok" in log.read_text(), log.read_text()
+    status = _cli(["study", "status", "--study", "pct", "--storage-file", "db-url"], tmp_path, env)
+    assert str(log) in status.stdout, status.stdout + status.stderr
+
+
 def _job_processes(job_id: str) -> list[int]:
     """Live processes started by Slurm job `job_id` (they carry SLURM_JOB_ID in their environment)."""
     found = []

@@ -75,3 +75,13 @@ def test_the_tasks_say_when_sky_is_not_installed(folder, has_sky):
     assert "sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200x8.yaml" in done.stdout
     assert ("`sky` command is not installed" in done.stdout) is not has_sky
     assert ("pip install skypilot" in done.stdout) is not has_sky
+
+
+def test_a_runs_dir_with_a_backslash_is_refused_before_anything_is_written(folder):
+    """A backslash in sbatch's --output turns off its %j: every job would share one log.
+    Refused (exit 2) before sbatch is asked, with no folder or study made."""
+    done = _cli(["sweep", "spec.yaml", "--storage-file", "db-url", "--slurm-jobs", "2",
+                 "--runs-dir", "runs\\x"], folder)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "holds a backslash" in done.stderr and "--runs-dir" in done.stderr, done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["db-url", "spec.yaml"]

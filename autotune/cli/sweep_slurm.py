@@ -52,7 +52,7 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
     removed (a script an earlier submission wrote is put back as it was); the study stays,
     created but empty, and the next submission uses it."""
     from autotune.run.preflight import check_runs_dir
-    from autotune.run.slurm import batch_script, submit
+    from autotune.run.slurm import LOG_NAME, batch_script, output_pattern, submit
     from autotune.run.storage import STORAGE_ENV, redact_url, storage_kind
     from autotune.search.study import open_study
 
@@ -64,8 +64,9 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
     if storage_flag:
         print(STORAGE_FLAG_WARNING, file=sys.stderr)
     check_runs_dir(runs_dir, spec.study)  # before the study is created (each worker checks its owner)
-    study = open_study(spec.storage, spec.study, seed=spec.seed)
     folder = (runs_dir / spec.study / "slurm").resolve()
+    pattern = output_pattern(folder)  # a folder sbatch cannot name is refused before anything is made
+    study = open_study(spec.storage, spec.study, seed=spec.seed)
     made = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
     folder.mkdir(parents=True, exist_ok=True)
     argv = worker_argv(spec_file, spec.study, runs_dir, storage_file, forwarded)
@@ -73,11 +74,11 @@ def submit_workers(spec, spec_file: Optional[Path], storage_file: Optional[Path]
     earlier = script.read_text() if script.is_file() else None  # an earlier submission's script
     _write_atomic(script, batch_script(argv, Path.cwd().resolve(), f"autotune-{spec.study}"))
     env = {} if storage_file is not None else {STORAGE_ENV: spec.storage}
-    log = str(folder / "worker-%j.out")
+    log = str(folder / LOG_NAME)
     submitted: list[str] = []
     try:
         for _ in range(jobs):
-            submitted.append(submit(script, sbatch_args, env, log))
+            submitted.append(submit(script, sbatch_args, env, pattern))
     except UserError as exc:
         if submitted:
             raise UserError(f"{exc.message} (jobs {', '.join(submitted)} were submitted)", fix=exc.fix) from None
@@ -104,11 +105,13 @@ def _undo(script: Path, earlier: Optional[str], made: list[Path]) -> None:
 
 def record_jobs(study, job_ids: list[str], script: str, log: str) -> None:
     """Append the submitted jobs to the study's list (read by `autotune study status`)."""
+    from autotune.run.slurm import log_path
+
     if not job_ids:
         return
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     known = submitted_jobs(study)
-    known += [{"job_id": j, "submitted_at": now, "script": script, "log": log.replace("%j", j)}
+    known += [{"job_id": j, "submitted_at": now, "script": script, "log": log_path(Path(log).parent, j)}
               for j in job_ids]
     study._storage.set_study_system_attr(study._study_id, JOBS_ATTR, known)
 

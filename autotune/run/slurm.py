@@ -65,10 +65,33 @@ def batch_script(worker_argv: list[str], workdir: Path, job_name: str) -> str:
         ""])
 
 
+# Each job's output file, in the submission's folder: sbatch puts the job id for %j.
+LOG_NAME = "worker-%j.out"
+
+
+def output_pattern(folder: Path) -> str:
+    """sbatch's `--output` for LOG_NAME in `folder`, read as written. sbatch expands %j, %x,
+    %u, %N ... anywhere in that value, the folder's path included (a runs dir "50%x" became
+    "50autotune-NAME", a folder that does not exist, and the job failed to launch): a '%' of
+    the path is written '%%'. A backslash anywhere turns every expansion off, %j too, so all
+    jobs would share one log: such a folder is refused."""
+    text = str(folder)
+    if "\\" in text:
+        raise UserError(f"the folder for the Slurm jobs' logs, '{text}', holds a backslash, which sbatch "
+                        "reads as 'expand nothing': every job would write one log, 'worker-%j.out'",
+                        fix="choose a --runs-dir whose path has no '\\'")
+    return text.replace("%", "%%") + "/" + LOG_NAME
+
+
+def log_path(folder: Path, job_id: str) -> str:
+    """Where the job `job_id` writes its output (`output_pattern` expanded)."""
+    return str(folder / LOG_NAME.replace("%j", job_id))
+
+
 def submit(script: Path, sbatch_args: list[str], env: dict[str, str], log: str) -> str:
     """sbatch the script (argv list, `--parsable`); the job id. `env` is added to this
     process's environment for the job (a secret goes here, never into the script); `log`: the
-    job's output file (`%j` = job id)."""
+    job's output file as sbatch reads it (`output_pattern`: `%j` = job id, '%%' = '%')."""
     argv = ["sbatch", "--parsable", "--export=ALL", f"--output={log}", *sbatch_args, str(script)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
