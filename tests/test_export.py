@@ -85,11 +85,12 @@ def _venv_python() -> str:
 
 
 def _run_launch_script(folder: Path, results: Path, *args: Path | str,
-                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+                       env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
     """launch.sh of an export, run in `results` with `args` ("--check": autotune's own worker)."""
     results.mkdir(exist_ok=True)
     env = {**os.environ, "PYTHON": _venv_python(), "MASTER_PORT": str(free_port()),
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent), **(env or {})}
+    env = {k: v for k, v in env.items() if v is not None}  # None: left out of the environment
     return subprocess.run(["bash", str(folder / "launch.sh"), *map(str, args)], cwd=results,
                           capture_output=True, text=True, timeout=300, env=env)
 
@@ -106,7 +107,7 @@ def _ranks(results: Path) -> list[dict]:
 
 
 def _ranks_of_script(folder: Path, text: str, tmp_path: Path,
-                     env: dict[str, str] | None = None) -> list[dict]:
+                     env: dict[str, str | None] | None = None) -> list[dict]:
     """Run a user's script `text` through the export's launch.sh on 2 ranks; each rank's JSON."""
     script, results = tmp_path / "user_script.py", tmp_path / "res"
     script.write_text(text + LEAVE)
@@ -167,7 +168,7 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
     assert cfg["num_gpus"] == 2
     port = str(free_port())
     buffers = f"deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*"
-    ranks = _ranks_of_script(out, DEEPSPEED_SCRIPT, tmp_path, env={"MASTER_PORT": port})
+    ranks = _ranks_of_script(out, DEEPSPEED_SCRIPT, tmp_path, env={"MASTER_PORT": port, "THP_MEM_ALLOC_ENABLE": None})
     # DeepSpeed's CPU all-reduce made its shared-memory buffers (one per rank) and left them;
     # launch.sh removed them once its launcher ended (they held RAM until reboot before).
     assert len([n for n in ranks[0]["shm"] if Path(n).match(buffers)]) == 2, ranks[0]["shm"]
@@ -178,6 +179,24 @@ def test_deepspeed_json_initializes_deepspeed_with_the_trials_batch(tmp_path_fac
         assert r["micro"] == cfg["micro_batch_size"] and r["accum"] == cfg["grad_accum_steps"]
         assert r["train_batch_size"] == cfg["global_batch_samples"] == r["micro"] * r["accum"] * 2
         assert r["thp"] == "1"  # the CPU allocator's huge pages, as the trial ran (rank_env)
+
+
+def test_huge_pages_turned_off_in_the_environment_stay_off_in_the_exported_run(tmp_path_factory, tmp_path):
+    """`THP_MEM_ALLOC_ENABLE=0 autotune sweep` measures without the CPU allocator's huge pages
+    (autotune.contract.rank_env); `THP_MEM_ALLOC_ENABLE=0 launch.sh` runs so too, where
+    launch.sh set it back to 1 whatever the environment said. Every rank of torchrun sees it."""
+    study = ddp_study(tmp_path_factory)
+    doc = json.loads(study.cli("report", "--json").stdout)
+    trial = next(t for t in doc["trials"] if t["config"]["num_gpus"] == 2)
+    out = tmp_path / "exp"
+    p = study.cli("export", "--pick", str(trial["number"]), "--out", str(out), "--launcher", "torchrun")
+    assert p.returncode == 0, p.stdout + p.stderr
+    script = ("import json, os, sys\n"
+              "json.dump({'thp': os.environ.get('THP_MEM_ALLOC_ENABLE'), 'omp': os.environ['OMP_NUM_THREADS']},"
+              " open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w'))\n")
+    ranks = _ranks_of_script(out, script, tmp_path, env={"THP_MEM_ALLOC_ENABLE": "0"})
+    assert [r["thp"] for r in ranks] == ["0", "0"]
+    assert {r["omp"] for r in ranks} == {str(trial["config"]["threads_per_rank"])}  # the trial's, as before
 
 
 # A user's script under the exported FSDP2 config: it reads the FSDP2 settings as accelerate's

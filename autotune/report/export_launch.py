@@ -11,7 +11,7 @@ import shlex
 import textwrap
 
 from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
-from autotune.contract.rank_env import cpu_rank_env
+from autotune.contract.rank_env import CPU_HUGE_PAGES, cpu_rank_env
 from autotune.report.export_bill import bill_line, config_line
 from autotune.report.export_plan import ACCELERATE_CONFIG, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan
 from autotune.run.shm import SHM_DIR, deepspeed_shm_pattern
@@ -102,7 +102,11 @@ def launch_script(plan: ExportPlan) -> str:
     if cfg.zero_stage > 0:
         lines.append(f'export AUTOTUNE_DEEPSPEED_CONFIG="$HERE/{DEEPSPEED_CONFIG}"')
     trainer = plan.target == "hf-trainer"
-    lines += [f"export {k}={q(v)}" for k, v in settings_env(cfg, trainer)]
+    # The huge-page switch as the sweep reads it: set in the environment (THP_MEM_ALLOC_ENABLE=0
+    # ./launch.sh, as `THP_MEM_ALLOC_ENABLE=0 autotune sweep` measured), it is kept; else the
+    # trials' default. Every other setting is the trial's, whatever the environment holds.
+    lines += [f'export {k}="${{{k}:-{v}}}"' if k in CPU_HUGE_PAGES else f"export {k}={q(v)}"
+              for k, v in settings_env(cfg, trainer)]
     lines += [
         "",
         f"NPROC_PER_NODE={per_node}",
