@@ -119,6 +119,39 @@ def test_the_runs_folder_is_passed_on_and_a_storage_flag_is_refused(cli, tmp_pat
     assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
 
 
+def test_a_file_the_task_would_not_find_on_its_node_is_refused(cli, tmp_path, monkeypatch):
+    """The node gets this folder (the task's workdir) and nothing else: a space, catalog or model
+    config outside it, or named by an absolute path, is refused with exit 2 and nothing written
+    (the task rented its GPUs, then failed on a file it did not have). A --space file inside
+    the folder reaches the worker by its path inside it."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    space = yaml.safe_dump({"num_gpus": [8], "precision": ["bf16"]})
+    for folder in (work, elsewhere):
+        (folder / "space.yaml").write_text(space)
+    (work / "model").mkdir()
+    (work / "model" / "config.json").write_text("{}")
+    refused = [
+        ({"space": "../elsewhere/space.yaml"}, [], "field space: '../elsewhere/space.yaml' lies outside"),
+        ({"space": str(work / "space.yaml")}, [], "is an absolute path"),
+        ({"platforms": {"catalog": "../elsewhere/c.yaml"}}, [], "field platforms.catalog"),
+        ({"workload": {"kind": "hf", "config_path": str(work / "model")}}, [], "field workload.config_path"),
+        ({}, ["--space", str(elsewhere / "space.yaml")], "--space file"),
+    ]
+    for fields, flags, message in refused:
+        (work / "spec.yaml").write_text(yaml.safe_dump({"study": "llama", **fields}))
+        code, out, err = cli("sweep", "spec.yaml", *flags, "--skypilot-task", "h200:8")
+        assert code == 2 and message in err and "To fix:" in err, out + err
+        assert not (work / "skypilot").exists()
+    (work / "spec.yaml").write_text(yaml.safe_dump({"study": "llama", "workload": {
+        "kind": "hf", "config_path": "model"}, "space": "space.yaml"}))
+    code, out, err = cli("sweep", "spec.yaml", "--space", str(work / "space.yaml"), "--skypilot-task", "h200:8")
+    assert code == 0, out + err
+    task = yaml.safe_load((work / "skypilot" / "autotune-h200x8.yaml").read_text())
+    assert task["run"] == "autotune sweep spec.yaml --study llama --space space.yaml"
+
+
 def test_the_tasks_are_valid_skypilot_tasks(tasks):
     try:
         import sky

@@ -5,8 +5,9 @@ named GPU type, into the same study (nothing runs here).
         --skypilot-task a100-80gb:8 --skypilot-task h200:8          # -> skypilot/autotune-*.yaml
     AUTOTUNE_STORAGE=postgresql://... sky launch --secret AUTOTUNE_STORAGE skypilot/autotune-h200x8.yaml
 
-The task's workdir is this folder (SkyPilot syncs it), so the spec file must lie inside it; the
-storage URL is a SkyPilot secret given at launch, never written into a task.
+The task's workdir is this folder (SkyPilot syncs it), so the spec file, a --space file and every
+file the spec names lie inside it, named by relative paths (refused otherwise); the storage URL
+is a SkyPilot secret given at launch, never written into a task.
 """
 
 from __future__ import annotations
@@ -29,15 +30,58 @@ def parse_gpu(value: str) -> tuple[str, int]:
 
 
 def worker_argv(spec_file: Optional[Path], study: str, forwarded: list[str]) -> list[str]:
+    """The task's `autotune sweep`: every file it names (the spec, a --space file) by its path
+    inside this folder, which the task syncs to the node as its workdir."""
     argv = ["autotune", "sweep"]
     if spec_file is not None:
-        here, spec = Path.cwd().resolve(), spec_file.resolve()
-        if here not in spec.parents:
-            raise UserError(f"spec file '{spec_file}' lies outside this folder, which the task "
-                            "syncs to the cloud node (its workdir)",
-                            fix="run from a folder that holds the spec (and what it names)")
-        argv.append(spec.relative_to(here).as_posix())
-    return argv + ["--study", study, *forwarded]
+        argv.append(_inside(spec_file, "spec file"))
+    out = list(forwarded)
+    for i, word in enumerate(out[:-1]):
+        if word == "--space" and Path(out[i + 1]).suffix in (".yaml", ".yml"):
+            out[i + 1] = _inside(Path(out[i + 1]), "--space file")
+    return argv + ["--study", study, *out]
+
+
+def _inside(path: Path, what: str) -> str:
+    """`path` relative to this folder, as the task's node finds it in its workdir; a path
+    outside it would not be there (the task would rent its GPUs, then fail)."""
+    here, full = Path.cwd().resolve(), path.resolve()
+    if here not in full.parents:
+        raise UserError(f"{what} '{path}' lies outside this folder, which the task syncs to the "
+                        "cloud node (its workdir)",
+                        fix="run from a folder that holds the spec and every file it names, and name "
+                            "them by paths inside it")
+    return full.relative_to(here).as_posix()
+
+
+def check_spec_files_inside(spec_file: Optional[Path]) -> None:
+    """The files a spec names (space, catalog, a Hugging Face config, an entry point's
+    python_path) are read on the node from the synced workdir: relative paths inside this
+    folder, or the task fails there. A name of a shipped space needs no file."""
+    from autotune.errors import load_yaml_file
+
+    if spec_file is None:
+        return
+    raw = load_yaml_file(spec_file, "spec") or {}
+    workload = raw.get("workload") or {}
+    named = [("space", raw.get("space") if Path(str(raw.get("space"))).suffix in (".yaml", ".yml") else None),
+             ("platforms.catalog", (raw.get("platforms") or {}).get("catalog")),
+             ("workload.config_path", workload.get("config_path")),
+             *[("workload.python_path", f) for f in workload.get("python_path") or []]]
+    base = spec_file.resolve().parent
+    for field, value in named:
+        if not isinstance(value, str):
+            continue
+        where = f"spec file '{spec_file}', field {field}: '{value}'"
+        if Path(value).is_absolute():
+            raise UserError(f"{where} is an absolute path, which the cloud node, whose copy of this "
+                            "folder lies elsewhere, does not have",
+                            fix="name it by a path relative to the spec, inside this folder")
+        full, here = (base / value).resolve(), Path.cwd().resolve()
+        if full != here and here not in full.parents:  # a python_path may be the folder itself
+            raise UserError(f"{where} lies outside this folder, which the task syncs to the cloud node "
+                            "(its workdir)", fix="run from a folder that holds the spec and every file it "
+                                                 "names, and name them by paths inside it")
 
 
 def check_spec_has_no_secret(spec_file: Optional[Path]) -> None:
@@ -61,6 +105,7 @@ def write(spec, spec_file: Optional[Path], gpus: list[str], folder: Path, forwar
     from autotune.run.skypilot_task import resolve_gpu, skypilot_task, task_yaml
 
     check_spec_has_no_secret(spec_file)
+    check_spec_files_inside(spec_file)
     # Never over a file autotune did not write, nor over another command's.
     prepare_out_dir(folder, flag="--tasks-dir", force_flag=None, kind=SKYPILOT_TASKS)
     catalog = load_catalog(spec.platforms.catalog)
