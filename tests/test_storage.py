@@ -188,6 +188,35 @@ def test_claim_is_won_exactly_once_under_contention(storage_url):
     assert claim_owner(storages[1], "study/baselines/x") == {"trial": 3}
 
 
+def _open_at(url: str, barrier, answers) -> None:
+    barrier.wait()
+    try:
+        open_storage(url)
+        answers.put("ok")
+    except UserError as exc:
+        answers.put(exc.message)
+
+
+def test_sweeps_that_open_a_new_sqlite_file_at_once_all_open_it(tmp_path):
+    """Two `autotune sweep` started together on a new SQLite file (one machine, two terminals)
+    both create Optuna's tables and stamp its schema version: the loser's insert failed with
+    "UNIQUE constraint failed: alembic_version.version_num", and its sweep ended with exit 2
+    and a fix saying the file was not a sweep's database or was damaged (about half the time
+    with two sweeps). Real processes on real files, released together by a barrier."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(3):
+        url = f"sqlite:///{tmp_path}/new{round_}.db"
+        barrier, answers = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_open_at, args=(url, barrier, answers)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=60)
+        assert [answers.get(timeout=5) for _ in procs] == ["ok"] * 6
+
+
 def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):
     """A RUNNING trial whose heartbeat stops (its machine died) is failed by the next worker
     that asks for a trial and re-queued once, with the retry recorded (real PostgreSQL)."""

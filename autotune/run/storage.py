@@ -287,13 +287,19 @@ def _rdb_storage(url: str, engine_kwargs: dict[str, Any], hb: HeartbeatSettings,
                     grace_period=hb.grace_s, heartbeat_stale_trial_callback=retry_callback(hb),
                     skip_table_creation=not create_tables)
         except Exception as exc:
-            # Two machines opening a fresh database at once both create Optuna's tables; the
-            # loser's CREATE fails with "already exists" (a unique violation in PostgreSQL's
-            # catalog). The tables are there now: open again.
-            if attempt + 1 == attempts or "already exists" not in str(exc):
+            # Two sweeps opening a fresh database at once both create Optuna's tables and
+            # stamp its schema version; the loser fails with "already exists" (a unique
+            # violation in PostgreSQL's catalog) or, on SQLite, "UNIQUE constraint failed:
+            # alembic_version". The tables are there now: open again.
+            if attempt + 1 == attempts or not _lost_creation_race(exc):
                 raise
             time.sleep(0.5 + attempt)
     raise AssertionError("unreachable")
+
+
+def _lost_creation_race(exc: BaseException) -> bool:
+    text = str(exc)
+    return "already exists" in text or "UNIQUE constraint failed: alembic_version" in text
 
 
 # A bare `postgresql://` or `mysql://` means SQLAlchemy's default driver for that database,
