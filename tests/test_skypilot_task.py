@@ -113,10 +113,12 @@ def test_the_runs_folder_is_passed_on_and_a_storage_flag_is_refused(cli, tmp_pat
         assert "S3cret" not in out + err
         assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
     # Nor in the spec file, which the task syncs to the node with its workdir.
-    (tmp_path / "pg.yaml").write_text(yaml.safe_dump({"study": "llama", "storage": f"postgresql://{SECRET}/autotune"}))
-    code, out, err = cli("sweep", "pg.yaml", "--skypilot-task", "a100-80gb:8")
-    assert code == 2 and "holds a storage URL with a password" in err and "S3cret" not in out + err, out + err
-    assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
+    # Also a URL mistyped without '://' (the password is still in the file the task syncs).
+    for url in (f"postgresql://{SECRET}/autotune", f"postgresql:/{SECRET}/autotune"):
+        (tmp_path / "pg.yaml").write_text(yaml.safe_dump({"study": "llama", "storage": url}))
+        code, out, err = cli("sweep", "pg.yaml", "--skypilot-task", "a100-80gb:8")
+        assert code == 2 and "holds a storage URL with a password" in err and "S3cret" not in out + err, out + err
+        assert not (tmp_path / "skypilot" / "autotune-a100-80gbx8.yaml").exists()
 
 
 def test_a_file_the_task_would_not_find_on_its_node_is_refused(cli, tmp_path, monkeypatch):

@@ -75,10 +75,19 @@ def redact_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True).replace(placeholder, _MASK)
 
 
+def _split_unclear(url: str) -> tuple[str, str, str]:
+    """An unclear URL as (head, '://' or '', rest): without '://' (`postgresql:/u:pw@host/db`,
+    `u:pw@host/db`), the head is a scheme-like start, if any."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        start = re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:/*", url)
+        head, sep, rest = (url[:start.end()], "", url[start.end():]) if start else ("", "", url)
+    return head, sep, rest
+
+
 def _hidden_part(url: str) -> str:
-    """What an unclear URL hides: everything between '://' and its last '@' ('' if none)."""
-    _, sep, rest = url.partition("://")
-    return rest.rpartition("@")[0] if sep else ""
+    """What an unclear URL hides: everything after its head up to its last '@' ('' if none)."""
+    return _split_unclear(url)[2].rpartition("@")[0]
 
 
 # A path segment that reads as user info (`user:password@`): a journal URL written as a
@@ -102,10 +111,7 @@ def _redact_unparsed(url: str) -> str:
     (where an unencoded '@' ends the user info is anyone's guess), and the value of every
     secret-looking query parameter. Without '://' (`postgresql:/u:pw@host/db`, `u:pw@host/db`),
     everything after a scheme-like start up to the last '@'."""
-    head, sep, rest = url.partition("://")
-    if not sep:
-        start = re.match(r"[A-Za-z][A-Za-z0-9+.\-]*:/*", url)
-        head, sep, rest = (url[:start.end()], "", url[start.end():]) if start else ("", "", url)
+    head, sep, rest = _split_unclear(url)
     if "@" in rest:
         rest = _MASK + "@" + rest.rpartition("@")[2]
     rest = re.sub(r"(?i)([?&;](?:" + "|".join(sorted(_SECRET_QUERY_KEYS)) + r")=)[^&;\s]*",
