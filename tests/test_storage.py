@@ -342,3 +342,77 @@ def test_a_file_that_is_not_a_sqlite_database_is_named_as_such(tmp_path):
         assert "not a database" in str(exc.value) and "SQLite file a sweep wrote" in str(exc.value)
         assert "server" not in str(exc.value)
     assert (tmp_path / "spec.yaml").read_text() == "workload: {kind: gpt}\n"
+
+
+def test_a_locked_sqlite_file_is_named_as_locked_not_as_damaged(tmp_path, cli):
+    """A sweep's database that another process holds locked (an sqlite3 shell in a transaction):
+    the fix said the file was not a sweep's database or was damaged, and to point elsewhere."""
+    import sqlite3
+
+    from autotune.search.study import open_study
+
+    db = tmp_path / "study.db"
+    open_study(f"sqlite:///{db}", "s1")
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        code, out, err = cli("report", "--study", "s1", "--storage", f"sqlite:///{db}")
+    finally:
+        holder.close()
+    assert code == 2, out + err
+    assert "database is locked" in err and "another process holds the file locked" in err, err
+    assert "damaged" not in err and "Traceback" not in err
+
+
+def _without_root_file_rights() -> list[str]:
+    """The argv prefix that runs a command subject to file permissions: as root (CI's containers)
+    every file is writable, so drop the capabilities that override them (util-linux's setpriv)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: every file is writable here")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+@pytest.mark.parametrize("unwritable", ["sqlite file", "sqlite folder", "journal file"])
+def test_a_sweep_refuses_a_storage_it_cannot_write_before_writing_anything(unwritable, tmp_path):
+    """A study file (or its folder: SQLite writes its rollback journal there, a journal its lock)
+    that this user may read but not write: the sweep ended in a traceback (StorageInternalError,
+    or PermissionError on the journal's lock), exit 1, and where only the folder was read-only
+    it had already written its runs folder and the folder's owner file. Now one message, exit 2,
+    nothing written. The real CLI, without root's right to write any file where tests run as root."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from autotune.search.study import open_study
+    from tests.fixtures.study_tools import cli_env, write_spec
+
+    work = tmp_path
+    try:
+        spec = write_spec(work, "s1", [1])
+        store = work / "store"
+        store.mkdir()
+        path = store / ("study.log" if unwritable == "journal file" else "study.db")
+        url = f"journal://{path}" if unwritable == "journal file" else f"sqlite:///{path}"
+        open_study(url, "s1")
+        path.chmod(0o666 if unwritable == "sqlite folder" else 0o444)
+        store.chmod(0o555)
+        before = hashlib.sha256(path.read_bytes()).hexdigest()
+        listed = sorted(p.name for p in work.iterdir())
+        r = subprocess.run([*_without_root_file_rights(), sys.executable, "-m", "autotune.cli", "sweep",
+                            str(spec), "--trials", "1", "--storage", url], cwd=work, env=cli_env(),
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stdout + r.stderr
+        want = f"the folder '{store}'" if unwritable == "sqlite folder" else f"the file '{path}'"
+        assert f"{want} is not writable by this user" in r.stderr and "To fix: make the" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+        assert sorted(p.name for p in work.iterdir()) == listed  # no runs folder, no owner file
+        assert sorted(p.name for p in store.iterdir()) == sorted([path.name, *(
+            [path.name + ".claims"] if (store / (path.name + ".claims")).exists() else [])])
+    finally:
+        (work / "store").chmod(0o755)  # for pytest's own clean-up

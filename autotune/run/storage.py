@@ -169,6 +169,8 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
     kind = storage_kind(url)
     if must_exist:
         _check_exists(url)
+    else:
+        _check_writable(url)
     if kind == "journal":
         path = journal_path(url)
         if not path.name:
@@ -212,11 +214,32 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
             raise UserError(f"storage {redact_url(given)}: the Python driver '{missing}' for "
                             f"{_RDB_KINDS.get(kind, kind)} is not installed",
                             fix=_DRIVER_FIX.get(missing, f"pip install {missing}")) from None
-        raise UserError(f"cannot open storage {redact_url(given)}: {driver_reason(exc, given)}",
-                        fix="point the URL at the SQLite file a sweep wrote (this file is not one, or is "
-                            "damaged), or at a new file" if kind == "sqlite" else
-                            "check the URL, that the server is running and reachable, and the "
-                            "credentials") from None
+        reason = driver_reason(exc, given)
+        raise UserError(f"cannot open storage {redact_url(given)}: {reason}",
+                        fix=_SQLITE_LOCKED_FIX if kind == "sqlite" and "database is locked" in reason else
+                        "point the URL at the SQLite file a sweep wrote (this file is not one, or is "
+                        "damaged), or at a new file" if kind == "sqlite" else
+                        "check the URL, that the server is running and reachable, and the "
+                        "credentials") from None
+
+
+_SQLITE_LOCKED_FIX = ("another process holds the file locked (an open sqlite3 shell or database browser "
+                      "in a transaction, a backup): end it and run again")
+
+
+def _check_writable(url: str) -> None:
+    """A sweep writes its SQLite or journal file and, beside it, SQLite's rollback journal or the
+    journal's lock file and claims: an unwritable one is refused before anything is written
+    (as root, only a read-only file system refuses)."""
+    path = storage_file(url)
+    if path is None:
+        return
+    for what, target, mode in (("file", path, os.W_OK), ("folder", path.parent, os.W_OK | os.X_OK)):
+        if target.exists() and not os.access(target, mode):
+            raise UserError(f"storage {redact_url(url)}: the {what} '{target}' is not writable by this user "
+                            "(a sweep writes its trials into the file, and files beside it into its folder)",
+                            fix=f"make the {what} writable (chmod u+w), or use a storage you can write "
+                                "(autotune study copy SRC DST --study NAME copies a study there)")
 
 
 def storage_file(url: str) -> Path | None:
