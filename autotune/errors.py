@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> 
         msg = msg.removeprefix("Value error, ")
         if model is not None and err.get("type") == "extra_forbidden" and err.get("loc"):
             msg += _did_you_mean(model, tuple(err["loc"]))
+        msg += _did_you_mean_choice(err)
         lines.append(f"{source}: field `{loc}`: {msg}" if loc else f"{source}: {msg}")
     return "\n".join(lines)
 
@@ -71,6 +73,22 @@ def _did_you_mean(model: Any, loc: tuple) -> str:
     if not isinstance(unknown, str):
         return ""
     return did_you_mean(unknown, sorted({n for m in _models_at(model, loc[:-1]) for n in _field_names(m)}))
+
+
+def _did_you_mean_choice(err: dict) -> str:
+    """" (did you mean 'full_shard'?)" for a mistyped choice: an enum or Literal value
+    (`fsdp: [full-shard]`, `launcher: torchrn`) or a union's tag (`kind: gtp`), from the
+    quoted choices pydantic lists in the error; "" for any other error."""
+    ctx = err.get("ctx") or {}
+    if err.get("type") in ("enum", "literal_error"):
+        typed, expected = err.get("input"), ctx.get("expected", "")
+    elif err.get("type") == "union_tag_invalid":
+        typed, expected = ctx.get("tag"), ctx.get("expected_tags", "")
+    else:
+        return ""
+    if not isinstance(typed, str) or not isinstance(expected, str):
+        return ""
+    return did_you_mean(typed, re.findall(r"'([^']*)'", expected))
 
 
 def _is_model(tp: Any) -> bool:

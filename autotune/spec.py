@@ -267,8 +267,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc, SweepSpec),
-                        fix="correct the field as described (the fields and their defaults: "
-                            "autotune/spec.py; an example: README, 'Usage')") from None
+                        fix="correct the field as described (every field and its default: "
+                            "docs/spec_reference.md; an example: README, 'Usage')") from None
     spec = resolve_relative_paths(spec, Path(path).resolve().parent)
     spec.source = str(path)
     return spec

@@ -73,6 +73,27 @@ def test_a_trial_whose_hf_config_is_missing_is_refused_before_it_launches(cli, h
     assert sorted(f.name for f in here.iterdir()) == ["c.json"]
 
 
+@pytest.mark.parametrize("config, named", [
+    ('{"device": "cuda", "seq_len": 32}', ["`device` is cuda", "no visible CUDA GPU", '"device": "cpu"']),
+    ('{"device": "cpu", "precision": "fp8", "seq_len": 32}', ["`precision` fp8 on CPU ranks", '"precision": "bf16"']),
+], ids=["cuda on a CPU machine", "fp8 on CPU ranks"])
+def test_a_trial_asking_for_a_gpu_feature_on_cpu_is_refused_before_it_launches(cli, here, monkeypatch,
+                                                                               config, named):
+    """Such a trial launched a worker, which ended it `unsupported` (exit 1) and left
+    autotune_runs/single/trial_0000 behind. AUTOTUNE_FORCE_CPU hides any GPU, so the test
+    also holds on a GPU machine."""
+    from autotune.run.hardware import local_hardware
+
+    monkeypatch.setenv("AUTOTUNE_FORCE_CPU", "1")
+    local_hardware.cache_clear()
+    try:
+        (here / "c.json").write_text(config)
+        _one_error(*cli("trial", "c.json")[::2], "c.json", *named)
+    finally:
+        local_hardware.cache_clear()
+    assert sorted(f.name for f in here.iterdir()) == ["c.json"]
+
+
 @pytest.mark.parametrize("text", ["", "# prices to come\n"], ids=["empty", "comments only"])
 @pytest.mark.parametrize("reader", ["catalog", "search space"])
 def test_an_empty_catalog_or_space_is_one_line_saying_so(cli, here, reader, text):

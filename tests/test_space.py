@@ -116,6 +116,34 @@ def test_space_nothing_runnable_is_a_user_error(tmp_path):
         restrict(load_space(str(p)), capabilities_for(CPU2))
 
 
+@pytest.mark.parametrize("text, field, shown, runs", [
+    ("precision: [fp16]\n", "precision", "(fp16)", "it runs fp32, bf16"),
+    ("precision: [fp8, fp16]\n", "precision", "(fp8, fp16)", "on GPUs only"),
+    ("num_gpus: [8]\n", "num_gpus", "(8)", "at most 2 rank(s)"),
+])
+def test_space_nothing_runnable_names_the_choices_and_what_runs_here(tmp_path, text, field, shown, runs):
+    # A GPU feature asked of a CPU: the message named the choices as Python's enum repr
+    # ("[<Precision.fp16: 'fp16'>]") and not what the machine does run.
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    with pytest.raises(UserError) as exc:
+        restrict(load_space(str(p)), capabilities_for(CPU2))
+    text = str(exc.value)
+    assert f"`{field}` {shown}" in text and runs in text, text
+    assert "<" not in text and "To fix: list a choice this machine runs" in text
+
+
+def test_fp8_on_a_gpu_with_no_compile_says_it_runs_only_compiled():
+    caps = capabilities_for(H100x8, compute_capability=(9, 0), fp8_library=True)
+    with pytest.raises(UserError, match="fp8 runs only compiled"):
+        restrict(SearchSpace(precision=[Precision.fp8], compile=[False]), caps)
+
+
+def test_misspelt_space_name_suggests_the_shipped_one():
+    with pytest.raises(UserError, match="did you mean 'default'"):
+        load_space("defualt")
+
+
 def _key(v):
     return tuple(str(getattr(x, "value", x)) for x in (
         v["num_gpus"], v["tp_degree"], v["micro_batch_size"], v["grad_accum_steps"], v["precision"],

@@ -69,3 +69,37 @@ def test_suggestion_uses_an_alias():
         Outer.model_validate({"inner": [{"max-step": 2}]})
     text = format_validation_error("f.yaml", info.value, Outer)
     assert "field `inner.0.max-step`" in text and "did you mean 'max-steps'?" in text
+
+
+CHOICE_TYPOS = {
+    "enum in a section": ("trial: {launcher: torchrn}\n", None, "trial.launcher", "torchrun"),
+    "union tag": ("workload: {kind: gtp}\n", None, "workload", "gpt"),
+    "space choice": ("space: space.yaml\n", "fsdp: [none, full-shard]\n", "fsdp.1", "full_shard"),
+    "space precision": ("space: space.yaml\n", "precision: [bf61]\n", "precision.0", "bf16"),
+    "space name": ("space: defualt\n", None, None, "default"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHOICE_TYPOS))
+def test_misspelt_choice_suggests_the_value(tmp_path, run_cli, case):
+    # A mistyped key was suggested; a mistyped value (an enum, a Literal, a union's tag, a
+    # shipped space's name) only listed the choices.
+    text, space, field, suggestion = CHOICE_TYPOS[case]
+    (tmp_path / "bad.yaml").write_text(text)
+    if space:
+        (tmp_path / "space.yaml").write_text(space)
+    p = run_cli("sweep", "bad.yaml")
+    assert p.returncode == 2, p.stderr
+    assert field is None or f"`{field}`" in p.stderr, p.stderr
+    assert f"did you mean '{suggestion}'?" in p.stderr, p.stderr
+    assert p.stderr.count("To fix:") == 1 and "Traceback" not in p.stderr
+    _nothing_written(tmp_path)
+
+
+def test_misspelt_trial_config_field_suggests_the_field(tmp_path, run_cli):
+    (tmp_path / "c.json").write_text('{"precison": "bf16"}')
+    p = run_cli("trial", "c.json")
+    assert p.returncode == 2, p.stderr
+    assert "`precison`" in p.stderr and "did you mean 'precision'?" in p.stderr, p.stderr
+    assert "docs/spec_reference.md" in p.stderr
+    assert not (tmp_path / "autotune_runs").exists()

@@ -34,16 +34,20 @@ def trial(
     from autotune.contract import HFWorkload, TrialConfig
     from autotune.errors import format_validation_error, read_text_file
 
-    text = read_text_file(config_file, "config")  # a folder, a missing or non-UTF-8 file: UserError
+    # A folder, a missing or non-UTF-8 file: UserError.
+    text = read_text_file(config_file, "config", fix="check the path (a TrialConfig JSON: `autotune export` "
+                          "writes one as trial_config.json; a trial's folder holds one as config.json)")
     try:
         cfg = TrialConfig.model_validate_json(text)
     except ValidationError as exc:
-        raise UserError(format_validation_error(config_file, exc),
-                        fix="see autotune/contract/config.py TrialConfig for the fields") from None
+        raise UserError(format_validation_error(config_file, exc, TrialConfig),
+                        fix="see docs/spec_reference.md, section TrialConfig, for the fields "
+                            "(`autotune export` writes one as trial_config.json)") from None
     hf_file = cfg.workload.config_file() if isinstance(cfg.workload, HFWorkload) else None
     if hf_file is not None:  # checked here, before a trial folder is made and a worker started
         read_text_file(hf_file, "Hugging Face config", fix="point workload.config_path at a local config.json "
                        "(or the folder holding one); trials never download")
+    _refuse_what_cannot_run_here(cfg, config_file)
     crowded = _crowded_cores(cfg)
     if crowded:
         console(stderr=True).print(f"warning: {crowded}", soft_wrap=True, markup=False)
@@ -75,6 +79,24 @@ def trial(
                 c.print(f"  note: {note}", markup=False)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _refuse_what_cannot_run_here(cfg, config_file: Path) -> None:
+    """A trial this machine cannot run at all (a GPU asked of a CPU-only machine, fp8 on CPU
+    ranks) is refused before a trial folder is made and a worker started, which would end it
+    `unsupported` (exit 1) and leave the folder behind. What the worker alone can tell (this
+    GPU's compute capability, an op it lacks) it still says itself."""
+    from autotune.contract import DeviceKind, Precision
+    from autotune.run.hardware import local_hardware
+
+    if cfg.device is DeviceKind.cuda and local_hardware().device_kind is not DeviceKind.cuda:
+        raise UserError(f"{config_file}: `device` is cuda, but this machine has no visible CUDA GPU "
+                        "(NVML finds none, or CUDA_VISIBLE_DEVICES or AUTOTUNE_FORCE_CPU hides them)",
+                        fix='set "device": "cpu" to run it on CPU ranks, or run it on a GPU machine')
+    if cfg.device is DeviceKind.cpu and cfg.precision is Precision.fp8:
+        raise UserError(f"{config_file}: `precision` fp8 on CPU ranks: fp8 matmuls need an Ada/Hopper GPU "
+                        "(compute capability >= 8.9)",
+                        fix='set "precision": "bf16" (or "fp32") for a CPU trial, or "device": "cuda" on such a GPU')
 
 
 def _crowded_cores(cfg) -> str | None:

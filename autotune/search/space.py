@@ -133,9 +133,10 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         if gone:
             dropped[name] = gone
         if not kept:
-            raise UserError(
-                f"search space: no choice of `{name}` ({values}) can run on this machine",
-                fix=f"add a choice this machine supports to `{name}`")
+            shown = ", ".join(str(getattr(v, "value", v)) for v in values)
+            raise UserError(f"search space: no choice of `{name}` ({shown}) can run on this machine: "
+                            f"{_runs_here(name, caps, list(space.compile))}",
+                            fix=f"list a choice this machine runs in `{name}`")
         return kept
 
     num_gpus = keep("num_gpus", space.num_gpus, lambda n: n <= caps.max_ranks)
@@ -165,6 +166,28 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
         fsdp=keep("fsdp", space.fsdp, lambda f: caps.fsdp or f is FSDPMode.none),
         compile=compiled,
     )
+
+
+def _runs_here(name: str, caps: Capabilities, compiled: list[bool]) -> str:
+    """What this machine runs of one dimension of the space, for the error when the space
+    lists none of it (`precision: [fp16]` on a CPU, `num_gpus: [8]` on 2 cores)."""
+    cpu = caps.device is DeviceKind.cpu
+    if name == "num_gpus":
+        return f"it runs at most {caps.max_ranks} rank(s) (" + (
+            "its usable CPU cores over trial.threads_per_rank" if cpu else "its visible GPUs") + ")"
+    if name == "precision":
+        runs = [p.value for p in Precision if p in caps.precisions and (p is not Precision.fp8 or True in compiled)]
+        if Precision.fp8 in caps.precisions and True not in compiled:
+            note = "; fp8 runs only compiled: add true to the space's compile"
+        else:
+            note = "; fp16 and fp8 are offered on GPUs only" if cpu else ""
+        return f"it runs {', '.join(runs)}{note}"
+    if name == "zero_stage":
+        return f"it runs ZeRO stages {', '.join(str(z) for z in sorted(caps.zero_stages))}"
+    if name == "tp_degree":
+        return ("TP degrees must divide the model's heads, be at most the largest num_gpus it runs, "
+                "and come with 0 in zero_stage; 1 always runs")
+    return "none runs here"
 
 
 def suggest(trial: Any, rs: RestrictedSpace, global_batch_samples: int | None = None,

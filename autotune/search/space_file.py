@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
-from autotune.errors import UserError, format_validation_error, load_yaml_file
+from autotune.errors import UserError, did_you_mean, format_validation_error, load_yaml_file
 
 SPACES_DIR = Path(__file__).resolve().parents[1] / "data" / "search_spaces"
 
@@ -71,7 +71,7 @@ def load_space(name_or_path: str) -> SearchSpace:
         p = SPACES_DIR / f"{name_or_path}.yaml"
         if not p.is_file():
             known = sorted(f.stem for f in SPACES_DIR.glob("*.yaml"))
-            raise UserError(f"unknown search space '{name_or_path}'",
+            raise UserError(f"unknown search space '{name_or_path}'{did_you_mean(name_or_path, known)}",
                             fix=f"use one of {', '.join(known)} or a path to a YAML file")
     data = load_yaml_file(p, "search space", empty_fix="list the choices of at least one dimension, e.g. "
                           "`micro_batch_size: [1, 2, 4]` (autotune/data/search_spaces/default.yaml)")
