@@ -63,3 +63,33 @@ def test_the_readmes_cpu_demo_is_a_real_sweeps_output():
     assert quoted is not None and quoted == logged_output(log)
     trial_lines = [ln for ln in quoted.splitlines() if ln.startswith("  trial ")]
     assert len(trial_lines) == 8 and "\nPick: trial " in quoted and "Next: autotune export" in quoted
+
+
+def _commands(text: str, start: str) -> list[str]:
+    """The shell commands of a document's code blocks that start with `start`, continuation
+    lines joined and comments dropped."""
+    blocks = [b.split("\n", 1)[1] for b in text.split("```")[1::2] if b.startswith("bash")]
+    joined = "\n".join(blocks).replace("\\\n", " ")
+    return [ln.split(" #")[0] for ln in joined.splitlines() if ln.strip().startswith(start)]
+
+
+def test_the_docs_skypilot_commands_run_as_written(tmp_path, run_cli):
+    """The README's SkyPilot command gave --storage-file with --skypilot-task, which the sweep
+    refuses (a task never holds the URL): run as written, it ended exit 2. Each command, from a
+    folder with a spec.yaml and a ~/.autotune-db-url, writes its tasks (no `sky` needed)."""
+    import shlex
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".autotune-db-url").write_text("postgresql://tuner:PW@db.example.com/autotune\n")
+    commands = [c for doc in ("README.md", "docs/cluster.md")
+                for c in _commands((REPO / doc).read_text(), "autotune sweep") if "--skypilot-task" in c]
+    assert len(commands) == 2, commands
+    for i, command in enumerate(commands):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        (folder / "spec.yaml").write_text("study: llama-8b\n")
+        argv = [a.replace("~", str(home)) for a in shlex.split(command)][1:]
+        p = run_cli(*argv, cwd=folder, env={"HOME": str(home)})
+        assert p.returncode == 0, (command, p.stderr)
+        assert (folder / "skypilot" / "autotune-h100-sxmx8.yaml").is_file(), p.stdout
