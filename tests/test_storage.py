@@ -217,6 +217,33 @@ def test_sweeps_that_open_a_new_sqlite_file_at_once_all_open_it(tmp_path):
         assert [answers.get(timeout=5) for _ in procs] == ["ok"] * 6
 
 
+def _ask_queued(url: str, barrier, answers) -> None:
+    study = optuna.load_study(study_name="q", storage=open_storage(url))
+    barrier.wait()
+    answers.put([study.ask().number for _ in range(5)])
+
+
+def test_sweeps_on_one_sqlite_file_never_take_the_same_queued_trial(tmp_path):
+    """Optuna takes a queued trial by reading it WAITING and setting it RUNNING; SQLite ignores
+    the FOR UPDATE that should make that atomic, so two sweeps on one SQLite file both took the
+    same trial (4 to 6 of 20 here) and both ran it. Real processes asking at once."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path}/q.db"
+    study = optuna.create_study(study_name="q", storage=open_storage(url))
+    for i in range(20):
+        study.enqueue_trial({"x": i})
+    ctx = multiprocessing.get_context("fork")
+    barrier, answers = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_ask_queued, args=(url, barrier, answers)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    taken = sorted(sum((answers.get(timeout=5) for _ in procs), []))
+    assert taken == list(range(20))
+
+
 def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):
     """A RUNNING trial whose heartbeat stops (its machine died) is failed by the next worker
     that asks for a trial and re-queued once, with the retry recorded (real PostgreSQL)."""

@@ -41,6 +41,7 @@ from autotune.record import TrialRecord
 from autotune.run.claims import CLAIM_PREFIX, claim, claim_owner  # noqa: F401 - re-exported
 from autotune.run.reconnect import first_in_chain, wait_for_server, wait_s_from_env
 from autotune.run.redact import driver_reason, has_user_info, parse_clean, redact_text, redact_url, url_secrets  # noqa: F401 - re-exported
+from autotune.run.sqlite_writes import write_lock_at_begin
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Seconds a driver may take to open a connection: an unreachable server fails fast.
@@ -203,6 +204,8 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
         if must_exist:
             _check_optuna_tables(url, given, engine_kwargs)
         storage = _rdb_storage(url, engine_kwargs, hb, create_tables=not must_exist)
+        if kind == "sqlite" and not must_exist and storage_file(given):  # two sweeps on one file
+            write_lock_at_begin(storage.engine)
         if kind != "sqlite":  # a server: wait out a restart or a failover (autotune.run.reconnect)
             wait_for_server(storage, given, wait_s)
         return storage
