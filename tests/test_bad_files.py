@@ -5,6 +5,7 @@ one `error:` line naming the file (or field, or flag) and the fix, exit code 2, 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,25 @@ def test_a_trial_asking_for_a_gpu_feature_on_cpu_is_refused_before_it_launches(c
     finally:
         local_hardware.cache_clear()
     assert sorted(f.name for f in here.iterdir()) == ["c.json"]
+
+
+@pytest.mark.parametrize("command, missing, named", [
+    (("plan", "spec.yaml"), "llama-7b.json", ["workload.config_path", "spec file's folder"]),
+    (("plan", "spec.yaml"), "space.yaml", ["`space:` file is read from the spec file's folder"]),
+    (("sweep", "spec.yaml", "--trials", "1"), "space.yaml", ["`space:` file is read from the spec file's folder"]),
+], ids=["plan, no config", "plan, no space", "sweep, no space"])
+def test_the_7b_spec_copied_without_its_files_says_they_are_read_from_its_folder(cli, here, command,
+                                                                                 missing, named):
+    """A user copies examples/llama7b-8gpu/spec.yaml without one of its files: plan answered
+    with estimate's fix ("give a preset name") for the model's config, and the space's fix
+    was "check the path"."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "llama7b-8gpu"
+    for name in ("spec.yaml", "llama-7b.json", "space.yaml"):
+        if name != missing:
+            (here / name).write_text((example / name).read_text())
+    line = _one_error(*cli(*command)[::2], missing, *named)
+    assert "preset" not in line
+    assert missing not in {f.name for f in here.iterdir()} and len(list(here.iterdir())) == 2
 
 
 @pytest.mark.parametrize("text", ["", "# prices to come\n"], ids=["empty", "comments only"])

@@ -310,6 +310,11 @@ def model_from_workload(workload: Any) -> ModelShape | None:
     if isinstance(workload, HFWorkload):
         # The same config the worker builds (trials/workloads/hf.py, `load_config_dict`).
         if workload.config_path:
+            # The spec's field, named with how it is read: the fix of `estimate --model` (a
+            # preset name) is no fix for a spec carried away from its model's config.
+            read_text_file(workload.config_file() or workload.config_path, "Hugging Face config",
+                           fix="point workload.config_path at a local config.json (or the folder holding "
+                               "one); a relative path is read from the spec file's folder")
             return model_from_hf_config(workload.config_path, workload.config_overrides)
         return model_from_hf_config({"model_type": workload.model_type}, workload.config_overrides)
     return None

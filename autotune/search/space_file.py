@@ -65,14 +65,22 @@ class SearchSpace(BaseModel):
         return self
 
 
+def _shipped() -> list[str]:
+    return sorted(f.stem for f in SPACES_DIR.glob("*.yaml"))
+
+
 def load_space(name_or_path: str) -> SearchSpace:
     p = Path(name_or_path)
     if not p.suffix:
         p = SPACES_DIR / f"{name_or_path}.yaml"
         if not p.is_file():
-            known = sorted(f.stem for f in SPACES_DIR.glob("*.yaml"))
+            known = _shipped()
             raise UserError(f"unknown search space '{name_or_path}'{did_you_mean(name_or_path, known)}",
                             fix=f"use one of {', '.join(known)} or a path to a YAML file")
+    if not p.exists():
+        raise UserError(f"search space file '{p}' does not exist",
+                        fix="check the path (a spec's `space:` file is read from the spec file's folder; "
+                            f"a shipped space is named without .yaml: {', '.join(_shipped())})")
     data = load_yaml_file(p, "search space", empty_fix="list the choices of at least one dimension, e.g. "
                           "`micro_batch_size: [1, 2, 4]` (autotune/data/search_spaces/default.yaml)")
     try:
