@@ -109,11 +109,14 @@ def test_no_flag_takes_both_of_the_specs_limits_and_two_flags_neither(stored):
 
 
 def test_a_limit_flag_of_zero_or_less_is_refused(stored, tmp_path):
-    """As the spec's own budget.max_usd and deadline_hours (above 0; a negative one the flag itself
-    refuses): one line, exit 2."""
+    """As the spec's own budget.max_usd and deadline_hours (above 0): one line, exit 2; the help says
+    so (it said "(min 0)", a bound the flag did not keep)."""
     folder, _ = stored
+    for command in ("report", "export"):
+        text = " ".join(_cli(folder, command, "--help").stdout.split())
+        assert "budget in dollars, above 0" in text and "deadline in hours, above 0" in text and "min 0" not in text
     for command, flag, value in (("report", "--max-usd", "0"), ("report", "--deadline-hours", "0"),
-                                 ("export", "--max-usd", "0")):
+                                 ("export", "--max-usd", "0"), ("export", "--deadline-hours", "-1")):
         extra = ["--pick", "cheapest", "--out", str(tmp_path / "out")] if command == "export" else []
         p = _cli(folder, command, flag, value, *extra)
         assert p.returncode == 2 and f"{flag} {float(value):g} must be above 0" in p.stderr, p.stderr

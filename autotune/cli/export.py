@@ -32,9 +32,10 @@ def export(
     storage_file: Optional[Path] = storage_file_option(),
     launcher: Optional[Launcher] = typer.Option(
         None, "--launcher", help="launcher of launch.sh (default: the trial's)"),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
+    max_usd: Optional[float] = typer.Option(
+        None, "--max-usd", help="budget in dollars, above 0 (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(
-        None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
+        None, "--deadline-hours", help="deadline in hours, above 0 (default: the sweep spec's)"),
     force: bool = typer.Option(
         False, "--force", help="write into an --out folder that holds other files: yours, ones changed since "
                                "autotune wrote them, a report's (they are kept; one under a name the export "

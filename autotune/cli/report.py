@@ -31,9 +31,10 @@ def report(
     out: Optional[Path] = typer.Option(
         None, "--out", help="write report.html, report.json and PNG plots into this folder (new, empty or an "
                             "earlier report's; see --force)"),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0, help="budget (default: the sweep spec's)"),
+    max_usd: Optional[float] = typer.Option(
+        None, "--max-usd", help="budget in dollars, above 0 (default: the sweep spec's)"),
     deadline_hours: Optional[float] = typer.Option(
-        None, "--deadline-hours", min=0, help="deadline (default: the sweep spec's)"),
+        None, "--deadline-hours", help="deadline in hours, above 0 (default: the sweep spec's)"),
     provider: Optional[list[str]] = provider_option(),
     region: Optional[list[str]] = region_option(),
     force: bool = typer.Option(
