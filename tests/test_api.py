@@ -101,3 +101,31 @@ def test_an_on_trial_that_raises_stops_the_sweep_and_keeps_the_trial_it_reported
     states = [(t.number, t.state.name, TrialRecord.of(t).status) for t in trials]
     assert trials[0].state is TrialState.COMPLETE and TrialRecord.of(trials[0]).status == "ok", states
     assert all(t.state is TrialState.WAITING for t in trials[1:]), states  # nothing ran after it
+
+
+def test_a_trial_cut_by_a_signal_is_not_counted_as_measured(tmp_path):
+    """A sweep resumed after a SIGTERM (or Ctrl-C twice) cut a trial: its first line said "(2
+    trials measured so far)" where one trial had measured and the other was killed before it
+    measured anything. A real study in SQLite: one measured trial, one cut, one reused."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.api.sweep import load, prepare
+    from autotune.search.study import open_study
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    url = f"sqlite:///{tmp_path}/s.db"
+    spec = load({"workload": {"kind": "gpt", "preset": "tiny"}, "seq_len": 32,
+                 "space": str(tmp_path / "space.yaml"), "storage": url, "study": "cut"})
+    study = open_study(url, "cut")
+    dist = {"micro_batch_size": CategoricalDistribution([1, 2])}
+    for state, mb, attrs in [(TrialState.COMPLETE, 1, {"status": "ok"}),
+                             (TrialState.FAIL, 2, {"status": "interrupted",
+                                                   "error": "stopped by SIGTERM (kill, a scheduler or a "
+                                                            "container stopping); its processes were killed"}),
+                             (TrialState.COMPLETE, 1, {"status": "ok", "reused_from": 0})]:
+        study.add_trial(create_trial(state=state, values=[1.0, 2.0] if state is TrialState.COMPLETE else None,
+                                     params={"micro_batch_size": mb}, distributions=dist, user_attrs=attrs))
+    assert len(optuna.load_study(study_name="cut", storage=url).trials) == 3
+    assert prepare(spec, tmp_path / "runs").measured_before == 1

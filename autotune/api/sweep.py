@@ -93,7 +93,9 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     check_same_study(st, spec)  # a study resumed with another workload or space ends here
     if folder is not None and verdict is not None:
         take_runs_folder(st, folder, url, verdict)
-    before = sum(1 for t in st.get_trials(deepcopy=False) if TrialRecord.of(t).launched)
+    # A trial a signal cut (Ctrl-C twice, SIGTERM) ran but measured nothing: not counted.
+    before = sum(1 for t in st.get_trials(deepcopy=False)
+                 if (rec := TrialRecord.of(t)).launched and rec.status != "interrupted")
     return Session(spec, machine, catalog, st, before)
 
 
