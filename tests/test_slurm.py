@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -103,12 +104,20 @@ def test_study_status_lists_workers_and_jobs(cli, tmp_path, monkeypatch):
         if pid == 100:  # two measured; the third failed (as a later sweep fails a dead job's)
             st.tell(trial, [1.0, 2.0] if trial.number < 2 else None,
                     state=TrialState.COMPLETE if trial.number < 2 else TrialState.FAIL)
+    # A sweep on this machine killed outright (kill -9): its trial stays RUNNING in the study
+    # until the next sweep here fails it. The status said "running trial 4" and nothing more.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    TrialRecord.write(st.ask(), controller={"host": socket.gethostname(), "pid": dead.pid})
     record_jobs(st, ["41", "42"], "/runs/st/slurm/worker.sbatch", "/runs/st/slurm/worker-%j.out")
     monkeypatch.setenv("PATH", str(tmp_path))
     code, out, err = cli("study", "status", "--storage", url, "--study", "st")
     assert code == 0, err
     assert "n1 pid 100 slurm job 41: 3 trial(s) finished (2 complete, 1 failed)" in out
-    assert "n1 pid 200 slurm job 42: 0 trial(s) finished, running trial 3" in out
+    # Slurm cannot be asked here, so job 42's controller may be alive: nothing more is said.
+    assert "n1 pid 200 slurm job 42: 0 trial(s) finished, running trial 3\n" in out
+    assert (f"pid {dead.pid}: 0 trial(s) finished, running trial 4 (its controller is gone: the next "
+            f"sweep of the study on {socket.gethostname()} fails it and queues it again)") in out
     assert "slurm job 42: unknown" in out and "worker-42.out" in out
 
 

@@ -115,6 +115,10 @@ def status(
     for w in doc["workers"]:
         job = f" slurm job {w['slurm_job_id']}" if w["slurm_job_id"] else ""
         running = f", running trial {', '.join(map(str, w['running']))}" if w["running"] else ""
+        if w["running"] and w["gone"]:  # killed (kill -9, out of memory, a node lost): says so
+            running += (f" (its Slurm job {w['slurm_job_id']} ended" if w["slurm_job_id"] else
+                        f" (its controller is gone: the next sweep of the study on {w['host']}") + \
+                " fails it and queues it again)"
         ended = ", ".join(f"{w[k]} {k}" for k in ("complete", "pruned", "failed") if w[k])
         con.print(f"  {w['host']} pid {w['pid']}{job}: {w['finished']} trial(s) finished"
                   f"{f' ({ended})' if ended else ''}{running}", soft_wrap=True, markup=False)
@@ -126,10 +130,13 @@ def status(
 def workers_and_jobs(study) -> dict:
     """Workers, from the controller each trial records; jobs, from the study's list of
     submitted jobs with Slurm's state now ("unknown" where Slurm cannot be asked)."""
+    import socket
+
     from optuna.trial import TrialState
 
     from autotune.cli.sweep_slurm import submitted_jobs
     from autotune.record import TrialRecord
+    from autotune.run.processes import controller_gone
     from autotune.run.slurm import job_info
 
     workers: dict[tuple, dict] = {}
@@ -139,9 +146,11 @@ def workers_and_jobs(study) -> dict:
             continue
         w = workers.setdefault((ctl.host, ctl.pid, ctl.slurm_job_id), {
             "host": ctl.host, "pid": ctl.pid, "slurm_job_id": ctl.slurm_job_id, "finished": 0,
-            "complete": 0, "pruned": 0, "failed": 0, "running": []})
+            "complete": 0, "pruned": 0, "failed": 0, "running": [], "gone": False})
         if t.state is TrialState.RUNNING:
             w["running"].append(t.number)
+            # Dead here (its pid), or its Slurm job ended; elsewhere unknown: a heartbeat decides.
+            w["gone"] = w["gone"] or controller_gone(ctl, socket.gethostname())
         elif t.state.is_finished():
             # A trial a later sweep failed for its dead controller is finished, not measured.
             w["finished"] += 1
