@@ -178,7 +178,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
             raise UserError(f"storage {redact_url(url)}: no file name", fix="use journal:///path/study.log")
         if not path.parent.is_dir():
             raise UserError(f"storage {redact_url(url)}: folder '{path.parent}' does not exist",
-                            fix="create the folder or point --storage elsewhere")
+                            fix="create the folder, or give a storage URL whose folder exists")
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         try:
@@ -190,7 +190,7 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
         db = _sqlite_file(url)
         if db and db != ":memory:" and not Path(db).parent.is_dir():
             raise UserError(f"storage {redact_url(url)}: folder '{Path(db).parent}' does not exist",
-                            fix="create the folder or point --storage elsewhere")
+                            fix="create the folder, or give a storage URL whose folder exists")
     hb = heartbeat or HeartbeatSettings.from_env()
     wait_s = wait_s_from_env()  # a bad value is refused before anything is opened
     given, url = url, _with_installed_driver(url)
