@@ -337,3 +337,27 @@ def test_estimate_shows_small_models_in_a_unit_that_reads(cli):
     code, out, err = cli("estimate", "--model", "7b", "--zero-stage", "3", "--dp", "8")
     rows = [ln.split("│")[1].strip() for ln in out.splitlines() if ln.count("│") >= 2]
     assert rows.index("of which gathered parameters") == rows.index("other (gathered parameters, logits, buckets, casts)") + 1
+
+
+def test_estimate_without_activations_never_says_fits(cli):
+    """`estimate --params 7e9 --zero-stage 3 --dp 64 --seq-len 8192 --gpu l4` said "fits": its
+    total left out the activations (not estimated without the model's shapes), ~34 GB here on a
+    24 GB card. Without them the verdict is undecided (`fits` null), unless the states alone
+    are already over: then it does not fit."""
+    code, out, err = cli("estimate", "--params", "7e9", "--zero-stage", "3", "--dp", "64",
+                         "--seq-len", "8192", "--gpu", "l4", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["activations_bytes"] is None and doc["fits"] is None
+    # The same model with its shapes: the activations are counted, and it does not fit.
+    code, out, err = cli("estimate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--heads", "32",
+                         "--vocab", "32000", "--zero-stage", "3", "--dp", "64", "--seq-len", "8192",
+                         "--gpu", "l4", "--json")
+    shaped = json.loads(out)
+    assert shaped["activations_bytes"] > shaped["gpu_memory_bytes"] and shaped["fits"] is False
+    code, out, err = cli("estimate", "--params", "7e9", "--zero-stage", "3", "--dp", "64",
+                         "--seq-len", "8192", "--gpu", "l4")
+    assert "not decided" in out and ": fits" not in out and "total (without activations)" in out
+    # Over the card without activations: does not fit, whatever they are.
+    code, out, err = cli("estimate", "--params", "7e9", "--gpu", "l4", "--json")
+    assert json.loads(out)["fits"] is False

@@ -73,8 +73,11 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     )
     if gpu_mem is not None:
         usable = int(gpu_mem * (1 - DEFAULT_SAFETY_MARGIN))
+        # Without the model's shapes the total leaves the activations out: it can say "does not
+        # fit" (already over without them), never "fits" (None: not decided).
+        over = est.total_bytes > usable
         doc.update(gpu=gpu, gpu_memory_bytes=gpu_mem, safety_margin=DEFAULT_SAFETY_MARGIN,
-                   fits=bool(est.total_bytes <= usable))
+                   fits=False if over else (None if est.activations_bytes is None else True))
     return doc
 
 

@@ -87,7 +87,8 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
     for label, key in (("weights (own shard)", "weights_bytes"), ("gradients", "gradients_bytes"),
                        ("optimizer state", "optimizer_bytes"), ("activations", "activations_bytes"),
                        ("other (gathered parameters, logits, buckets, casts)", "other_bytes"),
-                       ("total", "total_bytes"), ("host memory (offload)", "host_bytes")):
+                       ("total" if doc["activations_bytes"] is not None else "total (without activations)",
+                        "total_bytes"), ("host memory (offload)", "host_bytes")):
         table.add_row(label, _bytes_text(doc[key]))
         if key == "other_bytes" and doc["detail"]["gathered_params_bytes"]:  # a part of "other"
             table.add_row("  of which gathered parameters", _bytes_text(doc["detail"]["gathered_params_bytes"]))
@@ -99,6 +100,11 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
     con.print("framework overhead (CUDA context, allocator) is not in these figures: a sweep "
               "calibrates it on real hardware")
     if gpu_mem is not None:
+        if doc["fits"] is None:  # activations not estimated: the total is a lower bound
+            con.print(f"{gpu} ({_bytes_text(gpu_mem)}): not decided: the total without activations is "
+                      f"within {1 - DEFAULT_SAFETY_MARGIN:.0%} of its memory, but the activations are not "
+                      "estimated (give --layers, --hidden, --heads and --vocab)")
+            return
         verdict = "[green]fits[/]" if doc["fits"] else "[red]does not fit[/]"
         con.print(f"{gpu} ({_bytes_text(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
                   "of its memory, the rest kept for the uncalibrated overhead)")
