@@ -334,3 +334,21 @@ def test_a_timed_out_srun_trial_leaves_no_agent_on_any_node(tmp_path, slurm, mon
         time.sleep(0.5)
     assert processes_under(tmp_path / "trial") == []
     assert slurm.run("squeue", "-h", "-s").stdout.strip() == ""  # no job step left running
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_study_status_says_a_trial_whose_slurm_job_ended_is_failed_by_the_next_sweep(cli, slurm, tmp_path, monkeypatch):
+    """A RUNNING trial of another machine's worker whose Slurm job the real Slurm says has ended
+    (a job id it never heard of reads as purged): any sweep of the study fails it next (the
+    sentence read "(its Slurm job N ended fails it and queues it again)")."""
+    from autotune.record import TrialRecord
+    from autotune.search.study import open_study
+
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    st = open_study(url, "st")
+    TrialRecord.write(st.ask(), controller={"host": "n1", "pid": 300, "slurm_job_id": "67000000"})
+    code, out, err = cli("study", "status", "--storage", url, "--study", "st")
+    assert code == 0, err
+    assert ("n1 pid 300 slurm job 67000000: 0 trial(s) finished, running trial 0 (its Slurm job 67000000 "
+            "ended: the next sweep of the study fails it and queues it again)") in " ".join(out.split()), out

@@ -116,8 +116,10 @@ def status(
         job = f" slurm job {w['slurm_job_id']}" if w["slurm_job_id"] else ""
         running = f", running trial {', '.join(map(str, w['running']))}" if w["running"] else ""
         if w["running"] and w["gone"]:  # killed (kill -9, out of memory, a node lost): says so
-            running += (f" (its Slurm job {w['slurm_job_id']} ended" if w["slurm_job_id"] else
-                        f" (its controller is gone: the next sweep of the study on {w['host']}") + \
+            # A sweep on any machine fails a trial whose Slurm job ended; only one on its host
+            # can tell that a pid is gone (autotune.run.processes.recover_dead_trials).
+            running += (f" (its Slurm job {w['slurm_job_id']} ended: the next sweep of the study" if w["slurm_job_id"]
+                        else f" (its controller is gone: the next sweep of the study on {w['host']}") + \
                 " fails it and queues it again)"
         ended = ", ".join(f"{w[k]} {k}" for k in ("complete", "pruned", "failed") if w[k])
         con.print(f"  {w['host']} pid {w['pid']}{job}: {w['finished']} trial(s) finished"
