@@ -137,13 +137,23 @@ def _forward_flops(cfg, built) -> float:
 
 
 def _recompute_fraction(cfg, built, probe, obs) -> tuple[float, str]:
-    """How much of the forward is run again in backward: measured from the linear layers'
-    forward calls in the probe step when there was one, else from the config."""
+    """How much of one forward's matmul FLOPs is run again in backward: measured from the
+    linear layers' forward calls in the probe step when there was one, else from the config.
+
+    Measured, it is the re-run nn.Linear weight elements over the model's matmul parameters
+    (N), the same N the hardware FLOPs multiply it by: a matmul that is no nn.Linear (the
+    built-in GPT's tied LM head, `F.linear`) is never recomputed, and counting the re-run
+    share of the linears alone as a share of all of N counted it as if it were."""
     if probe is not None:
-        passes = probe[1].forward_passes(cfg.grad_accum_steps)
+        counter = probe[1]
+        passes = counter.forward_passes(cfg.grad_accum_steps)
         if passes is not None:
             obs["linear_forward_passes_per_micro_step"] = passes
-            return max(0.0, passes - 1.0), "measured: nn.Linear forward calls in one step"
+            obs["linear_weight_elements"] = counter.total_elements
+            rerun = max(0.0, passes - 1.0) * counter.total_elements
+            source = ("measured: nn.Linear weight elements re-run in one step / matmul "
+                      "parameters")
+            return (rerun / built.matmul_params if built.matmul_params else max(0.0, passes - 1.0)), source
     n_layers = (built.shape or {}).get("n_layers")
     if cfg.checkpointing.value == "none":
         return 0.0, "config: no checkpointing"
