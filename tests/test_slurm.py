@@ -352,3 +352,14 @@ def test_study_status_says_a_trial_whose_slurm_job_ended_is_failed_by_the_next_s
     assert code == 0, err
     assert ("n1 pid 300 slurm job 67000000: 0 trial(s) finished, running trial 0 (its Slurm job 67000000 "
             "ended: the next sweep of the study fails it and queues it again)") in " ".join(out.split()), out
+    # The report said "1 running" of it, and of a trial whose controller here was killed outright.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    TrialRecord.write(st.ask(), controller={"host": socket.gethostname(), "pid": dead.pid})
+    code, out, err = cli("report", "--json", "--storage", url, "--study", "st")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert ("trial 0 is not running: its Slurm job 67000000 ended; the next sweep of the study fails it and "
+            "queues it again") in notes, notes
+    assert (f"trial 1 is not running: its controller (pid {dead.pid} on {socket.gethostname()}) is gone; the "
+            f"next sweep of the study on {socket.gethostname()} fails it and queues it again") in notes, notes

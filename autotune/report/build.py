@@ -323,6 +323,7 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
     """The whole report as a validated `ReportDoc`. Limits given here win over the study's."""
+    from autotune.run.processes import gone_notes
     from autotune.run.storage import redact_url
 
     spec = SweepRecord.of(study)
@@ -351,11 +352,9 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     per_platform: dict[str, OptionRow] = {}
     for o in sorted(feasible, key=lambda o: (o.usd, o.hours)):
         per_platform.setdefault(o.platform, o)
-    notes += _empty_notes(options, feasible, rows, limits)
+    notes += _empty_notes(options, feasible, rows, limits) + gone_notes(frozen)
     interfered = interference(frozen, nbrs)
-    beside_note = interference_note(interfered)
-    if beside_note:
-        notes.append(beside_note)
+    notes += [n for n in (interference_note(interfered),) if n]
     cheapest, fastest, pick_notes = recommended(feasible, fits)
     notes += pick_notes
     return ReportDoc(

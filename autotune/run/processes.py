@@ -94,6 +94,22 @@ def controller_gone(ctl: ControllerRef, host: str) -> bool:
     return job_ended(SlurmJobRef(job_id=ctl.slurm_job_id, restarts=ctl.slurm_restarts or 0)) is True
 
 
+def gone_notes(trials) -> list[str]:
+    """For a report: each RUNNING trial whose controller is known dead (`controller_gone`), which
+    no sweep runs any more; the next sweep of the study fails it and queues it again."""
+    from optuna.trial import TrialState
+
+    host, out = socket.gethostname(), []
+    for t in trials:
+        ctl = TrialRecord.of(t).controller if t.state is TrialState.RUNNING else None
+        if ctl is not None and controller_gone(ctl, host):
+            what = f"its Slurm job {ctl.slurm_job_id} ended" if ctl.host != host else \
+                f"its controller (pid {ctl.pid} on {ctl.host}) is gone"
+            out.append(f"trial {t.number} is not running: {what}; the next sweep of the study "
+                       f"{'' if ctl.host != host else 'on ' + ctl.host + ' '}fails it and queues it again")
+    return out
+
+
 def recover_dead_trials(study, note: Callable[[str], None] | None = None) -> list[int]:
     """Fail (and re-queue) RUNNING trials whose controller on THIS host is dead, killing the
     processes they left behind; also kill leftovers of this host's trials already failed by a
