@@ -361,3 +361,31 @@ def test_estimate_without_activations_never_says_fits(cli):
     # Over the card without activations: does not fit, whatever they are.
     code, out, err = cli("estimate", "--params", "7e9", "--gpu", "l4", "--json")
     assert json.loads(out)["fits"] is False
+
+
+def test_tensor_parallel_keeps_embeddings_and_lm_head_whole_on_every_rank():
+    """trials/engines/tp.py splits the blocks' linears only: the embeddings, LM head and
+    final norm stay whole on every TP rank. The estimate split the whole model t ways, so a
+    real TP-2 trial of this GPT (4 x 1024, vocab 8192) held 33,857,536 parameters per rank
+    (its observation `param_elements_local`) where the estimate counted 29.5M: 70 MB of fp32
+    model states short, and the estimate fell under the measured peak (590 MB against 646 MB
+    of host RSS added). The logits are whole too (the LM head is not split)."""
+    from autotune.contract import GPTShape
+    from autotune.estimate.compute import model_from_gpt_shape
+    from autotune.estimate.memory import activation_parts
+
+    shape = GPTShape(n_layers=4, d_model=1024, n_heads=8, vocab_size=8192, max_seq_len=256)
+    m = model_from_gpt_shape(shape)
+    d, V = shape.d_model, shape.vocab_size
+    block = (shape.num_params(include_embeddings=False) - 2 * d) // shape.n_layers
+    # Split by TP: each block's linears (its norms and row-parallel biases, ~0.04% here, too).
+    # Whole: token and position embeddings (the tied LM head) and the final LayerNorm.
+    local = shape.n_layers * block / 2 + V * d + shape.max_seq_len * d + 2 * d
+    cfg = MemoryConfig(seq_len=128, micro_batch_size=2, precision=Precision.fp32, tp_degree=2)
+    s = model_state_bytes(m, cfg)
+    assert s["weights"] == pytest.approx(4 * local, rel=1e-6)
+    assert s["weights"] == pytest.approx(4 * 33_857_536, rel=1e-3)  # what the TP trial held
+    assert s["optimizer"] == pytest.approx(8 * local, rel=1e-6)
+    whole = activation_parts(m, cfg.model_copy(update={"tp_degree": 1}))
+    split = activation_parts(m, cfg)
+    assert whole is not None and split is not None and split["logits"] == whole["logits"]

@@ -132,9 +132,10 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
     kept = (dims.n_layers - n_rec) * full + n_rec * kept_input
     kept += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
-    # Logits (vocab split by TP): the fp32 log-softmax output is kept for backward, and the
-    # backward of the loss holds its gradient and the logits' gradient at once: 3 fp32 copies.
-    logits = 12 * s * b * dims.vocab_size / t
+    # Logits: the fp32 log-softmax output is kept for backward, and the backward of the loss
+    # holds its gradient and the logits' gradient at once: 3 fp32 copies. Whole on every TP
+    # rank: the LM head is not split (trials/engines/tp.py splits the blocks only).
+    logits = 12 * s * b * dims.vocab_size
     return {"kept": int(kept), "recompute_transient": int(full if n_rec else 0),
             "kept_logits": int(logits / 3), "logits": int(logits)}
 

@@ -77,6 +77,17 @@ class ModelShape(BaseModel):
             return None
         return Dims(self.n_layers, self.d_model, self.n_heads, self.vocab_size)
 
+    def tp_local_params(self, tp_degree: int) -> float:
+        """Parameters one tensor-parallel rank holds: the repeated blocks split `tp_degree`
+        ways, the rest (embeddings, LM head, final norm) whole on every rank, as
+        trials/engines/tp.py splits the built-in GPT and Hugging Face models (the blocks' own
+        norms and row-parallel biases, also whole, are a rounding error). Without the block
+        size, the whole model split (a lower bound)."""
+        if tp_degree <= 1 or not self.block_params or not self.n_layers:
+            return self.params / tp_degree
+        split = min(self.params, self.n_layers * self.block_params)
+        return split / tp_degree + (self.params - split)
+
     @property
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul for every token: the N of 6N."""

@@ -203,13 +203,14 @@ def model_state_bytes(model: ModelShape, cfg: MemoryConfig) -> ModelStates:
     """Weights (own shard), the gathered working set, gradients, optimizer state per rank on
     the device, and host bytes.
 
-    Under TP each rank holds 1/t of the model (replicated norms neglected); ZeRO then shards
+    Under TP each rank holds 1/t of the blocks and the embeddings and LM head whole
+    (`ModelShape.tp_local_params`); ZeRO then shards
     over the data-parallel ranks: stage 1 the optimizer state, stage 2 also the gradients,
     stage 3 also the weights (ZeRO paper, Figure 1: 16 / 4 + 12/Nd / 2 + 14/Nd / 16/Nd bytes
     per parameter for mixed-precision Adam). FSDP2 shards all three like stage 3, in fp32
     (its mixed precision casts the gathered copies, not the shards).
     """
-    psi = model.params / cfg.tp_degree
+    psi = model.tp_local_params(cfg.tp_degree)
     nd = cfg.dp_degree
     mixed = cfg.precision is not Precision.fp32
     c = dtype_bytes(cfg.precision)
@@ -259,7 +260,7 @@ def estimate_memory(model: ModelShape, cfg: MemoryConfig) -> MemoryEstimate:
     """Analytic peak memory per rank; the calibrated overhead is added by `autotune.search.calibration`."""
     states = model_state_bytes(model, cfg)
     acts, logits = activation_bytes(model, cfg)
-    psi = model.params / cfg.tp_degree
+    psi = model.tp_local_params(cfg.tp_degree)
     c = dtype_bytes(cfg.precision)
     engine = cfg.resolved_engine
     notes: list[str] = []

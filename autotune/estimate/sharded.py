@@ -39,7 +39,7 @@ def gathered_params_bytes(model: ModelShape, cfg: Any, w_pp: float, compute_byte
     time with the next one prefetched; shard_grad_op keeps every block gathered from its
     forward to its backward: the model.
     """
-    psi = model.params / cfg.tp_degree
+    psi = model.tp_local_params(cfg.tp_degree)
     if cfg.resolved_engine == "fsdp2":
         c = 4.0 if cfg.precision is Precision.fp32 else float(compute_bytes)
         if cfg.fsdp is FSDPMode.shard_grad_op or not model.block_params or not model.n_layers:
@@ -57,7 +57,7 @@ def gathered_params_bytes(model: ModelShape, cfg: Any, w_pp: float, compute_byte
 
 def deepspeed_transients(model: ModelShape, cfg: Any, w_pp: float) -> tuple[float, float]:
     """(communication buckets, optimizer-step temporaries) of a DeepSpeed rank, bytes."""
-    psi = model.params / cfg.tp_degree
+    psi = model.tp_local_params(cfg.tp_degree)
     opt_temp = buckets = 0.0
     if cfg.optimizer == "adamw" and cfg.offload is Offload.none:
         # autotune's DeepSpeed config runs torch's AdamW (`torch_adam`), whose foreach step
@@ -79,7 +79,7 @@ def deepspeed_transients(model: ModelShape, cfg: Any, w_pp: float) -> tuple[floa
 
 def fsdp2_transients(model: ModelShape, cfg: Any, compute_bytes: int) -> tuple[float, float]:
     """(gradient buffers, optimizer-step temporaries) of an FSDP2 rank, bytes."""
-    psi = model.params / cfg.tp_degree
+    psi = model.tp_local_params(cfg.tp_degree)
     opt_temp = buckets = 0.0
     if cfg.optimizer == "adamw" and cfg.offload is Offload.none:
         opt_temp = psi / cfg.dp_degree * 4.0  # torch's foreach AdamW: sqrt(exp_avg_sq) of the shard
