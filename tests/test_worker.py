@@ -254,11 +254,24 @@ def test_cli_trial_prints_a_useful_result(run_cli, tmp_path):
 
 
 def test_cli_trial_json_of_a_failed_trial_exits_1(run_cli, tmp_path):
-    (tmp_path / "c.json").write_text(tiny(precision=Precision.fp8).model_dump_json())
-    p = run_cli("trial", "c.json", "--json", "--out", "fp8")
-    assert p.returncode == 1
+    # (fp8 on CPU ranks, the failure this used, is now refused before launching: exit 2)
+    (tmp_path / "c.json").write_text(tiny(workload=entry(fail="nan", fail_at_call=2)).model_dump_json())
+    p = run_cli("trial", "c.json", "--json", "--out", "nan")
+    assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["status"] == "unsupported" and "compute capability" in doc["error"]
+    assert doc["status"] == "nan" and doc["error_type"] == "NonFiniteLoss"
+    assert doc["tokens_per_s"] is None and doc["step_times_s"] == []  # nothing shown as measured
+
+
+def test_cli_trial_prints_an_error_with_brackets_as_it_is(run_cli, tmp_path):
+    # Errors quote paths and addresses in brackets (gloo: "Connection closed by peer
+    # [127.0.0.1]:6843", after "[/__w/pytorch/.../pair.cc:553]"): text, not console markup.
+    message = "[/data/shard_0001.bin] unreadable [bold]"
+    cfg = tiny(workload=entry(fail="raise", fail_at_call=2, message=message))
+    (tmp_path / "c.json").write_text(cfg.model_dump_json())
+    p = run_cli("trial", "c.json", "--out", "raised")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"status: crash (ValueError: {message})" in p.stdout
 
 
 def test_cli_trial_bad_file_exits_2_naming_it(run_cli, tmp_path):

@@ -58,7 +58,9 @@ def trial(
         from autotune.format import fmt_bytes
 
         c = console()
-        c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""))
+        # The error is the worker's text (gloo's quotes "[/path/pair.cc:553]"), not markup.
+        c.print(f"status: {result.status.value}" + (f" ({result.error_type}: {result.error})" if not result.ok else ""),
+                markup=False)
         if result.ok:
             r, obs = result, result.observations
             c.print(f"tokens/s: {r.tokens_per_s:,.0f} ({r.tokens_per_s_per_rank:,.0f} per rank, "
@@ -74,7 +76,7 @@ def trial(
                         f"per micro-step ({obs.get('activation_dtype')})")
             gns = "not measured" if r.gradient_noise_scale is None else f"{r.gradient_noise_scale:,.1f} samples"
             c.print(f"gradient noise scale: {gns}")
-            c.print(f"final loss: {r.final_loss:.4f}  folder: {out}")
+            c.print(f"final loss: {r.final_loss:.4f}  folder: {out}", markup=False)
             for note in r.notes + ([crowded] if crowded else []):
                 c.print(f"  note: {note}", markup=False)
     if not result.ok:
