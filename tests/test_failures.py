@@ -112,6 +112,22 @@ def test_fp8_on_cpu_is_unsupported_with_the_reason(failed):
     assert "compute capability" in r.error and "CPU" in r.error
 
 
+@pytest.mark.e2e
+def test_a_timed_out_two_node_trial_counts_every_rank(tmp_path):
+    """Two torchrun agents on this machine stand in for two nodes (as tests/test_multinode.py
+    runs them); rank 1 hangs, so the trial ends at its timeout with no result file: the
+    result the controller writes counts both nodes' ranks, not one node's."""
+    from autotune.run.launch import run_trial
+    from autotune.run.templates import template_argv_builder
+
+    cfg = tiny(workload=entry(fail="hang", fail_rank=1, fail_at_call=2), num_gpus=1, num_nodes=2,
+               timeout_s=20)
+    build = template_argv_builder(["{launcher_argv}"], per_node=True, rdzv_host="127.0.0.1")
+    r = run_trial(cfg, tmp_path / "trial", argv_builder=build)
+    assert r.status is TrialStatus.timeout
+    assert r.world_size == cfg.world_size == 2
+
+
 def test_every_failure_wrote_its_folder(failed):
     results, root, _, _ = failed
     for name in results:

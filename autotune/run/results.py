@@ -39,7 +39,7 @@ def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out
     """Classify how a trial ended from the result files and the exit code."""
     tail = (log_tail(err_path) + "\n" + log_tail(out_path, 1000)).strip()
     if timed_out:
-        return TrialResult(status=TrialStatus.timeout, world_size=cfg.num_gpus,
+        return TrialResult(status=TrialStatus.timeout, world_size=cfg.world_size,
                            error=f"trial exceeded timeout_s={cfg.timeout_s:g}; process group killed",
                            log_tail=tail)
     results: list[TrialResult] = []
@@ -73,7 +73,7 @@ def read_result(result_path: Path, rc: int, timed_out: bool, err_path: Path, out
     if unreadable is not None:
         return unreadable
     reason = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
-    return TrialResult(status=TrialStatus.crash, world_size=cfg.num_gpus, error_type="NoResult",
+    return TrialResult(status=TrialStatus.crash, world_size=cfg.world_size, error_type="NoResult",
                        error=f"worker ended ({reason}) without writing a result", log_tail=tail)
 
 
