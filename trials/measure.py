@@ -186,8 +186,10 @@ class SavedTensorMeter:
 
     That is the activation memory a step holds at its peak, measurable on any device. Counted
     through `torch.autograd.graph.saved_tensors_hooks` from the first pack to the first unpack
-    (the start of backward); storages are counted once (views share them), and parameters'
-    storages are left out (they are model states, not activations). With activation
+    (the start of backward); storages are counted once (views share them), and parameters
+    are left out (model states, not activations): their storages and views, a DTensor
+    parameter's local shard (tensor parallel) and FSDP2's gathered copies. A DTensor
+    activation counts its rank's local part. With activation
     checkpointing, torch's own hooks take over inside checkpointed regions, so only what the
     checkpoint keeps (its inputs) reaches this meter: exactly what stays alive.
 
@@ -197,8 +199,7 @@ class SavedTensorMeter:
     """
 
     def __init__(self, model: torch.nn.Module):
-        # A DTensor parameter (tensor parallel) saves its local shard: key that storage.
-        self._param_storages = {_storage_key(getattr(p, "_local_tensor", p)) for p in model.parameters()}
+        self._param_storages = {_storage_key(_local(p)) for p in model.parameters()}
         self._seen: set[tuple[str, int]] = set()
         self.saved_bytes = 0
         self.saved_tensors = 0
@@ -206,13 +207,24 @@ class SavedTensorMeter:
         self._closed = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
+    def _is_model_state(self, t: torch.Tensor, local: torch.Tensor) -> bool:
+        """A parameter, a view of one (`weight.t()` in a linear), or its local shard: model
+        states, not activations. Under FSDP2 the gathered (unsharded) weight is a Parameter of
+        its own, swapped in for the block's forward, so its views are caught by their base."""
+        for x in (t, local):
+            if isinstance(x, torch.nn.Parameter) or isinstance(x._base, torch.nn.Parameter):
+                return True
+        return _storage_key(local) in self._param_storages
+
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        # A parameter saved as itself (ZeRO-3 swaps its storage in and out) is a model state.
-        if not self._closed and not isinstance(t, torch.nn.Parameter):
-            key = _storage_key(t)
-            if key not in self._param_storages and key not in self._seen:
+        # A DTensor (tensor parallel) holds its rank's part in a local tensor: count that
+        # storage, not the global shape. ZeRO-3 saves a parameter as itself.
+        if not self._closed:
+            local = _local(t)
+            key = _storage_key(local)
+            if key not in self._seen and not self._is_model_state(t, local):
                 self._seen.add(key)
-                nbytes = int(t.untyped_storage().nbytes())
+                nbytes = int(local.untyped_storage().nbytes())
                 self.saved_bytes += nbytes
                 self.saved_tensors += 1
                 dtype = str(t.dtype).removeprefix("torch.")
@@ -236,6 +248,13 @@ class SavedTensorMeter:
 
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under a DTensor (nested for 2-D meshes); `t` itself otherwise."""
+    while hasattr(t, "_local_tensor"):
+        t = t._local_tensor
+    return t
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int]:
