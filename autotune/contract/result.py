@@ -132,7 +132,10 @@ class TrialResult(ContractModel):
     error_type: str | None = None
     error: str | None = None
     log_tail: str | None = None
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = Field(default=None, description=(
+        "The global batch's tokens over the median measured step time (each step's time is its "
+        "slowest rank's; warm-up excluded). The median keeps a one-off stall of a shared machine "
+        "out; a slow step that recurs in fewer than half of the steps is left out too."))
     samples_per_s: float | None = None
     tokens_per_s_per_rank: float | None = None
     step_time_median_s: float | None = None
