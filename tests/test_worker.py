@@ -36,6 +36,8 @@ def trials(tmp_path_factory):
         "bf16_selective": tiny(device_peak_flops=PEAK, precision=Precision.bf16,
                                checkpointing=Checkpointing.selective, checkpoint_every=2,
                                max_step_time_cv=1e-9, max_measure_steps=5),
+        # measure_steps above the cap: all 4 are measured, and the note names 4 (it named 2).
+        "cap_under_measure": tiny(max_step_time_cv=1e-9, measure_steps=4, max_measure_steps=2),
         # A finite list of 3 batches per rank (like a DataLoader), restarted by the worker.
         "fp16_2ranks": tiny(workload=entry("build_list"), num_gpus=2, precision=Precision.fp16,
                             measure_steps=6),
@@ -69,6 +71,9 @@ def test_high_cv_extends_the_measured_steps_up_to_the_cap_and_says_so(trials):
     assert r.measure_extended and r.measured_steps == 5
     assert any("measured 5 steps instead of 3" in n for n in r.notes)
     assert any("even at the cap of 5 steps" in n for n in r.notes)
+    under = trials[0]["cap_under_measure"]
+    assert not under.measure_extended and under.measured_steps == 4
+    assert any("even at the cap of 4 steps" in n for n in under.notes), under.notes
 
 
 def test_a_short_window_extends_until_it_lasts_min_measure_s_or_reaches_the_cap(trials):

@@ -77,8 +77,8 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
                             f"under {cfg.min_measure_s:g} s or its step-time CV above "
                             f"{cfg.max_step_time_cv:g}")
     if stats["cv"] > cfg.max_step_time_cv and n >= cfg.max_measure_steps:
-        result.notes.append(f"step-time CV {stats['cv']:.2f} is above {cfg.max_step_time_cv:g} "
-                            f"even at the cap of {cfg.max_measure_steps} steps: a noisy figure")
+        result.notes.append(f"step-time CV {stats['cv']:.2f} is above {cfg.max_step_time_cv:g} "  # n: the cap,
+                            f"even at the cap of {n} steps: a noisy figure")  # or a larger measure_steps
     return result
 
 

@@ -326,7 +326,8 @@ class TrialConfig(TrainingKnobs):
         "recompute."))
     measure_steps: int = Field(default=5, gt=0, description="Timed optimizer steps, at least.")
     max_measure_steps: int = Field(default=15, gt=0, description=(
-        "Cap on timed steps when the window is extended (high CV or shorter than min_measure_s)."))
+        "Cap on timed steps when the window is extended (high CV or shorter than min_measure_s); "
+        "a larger measure_steps is measured in full."))
     max_step_time_cv: float = Field(default=0.15, gt=0, description=(
         "Extend the window while the step-time coefficient of variation is above this."))
     # A window of a few short steps says little on a shared CPU: runs of one config spread
