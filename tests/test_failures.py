@@ -2,7 +2,8 @@
 the result files and the exit code (never from the logs).
 
 The failing models are user entry points (tests/fixtures/entry_points.py) that raise
-torch.OutOfMemoryError, hang, return a NaN loss, segfault, or raise, on a chosen rank.
+torch.OutOfMemoryError, hang, return a NaN loss, segfault, kill themselves with SIGKILL, or
+raise, on a chosen rank.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def failed(tmp_path_factory):
         "segfault_rank1": tiny(workload=entry(fail="segfault", fail_rank=1, fail_at_call=2),
                                num_gpus=2),
         "nan": tiny(workload=entry(fail="nan", fail_at_call=3)),
+        "sigkill_rank1": tiny(workload=entry(fail="sigkill", fail_rank=1, fail_at_call=3),
+                              num_gpus=2),
         "fp8_on_cpu": tiny(precision=Precision.fp8),
     }
     results = run_many(configs, root, parallel=3,
@@ -98,6 +101,32 @@ def test_segfault_of_rank1_is_a_crash_naming_the_rank(failed):
     assert r.error_type == "FatalSignal"
     assert r.error.startswith("rank 1 died:") and "Segmentation fault" in r.error
     assert "_fail" in r.log_tail  # faulthandler's Python stack of the dying rank
+
+
+def test_sigkill_of_rank1_is_a_crash_naming_the_rank_the_signal_and_its_peak(failed):
+    """SIGKILL (the kernel's OOM killer, kill -9) leaves no result and no fatal log; rank 0
+    then fails on gloo's closed connection, or is torn down by the launcher first (both
+    happen). The result names rank 1 and the signal, not rank 0's connection error."""
+    results, root, _, _ = failed
+    r = results["sigkill_rank1"]
+    assert r.status is TrialStatus.crash and r.error_type == "SIGKILL", r.error
+    assert r.error.startswith("rank 1 was killed by SIGKILL (signal 9)"), r.error
+    assert r.observations["rank"] == 1 and r.world_size == 2
+    # The peak rank 1 had reached, from its alive marker: the same model's whole trial
+    # (the NaN one, one rank) reaches about as much.
+    assert r.peak_mem_source.value == "host_rss"
+    assert r.peak_mem_bytes > 0.5 * results["nan"].peak_mem_bytes
+    assert "host RSS peak before" in r.error
+    # Rank 0 ended too (a connection error, or the launcher's SIGTERM): a note, not the cause.
+    assert any(n.startswith("then rank 0:") for n in r.notes), r.notes
+
+
+def test_a_rank_killed_by_sigkill_fails_autotune_trial_with_exit_1(run_cli, tmp_path):
+    cfg = tiny(workload=entry(fail="sigkill", fail_rank=1, fail_at_call=3), num_gpus=2)
+    (tmp_path / "c.json").write_text(cfg.model_dump_json())
+    p = run_cli("trial", "c.json", "--out", "killed")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "status: crash (SIGKILL: rank 1 was killed by SIGKILL (signal 9)" in p.stdout, p.stdout
 
 
 def test_nan_loss_is_classified_nan(failed):

@@ -93,6 +93,7 @@ def serve(queue: Path, idle_timeout_s: float) -> int:
     """Run trials from `queue` until told to stop; returns the exit code."""
     from autotune.contract import TrialConfig, TrialStatus
     from trials import worker
+    from trials.alive import clear_alive
     from trials.engines import engine_class
     from trials.measure import host_rss_now_bytes, reset_host_rss_peak
     from trials.workloads.build import import_workload_modules
@@ -141,6 +142,7 @@ def serve(queue: Path, idle_timeout_s: float) -> int:
         if rank == 0:
             result.wall_s = time.perf_counter() - t_start
             result.write(result_path)
+        clear_alive()  # the trial ended by this rank's own code
         if result.status is not TrialStatus.ok:
             return 1  # e.g. a NaN loss returned as a result: the next trial gets a fresh pool
         seq += 1

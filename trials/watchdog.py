@@ -51,6 +51,9 @@ def watch_controller(on_gone: Callable[[], None] | None = None) -> bool:
                 sys.stderr.flush()
                 if on_gone is not None:
                     on_gone()
+                from trials.alive import clear_alive
+
+                clear_alive()  # ended by its own code, not killed: no marker to say otherwise
                 os._exit(EXIT_CONTROLLER_GONE)
 
     threading.Thread(target=watch, name="autotune-controller-watch", daemon=True).start()

@@ -7,7 +7,8 @@ Launched by `autotune.run.launch` exactly as a long run would be, e.g.:
 
 Every rank trains; rank 0 writes the result (atomically). A rank that fails writes
 `result.rankN.json` with what it saw and exits non-zero, so the launcher tears the others
-down; a rank killed by a fatal signal (a segfault) leaves its stack in `fatal.rankN.log`.
+down; a rank killed by a fatal signal (a segfault) leaves its stack in `fatal.rankN.log`, and
+one killed by SIGKILL (the OOM killer) leaves its `alive.rankN.json` marker behind.
 The controller reads the cause from those files and the exit code, never from the logs.
 
 The steps: set up the device and process group -> build the workload on the meta device,
@@ -28,6 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
+from trials.alive import clear_alive, mark_alive
 from trials.steps import Steps
 
 _wall_at_start = time.time()
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         result.wall_s = time.perf_counter() - t_start
         result.write(result_path)
+    clear_alive()
     return 0 if result.status is TrialStatus.ok else 1
 
 
@@ -99,6 +102,7 @@ def run_one(cfg, result_path: Path, t_start: float, keep_group: bool = False):
         _attach_peak_memory(result, cfg)
         path = result_path if rank == 0 else rank_result_path(result_path, rank)
         result.write(path)
+        clear_alive()  # this rank said how it ended: no marker left to name it as killed
         sys.stdout.flush()
         sys.stderr.flush()
         # Exit at once: peers blocked in a collective would otherwise wait for the
@@ -147,6 +151,9 @@ def install_fault_handlers(result_path: Path, rank: int):
     # writes the stack to this rank's file, whose presence tells the controller which rank died.
     fatal = open(fatal_log_path(result_path, rank), "w")  # noqa: SIM115 - lives until exit
     faulthandler.enable(file=fatal, all_threads=True)
+    # SIGKILL runs neither: the marker this rank leaves until its own code ends the trial names
+    # it as the one killed (trials/alive.py).
+    mark_alive(result_path, rank)
     return fatal
 
 

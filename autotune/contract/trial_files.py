@@ -8,7 +8,9 @@ Both sides name these files through this module only (tests/test_layout.py pins 
 A trial's folder: config.json (the TrialConfig), command.json (the exact argv), stdout.log and
 stderr.log (the launcher's output), result.json (rank 0's result, written atomically),
 result.rankN.json (a failed rank's own result), fatal.rankN.log (rank N's stack when a fatal
-signal killed it; every rank opens its file as it takes the trial), nodes.json (the per-node
+signal killed it; every rank opens its file as it takes the trial), alive.rankN.json (rank N's
+pid and host RSS peak, refreshed while it runs and removed when it ends by its own code: one
+left behind names a rank killed by a signal it could not catch, SIGKILL), nodes.json (the per-node
 argvs of a multi-node trial started once per node), launch.json (a sweep's record of the
 launch: the launcher's process group and the controller, so that a later sweep can clean up),
 launcher_logs/ (torchrun's --log-dir while the trial runs; removed after it).
@@ -35,12 +37,14 @@ LAUNCH = "launch.json"  # the sweep's record of the launch: process group and co
 # torchrun's per-run folder (--log-dir), in the trial's folder: without it torch.distributed.elastic
 # makes a /tmp/torchelastic_* folder for every run and never removes it.
 LAUNCHER_LOGS = "launcher_logs"
-# What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log
-# (exactly these names: a user's result_backup.json in the folder is not ours to delete).
-_OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log")
+# What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log,
+# alive.rankN.json (exactly these names: a user's result_backup.json in the folder is not ours
+# to delete).
+_OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log|alive\.rank\d+\.json")
 # The files a trial's folder gets from its controller and rank 0, by fixed name.
 TRIAL_NAMES = (CONFIG, COMMAND, STDOUT, STDERR, RESULT, NODES, LAUNCHER_LOGS)
 _FATAL_PREFIX, _FATAL_SUFFIX = "fatal.rank", ".log"
+_ALIVE_PREFIX, _ALIVE_SUFFIX = "alive.rank", ".json"
 
 QUEUE_PREFIX = "autotune-pool-"
 STOP = "stop"
@@ -123,6 +127,22 @@ def fatal_log_paths(trial_dir: Path) -> list[Path]:
 def fatal_log_rank(path: Path) -> int | str:
     """The rank a fatal log belongs to (its name as written when it is not a number)."""
     rank = path.name.removeprefix(_FATAL_PREFIX).removesuffix(_FATAL_SUFFIX)
+    return int(rank) if rank.isdigit() else rank
+
+
+def alive_marker_path(result_path: Path, rank: int) -> Path:
+    """Rank `rank`'s marker while it runs the trial (beside the trial's result)."""
+    return result_path.with_name(f"{_ALIVE_PREFIX}{rank}{_ALIVE_SUFFIX}")
+
+
+def alive_marker_paths(trial_dir: Path) -> list[Path]:
+    """The markers left in `trial_dir`: ranks that ended without their own code ending them."""
+    return sorted(Path(trial_dir).glob(f"{_ALIVE_PREFIX}*{_ALIVE_SUFFIX}"))
+
+
+def alive_marker_rank(path: Path) -> int | str:
+    """The rank an alive marker belongs to (its name as written when it is not a number)."""
+    rank = path.name.removeprefix(_ALIVE_PREFIX).removesuffix(_ALIVE_SUFFIX)
     return int(rank) if rank.isdigit() else rank
 
 
