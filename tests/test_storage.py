@@ -205,18 +205,22 @@ def test_sweeps_that_open_a_new_sqlite_file_at_once_all_open_it(tmp_path):
     "UNIQUE constraint failed: alembic_version.version_num", and its sweep ended with exit 2
     and a fix saying the file was not a sweep's database or was damaged (about half the time
     with two sweeps). Real processes on real files, released together by a barrier."""
+    for round_ in range(3):
+        assert _at_once(_open_at, f"sqlite:///{tmp_path}/new{round_}.db", 6) == ["ok"] * 6
+
+
+def _at_once(target, url: str, n: int) -> list:
+    """What `target(url, barrier, answers)` puts, from n forked processes released together."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
-    for round_ in range(3):
-        url = f"sqlite:///{tmp_path}/new{round_}.db"
-        barrier, answers = ctx.Barrier(6), ctx.Queue()
-        procs = [ctx.Process(target=_open_at, args=(url, barrier, answers)) for _ in range(6)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=60)
-        assert [answers.get(timeout=5) for _ in procs] == ["ok"] * 6
+    barrier, answers = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(url, barrier, answers)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    return [answers.get(timeout=5) for _ in procs]
 
 
 def _ask_queued(url: str, barrier, answers) -> None:
@@ -229,21 +233,11 @@ def test_sweeps_on_one_sqlite_file_never_take_the_same_queued_trial(tmp_path):
     """Optuna takes a queued trial by reading it WAITING and setting it RUNNING; SQLite ignores
     the FOR UPDATE that should make that atomic, so two sweeps on one SQLite file both took the
     same trial (4 to 6 of 20 here) and both ran it. Real processes asking at once."""
-    import multiprocessing
-
     url = f"sqlite:///{tmp_path}/q.db"
     study = optuna.create_study(study_name="q", storage=open_storage(url))
     for i in range(20):
         study.enqueue_trial({"x": i})
-    ctx = multiprocessing.get_context("fork")
-    barrier, answers = ctx.Barrier(4), ctx.Queue()
-    procs = [ctx.Process(target=_ask_queued, args=(url, barrier, answers)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=60)
-    taken = sorted(sum((answers.get(timeout=5) for _ in procs), []))
-    assert taken == list(range(20))
+    assert sorted(sum(_at_once(_ask_queued, url, 4), [])) == list(range(20))
 
 
 def test_heartbeat_fails_and_requeues_a_dead_trial(postgres, monkeypatch):
