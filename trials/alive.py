@@ -65,7 +65,7 @@ def _write_locked() -> None:
     marker (still a marker, its rank in its name), never a stray temporary file."""
     data = {"rank": _current["rank"], "pid": os.getpid(),
             "started_unix_s": _current["started_unix_s"], "seen_unix_s": time.time()}
-    peak = _vm_hwm_bytes()
+    peak = vm_hwm_bytes()
     if peak is not None:
         data["host_rss_peak_bytes"] = peak
     try:
@@ -75,9 +75,10 @@ def _write_locked() -> None:
         pass  # the trial's folder went away (a controller cleaning up): nothing to mark
 
 
-def _vm_hwm_bytes() -> int | None:
-    """This process's RSS peak (Linux's VmHWM, as trials.measure reads it; that module imports
-    torch, which a rank has not loaded yet when it takes its trial). None off Linux."""
+def vm_hwm_bytes() -> int | None:
+    """This process's RSS peak: Linux's VmHWM; None off Linux. Here, not in trials.measure
+    (which reads it too), because that module imports torch, which a rank has not loaded yet
+    when it takes its trial."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from trials.alive import vm_hwm_bytes
+
 
 def synchronize(device: torch.device) -> None:
     # A CPU-GPU sync point: without it the timer measures kernel launches, not kernels.
@@ -75,14 +77,8 @@ def host_rss_peak_bytes() -> int:
     """Peak resident set size of this process since it started or since the last
     `reset_host_rss_peak()`: Linux's VmHWM, else ru_maxrss (KiB), which cannot be reset (the
     kernel folds every exited thread's high-water mark into it)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    peak = vm_hwm_bytes()
+    return peak if peak is not None else int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def reset_host_rss_peak() -> bool:
