@@ -213,9 +213,9 @@ def _pool_of(trial: Path) -> tuple[str, list[int]]:
     fatal log exists: trials/pool.py opens it then)."""
     import json
 
-    from autotune.contract.trial_files import fatal_log_paths
+    from autotune.contract.trial_files import FATAL_LOGS
 
-    _wait_for(lambda: fatal_log_paths(trial), what="trial 0 to start in its pool")
+    _wait_for(lambda: FATAL_LOGS.paths(trial), what="trial 0 to start in its pool")
     command = json.loads((trial / "command.json").read_text())
     queue = command["argv"][command["argv"].index("--queue") + 1]
     ranks = processes_under(queue)

@@ -137,7 +137,7 @@ def test_a_signal_to_the_parent_reaches_every_worker_and_leaves_nothing_running(
 
     import psutil
 
-    from autotune.contract.trial_files import fatal_log_paths
+    from autotune.contract.trial_files import FATAL_LOGS
     from tests.fixtures.study_tools import in_a_terminal, sigterm_and_wait, started
 
     spec = _write(tmp_path)  # trials that measure until they are cut:
@@ -153,7 +153,7 @@ def test_a_signal_to_the_parent_reaches_every_worker_and_leaves_nothing_running(
         else:
             p, hang_up = stack.enter_context(in_a_terminal(argv, tmp_path))
         deadline = time.monotonic() + 180
-        while len([d for d in runs.glob("sbs/trial_*") if fatal_log_paths(d)]) < 2:  # both slots train
+        while len([d for d in runs.glob("sbs/trial_*") if FATAL_LOGS.paths(d)]) < 2:  # both slots train
             assert time.monotonic() < deadline and p.poll() is None, "two trials did not start"
             time.sleep(0.3)
         workers = psutil.Process(p.pid).children(recursive=True)

@@ -29,10 +29,10 @@ _current: dict = {}
 def mark_alive(result_path: Path, rank: int) -> None:
     """Write this rank's marker for the trial of `result_path` (a pool's rank moves its marker
     from trial to trial) and keep its RSS peak fresh from a daemon thread."""
-    from autotune.contract.trial_files import alive_marker_path
+    from autotune.contract.trial_files import ALIVE_MARKERS
 
     with _lock:
-        _current.update(path=alive_marker_path(result_path, rank), rank=rank,
+        _current.update(path=ALIVE_MARKERS.path(result_path, rank), rank=rank,
                         started_unix_s=time.time())
         _write_locked()
         if not _current.get("thread"):

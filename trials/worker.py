@@ -143,13 +143,13 @@ def install_fault_handlers(result_path: Path, rank: int):
     import faulthandler
     import signal
 
-    from autotune.contract.trial_files import fatal_log_path
+    from autotune.contract.trial_files import FATAL_LOGS
 
     # A trial killed at its timeout leaves each rank's stack in stderr.log: where it hung.
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     # A fatal signal (SIGSEGV, SIGABRT, ...) leaves no Python exception to catch: faulthandler
     # writes the stack to this rank's file, whose presence tells the controller which rank died.
-    fatal = open(fatal_log_path(result_path, rank), "w")  # noqa: SIM115 - lives until exit
+    fatal = open(FATAL_LOGS.path(result_path, rank), "w")  # noqa: SIM115 - lives until exit
     faulthandler.enable(file=fatal, all_threads=True)
     # SIGKILL runs neither: the marker this rank leaves until its own code ends the trial names
     # it as the one killed (trials/alive.py).

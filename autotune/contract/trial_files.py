@@ -43,8 +43,6 @@ LAUNCHER_LOGS = "launcher_logs"
 _OWN_OUTPUT = re.compile(r"result(\.rank\d+)?\.json|fatal\.rank\d+\.log|alive\.rank\d+\.json")
 # The files a trial's folder gets from its controller and rank 0, by fixed name.
 TRIAL_NAMES = (CONFIG, COMMAND, STDOUT, STDERR, RESULT, NODES, LAUNCHER_LOGS)
-_FATAL_PREFIX, _FATAL_SUFFIX = "fatal.rank", ".log"
-_ALIVE_PREFIX, _ALIVE_SUFFIX = "alive.rank", ".json"
 
 QUEUE_PREFIX = "autotune-pool-"
 STOP = "stop"
@@ -114,36 +112,37 @@ def rank_result_paths(result_path: Path) -> list[Path]:
     return sorted(result_path.parent.glob(f"{result_path.stem}.rank*.json"))
 
 
-def fatal_log_path(result_path: Path, rank: int) -> Path:
-    """Where rank `rank`'s faulthandler writes its stack (beside the trial's result)."""
-    return result_path.with_name(f"{_FATAL_PREFIX}{rank}{_FATAL_SUFFIX}")
+@dataclass(frozen=True)
+class RankFiles:
+    """One file per rank beside a trial's result, named `<prefix><rank><suffix>`.
+
+        FATAL_LOGS.path(files.result, 1)       # fatal.rank1.log
+        for p in ALIVE_MARKERS.paths(trial_dir): ALIVE_MARKERS.rank_of(p)
+    """
+
+    prefix: str
+    suffix: str
+
+    def path(self, result_path: Path, rank: int) -> Path:
+        """Rank `rank`'s file, beside the trial's result."""
+        return result_path.with_name(f"{self.prefix}{rank}{self.suffix}")
+
+    def paths(self, trial_dir: Path) -> list[Path]:
+        """Every rank's file in `trial_dir`, in name order."""
+        return sorted(Path(trial_dir).glob(f"{self.prefix}*{self.suffix}"))
+
+    def rank_of(self, path: Path) -> int | str:
+        """The rank a file belongs to (its name as written when it is not a number)."""
+        rank = path.name.removeprefix(self.prefix).removesuffix(self.suffix)
+        return int(rank) if rank.isdigit() else rank
 
 
-def fatal_log_paths(trial_dir: Path) -> list[Path]:
-    """Every rank's fatal log in `trial_dir`, in name order (present once a rank took the trial)."""
-    return sorted(Path(trial_dir).glob(f"{_FATAL_PREFIX}*{_FATAL_SUFFIX}"))
-
-
-def fatal_log_rank(path: Path) -> int | str:
-    """The rank a fatal log belongs to (its name as written when it is not a number)."""
-    rank = path.name.removeprefix(_FATAL_PREFIX).removesuffix(_FATAL_SUFFIX)
-    return int(rank) if rank.isdigit() else rank
-
-
-def alive_marker_path(result_path: Path, rank: int) -> Path:
-    """Rank `rank`'s marker while it runs the trial (beside the trial's result)."""
-    return result_path.with_name(f"{_ALIVE_PREFIX}{rank}{_ALIVE_SUFFIX}")
-
-
-def alive_marker_paths(trial_dir: Path) -> list[Path]:
-    """The markers left in `trial_dir`: ranks that ended without their own code ending them."""
-    return sorted(Path(trial_dir).glob(f"{_ALIVE_PREFIX}*{_ALIVE_SUFFIX}"))
-
-
-def alive_marker_rank(path: Path) -> int | str:
-    """The rank an alive marker belongs to (its name as written when it is not a number)."""
-    rank = path.name.removeprefix(_ALIVE_PREFIX).removesuffix(_ALIVE_SUFFIX)
-    return int(rank) if rank.isdigit() else rank
+# Rank N's stack when a fatal signal killed it (its faulthandler's file; every rank opens its
+# own as it takes the trial, so one present says the rank started).
+FATAL_LOGS = RankFiles("fatal.rank", ".log")
+# Rank N's pid and host RSS peak while it runs the trial, removed when its own code ends it: one
+# left behind names a rank killed by a signal it could not catch.
+ALIVE_MARKERS = RankFiles("alive.rank", ".json")
 
 
 def queue_trial_file(queue: Path, seq: int) -> Path:

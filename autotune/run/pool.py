@@ -39,9 +39,9 @@ from autotune.contract import (
     write_json_atomic,
 )
 from autotune.contract.trial_files import (
+    FATAL_LOGS,
     QUEUE_PREFIX,
     TrialFiles,
-    fatal_log_paths,
     queue_trial_file,
     rank_pid_files,
     remove_own_outputs,
@@ -259,7 +259,7 @@ class PoolRunner:
         _copy_range(pool.err_path, err_path, err_at)
         if failed:
             self._drop(pool)
-        started = bool(fatal_log_paths(trial_dir))  # each rank opens it as it takes the trial
+        started = bool(FATAL_LOGS.paths(trial_dir))  # each rank opens it as it takes the trial
         if not started and not fresh and not timed_out:
             return None, False
         result = read_result(result_path, rc, timed_out, err_path, out_path, cfg)

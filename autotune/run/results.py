@@ -17,10 +17,8 @@ from pathlib import Path
 
 from autotune.contract import MemoryReport, MemorySource, TrialConfig, TrialResult, TrialStatus
 from autotune.contract.trial_files import (
-    alive_marker_paths,
-    alive_marker_rank,
-    fatal_log_paths,
-    fatal_log_rank,
+    ALIVE_MARKERS,
+    FATAL_LOGS,
     rank_result_paths,
 )
 from autotune.format import fmt_bytes
@@ -96,11 +94,11 @@ def _fatal_signals(trial_dir: Path) -> list[TrialResult]:
     """Ranks killed by a fatal signal (SIGSEGV, SIGABRT, ...): the worker's faulthandler wrote
     their stack to fatal.rankN.log, which is empty for every rank that did not die that way."""
     out = []
-    for path in fatal_log_paths(trial_dir):
+    for path in FATAL_LOGS.paths(trial_dir):
         text = path.read_text(errors="replace") if path.stat().st_size else ""
         if not text.strip():
             continue
-        rank = fatal_log_rank(path)
+        rank = FATAL_LOGS.rank_of(path)
         first = text.strip().splitlines()[0]  # e.g. "Fatal Python error: Segmentation fault"
         out.append(TrialResult(status=TrialStatus.crash, error_type="FatalSignal",
                                error=f"rank {rank} died: {first}", log_tail=text[-LOG_TAIL_CHARS:],
@@ -143,12 +141,12 @@ def _killed_ranks(trial_dir: Path, failures: list[TrialResult], err_path: Path, 
     reported = {f.observations.get("rank") for f in failures}
     codes = _exit_codes_by_pid(err_path, out_path)
     out = []
-    for path in alive_marker_paths(trial_dir):
+    for path in ALIVE_MARKERS.paths(trial_dir):
         try:
             marker = json.loads(path.read_text())
         except (OSError, ValueError):
             marker = {}  # torn by the kill mid-write: its name still says the rank
-        rank = marker.get("rank", alive_marker_rank(path))
+        rank = marker.get("rank", ALIVE_MARKERS.rank_of(path))
         if rank in reported:
             continue
         code = codes.get(marker.get("pid", -1))
