@@ -124,6 +124,15 @@ class RestrictedSpace:
         return [o for o in self.offload if o in allowed] or [Offload.none]
 
 
+# Why a space without compile on drops fp8 (eager fp8 casts cost more than its matmuls save).
+FP8_NEEDS_COMPILE = "runs only compiled: add true to the space's compile"
+
+
+def _precision_runs(p: Precision, caps: Capabilities, compiled: list[bool]) -> bool:
+    """This machine runs `p`, and fp8 only where the space compiles (RestrictedSpace.precision_choices)."""
+    return p in caps.precisions and (p is not Precision.fp8 or True in compiled)
+
+
 def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None) -> RestrictedSpace:
     dropped: dict[str, list[Any]] = {}
 
@@ -141,9 +150,7 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
 
     num_gpus = keep("num_gpus", space.num_gpus, lambda n: n <= caps.max_ranks)
     compiled = list(space.compile)
-    # fp8 only with compile (RestrictedSpace.precision_choices): a space without compile on drops it.
-    precision = keep("precision", space.precision,
-                     lambda p: p in caps.precisions and (p is not Precision.fp8 or True in compiled))
+    precision = keep("precision", space.precision, lambda p: _precision_runs(p, caps, compiled))
     zero = keep("zero_stage", space.zero_stage, lambda z: z in caps.zero_stages)
     # TP runs at ZeRO stage 0 only (ZeRO with TP is not implemented: trials/engines/deepspeed.py).
     tp = keep("tp_degree", space.tp_degree,
@@ -151,7 +158,7 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
               and (n_heads is None or n_heads % t == 0) and (t == 1 or 0 in zero))
     why = {}
     if Precision.fp8 in dropped.get("precision", []) and Precision.fp8 in caps.precisions:
-        why["precision fp8"] = "runs only compiled: add true to the space's compile"
+        why["precision fp8"] = FP8_NEEDS_COMPILE
     return RestrictedSpace(
         why_dropped=why,
         num_gpus=num_gpus,
@@ -176,9 +183,9 @@ def _runs_here(name: str, caps: Capabilities, compiled: list[bool]) -> str:
         return f"it runs at most {caps.max_ranks} rank(s) (" + (
             "its usable CPU cores over trial.threads_per_rank" if cpu else "its visible GPUs") + ")"
     if name == "precision":
-        runs = [p.value for p in Precision if p in caps.precisions and (p is not Precision.fp8 or True in compiled)]
+        runs = [p.value for p in Precision if _precision_runs(p, caps, compiled)]
         if Precision.fp8 in caps.precisions and True not in compiled:
-            note = "; fp8 runs only compiled: add true to the space's compile"
+            note = f"; fp8 {FP8_NEEDS_COMPILE}"
         else:
             note = "; fp16 and fp8 are offered on GPUs only" if cpu else ""
         return f"it runs {', '.join(runs)}{note}"
