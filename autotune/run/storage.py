@@ -218,16 +218,17 @@ def open_storage(url: str | None, heartbeat: HeartbeatSettings | None = None,
                             f"{_RDB_KINDS.get(kind, kind)} is not installed",
                             fix=_DRIVER_FIX.get(missing, f"pip install {missing}")) from None
         reason = driver_reason(exc, given)
-        raise UserError(f"cannot open storage {redact_url(given)}: {reason}",
-                        fix=_SQLITE_LOCKED_FIX if kind == "sqlite" and "database is locked" in reason else
-                        "point the URL at the SQLite file a sweep wrote (this file is not one, or is "
-                        "damaged), or at a new file" if kind == "sqlite" else
-                        "check the URL, that the server is running and reachable, and the "
-                        "credentials") from None
+        raise UserError(f"cannot open storage {redact_url(given)}: {reason}", fix=_open_fix(kind, reason)) from None
 
 
-_SQLITE_LOCKED_FIX = ("another process holds the file locked (an open sqlite3 shell or database browser "
-                      "in a transaction, a backup): end it and run again")
+def _open_fix(kind: str, reason: str) -> str:
+    """The fix for a storage the driver could not open, by what the driver said."""
+    if kind != "sqlite":
+        return "check the URL, that the server is running and reachable, and the credentials"
+    if "database is locked" in reason:
+        return ("another process holds the file locked (an open sqlite3 shell or database browser in a "
+                "transaction, a backup): end it and run again")
+    return "point the URL at the SQLite file a sweep wrote (this file is not one, or is damaged), or at a new file"
 
 
 def _check_writable(url: str) -> None:
