@@ -220,6 +220,21 @@ class SweepSpec(_Spec):
                              "divides, or drop those node counts")
         return self
 
+    @model_validator(mode="after")
+    def _seq_len_fits_gpt(self) -> "SweepSpec":
+        # Every trial of the built-in GPT refuses a sequence longer than its learned positions
+        # (trials/workloads/build.py): said once here instead of in every trial of a budget. A
+        # Hugging Face model's own limit is checked at the sweep's start (trials/preflight.py).
+        if isinstance(self.workload, GPTWorkload):
+            longest = self.workload.resolved_shape().max_seq_len
+            if self.seq_len > longest:
+                what = ("workload.shape" if self.workload.shape is not None
+                        else f"GPT preset '{self.workload.preset}'")
+                raise ValueError(f"seq_len {self.seq_len} is longer than {what} takes (max_seq_len "
+                                 f"{longest}): set seq_len to at most {longest}, or give "
+                                 "workload.shape with a larger max_seq_len")
+        return self
+
     @field_validator("study")
     @classmethod
     def _safe_study(cls, v: str) -> str:

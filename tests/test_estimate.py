@@ -389,3 +389,22 @@ def test_tensor_parallel_keeps_embeddings_and_lm_head_whole_on_every_rank():
     whole = activation_parts(m, cfg.model_copy(update={"tp_degree": 1}))
     split = activation_parts(m, cfg)
     assert whole is not None and split is not None and split["logits"] == whole["logits"]
+
+
+def test_a_sequence_longer_than_the_model_takes_is_refused(tmp_path, run_cli):
+    # A trial of it refuses the sequence (trials/workloads/build.py): the estimate of a run
+    # that cannot start is refused with the longest it takes, for a preset and a config alike.
+    p = run_cli("estimate", "--model", "tiny", "--seq-len", "257")
+    assert p.returncode == 2 and "--seq-len 257" in p.stderr and "256 or less" in p.stderr, p.stderr
+    assert run_cli("estimate", "--model", "tiny", "--seq-len", "256").returncode == 0
+    # Not given: 2048, or the model's longest where shorter (tiny's 256), never a refusal.
+    p = run_cli("estimate", "--model", "tiny", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["config"]["seq_len"] == 256, p.stderr
+    assert json.loads(run_cli("estimate", "--model", "7b", "--json").stdout)["config"]["seq_len"] == 2048
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128,
+                               "max_position_embeddings": 512}))
+    p = run_cli("estimate", "--model", str(cfg), "--seq-len", "1024")
+    assert p.returncode == 2 and "512 or less" in p.stderr, p.stderr
+    assert run_cli("estimate", "--model", str(cfg), "--seq-len", "512").returncode == 0

@@ -44,3 +44,22 @@ def test_bad_workloads_end_before_any_trial(tmp_path, workload, files, words):
         check_workload(spec)
     assert words in str(exc.value) and "To fix" in str(exc.value)
     assert str(tmp_path / "spec.yaml") in str(exc.value)  # names the spec file
+
+
+@pytest.mark.parametrize("workload", [
+    "{kind: hf, config_path: short.json}",
+    # Without the field in a file: the limit is the model type's own (gpt2's n_positions).
+    "{kind: hf, model_type: gpt2, config_overrides: {n_positions: 64, n_embd: 32, n_layer: 1, n_head: 2}}",
+])
+def test_a_sequence_longer_than_the_hf_model_takes_ends_before_any_trial(tmp_path, workload):
+    # Every trial's build refuses it (trials/workloads/hf.py, check_positions): the preflight
+    # says it once instead of a budget of `unsupported` trials.
+    (tmp_path / "short.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                     "max_position_embeddings": 64}))
+    spec = _spec(tmp_path, workload)
+    assert spec.seq_len == 128
+    with pytest.raises(UserError) as exc:
+        check_workload(spec)
+    assert "seq_len 128 exceeds the model's max_position_embeddings 64" in str(exc.value)
+    assert "To fix: set seq_len to at most 64" in str(exc.value)
+    check_workload(spec.with_overrides(seq_len=64))

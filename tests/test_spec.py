@@ -157,3 +157,19 @@ def test_an_option_error_names_the_option_that_failed_and_masks_any_url_it_lists
     except ValidationError as err:
         shown = _flags_shown({"storage": "postgresql://u:SECRETPASS@db/a", "study": None}, err)
     assert shown == "storage='postgresql://u:***@db/a'"
+
+
+def test_a_sequence_longer_than_the_gpt_takes_is_refused_before_any_trial(tmp_path, run_cli):
+    # Every trial of it was `unsupported` (seq_len over the learned positions): the whole budget
+    # spent on one reason the spec already says.
+    spec = _write(tmp_path, "workload: {kind: gpt, preset: tiny}\nseq_len: 1024\n")
+    with pytest.raises(UserError) as exc:
+        load_spec(spec)
+    assert "seq_len 1024" in str(exc.value) and "max_seq_len 256" in str(exc.value)
+    assert "at most 256" in str(exc.value)
+    p = run_cli("sweep", str(spec), "--trials", "1")
+    assert p.returncode == 2 and "max_seq_len 256" in p.stderr, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["spec.yaml"]  # nothing written
+    # Its own shape's positions decide; the preset's are then not the limit.
+    shape = "{n_layers: 1, d_model: 64, n_heads: 4, vocab_size: 128, max_seq_len: 1024}"
+    assert load_spec(_write(tmp_path, f"workload: {{kind: gpt, shape: {shape}}}\nseq_len: 1024\n")).seq_len == 1024

@@ -5,7 +5,7 @@
 Run once by the controller before a sweep (`autotune.run.preflight.check_workload`), in a
 subprocess with the trials' environment, so that a missing config file or an import error in
 the user's module ends the sweep at once with one message, instead of failing every trial the
-same way. Builds no model and touches no device.
+same way, or a sequence longer than the model takes. Builds no model and touches no device.
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ def check(cfg) -> None:
 
     wl = cfg.workload
     if isinstance(wl, HFWorkload):
-        from trials.workloads.hf import load_config_dict, transformers_module
+        from trials.workloads.hf import check_positions, load_config_dict, transformers_module
 
         data = load_config_dict(wl)
         model_type = data.pop("model_type")
         try:
-            transformers_module().AutoConfig.for_model(model_type, **data)
+            config = transformers_module().AutoConfig.for_model(model_type, **data)
         except (ValueError, KeyError) as exc:
             raise ValueError(f"transformers does not know model_type '{model_type}': {exc}. "
                              "To fix: use a model_type transformers knows (e.g. llama)") from None
+        check_positions(config, cfg.seq_len)
     elif isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import load_function
 

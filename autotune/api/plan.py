@@ -19,11 +19,13 @@ from autotune.errors import UserError
 # Headroom `fits` keeps below the GPU's memory for what the analytic model does not count
 # without a calibration (CUDA context, allocator fragmentation). A sweep fits it instead.
 DEFAULT_SAFETY_MARGIN = 0.10
+# `estimate`'s sequence length when none is given (a model with fewer positions: its longest).
+DEFAULT_SEQ_LEN = 2048
 
 
 def estimate(model: str | None = None, params: float | str | None = None, layers: int | None = None,
              hidden: int | None = None, heads: int | None = None, vocab: int | None = None,
-             seq_len: int = 2048, micro_batch: int = 1, precision: str = "bf16",
+             seq_len: int | None = None, micro_batch: int = 1, precision: str = "bf16",
              checkpointing: str = "none", zero_stage: int = 0, offload: str = "none", dp: int = 1,
              tp: int = 1, optimizer: str = "adamw", gpu: str | None = None,
              fsdp: str = "none") -> dict[str, Any]:
@@ -31,7 +33,7 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     (analytic; the framework overhead a sweep calibrates is not in it). `model`: a GPT preset
     or a Hugging Face config.json; else `params` (and optionally the shapes). `gpu`: a catalog
     GPU type, to say whether it fits. `fsdp`: FSDP2 sharding (full_shard, shard_grad_op)
-    instead of ZeRO."""
+    instead of ZeRO. `seq_len`: DEFAULT_SEQ_LEN, or the model's longest where shorter."""
     from pydantic import ValidationError
 
     from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
@@ -39,6 +41,14 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     from autotune.estimate.memory import MemoryConfig, estimate_memory, recomputed_layers
 
     shape = resolve_model(model, None if params is None else str(params), layers, hidden, heads, vocab)
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, shape.max_seq_len or DEFAULT_SEQ_LEN)
+    elif shape.max_seq_len is not None and seq_len > shape.max_seq_len:
+        # A trial of it refuses the sequence (trials/workloads/build.py): no estimate of a run
+        # that cannot start.
+        raise UserError(f"--seq-len {seq_len} is longer than {shape.name} takes (it has "
+                        f"{shape.max_seq_len} positions)",
+                        fix=f"give --seq-len {shape.max_seq_len} or less, or a model with more positions")
     if shape.n_heads and shape.n_heads % tp:
         raise UserError(f"--tp {tp} does not divide the model's {shape.n_heads} attention heads",
                         fix="pick a TP degree that divides the head count")

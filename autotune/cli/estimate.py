@@ -41,7 +41,9 @@ def register(app: typer.Typer) -> None:
         hidden: Optional[int] = typer.Option(None, "--hidden", min=1, help="with --params: hidden size"),
         heads: Optional[int] = typer.Option(None, "--heads", min=1, help="with --params: attention heads"),
         vocab: Optional[int] = typer.Option(None, "--vocab", min=1, help="with --params: vocabulary size"),
-        seq_len: int = typer.Option(2048, "--seq-len", min=1, help="tokens per sequence"),
+        seq_len: Optional[int] = typer.Option(
+            None, "--seq-len", min=1, show_default=False,
+            help="tokens per sequence [default: 2048, or the model's longest if shorter]"),
         micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="sequences per rank per micro-step"),
         precision: Precision = typer.Option(Precision.bf16, "--precision"),
         checkpointing: Checkpointing = typer.Option(
@@ -66,7 +68,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(doc)
             return
-        print_estimate(doc, gpu, console(), f"seq {seq_len}, micro-batch {micro_batch}, {precision.value}, "
+        seq = doc["config"]["seq_len"]  # the one estimated: 2048 or the model's longest
+        print_estimate(doc, gpu, console(), f"seq {seq}, micro-batch {micro_batch}, {precision.value}, "
                        f"checkpointing {checkpointing.value}, ZeRO {zero_stage}, offload {offload.value}, "
                        f"dp {dp}, tp {tp}, {optimizer.value} ({doc['engine']} layout"
                        + (f", FSDP2 {fsdp.value})" if fsdp is not FSDPMode.none else ")"))

@@ -66,6 +66,9 @@ class ModelShape(BaseModel):
     source: str = ""
     block_params: int | None = Field(
         default=None, description="parameters of one repeated block (FSDP2 gathers a block at a time)")
+    max_seq_len: int | None = Field(
+        default=None, description="the longest sequence the model takes (learned positions, or a "
+                                  "config's max_position_embeddings); None where not known")
 
     @property
     def has_shape(self) -> bool:
@@ -120,6 +123,7 @@ def model_from_gpt_shape(shape: GPTShape, name: str = "gpt") -> ModelShape:
         largest_layer_params=max(shape.vocab_size * d, d * f + f),
         source="built-in GPT (exact count)",
         block_params=(shape.num_params(include_embeddings=False) - 2 * d) // shape.n_layers,
+        max_seq_len=shape.max_seq_len,
     )
 
 
@@ -284,6 +288,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         source=f"Hugging Face config {where} ({mt or 'unknown type'}; "
                f"{how})",
         block_params=attn + mlp + norms,
+        # As a trial refuses (trials/workloads/hf.py, check_positions); a config without the
+        # field has its model type's default, which only transformers knows.
+        max_seq_len=_hf_size(cfg, where, "max_position_embeddings", "n_positions"),
     )
 
 

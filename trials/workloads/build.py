@@ -116,10 +116,7 @@ def _build(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
         from trials.workloads import hf
 
         model, config = hf.build_hf_model(wl, meta=True)
-        max_pos = getattr(config, "max_position_embeddings", None)
-        if max_pos and cfg.seq_len > max_pos:
-            raise UnsupportedConfig(f"seq_len {cfg.seq_len} exceeds the model's "
-                                    f"max_position_embeddings {max_pos}")
+        hf.check_positions(config, cfg.seq_len)
         return BuiltWorkload(model, hf.random_batches(config.vocab_size, cfg.seq_len,
                                                       cfg.micro_batch_size, device, seed),
                              params=count_params(model), shape=hf.shape_of(config), kind="hf",

@@ -67,6 +67,17 @@ def build_hf_config(wl: HFWorkload) -> Any:
     return config
 
 
+def check_positions(config: Any, seq_len: int) -> None:
+    """UnsupportedConfig when `seq_len` is longer than the model takes: its position table
+    (learned positions) or the length its rotary scaling is set for. Checked by every trial's
+    build and once by the sweep's preflight (trials/preflight.py), before any trial."""
+    longest = getattr(config, "max_position_embeddings", None)  # gpt2's n_positions, aliased
+    if longest and seq_len > longest:
+        raise UnsupportedConfig(f"seq_len {seq_len} exceeds the model's max_position_embeddings "
+                                f"{longest}. To fix: set seq_len to at most {longest}, or raise "
+                                "max_position_embeddings (config_overrides)")
+
+
 def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module, Any]:
     """(model, config); `meta`: shapes only, no memory and no init."""
     transformers = transformers_module()
