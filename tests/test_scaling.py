@@ -100,3 +100,11 @@ def test_projection_to_another_gpu_type_from_mfu():
     assert not p1.measured and "on a100-80gb" in p1.basis and "h100-sxm" in p1.basis
     with pytest.raises(UserError, match="no sourced"):
         gpu_type_factor(0.5, a100, cat.gpus["a10g"], "bf16")  # A10G peaks are not sourced
+
+
+def test_tp_ranks_all_reduce_the_parameters_they_hold():
+    # Given what one TP rank holds (embeddings whole), the data-parallel volume is of that;
+    # without it, the whole model split t ways (a lower bound).
+    held = CommModel(params=1e9, tp_degree=2, local_params=0.6e9)
+    assert held.dp_bytes_per_rank(4) == pytest.approx(2 * 3 / 4 * 0.6e9 * 2)
+    assert CommModel(params=1e9, tp_degree=2).dp_bytes_per_rank(4) == pytest.approx(2 * 3 / 4 * 0.5e9 * 2)

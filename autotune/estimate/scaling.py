@@ -64,6 +64,9 @@ class CommModel:
     grad_accum_steps: int = 1
     tp_bytes_per_step: float = 0.0  # tensor-parallel activation all-reduces, see `tp_bytes`
     fsdp: str = "none"  # FSDP2 (at zero_stage 0): "full_shard" or "shard_grad_op"
+    # Parameters one rank holds under tensor parallelism (ModelShape.tp_local_params: the blocks
+    # split, embeddings and head whole); None: params / tp_degree, a lower bound.
+    local_params: float | None = None
 
     def bytes_per_rank(self, dp: int) -> float:
         """Ring volume one rank sends per optimizer step at data-parallel degree `dp`."""
@@ -73,8 +76,9 @@ class CommModel:
         if dp <= 1:
             return 0.0
         f = (dp - 1) / dp
-        g = self.params / self.tp_degree * self.grad_bytes_per_param
-        p = self.params / self.tp_degree * self.param_bytes_per_param
+        held = self.local_params if self.local_params is not None else self.params / self.tp_degree
+        g = held * self.grad_bytes_per_param
+        p = held * self.param_bytes_per_param
         a = self.grad_accum_steps
         if self.fsdp != "none":
             # FSDP2, every micro-step (no sync skipped while accumulating in trials/engines/fsdp.py):

@@ -283,6 +283,7 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
         params=model.params, grad_bytes_per_param=grad_bytes_per_param(prec.value, c["zero_stage"]),
         param_bytes_per_param=4 if prec is Precision.fp32 else 2, zero_stage=c["zero_stage"], fsdp=c["fsdp"].value,
         tp_degree=c["tp_degree"], grad_accum_steps=c["grad_accum_steps"],
+        local_params=model.tp_local_params(c["tp_degree"]),
         tp_bytes_per_step=tp_bytes(model.n_layers or 0, model.d_model or 0,
                                    c["micro_batch_size"] * seq, c["tp_degree"], act_bytes,
                                    c["grad_accum_steps"]))
