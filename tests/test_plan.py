@@ -120,19 +120,8 @@ def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_pat
     from autotune.estimate.scaling import grad_bytes_per_param
 
     assert [grad_bytes_per_param(p, z) for p, z in (("bf16", 0), ("bf16", 1), ("bf16", 3), ("fp32", 1))] == [4, 2, 2, 4]
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
-        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
-        "zero_stage": [0, 1], "tp_degree": [1], "offload": ["none"], "fsdp": ["none"]}))
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
-        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e11},
-        "batch": {"global_batch_samples": 256}, "space": str(tmp_path / "space.yaml")}))
-    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
-    assert code == 0, err
-    import re
-
-    comm_s = {("zero1" in b["config"]): float(re.search(r"([\d.]+) s of collectives", b["throughput_basis"]).group(1))
-              for b in json.loads(out)["bills"]}
+    comm_s = _plan_1b_comm_s(cli, tmp_path, monkeypatch, {"zero_stage": [0, 1], "tp_degree": [1], "fsdp": ["none"]},
+                             256, "zero1")
     assert set(comm_s) == {True, False}
     assert comm_s[False] == pytest.approx(2 * comm_s[True], rel=0.02), comm_s
 
@@ -259,22 +248,10 @@ def test_the_data_parallel_all_reduce_under_tp_moves_what_a_rank_holds(cli, tmp_
     (trials/engines/tp.py; ModelShape.tp_local_params), and all-reduces those gradients over its
     data-parallel group. The plan moved params / t, leaving the embeddings' share out (~8% of
     the 1b preset's gradient volume at TP 2)."""
-    import re
-
     from autotune.estimate.compute import model_from_preset
     from autotune.estimate.scaling import CommModel, tp_bytes
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
-        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
-        "zero_stage": [0], "tp_degree": [1, 2], "offload": ["none"]}))
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
-        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e11},
-        "batch": {"global_batch_samples": 8}, "space": str(tmp_path / "space.yaml")}))
-    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
-    assert code == 0, err
-    comm = {("tp2" in b["config"]): float(re.search(r"([\d.]+) s of collectives", b["throughput_basis"]).group(1))
-            for b in json.loads(out)["bills"]}
+    comm = _plan_1b_comm_s(cli, tmp_path, monkeypatch, {"zero_stage": [0], "tp_degree": [1, 2]}, 8, "tp2")
     model = model_from_preset("1b")
     ddp = CommModel(params=model.params, grad_bytes_per_param=4).bytes_per_rank(8)
     tp_part = tp_bytes(model.n_layers, model.d_model, 2048, 2, 2, grad_accum_steps=2)
@@ -286,3 +263,21 @@ def test_the_data_parallel_all_reduce_under_tp_moves_what_a_rank_holds(cli, tmp_
     held, split = tp2(model.tp_local_params(2)), tp2(None)
     assert held / split > 1.05  # the two rules differ by more than the check's tolerance
     assert comm[True] / comm[False] == pytest.approx(held / ddp, rel=0.01)
+
+
+def _plan_1b_comm_s(cli, tmp_path, monkeypatch, space: dict, global_batch: int, label: str) -> dict[bool, float]:
+    """`autotune plan` of the 1b preset at seq 2048 on 8 H100s over `space` (one precision,
+    micro-batch 1): each bill's seconds of collectives, by whether its config names `label`."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
+        "offload": ["none"], **space}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e11},
+        "batch": {"global_batch_samples": global_batch}, "space": str(tmp_path / "space.yaml")}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
+    assert code == 0, err
+    return {(label in b["config"]): float(re.search(r"([\d.]+) s of collectives", b["throughput_basis"]).group(1))
+            for b in json.loads(out)["bills"]}
