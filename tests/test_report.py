@@ -564,6 +564,33 @@ def test_report_and_export_filter_by_provider_and_region(study, tmp_path):
     assert not typo.exists()
 
 
+def test_a_provider_with_no_offer_for_the_trials_says_so_not_that_no_trial_completed(study, doc, tmp_path):
+    """--provider runpod sells no CPU core: the report said "no completed trial yet" (terminal)
+    and "no option meets the limits" (HTML, with no limit set), nothing said it was narrowed,
+    and its price note dated every offer of the catalog (AWS P5's 2025 prices among them)."""
+    p = study.cli("report", "--json", "--provider", "runpod")
+    assert p.returncode == 0, p.stderr
+    narrowed = json.loads(p.stdout)
+    assert narrowed["options"] == [] and narrowed["counts"]["complete"] == doc["counts"]["complete"] > 0
+    assert narrowed["offer_filter"] == {"providers": ["runpod"], "regions": [],
+                                        "options_left_out": len(doc["options"])}
+    assert doc["offer_filter"] is None
+    # The prices under the dollars shown (the trials' own offers), not the whole catalog's.
+    assert "2025-06-01" not in narrowed["catalog_note"], narrowed["catalog_note"]
+    p = study.cli("report", "--provider", "runpod", "--html", str(tmp_path / "r.html"))
+    assert p.returncode == 0, p.stderr
+    assert "no completed trial yet" not in p.stdout
+    assert f"no completed trial is priced on an offer of --provider runpod ({len(doc['options'])} " in p.stdout
+    assert "Offers: only offers of --provider runpod" in p.stdout
+    page = (tmp_path / "r.html").read_text()
+    assert "no option meets the limits" not in page and "none within the limits" not in page
+    assert "no completed trial is priced on an offer of --provider runpod" in page
+    # Narrowed to offers that price some options: the terminal and the page say how many it left out.
+    p = study.cli("report", "--region", "us-east-1")
+    left_out = sum(o["offer"] != "aws-c7i-ondemand" for o in doc["options"])
+    assert p.returncode == 0 and f"only offers of --region 'us-east-1' ({left_out} priced option(s)" in p.stdout
+
+
 def test_sweep_summary_fits_80_columns_and_shows_the_picks_interval(doc):
     """The end of a sweep: at most ~25 lines at 80 columns, every offer name whole; with a
     re-measured pick (doc["picks"], the search's), its 90% interval and how sure it is."""

@@ -319,6 +319,13 @@ def _target_text(spec: SweepRecord) -> str | None:
         return None
 
 
+def _price_note(catalog, options: list[OptionRow], rows: list[TrialRow]) -> str | None:
+    """The dates of every price under the dollars shown: the options', and the trials' (each the
+    sweep's offer, which a --provider / --region may leave out of the options)."""
+    shown = {o.offer for o in options} | {r.offer for r in rows if r.offer}
+    return catalog.price_note(shown or None, with_age=True) if catalog is not None else None
+
+
 def build_report(study, max_usd: float | None = None, deadline_hours: float | None = None,
                  storage_url: str | None = None, providers: list[str] | None = None,
                  regions: list[str] | None = None) -> ReportDoc:
@@ -336,8 +343,8 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     # One option set per config: its runs merged, a reused trial's options are its source's.
     models = run_models(frozen)
     options = config_options(frozen, rows, catalog, models)
-    if providers or regions:
-        options = select(options, catalog, providers, regions)
+    # Narrowed to some offers: the report says so, and what it left out (--provider, --region).
+    options, offer_filter = select(options, catalog, providers, regions) if providers or regions else (options, None)
     apply_limits(options, limits)
     from autotune.search.verdict import runs_fit
 
@@ -361,10 +368,10 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
         study=study.study_name,
         storage=redact_url(storage_url) if storage_url else None,
         catalog=spec.catalog or "built-in",
-        catalog_note=catalog.price_note({o.offer for o in options} or None, with_age=True)
-        if catalog is not None else None,
+        catalog_note=_price_note(catalog, options, rows),
         target=_target_text(spec),
         limits=limits,
+        offer_filter=offer_filter,
         counts=_counts(rows),
         search=_search_cost(rows),
         trials=rows,

@@ -19,7 +19,14 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd
 from autotune.paths import check_parent, probe_writable, refuse_foreign
 from autotune.report.figures import memory_figure, pareto_figure, throughput_figure
 from autotune.report.files import REPORT, write_files, write_text_atomic
-from autotune.report.labels import config_summary, mfu_text, origin_note, zero_summary
+from autotune.report.labels import (
+    config_summary,
+    mfu_text,
+    no_option_text,
+    offer_filter_line,
+    origin_note,
+    zero_summary,
+)
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.plots import gpus_of, write_pngs
 
@@ -139,10 +146,11 @@ def _search_text(doc: dict[str, Any]) -> str:
     return f"{usd} ({s['gpu_hours']:.3f} rank-hours)"
 
 
-def _card(label: str, o: dict[str, Any] | None, limits_text: str) -> str:
-    if o is None:
+def _card(label: str, o: dict[str, Any] | None, limits_text: str, doc: dict[str, Any]) -> str:
+    if o is None:  # no option at all (why, in words), or none within the limits
+        why = no_option_text(doc) if not doc["options"] else "no option meets the limits"
         return (f"<div class='card'><div class='what'>{label} {limits_text}</div>"
-                "<div class='big'>none</div><div class='what'>no option meets the limits</div></div>")
+                f"<div class='big'>none</div><div class='what'>{_e(why)}</div></div>")
     return (f"<div class='card'><div class='what'>{label} {limits_text}</div>"
             f"<div class='big'>{fmt_usd(o['usd'])} &middot; {fmt_hours(o['hours'])}</div>"
             f"<div>trial {o['trial']}: {_e(config_summary(o['config']))}</div>"
@@ -177,8 +185,9 @@ def render_html(doc: dict[str, Any]) -> str:
 &middot; search cost {_e(_search_text(doc))}
 &middot; storage {_e(doc['storage'] or '-')} &middot; catalog {_e(doc['catalog'])}
 &middot; {_e(doc['catalog_note'] or '')} &middot; report schema v{doc['schema_version']}</div>
-<div class='cards'>{_card('Cheapest', doc['cheapest'], limits_text)}
-{_card('Fastest', doc['fastest'], limits_text)}</div>
+{f"<p class='note'>{_e(offer_filter_line(doc['offer_filter']))}</p>" if doc.get('offer_filter') else ''}
+<div class='cards'>{_card('Cheapest', doc['cheapest'], limits_text, doc)}
+{_card('Fastest', doc['fastest'], limits_text, doc)}</div>
 {notes}
 {fig_div(pareto_figure(doc), 'pareto')}
 <div class='grid'><div>{fig_div(throughput_figure(doc), 'throughput')}</div>
@@ -187,7 +196,8 @@ def render_html(doc: dict[str, Any]) -> str:
 <p class='note'>No option is both cheaper and faster than these. Cheapest first.</p>
 {_option_table(doc['pareto'])}
 <h2>Best per platform</h2>
-{_option_table(doc['per_platform']) if doc['per_platform'] else "<p class='note'>none within the limits</p>"}
+{_option_table(doc['per_platform']) if doc['per_platform'] else
+ f"<p class='note'>{'none within the limits' if doc['options'] else _e(no_option_text(doc))}</p>"}
 <h2>Trials that did not complete</h2>
 {_failures_table(doc)}
 <h2>Memory: predicted vs measured</h2>

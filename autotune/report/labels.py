@@ -122,3 +122,27 @@ def mfu_text(row: dict[str, Any]) -> str:
     if (row.get("config") or {}).get("device") == "cpu":
         return "MFU not computed: no peak for a CPU"
     return "MFU not computed: no catalog peak for this device"
+
+
+
+def filter_flags(f: dict[str, Any]) -> str:
+    """The flags a report was narrowed by (its `offer_filter`): "--provider aws --region 'us-*'"."""
+    return " ".join([*(f"--provider {p}" for p in f["providers"]), *(f"--region '{r}'" for r in f["regions"])])
+
+
+def offer_filter_line(f: dict[str, Any]) -> str:
+    """What a report narrowed to some offers says under its title."""
+    return (f"only offers of {filter_flags(f)} ({f['options_left_out']} priced option(s) on other offers "
+            "left out; a trial's own row keeps the offer its sweep priced it on)")
+
+
+def no_option_text(doc: dict[str, Any]) -> str:
+    """Why a report holds no priced option: no trial completed yet, none is priced on the
+    offers it was narrowed to (--provider / --region), or none has a price."""
+    f = doc.get("offer_filter")
+    if not doc["counts"]["complete"]:
+        return "no completed trial yet"
+    if f:
+        return (f"no completed trial is priced on an offer of {filter_flags(f)} ({f['options_left_out']} "
+                "priced option(s) on other offers: leave out those flags to see them)")
+    return "no completed trial is priced on an offer of the catalog (see the notes)"

@@ -3,7 +3,7 @@ again on the current catalog from what each trial stored, with the limits applie
 Pareto set marked.
 
     options = [o for t, row in ... for o in options_for(t, row, catalog)]
-    options = select(options, catalog, providers=["aws"], regions=["us-*"])   # --provider / --region
+    options, offer_filter = select(options, catalog, providers=["aws"], regions=["us-*"])   # --provider / --region
     apply_limits(options, limits); front = pareto_set(options)
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from autotune.pricing.catalog import Catalog
 from autotune.record import TrialRecord
 from autotune.report.labels import basis_kind
-from autotune.report.schema import Limits, OptionRow, Sensitivity, TrialRow
+from autotune.report.schema import Limits, OfferFilter, OptionRow, Sensitivity, TrialRow
 from autotune.search.pareto import front
 from autotune.search.score import reprice
 
@@ -102,8 +102,9 @@ def apply_limits(options: list[OptionRow], limits: Limits) -> None:
 
 
 def select(options: list[OptionRow], catalog, providers: list[str] | None,
-           regions: list[str] | None) -> list[OptionRow]:
-    """Options on offers of these providers, in these regions (--provider / --region)."""
+           regions: list[str] | None) -> tuple[list[OptionRow], OfferFilter]:
+    """Options on offers of these providers, in these regions (--provider / --region), and the
+    filter as the report records it (how many options it left out)."""
     from autotune.pricing.catalog import check_names, matches
 
     for asked, values, flag, what in ((providers, [o.provider or "" for o in options], "--provider", "provider"),
@@ -115,4 +116,5 @@ def select(options: list[OptionRow], catalog, providers: list[str] | None,
             and (not regions or any(matches(r, regions) for r in o.regions))]
     if regions:  # an offer spanning regions names only the ones asked for
         kept = [o.model_copy(update={"regions": [r for r in o.regions if matches(r, regions)]}) for o in kept]
-    return kept
+    return kept, OfferFilter(providers=list(providers or []), regions=list(regions or []),
+                             options_left_out=len(options) - len(kept))

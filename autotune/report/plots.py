@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.format import fmt_bytes
-from autotune.report.labels import config_summary
+from autotune.report.labels import config_summary, no_option_text
 from autotune.report.placement import (
     LABEL_OFFSETS_PT,
     NEAR_PX,
@@ -60,8 +60,11 @@ def point_labels(doc: dict[str, Any]) -> list[tuple[float, float, str]]:
 
 
 def not_plotted(doc: dict[str, Any]) -> str:
+    """What the Pareto plot leaves out: the trials with no hours or dollars, and where no
+    option is left at all (none completed, or none on the offers asked for), why."""
     parts = [f"{g['count']} {g['state'].lower()} ({g['status']})" for g in doc["failures"]]
-    return ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
+    text = ("not plotted (no hours or dollars): " + ", ".join(parts)) if parts else ""
+    return "; ".join(filter(None, [no_option_text(doc) if not doc["options"] else "", text]))
 
 
 BEST_LABEL_STYLE: dict[str, Any] = dict(arrowprops=dict(arrowstyle="->"), fontsize=9, zorder=6,
@@ -203,7 +206,7 @@ def _png_pareto(doc: dict[str, Any], path: Path, plt) -> list[dict[str, Any]]:
     ax.set_ylabel("dollars to target" + (" (log)" if axes["log_y"] else ""))
     sub = not_plotted(doc)
     ax.set_title("Hours vs dollars: each point one (config, offer), #trial; lower left is better"
-                 + (f"\n{sub}" if sub else ""), fontsize=11)
+                 + "".join(f"\n{line}" for line in textwrap.wrap(sub, 120)), fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
     if opts:
         ax.legend(fontsize=8, loc="best")

@@ -265,6 +265,15 @@ class SearchCost(_M):
     usd: float | None = Field(description="None when the search hardware has no price")
 
 
+class OfferFilter(_M):
+    """The offers a report was narrowed to (`--provider`, `--region`): its options, Pareto set
+    and picks are on those offers alone; the trials keep the offer the sweep priced them on."""
+
+    providers: list[str] = Field(description="--provider values (shell patterns); [] = any provider")
+    regions: list[str] = Field(description="--region values (shell patterns); [] = any region")
+    options_left_out: int = Field(description="the study's priced options on other offers")
+
+
 class ReportDoc(_M):
     schema_version: Literal[1] = REPORT_SCHEMA_VERSION
     study: str
@@ -275,6 +284,8 @@ class ReportDoc(_M):
                                "projected to, in words ('1B tokens', '10,000 steps'); None: a study "
                                "swept before autotune stored it")
     limits: Limits
+    offer_filter: OfferFilter | None = Field(None, description="the --provider / --region the "
+                                             "report was narrowed to; None: every offer")
     counts: Counts
     search: SearchCost
     trials: list[TrialRow]

@@ -14,7 +14,16 @@ import textwrap
 from typing import TYPE_CHECKING, Any, cast
 
 from autotune.format import fmt_bytes, fmt_hours, fmt_pct, fmt_usd, fmt_usd_range
-from autotune.report.labels import clip, config_summary, mem_summary, mfu_text, origin_note, zero_summary
+from autotune.report.labels import (
+    clip,
+    config_summary,
+    mem_summary,
+    mfu_text,
+    no_option_text,
+    offer_filter_line,
+    origin_note,
+    zero_summary,
+)
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.nothing_fits import NOTHING_FITS
 from autotune.report.picks import headroom_note_start
@@ -217,7 +226,7 @@ def _no_pick_text(doc: dict[str, Any]) -> str:
     """Why nothing is recommended; under limits, how near the best options come to them."""
     options, limits = doc["options"], doc["limits"]
     if not options:
-        return "no completed trial yet"
+        return no_option_text(doc)
     near = []
     usd = [o["usd"] for o in options if o.get("usd") is not None]
     hours = [o["hours"] for o in options if o.get("hours") is not None]
@@ -253,6 +262,8 @@ def print_report(doc: dict[str, Any], console) -> None:
         console.print(f"Hours and dollars are to the target: {doc['target']}.", markup=False)
     if doc.get("catalog_note"):
         console.print(f"Prices: {doc['catalog_note']}.", markup=False)
+    if doc.get("offer_filter"):
+        console.print(f"Offers: {offer_filter_line(doc['offer_filter'])}.", markup=False)
     console.print(trials_table(doc["trials"], f"All trials ({len(doc['trials'])})", width))
     if doc["pareto"]:
         console.print(options_table(doc["pareto"], "Pareto set of (config, offer): no option is both "
@@ -298,7 +309,7 @@ def print_report(doc: dict[str, Any], console) -> None:
                 if outside:
                     console.print(f"  {outside}", markup=False)
     if not doc["options"]:
-        console.print("[yellow]no completed trial yet[/]")
+        console.print(no_option_text(doc), style="yellow", markup=False)
     for note in doc["notes"]:  # as text: a note's "[full]" is no markup tag
         console.print(f"note: {note}", style="dim", markup=False)
 
