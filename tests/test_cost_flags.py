@@ -35,6 +35,23 @@ def test_tf32_is_priced_at_the_tf32_peak_with_fp32_checkpoints(cli):
     assert "mixed precision" not in text
 
 
+def test_the_size_defaults_the_help_states_are_the_ones_priced(cli):
+    """--final-model-gb's help said "default: 2 B/param" while fp32 and tf32 runs priced the
+    final model's download at 4 B/param (the bill's own "assumed:" line said so)."""
+    import inspect
+
+    from autotune.cli.cost import cost
+
+    helps = {name: p.default.help for name, p in inspect.signature(cost).parameters.items()}
+    assert "default: 14 B/param; 12 at fp32 and tf32" in helps["checkpoint_gb"]
+    assert "default: 2 B/param; 4 at fp32 and tf32" in helps["final_model_gb"]
+    for precision, ckpt, final in (("bf16", 14, 2), ("fp32", 12, 4), ("tf32", 12, 4)):
+        code, out, err = cli(*ONE_GPU, "--precision", precision)
+        assert code == 0, err
+        assert f"checkpoint {ckpt} B/param" in " ".join(out.split())
+        assert f"final model {final} B/param" in " ".join(out.split())
+
+
 def test_tf32_holds_fp32_states_in_the_memory_check(cli):
     """10B parameters at ZeRO-1 over 8 H100s: fp32 states (4 + 4 + 8/8 B/param, 88.5 GiB) do
     not fit a GPU, bf16's (2 + 2 + 12/8) do; tf32 keeps fp32's."""

@@ -157,7 +157,7 @@ def cost(
     dataset_gb: Optional[str] = typer.Option(
         None, "--dataset-gb", help="dataset stored and uploaded, GB (default: 2 B/token of the target)"),
     final_model_gb: Optional[str] = typer.Option(
-        None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param)"),
+        None, "--final-model-gb", help="model downloaded at the end, GB (default: 2 B/param; 4 at fp32 and tf32)"),
     egress_checkpoints: int = typer.Option(0, "--egress-checkpoints", min=0, help="checkpoints also downloaded"),
     checkpoints_kept: int = typer.Option(2, "--checkpoints-kept", min=0, help="checkpoints stored at once"),
     checkpoint_interval_hours: float = typer.Option(
