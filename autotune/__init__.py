@@ -8,7 +8,8 @@ From Python (autotune.api; importing autotune stays light: no torch, nothing loa
     import autotune
     result = autotune.sweep("spec.yaml", trials=4)     # .pick, .pareto, .report, .export("launch/")
     autotune.estimate(model="7b", seq_len=4096, zero_stage=2, dp=8)
-    autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8)
+    autotune.cost(gpu="h100-sxm", gpus=8, mfu=0.4, params=7e9, target_tokens=1e11,
+                  global_batch_tokens=4e6, zero_stage=1).cheapest
 
 The controller (this package) never imports torch at import time; trials run in their own
 processes (`trials/worker.py`) and talk to it only through `autotune.contract`.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,8 @@ def test_sweep_from_python_returns_the_pick_and_exports_it(tmp_path):
     result = autotune.sweep(spec, trials=1, study="py", storage=f"sqlite:///{tmp_path}/s.db",
                             runs_dir=tmp_path / "runs", progress=False, on_trial=seen.append)
     assert result.trials_run == 1 and len(seen) >= 1 and result.study_name == "py"
+    # The whole `autotune report --json` document, its storage too (it was None here).
+    assert result.report["storage"] == result.storage == f"sqlite:///{tmp_path}/s.db"
     pick = result.pick
     assert pick is not None and pick["usd"] > 0 and pick["offer"] == "aws-c7i-ondemand"
     assert result.pareto and result.report["trials"][pick["trial"]]["status"] == "ok"
@@ -129,3 +132,69 @@ def test_a_trial_cut_by_a_signal_is_not_counted_as_measured(tmp_path):
                                      params={"micro_batch_size": mb}, distributions=dist, user_attrs=attrs))
     assert len(optuna.load_study(study_name="cut", storage=url).trials) == 3
     assert prepare(spec, tmp_path / "runs").measured_before == 1
+
+
+def _examples(text: str) -> list[str]:
+    """The estimate / cost statements of a usage example (module docstring, README block), each
+    with its continuation lines and without its comment; sweep lines need a spec file: left out."""
+    out: list[str] = []
+    open_parens = 0
+    for line in textwrap.dedent(text).splitlines():
+        code = line.split("  #", 1)[0].strip()
+        if open_parens:
+            out[-1] += " " + code
+        elif ("autotune.estimate(" in code or "autotune.cost(" in code or code.startswith(("est[", "bills."))):
+            out.append(code)
+        else:
+            continue
+        open_parens += code.count("(") - code.count(")")
+    return out
+
+
+def _usage(text: str) -> str:
+    """A docstring's indented usage lines, or the README's "From Python" code block."""
+    if "## From Python" in text:
+        return text.split("## From Python", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    return "\n".join(ln for ln in text.splitlines() if ln.startswith("    "))
+
+
+@pytest.mark.parametrize("where", ["autotune", "autotune.api", "README.md"])
+def test_the_estimate_and_cost_examples_run_as_written_and_answer(where):
+    """A reader copies the example: `autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9,
+    target_tokens=1e11, gpus=8).cheapest` raised "cannot estimate communication for several GPUs
+    without the batch" (and without ZeRO the 7B's states fit no 8 x H100 offer: no bill)."""
+    import importlib
+
+    text = (REPO / where).read_text() if where.endswith(".md") else importlib.import_module(where).__doc__
+    statements = _examples(_usage(text or ""))
+    assert any("autotune.estimate(" in s for s in statements) and any("autotune.cost(" in s for s in statements)
+    names: dict = {"autotune": autotune}
+    for s in statements:
+        if "=" in s.split("(", 1)[0]:
+            exec(s, names)
+            continue
+        value = eval(s, names)
+        values = value if isinstance(value, tuple) else (value,)
+        assert all(v is not None for v in values), f"{where}: {s} gave {value!r}"
+        if isinstance(value, autotune.CostResult):
+            assert value.bills, f"{where}: {s} priced no offer: {value.skipped[:2]}"
+
+
+@pytest.mark.parametrize("trials", [0, -1, 2.5, True])
+def test_a_sweep_refuses_a_trial_count_that_is_not_one_or_more(tmp_path, trials):
+    """`trials=0` ran the spec's budget.trials (8 by default) and `trials=-1` still launched one
+    trial (`--trials` takes 1 or more); now each is refused before the storage is created."""
+    with pytest.raises(UserError, match=r"trials=.* is not a count of trials to launch") as err:
+        autotune.sweep({"workload": {"kind": "gpt", "preset": "tiny"}, "seq_len": 32}, trials=trials,
+                       storage=f"sqlite:///{tmp_path}/s.db", runs_dir=tmp_path / "runs", progress=False)
+    assert "budget.trials" in err.value.fix
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_spec_dicts_typo_gets_did_you_mean_as_a_spec_files_does(tmp_path):
+    from autotune.api.sweep import load
+
+    with pytest.raises(UserError, match=r"field `seqlen`: .*did you mean 'seq_len'\?"):
+        load({"workload": {"kind": "gpt", "preset": "tiny"}, "seqlen": 32})
+    with pytest.raises(UserError, match=r"field `budget.max_usdd`: .*did you mean 'max_usd'\?"):
+        load({"budget": {"max_usdd": 5}})

@@ -60,8 +60,10 @@ def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepS
     elif isinstance(spec, dict):
         try:
             base = resolve_relative_paths(SweepSpec.model_validate(spec), Path.cwd())
-        except ValidationError as exc:
-            raise UserError(format_validation_error("spec", exc), fix="correct the field") from None
+        except ValidationError as exc:  # "did you mean", as a spec file's typo gets
+            raise UserError(format_validation_error("spec", exc, SweepSpec),
+                            fix="correct the field as described (every field and its default: "
+                                "docs/spec_reference.md)") from None
     else:
         base = load_spec(spec)
     return base.with_overrides(**overrides)
@@ -190,12 +192,14 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
           runs_dir: str | Path = "autotune_runs", progress: bool = True,
           on_trial: Callable[[Any], None] | None = None, **overrides: Any) -> SweepResult:
     """Run (or resume) a sweep and return its result. `spec`: a YAML path, a dict of spec
-    fields, a SweepSpec or None (the built-in example); `overrides`: more spec fields by dotted
+    fields, a SweepSpec or None (the built-in example); `trials`: trials to launch in this call
+    (None: the spec's `budget.trials`), as `--trials`; `overrides`: more spec fields by dotted
     name with "." written "__" (`budget__max_usd=500`). `progress` prints one line per trial;
     `on_trial(outcome)` is called after each. Bad input raises `autotune.errors.UserError`."""
     from autotune.report.build import collect
     from autotune.run.storage import redact_url, resolve_storage
 
+    check_trials(trials)  # before the study or its storage is created
     fields = {k.replace("__", "."): v for k, v in overrides.items()}
     sp = load(spec, study=study, space=space, **fields)
     sp = sp.with_overrides(storage=resolve_storage(storage, None, sp.storage))  # as the CLI: $AUTOTUNE_STORAGE
@@ -211,7 +215,20 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
         if on_trial is not None:
             on_trial(o)
 
-    summary = run(session, trials or sp.budget.trials, Path(runs_dir), on_trial=trial_done,
+    summary = run(session, sp.budget.trials if trials is None else trials, Path(runs_dir), on_trial=trial_done,
                   note=lambda m: say(f"  {m}"))
+    # storage_url: the report names its storage as `autotune report --json` does (password hidden).
     return SweepResult(sp.study, redact_url(sp.storage or ""), summary.trials_run, summary.stop_reason,
-                       summary.interrupted, collect(session.study), session.study)
+                       summary.interrupted, collect(session.study, storage_url=sp.storage), session.study)
+
+
+def check_trials(trials: Any) -> None:
+    """UserError unless `trials` is None (the spec's `budget.trials`) or a whole number >= 1, as
+    `--trials` takes: 0 ran the spec's budget and a negative count still launched a trial."""
+    from autotune.errors import UserError
+
+    if trials is None:
+        return
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise UserError(f"trials={trials!r} is not a count of trials to launch",
+                        fix="give trials=1 or more, or leave it out (None) for the spec's budget.trials")
