@@ -10,7 +10,8 @@ accelerate config's `fsdp_config`, `fsdp_version: 2`: autotune.report.sharding),
 trial's launcher with its exact batch, accumulation, precision, checkpointing and parallel
 settings; the Python that exported it by default), trial_config.json (the TrialConfig),
 bill.md and bill.json (the projected bill). `--for hf-trainer` writes Trainer flags and a
-DeepSpeed JSON with "auto" instead (autotune.report.hf_trainer).
+DeepSpeed JSON with "auto" (or, with FSDP2, Trainer's fsdp_config.json) instead
+(autotune.report.hf_trainer).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autotune.contract import FSDPMode
 from autotune.report.export_accelerate import accelerate_config, accelerate_yaml
 from autotune.report.export_bill import bill_markdown, config_line
 from autotune.report.export_launch import launch_script
@@ -43,11 +45,19 @@ def render(plan: ExportPlan) -> dict[str, str]:
     cfg = plan.cfg
     files: dict[str, str] = {}
     if plan.target == "hf-trainer":
-        from autotune.report.hf_trainer import TRAINER_FLAGS, hf_deepspeed_config, trainer_flags
+        from autotune.report.hf_trainer import (
+            FSDP_CONFIG,
+            TRAINER_FLAGS,
+            hf_deepspeed_config,
+            hf_fsdp_config,
+            trainer_flags,
+        )
 
         files[TRAINER_FLAGS] = "".join(f + "\n" for f in trainer_flags(cfg, plan.transformers_version))
         if cfg.zero_stage > 0:
             files[DEEPSPEED_CONFIG] = json.dumps(hf_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
+        if cfg.fsdp is not FSDPMode.none:
+            files[FSDP_CONFIG] = json.dumps(hf_fsdp_config(cfg), indent=2, sort_keys=True) + "\n"
     else:
         if cfg.zero_stage > 0:
             files[DEEPSPEED_CONFIG] = json.dumps(export_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import textwrap
 
-from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, Launcher, TrialConfig
+from autotune.contract import ACCELERATE_MIXED_PRECISION, DeviceKind, FSDPMode, Launcher, TrialConfig
 from autotune.contract.rank_env import CPU_HUGE_PAGES, cpu_rank_env
 from autotune.report.export_bill import bill_line, config_line
 from autotune.report.export_plan import ACCELERATE_CONFIG, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, TRIAL_CONFIG, ExportPlan
@@ -117,11 +117,12 @@ def launch_script(plan: ExportPlan) -> str:
         "",
     ]
     if trainer:
-        from autotune.report.hf_trainer import TRAINER_FLAGS, launch_lines, trainer_notes
+        from autotune.report.hf_trainer import FSDP_CONFIG, TRAINER_FLAGS, launch_lines, trainer_notes
 
         lines += [f"# {_one_line(n)}" for n in trainer_notes(cfg, plan.transformers_version)]
         lines += launch_lines(cfg, f"$HERE/{TRAINER_FLAGS}",
-                              f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None)
+                              f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None,
+                              f"$HERE/{FSDP_CONFIG}" if cfg.fsdp is not FSDPMode.none else None)
     lines += _check_lines()
     return "\n".join(lines + _launcher_lines(plan)) + "\n"
 
@@ -147,9 +148,10 @@ def _usage_lines(plan: ExportPlan) -> list[str]:
         ["          and the other AUTOTUNE_* settings (your script reads them; see this file)"],
     ]
     if trainer:
-        from autotune.report.hf_trainer import TRAINER_FLAGS
+        from autotune.report.hf_trainer import FSDP_CONFIG, TRAINER_FLAGS
 
-        ds = f" and --deepspeed {DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else ""
+        ds = (f" and --deepspeed {DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else
+              f" and --fsdp_config {FSDP_CONFIG}" if cfg.fsdp is not FSDPMode.none else "")
         text.append([f"  adds the Trainer flags of {TRAINER_FLAGS}{ds} after your script"])
     text += [
         ["usage: ", _ME, " train.py --your-args      (your script and its arguments, on every rank)"],

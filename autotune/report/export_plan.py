@@ -103,8 +103,8 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
         from autotune.contract.hardware import installed_version
         from autotune.report.hf_trainer import check_trainer_export
 
-        launcher = check_trainer_export(cfg, launcher)
         transformers_version = installed_version("transformers")
+        launcher = check_trainer_export(cfg, launcher, transformers_version)
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
                       catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
                       target=target, transformers_version=transformers_version, headroom_note=note)

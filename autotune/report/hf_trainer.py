@@ -6,7 +6,9 @@ and a DeepSpeed JSON with "auto" where Trainer fills the values from those flags
 
 Trainer rejects a DeepSpeed config whose batch, precision or optimizer values differ from its
 own arguments ("set these values to 'auto'"), so those are "auto" here and the trial's values
-travel as flags; the ZeRO section (stage, offload) is the trial's own.
+travel as flags; the ZeRO section (stage, offload) is the trial's own. An FSDP2 trial gets
+`--fsdp` and fsdp_config.json (`hf_fsdp_config`: version 2, the trial's resharding and offload),
+which launch.sh passes as `--fsdp_config`.
 
 The checkpointing flags depend on the transformers version that will read them, taken from the
 machine that exports (`autotune.contract.hardware.installed_version`):
@@ -21,25 +23,30 @@ import json
 import re
 from typing import Any
 
-from autotune.contract import Checkpointing, DeviceKind, Launcher, Precision, TrialConfig, deepspeed_config
+from autotune.contract import Checkpointing, DeviceKind, FSDPMode, Launcher, Precision, TrialConfig, deepspeed_config
 from autotune.errors import UserError
+from autotune.report.sharding import fsdp_accelerate_fields
 
 TRAINER_FLAGS = "trainer_flags.txt"
+FSDP_CONFIG = "fsdp_config.json"
 
 
-def check_trainer_export(cfg: TrialConfig, launcher: Launcher | None) -> Launcher:
+def check_trainer_export(cfg: TrialConfig, launcher: Launcher | None,
+                         transformers_version: str | None = None) -> Launcher:
     """The launcher of launch.sh for a Trainer export, or a UserError when the trial's config
-    has no Trainer equivalent."""
+    has no Trainer equivalent (in the transformers version installed here, where known)."""
     if cfg.tp_degree > 1:
         raise UserError(f"this trial runs tensor parallel degree {cfg.tp_degree}, which Trainer's "
                         "flags cannot express",
                         fix="pick a trial with TP 1 (autotune report lists them), or export "
                             "without --for hf-trainer")
-    if cfg.fsdp.value != "none":
-        raise UserError(f"this trial runs FSDP2 ({cfg.fsdp.value}); Trainer's FSDP flags are not "
-                        "written by this export yet",
-                        fix="export without --for hf-trainer: accelerate_config.yaml carries "
-                            "`fsdp_version: 2` with the trial's settings")
+    if cfg.fsdp is not FSDPMode.none and (0, 0) < _major_minor(transformers_version) < FSDP2_SINCE:
+        raise UserError(f"this trial runs FSDP2 ({cfg.fsdp.value}), which Trainer takes from "
+                        f"transformers {'.'.join(map(str, FSDP2_SINCE))} on, and transformers "
+                        f"{transformers_version} is installed here",
+                        fix="export where a newer transformers is installed (the flags are written "
+                            "for that version), or without --for hf-trainer: accelerate_config.yaml "
+                            "carries `fsdp_version: 2` with the trial's settings")
     if launcher is Launcher.accelerate:
         raise UserError("--for hf-trainer --launcher accelerate: Trainer builds its own "
                         "Accelerator from its flags",
@@ -59,6 +66,9 @@ def check_trainer_export(cfg: TrialConfig, launcher: Launcher | None) -> Launche
 #   still work but warn that v6 removes them.
 EVERY_N_LAYERS_SINCE = (5, 16)
 ACTIVATION_NAMES_SINCE = (5, 23)
+# - from 5.0.0 Trainer reads `fsdp_config`'s version and hands `fsdp_version: 2` with a boolean
+#   `reshard_after_forward` to accelerate's FSDP plugin; 4.x set FSDP1's environment only.
+FSDP2_SINCE = (5, 0)
 
 
 def _major_minor(version: str | None) -> tuple[int, int]:
@@ -81,6 +91,28 @@ def checkpointing_flags(cfg: TrialConfig, transformers_version: str | None) -> l
     return []
 
 
+def hf_fsdp_config(cfg: TrialConfig) -> dict[str, Any]:
+    """Trainer's `--fsdp_config` JSON for an FSDP2 trial: accelerate's own FSDP2 settings
+    (autotune.report.sharding, the keys Trainer reads with their `fsdp_` prefix), checkpointing
+    every block by FSDP's own wrapper where the trial checkpointed every block (Trainer's
+    advice: its checkpointing flag under FSDP all-gathers again in backward)."""
+    fsdp = dict(fsdp_accelerate_fields(cfg)["fsdp_config"])
+    fsdp["fsdp_activation_checkpointing"] = cfg.checkpointing is Checkpointing.full
+    if "fsdp_transformer_layer_cls_to_wrap" in fsdp:  # Trainer takes a list
+        fsdp["fsdp_transformer_layer_cls_to_wrap"] = [fsdp["fsdp_transformer_layer_cls_to_wrap"]]
+    return fsdp
+
+
+def fsdp_flag(cfg: TrialConfig) -> list[str]:
+    """`--fsdp` in the form every release from FSDP2_SINCE reads: the sharding, each block its
+    own unit, and `offload` with the parameters offloaded; the version and the resharding
+    come from `--fsdp_config` (hf_fsdp_config), which launch.sh adds."""
+    if cfg.fsdp is FSDPMode.none:
+        return []
+    words = [cfg.fsdp.value, "auto_wrap"] + (["offload"] if cfg.offload.value == "optimizer+params" else [])
+    return [f"--fsdp={' '.join(words)}"]
+
+
 def trainer_flags(cfg: TrialConfig, transformers_version: str | None) -> list[str]:
     """`TrainingArguments` flags for the trial's batch, accumulation, precision and
     checkpointing, one `--name=value` per item (argparse reads that form), for the given
@@ -91,7 +123,9 @@ def trainer_flags(cfg: TrialConfig, transformers_version: str | None) -> list[st
         flags.append("--bf16")
     elif cfg.precision is Precision.fp16:
         flags.append("--fp16")
-    flags += checkpointing_flags(cfg, transformers_version)
+    if not (cfg.fsdp is not FSDPMode.none and cfg.checkpointing is Checkpointing.full):
+        flags += checkpointing_flags(cfg, transformers_version)  # else FSDP's own (hf_fsdp_config)
+    flags += fsdp_flag(cfg)
     if cfg.compile:
         flags.append("--torch_compile")  # Trainer compiles the model (Inductor, default mode)
     if cfg.device is DeviceKind.cpu and cfg.zero_stage == 0:
@@ -113,6 +147,12 @@ def trainer_notes(cfg: TrialConfig, transformers_version: str | None) -> list[st
                      f"your model applies it, or export again where transformers >= {since} is installed")
     if cfg.precision is Precision.fp8:
         notes.append("fp8 has no Trainer flag: set it in accelerate's config (mixed_precision: fp8)")
+    if cfg.fsdp is not FSDPMode.none and transformers_version is None:
+        notes.append(f"FSDP2 is written as transformers {'.'.join(map(str, FSDP2_SINCE))} and later "
+                     "read it (`--fsdp` with `--fsdp_config` naming version 2); before, Trainer runs FSDP1")
+    if cfg.fsdp is not FSDPMode.none and cfg.device is DeviceKind.cpu:
+        notes.append("on CPU, Trainer's accelerate runs FSDP2 as plain data parallel (its FSDP needs a "
+                     "GPU-type backend); on GPUs it shards as the trial did")
     if cfg.device is DeviceKind.cpu and cfg.zero_stage > 0:
         notes.append("on CPU, Trainer runs DeepSpeed in fp32 on one rank only (accelerate starts no "
                      "process group for DeepSpeed without a GPU, and Trainer refuses bf16 there); "
@@ -143,10 +183,12 @@ def hf_deepspeed_config(cfg: TrialConfig) -> dict[str, Any]:
     return ds
 
 
-def launch_lines(cfg: TrialConfig, here_flags: str, here_ds: str | None) -> list[str]:
-    """launch.sh lines that put the flags (and --deepspeed) right after the user's script, so
-    the user's own arguments, after them, win."""
+def launch_lines(cfg: TrialConfig, here_flags: str, here_ds: str | None,
+                 here_fsdp: str | None = None) -> list[str]:
+    """launch.sh lines that put the flags (and --deepspeed or --fsdp_config, by the export's
+    folder) right after the user's script, so the user's own arguments, after them, win."""
     ds = f' --deepspeed "{here_ds}"' if here_ds else ""
+    ds += f' --fsdp_config "{here_fsdp}"' if here_fsdp else ""
     return [
         'if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then  # a training script: add the Trainer flags',
         '  SCRIPT="$1"; shift',
@@ -160,7 +202,8 @@ def bill_lines(cfg: TrialConfig, launch_script: str, ds_file: str,
                transformers_version: str | None) -> list[str]:
     """bill.md's paragraph on how Trainer takes the files."""
     ds = (f" and `--deepspeed {ds_file}` (\"auto\" where Trainer fills values from those flags)"
-          if cfg.zero_stage > 0 else "")
+          if cfg.zero_stage > 0 else
+          f" and `--fsdp_config {FSDP_CONFIG}` (FSDP2 as the trial sharded)" if cfg.fsdp is not FSDPMode.none else "")
     written_for = (f"transformers {transformers_version}, installed where `autotune export` ran"
                    if transformers_version else "any transformers: none was installed where `autotune export` ran")
     out = [f"Hugging Face Trainer: `./{launch_script} train.py --output_dir ...` passes the flags of "
