@@ -92,6 +92,20 @@ def test_staleness_warning_after_90_days_of_the_prices_shown():
     assert oldest.name in (cat.stale_warning(later, offers=[newer.name, oldest.name]) or "")
 
 
+def test_a_price_dated_after_today_is_warned_about():
+    """A price_date after today (a typo: 2062 for 2026) gave a negative age, so the staleness
+    warning never fired and the catalog read as valid and fresh."""
+    cat = load_catalog()
+    first, rest = cat.offers[0], cat.offers[1:]
+    typo = cat.model_copy(update={"offers": [first.model_copy(update={"price_date": "2999-01-01"}), *rest]})
+    newest = dt.date.fromisoformat(max(o.price_date for o in rest))
+    for today in (None, newest):  # the clock's today decides what is after it, whatever day is asked about
+        msg = typo.stale_warning(today)
+        assert msg and first.name in msg and f"after today ({dt.date.today()})" in msg and "price_date" in msg
+    # Only where such a price is shown.
+    assert typo.stale_warning(newest, offers=[o.name for o in rest if o.price_date == str(newest)]) is None
+
+
 def _write(tmp_path, data) -> str:
     p = tmp_path / "cat.yaml"
     p.write_text(yaml.safe_dump(data))

@@ -125,6 +125,8 @@ def _edit(path: Path, old: str, new: str) -> None:
     (None, ["--map", "V100=a100-40gbb"], "unknown GPU type 'a100-40gbb' (did you mean 'a100-40gb'?)"),
     (None, ["--map", "V100"], "--map 'V100' is not NAME=TYPE"),
     (None, ["--skip-unknown", "--price-date", "yesterday"], "--price-date 'yesterday' is not a date"),
+    # A date after today (a typo): its prices would never read as stale.
+    (None, ["--skip-unknown", "--price-date", "2999-01-01"], "--price-date 2999-01-01 is after today ("),
 ])
 def test_bad_input_is_exit_2_and_nothing_written(cli, tmp_path, change, flags, message):
     folder = _copy(tmp_path)
@@ -149,8 +151,12 @@ def test_an_existing_output_is_kept_unless_forced(cli, tmp_path):
     assert code == 0, err
     code, _, err = _import(cli, FIXTURE, out, "--skip-unknown", "--keep-offers")
     assert code == 2 and "exists" in err
-    code, _, err = _import(cli, FIXTURE, out, "--skip-unknown", "--force", "--keep-offers")
+    code, stdout, err = _import(cli, FIXTURE, out, "--skip-unknown", "--force", "--keep-offers")
     assert code == 0, err
     cat = load_catalog(out)
+    # The summary counts the kept offers too: it said "N offers" of a file holding N + 25.
+    kept = len(load_catalog().offers)
+    assert f"and the base catalog's {kept} offers kept" in " ".join(stdout.split()), stdout
+    assert len(cat.offers) > kept
     # --keep-offers: the shipped offers next to the imported ones, names kept apart.
     assert "runpod-h100-sxm" in {o.name for o in cat.offers} and "aws-h100-sxm-us-east-1" in {o.name for o in cat.offers}

@@ -82,6 +82,8 @@ def register(catalog_app: typer.Typer) -> None:
         c = console()
         for line in result.summary():
             c.print(line, soft_wrap=True)
+        kept = len(result.catalog.offers) - len(result.offers)  # --keep-offers: the base catalog's, beside them
         c.print(f"wrote {out}: {len(result.offers)} offers of "
-                f"{', '.join(sorted({o.gpu for o in result.offers}))} in {len(regions)} region(s)", soft_wrap=True)
+                f"{', '.join(sorted({o.gpu for o in result.offers}))} in {len(regions)} region(s)"
+                + (f", and the base catalog's {kept} offers kept" if kept else ""), soft_wrap=True)
         c.print(f"next: autotune plan SPEC --catalog {out}   (or autotune catalog --catalog {out})", soft_wrap=True)

@@ -194,8 +194,18 @@ class Catalog(CatalogModel):
 
     def stale_warning(self, today: _dt.date | None = None, offers: Iterable[str] | None = None) -> str | None:
         """A warning where a price shown (`offers`; None: any of the catalog) is older than
-        STALE_AFTER_DAYS: each offer's price_date, not the catalog's, dates its price."""
+        STALE_AFTER_DAYS, or dated after today: each offer's price_date, not the catalog's,
+        dates its price."""
         names = None if offers is None else list(offers)
+        # After the clock's today, not the `today` asked about: a typo (2062 for 2026), whose
+        # age, and so whose staleness, cannot be told. A day of slack for time zones.
+        now = _dt.date.today()
+        future = sorted(o.name for o in self.offers if (names is None or o.name in names)
+                        and _dt.date.fromisoformat(o.price_date) > now + _dt.timedelta(days=1))
+        if future:
+            return (f"warning: {self.source_file or 'the catalog'} dates the prices of {', '.join(future)} "
+                    f"after today ({now}): their age cannot be checked; correct their price_date "
+                    f"(the day each price was read)")
         age = self.age_days(today, names)
         if age <= STALE_AFTER_DAYS:
             return None

@@ -255,9 +255,15 @@ def catalog_from_skypilot(folder: Path, base: Catalog, names: dict[str, str] | N
     accelerator with no GPU type unless `skip_unknown`."""
     if price_date is not None:
         try:
-            _dt.date.fromisoformat(price_date)
+            day = _dt.date.fromisoformat(price_date)
         except ValueError:
             raise UserError(f"--price-date '{price_date}' is not a date", fix="write it as YYYY-MM-DD") from None
+        # A price is read before it is imported: a later date (a typo, 2062 for 2026) would
+        # keep the staleness warning from ever firing. A day of slack for time zones.
+        if day > _dt.date.today() + _dt.timedelta(days=1):
+            raise UserError(f"--price-date {price_date} is after today ({_dt.date.today()})",
+                            fix="give the date the prices were fetched, YYYY-MM-DD, or leave it out "
+                                "(each vms.csv's modification date)")
     if spot_interruptions_per_node_month is not None and not spot_interruptions_per_node_month > 0:
         raise UserError("--spot-interruptions-per-node-month must be > 0",
                         fix="give the expected interruptions of one node per 730 h, e.g. 30.4 (one a day)")
