@@ -49,6 +49,7 @@ trainer = Trainer(model=model, args=args, train_dataset=Data())
 trainer.train()
 json.dump({"fsdp_version": plugin.fsdp_version, "reshard_after_forward": plugin.reshard_after_forward,
            "offload_params": isinstance(plugin.cpu_offload, CPUOffloadPolicy),
+           "wrap": plugin.transformer_cls_names_to_wrap,
            "fsdp_checkpointing": bool(plugin.activation_checkpointing),
            "trainer_checkpointing": bool(args.gradient_checkpointing),
            "world_size": args.world_size, "micro": args.per_device_train_batch_size,
@@ -82,10 +83,12 @@ def test_an_fsdp2_pick_exports_for_a_real_trainer(tmp_path_factory, tmp_path):
         "bill.json", "bill.md", "fsdp_config.json", "launch.sh", "trainer_flags.txt", "trial_config.json"])
     assert "--fsdp=full_shard auto_wrap" in (out / "trainer_flags.txt").read_text().splitlines()
     assert "--fsdp_config fsdp_config.json" in (out / "bill.md").read_text()
+    # The study's built-in GPT names its `Block`; Trainer's model wraps its own layer class.
+    assert "fsdp_transformer_layer_cls_to_wrap" not in json.loads((out / "fsdp_config.json").read_text())
     cfg = json.loads((out / "trial_config.json").read_text())
     for r in _trainer_ranks(out, tmp_path):
         assert r["fsdp_version"] == 2 and r["reshard_after_forward"] is True and not r["offload_params"]
-        assert r["world_size"] == 2 and r["steps"] == 2
+        assert r["world_size"] == 2 and r["steps"] == 2 and r["wrap"] is None  # the model's own
         assert (r["micro"], r["accum"]) == (cfg["micro_batch_size"], cfg["grad_accum_steps"])
         assert not r["fsdp_checkpointing"] and not r["trainer_checkpointing"]  # the trial ran without
 

@@ -98,8 +98,9 @@ def hf_fsdp_config(cfg: TrialConfig) -> dict[str, Any]:
     advice: its checkpointing flag under FSDP all-gathers again in backward)."""
     fsdp = dict(fsdp_accelerate_fields(cfg)["fsdp_config"])
     fsdp["fsdp_activation_checkpointing"] = cfg.checkpointing is Checkpointing.full
-    if "fsdp_transformer_layer_cls_to_wrap" in fsdp:  # Trainer takes a list
-        fsdp["fsdp_transformer_layer_cls_to_wrap"] = [fsdp["fsdp_transformer_layer_cls_to_wrap"]]
+    # Trainer trains a transformers model: its own `_no_split_modules` names the decoder layer
+    # each unit wraps (the built-in GPT's `Block` is no class of it, and accelerate would refuse).
+    fsdp.pop("fsdp_transformer_layer_cls_to_wrap", None)
     return fsdp
 
 
