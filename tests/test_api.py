@@ -4,6 +4,7 @@ answers as the commands, a real sweep from Python, and `import autotune` staying
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -74,6 +75,10 @@ def test_sweep_from_python_returns_the_pick_and_exports_it(tmp_path):
     files = result.export(tmp_path / "launch")
     assert (tmp_path / "launch" / "launch.sh") in files
     assert json.loads((tmp_path / "launch" / "bill.json").read_text())["trial"] == pick["trial"]
+    # A trial number as Python writes it (it raised AttributeError: 'int' object has no attribute 'strip').
+    result.export(tmp_path / "by_number", pick=pick["trial"], target="hf-trainer")
+    assert json.loads((tmp_path / "by_number" / "bill.json").read_text())["trial"] == pick["trial"]
+    assert (tmp_path / "by_number" / "trainer_flags.txt").is_file()
     with pytest.raises(UserError, match="seq_len"):
         autotune.sweep({**spec, "seq_len": 0}, trials=1, storage=f"sqlite:///{tmp_path}/s.db")
 
@@ -198,3 +203,16 @@ def test_a_spec_dicts_typo_gets_did_you_mean_as_a_spec_files_does(tmp_path):
         load({"workload": {"kind": "gpt", "preset": "tiny"}, "seqlen": 32})
     with pytest.raises(UserError, match=r"field `budget.max_usdd`: .*did you mean 'max_usd'\?"):
         load({"budget": {"max_usdd": 5}})
+
+
+@pytest.mark.parametrize("kwargs, named", [({"target": "hf"}, "target='hf' is not one of script, hf-trainer"),
+                                           ({"launcher": "torchrn"}, "launcher='torchrn' is not one of")])
+def test_an_export_with_an_unknown_target_or_launcher_is_refused_before_writing(tmp_path, kwargs, named):
+    """`result.export(out, target="hf")` wrote a script export (the target was not applied) and
+    launcher="torchrn" raised a bare ValueError; `autotune export` refuses both."""
+    from autotune.api.sweep import SweepResult
+
+    result = SweepResult("s", "sqlite:///s.db", 0, None, False, report={}, study=None)
+    with pytest.raises(UserError, match=re.escape(named)) as err:
+        result.export(tmp_path / "out", **kwargs)
+    assert "did you mean" in str(err.value) and not (tmp_path / "out").exists()

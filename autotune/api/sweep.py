@@ -158,17 +158,18 @@ class SweepResult:
     def trials(self) -> list[dict[str, Any]]:
         return self.report["trials"]
 
-    def export(self, out: str | Path, pick: str = "cheapest", offer: str | None = None,
+    def export(self, out: str | Path, pick: str | int = "cheapest", offer: str | None = None,
                target: str = "script", launcher: str | None = None, force: bool = False) -> list[Path]:
-        """Write the chosen config's launcher files into `out` (as `autotune export`)."""
-        from autotune.contract import Launcher
+        """Write the chosen config's launcher files into `out` (as `autotune export`): `pick`
+        cheapest, fastest or a trial number; `target` script or hf-trainer (`--for`); `launcher`
+        torchrun, deepspeed or accelerate (default: the trial's)."""
         from autotune.report.export import plan_export, write_export
         from autotune.report.files import EXPORT, prepare_out_dir
 
+        choice = export_launcher(target, launcher)  # before anything is written
         prepare_out_dir(Path(out), force, kind=EXPORT)
         trials = {t.number: t for t in self.study.get_trials(deepcopy=False)}
-        plan = plan_export(self.report, trials, pick, offer=offer, target=target,
-                           launcher=Launcher(launcher) if launcher else None)
+        plan = plan_export(self.report, trials, str(pick), offer=offer, target=target, launcher=choice)
         return write_export(plan, Path(out), force=force)
 
     def summary(self, width: int = 80) -> str:
@@ -185,6 +186,27 @@ class SweepResult:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def export_launcher(target: str, launcher: str | None):
+    """`SweepResult.export`'s `launcher` as a Launcher, after a UserError for a `target` or
+    `launcher` it does not know (as `autotune export` refuses them): an unknown target wrote a
+    script export, an unknown launcher raised a bare ValueError."""
+    from autotune.contract import Launcher
+    from autotune.errors import UserError, did_you_mean
+    from autotune.report.export import EXPORT_TARGETS
+
+    if target not in EXPORT_TARGETS:
+        raise UserError(f"target={target!r} is not one of {', '.join(EXPORT_TARGETS)}"
+                        f"{did_you_mean(str(target), list(EXPORT_TARGETS))}",
+                        fix="e.g. target='hf-trainer' (Hugging Face Trainer) or leave it out (script)")
+    if launcher is None:
+        return None
+    names = [x.value for x in Launcher]
+    if launcher not in names:
+        raise UserError(f"launcher={launcher!r} is not one of {', '.join(names)}{did_you_mean(str(launcher), names)}",
+                        fix="pick one of them, or leave it out for the trial's own launcher")
+    return Launcher(launcher)
 
 
 def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | None = None,
