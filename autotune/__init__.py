@@ -32,9 +32,20 @@ class _CallableEstimate(_types.ModuleType):
     `autotune.api.plan.estimate` (its docstring has the parameters)."""
 
     def __call__(self, *args, **kwargs):
+        """autotune.api.plan.estimate: peak memory per rank and FLOPs per token of a config."""
         from autotune.api.plan import estimate
 
         return estimate(*args, **kwargs)
+
+    @property
+    def __signature__(self):
+        """The function's parameters, for `inspect.signature`, `help` and a notebook's `?` (they
+        showed `(*args, **kwargs)`); autotune.api.plan imports nothing heavy."""
+        import inspect
+
+        from autotune.api.plan import estimate
+
+        return inspect.signature(estimate)
 
 
 _estimate_package.__class__ = _CallableEstimate

@@ -216,3 +216,15 @@ def test_an_export_with_an_unknown_target_or_launcher_is_refused_before_writing(
     with pytest.raises(UserError, match=re.escape(named)) as err:
         result.export(tmp_path / "out", **kwargs)
     assert "did you mean" in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_autotune_estimate_shows_the_functions_parameters():
+    """`autotune.estimate` is the package of analytic models made callable: a notebook's
+    `autotune.estimate?` and inspect.signature showed `(*args, **kwargs)`, not its parameters."""
+    import inspect
+
+    from autotune.api.plan import estimate
+
+    assert inspect.signature(autotune.estimate) == inspect.signature(estimate)
+    assert "seq_len" in inspect.signature(autotune.estimate).parameters
+    assert inspect.signature(autotune.cost) == inspect.signature(autotune.api.cost)
