@@ -113,6 +113,20 @@ def test_limits_split_options_into_feasible_and_not(study, doc):
     assert all(o["feasible"] for o in limited["per_platform"])
 
 
+def test_limits_no_option_meets_are_named_in_words(study, doc):
+    """A deadline alone that no option meets: the note read "(budget None, deadline 0.5 h)"."""
+    from autotune.format import fmt_hours
+    from autotune.report.build import collect
+    from autotune.search.study import open_study
+
+    deadline = min(o["hours"] for o in doc["options"]) / 2
+    limited = collect(open_study(study.storage, study.name, create=False), deadline_hours=deadline)
+    assert limited["cheapest"] is None
+    note = next(n for n in limited["notes"] if n.startswith("no option meets the limits"))
+    assert note.startswith(f"no option meets the limits (deadline {fmt_hours(deadline)}): "), note
+    assert "None" not in note
+
+
 def test_the_prices_under_the_dollars_are_dated_and_aged(study, doc):
     """The report says when the prices it used were read, and how old where over 90 days (the
     shipped CPU price is older): in its JSON, on its first lines and at a sweep's end."""

@@ -19,6 +19,7 @@ from typing import Any
 from autotune.contract.trial_files import TrialFiles
 from autotune.errors import UserError
 from autotune.record import SweepRecord, TrialRecord
+from autotune.report.labels import limits_set
 from autotune.report.memory_fit import memory_verdicts
 from autotune.report.neighbours import interference, interference_note, neighbours
 from autotune.report.options import apply_limits, pareto_set, select
@@ -298,8 +299,7 @@ def _empty_notes(options: list[OptionRow], feasible: list[OptionRow], rows: list
     if fits_note:
         notes.append(fits_note)
     if options and not feasible:
-        notes.append("no option meets the limits "
-                     f"(budget {limits.max_usd}, deadline {limits.deadline_hours} h): "
+        notes.append(f"no option meets the limits ({limits_set(limits.max_usd, limits.deadline_hours)}): "
                      "cheapest and fastest are empty; best_by_cost / best_by_time ignore the limits")
     if any(o.sensitivity is None for o in options):
         notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
@@ -343,7 +343,6 @@ def build_report(study, max_usd: float | None = None, deadline_hours: float | No
     # One option set per config: its runs merged, a reused trial's options are its source's.
     models = run_models(frozen)
     options = config_options(frozen, rows, catalog, models)
-    # Narrowed to some offers: the report says so, and what it left out (--provider, --region).
     options, offer_filter = select(options, catalog, providers, regions) if providers or regions else (options, None)
     apply_limits(options, limits)
     from autotune.search.verdict import runs_fit

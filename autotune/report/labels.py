@@ -146,3 +146,12 @@ def no_option_text(doc: dict[str, Any]) -> str:
         return (f"no completed trial is priced on an offer of {filter_flags(f)} ({f['options_left_out']} "
                 "priced option(s) on other offers: leave out those flags to see them)")
     return "no completed trial is priced on an offer of the catalog (see the notes)"
+
+
+def limits_set(max_usd: float | None, deadline_hours: float | None) -> str:
+    """The limits that are set, in words: "budget $500.00, deadline 72.0 h" (never "budget None")."""
+    from autotune.format import fmt_hours, fmt_usd
+
+    parts = [f"budget {fmt_usd(max_usd)}" if max_usd is not None else "",
+             f"deadline {fmt_hours(deadline_hours)}" if deadline_hours is not None else ""]
+    return ", ".join(p for p in parts if p)
