@@ -228,3 +228,19 @@ def test_autotune_estimate_shows_the_functions_parameters():
     assert inspect.signature(autotune.estimate) == inspect.signature(estimate)
     assert "seq_len" in inspect.signature(autotune.estimate).parameters
     assert inspect.signature(autotune.cost) == inspect.signature(autotune.api.cost)
+
+
+def test_the_slot_workers_usage_line_parses_as_the_parent_starts_it():
+    """Its docstring's command line had a lone backslash (Python joined its lines) and file
+    names the parent no longer writes; now it is the argv `_start` builds, and it parses."""
+    import shlex
+
+    from autotune.api import slot_worker
+
+    usage = _usage(slot_worker.__doc__ or "").split("\n\n")[0].replace("\\\n", " ").split("#")[0]
+    words = shlex.split(usage)
+    assert words[:4] == ["AUTOTUNE_STORAGE=journal:///abs/study.log", "python", "-m", "autotune.api.slot_worker"]
+    args = slot_worker.parse_args(words[4:])
+    slot, count = slot_worker.slot_from_json(args.slot_json)
+    assert (slot.index, slot.devices, count, args.trials, args.alone_reserve) == (0, (0,), 2, 3, 4)
+    assert args.others_done is not None and args.summary_json.name == "summary_slot0_x2.json"

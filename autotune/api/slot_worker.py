@@ -2,9 +2,12 @@
 autotune.api.side_by_side, never by hand.
 
     AUTOTUNE_STORAGE=journal:///abs/study.log python -m autotune.api.slot_worker \\
-        --spec-json RUNS/side_by_side/spec.json --trials 3 --slot-json '{"index": 0, ...}' \\
-        --runs-dir autotune_runs --summary-json RUNS/side_by_side/worker_0.json \
-        --alone-reserve 4 --others-done RUNS/side_by_side/others_done     # worker 0 only
+        --spec-json WORK/spec_slot0_x2.json --trials 3 \\
+        --slot-json '{"index": 0, "kind": "cpu", "devices": [0], "side_by_side": 2}' \\
+        --runs-dir /abs/autotune_runs --summary-json WORK/summary_slot0_x2.json \\
+        --alone-reserve 4 --others-done WORK/others_done     # worker 0 only
+
+WORK is the sweep's RUNS_DIR/STUDY/side_by_side_<id>/ (autotune.api.side_by_side).
 
 It pins itself to the slot's cores (before anything reads the hardware: the hardware key then
 names the slot's cores, so every slot of one size is the same hardware and their measurements
