@@ -165,6 +165,10 @@ def test_catalog_cli_lists_validates_and_warns(run_cli, tmp_path):
 def test_catalog_cli_in_process(cli, tmp_path):
     code, out, err = cli("catalog")
     assert code == 0 and "offers: valid" in out and "check your provider" in out
+    # A CPU offer's price is per vCPU-hour (it read "$0.045/GPU-h"); a GPU offer's per GPU-hour.
+    cpu = next(line for line in out.splitlines() if line.startswith("aws-c7i-ondemand "))
+    assert "/vCPU-h" in cpu and "GPU-h" not in cpu.replace("vCPU-h", ""), cpu
+    assert "/GPU-h" in next(line for line in out.splitlines() if line.startswith("runpod-h100-sxm "))
     old = _base()
     for o in old["offers"]:
         o["price_date"] = "2020-01-01"

@@ -253,14 +253,15 @@ def print_catalog(cat, c) -> None:
         ("source", LINE, "left")], rows, c.width))
     rows = []
     for x in cat.offers:
+        unit = "vCPU" if cat.gpus[x.gpu].device_class == "cpu" else "GPU"  # a CPU offer prices a vCPU-hour
         if x.pricing == "monthly":
-            price = f"${x.price_usd_per_gpu_month:,.0f}/GPU-month"
+            price = f"${x.price_usd_per_gpu_month:,.0f}/{unit}-month"
         elif x.pricing == "own":
-            price = f"${x.usd_per_gpu_hour:.3f}/GPU-h (amortised + power)"
+            price = f"${x.usd_per_gpu_hour:.3f}/{unit}-h (amortised + power)"
         else:
             rates = sorted({round(r, 4) for _, _, r in x.sizes()})
-            price = (f"${rates[0]:.3f}/GPU-h" if len(rates) == 1
-                     else f"${rates[0]:.3f}-{rates[-1]:.3f}/GPU-h")
+            price = (f"${rates[0]:.3f}/{unit}-h" if len(rates) == 1
+                     else f"${rates[0]:.3f}-{rates[-1]:.3f}/{unit}-h")
         sizes = ", ".join(f"{n} ({g})" if x.instances else str(g) for n, g, _ in x.sizes())
         nodes = (f"up to {x.max_nodes}, {x.inter_node_gb_per_s:g} GB/s each" if x.max_nodes > 1
                  and x.inter_node_gb_per_s else (f"up to {x.max_nodes}, network unknown"
