@@ -46,6 +46,33 @@ def test_bad_workloads_end_before_any_trial(tmp_path, workload, files, words):
     assert str(tmp_path / "spec.yaml") in str(exc.value)  # names the spec file
 
 
+@pytest.mark.parametrize("workload, words", [
+    # transformers' own message lists every model type it has (hundreds of names).
+    ("{kind: hf, model_type: llamaa}", "does not know model_type 'llamaa' (did you mean 'llama'"),
+    # An encoder-decoder builds its config; every trial then ended `unsupported` (never "the
+    # same error"), the whole budget.
+    ("{kind: hf, model_type: t5}", "has no causal LM (AutoModelForCausalLM) for model_type 't5'"),
+    # A misspelt override is kept as a stray attribute: the model had llama's default size.
+    ("{kind: hf, model_type: llama, config_overrides: {hidden_sise: 64, num_hidden_layers: 2}}",
+     "config_overrides 'hidden_sise' (did you mean 'hidden_size'?) is not a field of LlamaConfig"),
+])
+def test_an_hf_model_type_or_override_transformers_would_not_build_as_asked_ends_before_any_trial(
+        tmp_path, workload, words):
+    with pytest.raises(UserError) as exc:
+        check_workload(_spec(tmp_path, workload))
+    assert words in str(exc.value) and "To fix" in str(exc.value)
+    assert len(str(exc.value)) < 500  # one line to read, not transformers' list of every model
+
+
+def test_overrides_transformers_takes_under_another_name_pass(tmp_path):
+    # Aliases (gpt2's hidden_size is n_embd) and keys the config turns into fields
+    # (rope_theta into rope_parameters, torch_dtype into dtype) are applied, so not refused.
+    check_workload(_spec(tmp_path, "{kind: hf, model_type: gpt2, config_overrides: {hidden_size: 32, "
+                                   "n_layer: 1, n_head: 2, n_positions: 128}}"))
+    check_workload(_spec(tmp_path, "{kind: hf, model_type: llama, config_overrides: {hidden_size: 64, "
+                                   "rope_theta: 500000.0, torch_dtype: bfloat16}}"))
+
+
 @pytest.mark.parametrize("workload", [
     "{kind: hf, config_path: short.json}",
     # Without the field in a file: the limit is the model type's own (gpt2's n_positions).

@@ -50,8 +50,64 @@ def load_config_dict(wl: HFWorkload) -> dict[str, Any]:
         if "model_type" not in data:
             raise UnsupportedConfig(f"{path} has no `model_type`. To fix: add e.g. "
                                     '"model_type": "llama"')
+        check_model_type(data["model_type"], wl.config_overrides)
         return {**data, **wl.config_overrides}
+    check_model_type(str(wl.model_type), wl.config_overrides)
     return {"model_type": wl.model_type, **wl.config_overrides}
+
+
+# A few causal LMs' model types, for the fix of a model type that is not one.
+CAUSAL_EXAMPLES = "llama, gpt2, mistral, qwen2"
+
+
+def check_model_type(model_type: Any, overrides: dict[str, Any]) -> None:
+    """UnsupportedConfig, in one line with its fix, unless transformers builds `model_type` as
+    a causal LM and knows every key of `overrides`. transformers itself would list every model
+    type it has (hundreds), build an encoder-decoder's config and fail only at the model, and
+    keep a misspelt override as a stray attribute that no layer reads (the model then has the
+    model type's default size). Run by the sweep's preflight and by every trial's build."""
+    import difflib
+
+    transformers = transformers_module()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    version = transformers.__version__
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        close = difflib.get_close_matches(str(model_type), list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), n=3)
+        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+        what = ("has no causal LM (AutoModelForCausalLM) for" if model_type in CONFIG_MAPPING_NAMES
+                else "does not know")
+        raise UnsupportedConfig(f"transformers {version} {what} model_type '{model_type}'{hint}. "
+                                f"To fix: name a causal LM's model_type (e.g. {CAUSAL_EXAMPLES})")
+    config_class = CONFIG_MAPPING[model_type]
+    unknown = [key for key in overrides if _stray(config_class, key, overrides[key])]
+    if unknown:
+        fields = sorted(config_class().to_dict())
+        hints = [f"'{k}' (did you mean '{close[0]}'?)" if close else f"'{k}'"
+                 for k in unknown for close in [difflib.get_close_matches(k, fields, n=1)]]
+        raise UnsupportedConfig(
+            f"config_overrides {', '.join(hints)} is not a field of {config_class.__name__} in "
+            f"transformers {version}: it would be kept aside and change nothing in the model. "
+            f"To fix: name one of its fields (transformers.{config_class.__name__}().to_dict() lists "
+            "them), or put the key in a config.json given as config_path, whose keys are taken as written")
+
+
+def _stray(config_class: Any, key: str, value: Any) -> bool:
+    """Whether the config keeps `key` only as an attribute of its own, not one of its fields:
+    a field is in the default config's dict or its constructor's parameters (or their
+    aliases); a legacy key the constructor turns into a field (rope_theta, torch_dtype) leaves
+    no attribute behind."""
+    import inspect
+
+    if key in config_class.attribute_map or key in inspect.signature(config_class.__init__).parameters:
+        return False
+    if key in config_class().to_dict():
+        return False
+    try:
+        return key in config_class(**{key: value}).to_dict()
+    except Exception:  # noqa: BLE001 - a value the config refuses: the build says why
+        return False
 
 
 def build_hf_config(wl: HFWorkload) -> Any:
