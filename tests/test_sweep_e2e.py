@@ -94,6 +94,8 @@ def test_sweep_then_resume(tmp_path, run_cli):
     assert result["sweep"]["trials_run"] == 1 and result["report"]["cheapest"]["trial"] is not None
     second = _report(run_cli, tmp_path)
     assert len([t for t in second["trials"] if t["reused_from"] is None]) == 4
+    # The report it prints is `autotune report --json`'s, its storage too (it was null).
+    assert result["report"]["storage"] == second["storage"] and second["storage"].startswith("sqlite:///")
     # The first ones are untouched by the resume.
     assert second["trials"][:len(first["trials"])] == first["trials"]
     keys = [json.dumps(t["config"], sort_keys=True) for t in second["trials"] if t["reused_from"] is None]

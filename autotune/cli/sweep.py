@@ -115,7 +115,7 @@ def sweep(
                           note=lambda msg: con.print(f"  {msg}", soft_wrap=True))
     if summary.stop_reason:
         con.print(f"stopped: {summary.stop_reason}", soft_wrap=True)
-    doc = collect(session.study)
+    doc = collect(session.study, storage_url=spec.storage)  # as `autotune report --json` names it
     failed = summary.trials_run and not any(t.get("status") == "ok" for t in doc["trials"])
     _result(con, doc, summary, next_commands(spec, storage_file, picked=doc["cheapest"] is not None,
                                              priced=bool(doc["options"]), interrupted=summary.interrupted),
