@@ -244,3 +244,14 @@ def test_the_slot_workers_usage_line_parses_as_the_parent_starts_it():
     slot, count = slot_worker.slot_from_json(args.slot_json)
     assert (slot.index, slot.devices, count, args.trials, args.alone_reserve) == (0, (0,), 2, 3, 4)
     assert args.others_done is not None and args.summary_json.name == "summary_slot0_x2.json"
+
+
+@pytest.mark.parametrize("keyword, meant", [("trails", "trials"), ("progres", "progress"), ("on_trail", "on_trial"),
+                                            ("runsdir", "runs_dir")])
+def test_a_mistyped_keyword_of_sweep_names_the_keyword_meant(tmp_path, keyword, meant):
+    """`autotune.sweep(spec, trails=2)` was taken for a spec field and answered "command line:
+    field `trails` ... (did you mean 'trial'?)", the spec's section; `progres=False` got no hint."""
+    with pytest.raises(UserError, match=rf"sweep\(\) got the keyword '{keyword}'.*did you mean '{meant}'\?"):
+        autotune.sweep({"workload": {"kind": "gpt", "preset": "tiny"}}, storage=f"sqlite:///{tmp_path}/s.db",
+                       runs_dir=tmp_path / "runs", **{keyword: 2})
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "runs").exists()

@@ -222,6 +222,7 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
     from autotune.run.storage import redact_url, resolve_storage
 
     check_trials(trials)  # before the study or its storage is created
+    check_keywords(overrides)
     fields = {k.replace("__", "."): v for k, v in overrides.items()}
     sp = load(spec, study=study, space=space, **fields)
     sp = sp.with_overrides(storage=resolve_storage(storage, None, sp.storage))  # as the CLI: $AUTOTUNE_STORAGE
@@ -242,6 +243,24 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
     # storage_url: the report names its storage as `autotune report --json` does (password hidden).
     return SweepResult(sp.study, redact_url(sp.storage or ""), summary.trials_run, summary.stop_reason,
                        summary.interrupted, collect(session.study, storage_url=sp.storage), session.study)
+
+
+def check_keywords(overrides: dict[str, Any]) -> None:
+    """UserError for a keyword of `sweep` that is neither its own nor a spec field: `trails=2`
+    was taken for a spec field and answered "did you mean 'trial'?" (the spec's section)."""
+    import inspect
+
+    from autotune.errors import UserError, did_you_mean
+
+    own = [p for p in inspect.signature(sweep).parameters if p not in ("spec", "overrides")]
+    fields = list(SweepSpec.model_fields)
+    for key in overrides:
+        top = key.split("__", 1)[0]
+        if top not in fields:
+            raise UserError(f"sweep() got the keyword {key!r}, neither one of its own ({', '.join(own)}) "
+                            f"nor a spec field{did_you_mean(top, own + fields)}",
+                            fix="correct it; a spec field goes by its dotted name with '__' for the dot, "
+                                "e.g. budget__max_usd=500")
 
 
 def check_trials(trials: Any) -> None:
