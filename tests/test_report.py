@@ -224,8 +224,11 @@ def test_rich_report_names_the_decision(study, doc):
     out = p.stdout
     assert "Pareto set of (config, offer)" in out and "Best per platform" in out
     for col in ("GPU x n", "mb", "ga", "prec", "ckpt", "ZeRO", "TP", "tokens/s", "MFU",
-                "peak mem (free)", "hours", "dollars", "+30% time", "1 interrupt", "figures"):
+                "peak mem (free)", "hours", "dollars", "+30% time", "1 interrupt", "hours, $ from"):
         assert col in out, col
+    # Hours and dollars are projected to the target: only the tokens/s under them were measured
+    # (the column was "figures: measured", beside the hours and dollars).
+    assert "measured tok/s" in out and "figures" not in out
     assert f"cheapest within limits: trial {doc['cheapest']['trial']}" in out
     assert "predicted" in out and "measured" in out  # the memory table
 
@@ -242,6 +245,9 @@ def test_html_page_and_pngs_hold_the_pareto_points(study, doc, tmp_path):
     # Self-contained: plotly.js inlined, nothing fetched from a network.
     assert not re.search(r"<script[^>]*\ssrc=", html) and not re.search(r"<link[^>]*\shref=", html)
     assert len(html) > 1_000_000 and "Plotly.newPlot" in html
+    # The cheapest's card: its dollars and hours are projected, from measured tokens/s (it read
+    # "$0.0123 · 0.5 h ... on aws-c7i-ondemand (aws/on-demand), measured").
+    assert "projected to the target from <span class='tag measured'>measured</span> tokens/s" in html
     embedded = json.loads(re.search(r'id="autotune-report">(.*?)</script>', html, re.S).group(1))
     assert embedded["pareto"] == rep["pareto"]
     # The Pareto trace of the plotly figure holds exactly the Pareto points.

@@ -55,8 +55,8 @@ def _e(x: Any) -> str:
 def _option_table(rows: list[dict[str, Any]]) -> str:
     head = ("#", "GPU x n", "micro-batch", "accum", "precision", "checkpointing", "ZeRO / offload",
             "TP", "tokens/s", "MFU", "peak mem", "headroom", "hours", "dollars", "+30% time",
-            "1 interruption", "offer", "platform", "figures")
-    left = {"GPU x n", "precision", "checkpointing", "ZeRO / offload", "offer", "platform", "figures"}
+            "1 interruption", "offer", "platform", "hours, $ from")
+    left = {"GPU x n", "precision", "checkpointing", "ZeRO / offload", "offer", "platform", "hours, $ from"}
     out = ["<table><tr>" + "".join(f"<th class='{'l' if h in left else ''}'>{h}</th>" for h in head) + "</tr>"]
     for o in rows:
         c, s = o["config"], o.get("sensitivity") or {}
@@ -72,7 +72,8 @@ def _option_table(rows: list[dict[str, Any]]) -> str:
             (_sens(s, "plus_30pct_time"), ""), (_sens(s, "one_interruption"), ""),
             (o["offer"], "l n"), (o["platform"], "l n"),  # names users type: never wrapped
         ]
-        tag = f"<span class='tag {o['basis_kind']}' title='{_e(o['basis'])}'>{o['basis_kind']}</span>"
+        # Hours and dollars are projected to the target; the tokens/s under them are what was measured.
+        tag = f"<span class='tag {o['basis_kind']}' title='{_e(o['basis'])}'>{o['basis_kind']}</span> tok/s"
         if not o["feasible"]:
             tag += " over limit"
         out.append(f"<tr class='{'' if o['feasible'] else 'dim'}'>"
@@ -155,8 +156,8 @@ def _card(label: str, o: dict[str, Any] | None, limits_text: str, doc: dict[str,
             f"<div class='big'>{fmt_usd(o['usd'])} &middot; {fmt_hours(o['hours'])}</div>"
             f"<div>trial {o['trial']}: {_e(config_summary(o['config']))}</div>"
             f"<div class='what'>{_e(mfu_text(o))}</div>"
-            f"<div class='what'>on {_e(o['offer'])} ({_e(o['platform'])}), "
-            f"<span class='tag {o['basis_kind']}'>{o['basis_kind']}</span></div></div>")
+            f"<div class='what'>on {_e(o['offer'])} ({_e(o['platform'])}), projected to the target from "
+            f"<span class='tag {o['basis_kind']}'>{o['basis_kind']}</span> tokens/s</div></div>")
 
 
 def render_html(doc: dict[str, Any]) -> str:

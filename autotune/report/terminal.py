@@ -93,7 +93,8 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
         tps = f"{o['tokens_per_s']:,.0f}" if o.get("tokens_per_s") else "not measured"
         mfu = fmt_pct(o.get("mfu")) if o.get("mfu") is not None else "n/a"
         mem = mem_summary(o.get("peak_mem_bytes"), o.get("peak_mem_source"), o.get("headroom_bytes"))
-        figures = o["basis_kind"] + ("" if o["feasible"] else " (over limit)")
+        # The hours and dollars are projected to the target from tokens/s measured (or projected, estimated).
+        figures = f"{o['basis_kind']} tok/s" + ("" if o["feasible"] else " (over limit)")
         money = [fmt_hours(o["hours"]), fmt_usd(o["usd"])]
         if wide:
             out.append([str(o["trial"]), o["offer"], gpus, str(c.get("micro_batch_size")),
@@ -110,7 +111,7 @@ def options_table(rows: list[dict[str, Any]], title: str, width: int):
                 ("ga", TEXT, "right"), ("prec", TEXT, "left"), ("ckpt", TEXT, "left"), ("ZeRO", TEXT, "left"),
                 ("TP", TEXT, "right"), ("tokens/s", TEXT, "right"), ("MFU", TEXT, "right"),
                 ("peak mem (free)", TEXT, "right"), ("hours", NAME, "right"), ("dollars", NAME, "right"),
-                ("+30% time", TEXT, "right"), ("1 interrupt", TEXT, "right"), ("figures", TEXT, "left")]
+                ("+30% time", TEXT, "right"), ("1 interrupt", TEXT, "right"), ("hours, $ from", TEXT, "left")]
     else:
         cols = [("#", NAME, "right"), ("offer", NAME, "left"), ("GPU", NAME, "left"), ("hours", NAME, "right"),
                 ("dollars", NAME, "right"), ("config, tokens/s, memory, risk", TEXT, "left")]
