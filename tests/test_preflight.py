@@ -46,6 +46,36 @@ def test_bad_workloads_end_before_any_trial(tmp_path, workload, files, words):
     assert str(tmp_path / "spec.yaml") in str(exc.value)  # names the spec file
 
 
+@pytest.mark.parametrize("workload, files, words", [
+    # A keyword the function does not take failed every trial alike (3 trials, then exit 1).
+    ("{kind: entry_point, entry_point: 'kw:build', kwargs: {d_model: 32}}",
+     {"kw.py": "def build(seq_len, micro_batch_size, device, d=64):\n    pass\n"},
+     "entry point 'kw:build' cannot take the worker's call"),
+    ("{kind: entry_point, entry_point: 'kw:build', kwargs: {d: 32}}",
+     {"kw.py": "def build(seq_len, micro_batch_size):\n    pass\n"}, "unexpected keyword argument 'device'"),
+    # A module it imports is missing: its own folder is on the path already.
+    ("{kind: entry_point, entry_point: 'broken:build'}", {"broken.py": "import no_such_dep_xyz\n"},
+     "'broken' (entry point 'broken:build') imports 'no_such_dep_xyz', which is not installed"),
+    # The module raises as it imports: named as the module's, not the spec's, problem.
+    ("{kind: entry_point, entry_point: 'raises:build'}", {"raises.py": "raise RuntimeError('needs MYVAR')\n"},
+     "importing 'raises' (entry point 'raises:build') raised RuntimeError: needs MYVAR"),
+    ("{kind: entry_point, entry_point: 'mymod:nothere'}", {"mymod.py": "x = 1\n"},
+     "To fix: name one of its functions after the colon"),
+])
+def test_an_entry_point_the_worker_cannot_call_ends_before_any_trial_with_the_fix_for_its_cause(
+        tmp_path, workload, files, words):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(UserError) as exc:
+        check_workload(_spec(tmp_path, workload))
+    assert words in str(exc.value) and "python_path" not in str(exc.value)
+
+
+def test_an_entry_point_taking_kwargs_passes(tmp_path):
+    (tmp_path / "kw.py").write_text("def build(seq_len, micro_batch_size, **kw):\n    pass\n")
+    check_workload(_spec(tmp_path, "{kind: entry_point, entry_point: 'kw:build', kwargs: {d: 32}}"))
+
+
 @pytest.mark.parametrize("workload, words", [
     # transformers' own message lists every model type it has (hundreds of names).
     ("{kind: hf, model_type: llamaa}", "does not know model_type 'llamaa' (did you mean 'llama'"),

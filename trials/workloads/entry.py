@@ -24,16 +24,52 @@ def load_function(wl: EntryPointWorkload):
         if folder not in sys.path:
             sys.path.insert(0, folder)
     module_name, _, fn_name = wl.entry_point.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"cannot import '{module_name}' for entry point '{wl.entry_point}': "
-                          f"{exc}. To fix: put its folder in workload.python_path") from exc
+    module = import_module(module_name, wl.entry_point)
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise AttributeError(f"'{module_name}' has no function '{fn_name}' "
-                             f"(entry point '{wl.entry_point}')")
+        raise AttributeError(f"'{module_name}' has no function '{fn_name}' (entry point "
+                             f"'{wl.entry_point}'). To fix: name one of its functions after the colon")
+    check_call(fn, wl)
     return fn
+
+
+def import_module(module_name: str, entry_point: str):
+    """The entry point's module; an ImportError whose fix fits the cause: the module not found
+    (its folder is not on the path), a module it imports not installed here, or the module
+    raising as it imports."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+            raise ImportError(f"'{module_name}' (entry point '{entry_point}') imports '{missing}', which "
+                              f"is not installed for {sys.executable}. To fix: install it there "
+                              "(the trials run with this Python), or correct the import") from exc
+        raise ImportError(f"cannot import '{module_name}' for entry point '{entry_point}': "
+                          f"{exc}. To fix: put its folder in workload.python_path") from exc
+    except Exception as exc:  # a SyntaxError, or the module's own code raising at import
+        raise ImportError(f"importing '{module_name}' (entry point '{entry_point}') raised "
+                          f"{type(exc).__name__}: {exc}. To fix: correct the module so that "
+                          f"`import {module_name}` succeeds") from exc
+
+
+def check_call(fn, wl: EntryPointWorkload) -> None:
+    """TypeError unless `fn` takes the call the worker makes (seq_len, micro_batch_size, device
+    and the workload's kwargs): checked at the sweep's preflight, where a keyword the function
+    does not take would otherwise fail every trial the same way."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C-implemented callable: nothing to read
+        return
+    try:
+        signature.bind(seq_len=1, micro_batch_size=1, device=None, **wl.kwargs)
+    except TypeError as exc:
+        raise TypeError(f"entry point '{wl.entry_point}' cannot take the worker's call "
+                        f"fn(seq_len=..., micro_batch_size=..., device=..., **kwargs): {exc}. To fix: "
+                        "give the function those parameters (or **kwargs), and workload.kwargs only "
+                        "the names it takes") from None
 
 
 def build_entry_point(wl: EntryPointWorkload, seq_len: int, micro_batch_size: int,
