@@ -286,6 +286,10 @@ def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):
             plan_export(doc, trials, **kwargs)
     with pytest.raises(UserError, match="no option meets"):
         plan_export(collect(st, max_usd=1e-9), trials, pick="cheapest")
+    # Narrowed to a provider that prices none of them: said so, not "no priced trial yet".
+    with pytest.raises(UserError, match="no completed trial is priced on an offer of --provider runpod") as exc:
+        plan_export(collect(st, providers=["runpod"]), trials, pick="cheapest")
+    assert "leave out --provider" in str(exc.value)
     # A study with no trial yet: what to do, not "a trial number from 0 to -1" or "one of: (none...)".
     empty = {"study": "new", "options": [], "trials": [], "notes": []}
     for kwargs in (dict(pick="0"), dict(pick="cheapest", offer="aws-c7i-ondemand")):

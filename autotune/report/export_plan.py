@@ -65,9 +65,7 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     if p in ("cheapest", "fastest"):
         feasible = [o for o in options if o["feasible"]]
         if not feasible:
-            why = "no priced trial yet" if not options else "no option meets the budget/deadline"
-            raise UserError(f"--pick {p}: {why}",
-                            fix="run more trials, relax --max-usd / --deadline-hours, or pick a trial number")
+            raise UserError(f"--pick {p}: {_no_pick_text(doc, options)}", fix=_no_pick_fix(doc, options))
         option, note = _recommended(doc, feasible, "cost" if p == "cheapest" else "time")
         number = option["trial"]
     else:
@@ -108,6 +106,21 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
     return ExportPlan(study=doc["study"], trial=number, pick=p, cfg=cfg, option=option, trial_row=row,
                       catalog_note=doc.get("catalog_note"), launcher=launcher or cfg.launcher,
                       target=target, transformers_version=transformers_version, headroom_note=note)
+
+
+def _no_pick_text(doc: dict[str, Any], options: list[dict[str, Any]]) -> str:
+    """Why nothing can be picked, in the report's words (autotune.report.labels.no_option_text)."""
+    from autotune.report.labels import no_option_text
+
+    return no_option_text(doc) if not options else "no option meets the budget/deadline"
+
+
+def _no_pick_fix(doc: dict[str, Any], options: list[dict[str, Any]]) -> str:
+    if options:
+        return "relax --max-usd / --deadline-hours, or pick a trial number"
+    if doc.get("offer_filter"):
+        return "leave out --provider / --region, or pick a trial number"
+    return "run more trials (autotune sweep), or pick a trial number"
 
 
 def _recommended(doc: dict[str, Any], feasible: list[dict[str, Any]],
