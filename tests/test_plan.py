@@ -110,6 +110,10 @@ def test_plan_estimates_every_figure(cli, tmp_path, monkeypatch):
     # answered (exit 0) with "no GPU type to plan on".
     code, out, err = cli("plan", "spec.yaml", "--gpu", "cpu-core")
     assert code == 2 and "--gpu cpu-core: not a GPU type" in err, out + err
+    # A GPU whose peaks the catalog does not source: refused the same way, where it was planned to
+    # "no GPU type to plan on (a10g lack sourced peaks ...)" with exit 0.
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "a10g")
+    assert code == 2 and "--gpu a10g: the catalog sources no dense peak" in err and "--catalog FILE" in err, out + err
 
 
 def test_plan_counts_ddps_fp32_gradients_and_deepspeeds_16_bit_ones(cli, tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
+from autotune.search.plan_types import plan_types
 from autotune.search.score import job_from_model
 from autotune.search.space import RestrictedSpace, enumerate_configs, unrestricted
 from autotune.search.space_file import load_space
@@ -164,15 +165,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
         raise UserError(f"--mfu {hfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.35")
     model = model_of(spec)
     space = load_space(spec.space)
-    types = gpu_types or sorted({o.gpu for o in catalog.offers})
-    for t in types:
-        catalog.gpu_type(t)  # "did you mean"
-    not_gpus = [t for t in gpu_types or [] if catalog.gpus[t].device_class != "gpu"]
-    if not_gpus:  # named with --gpu: a CPU core has no dense peak to plan at a fraction of
-        raise UserError(f"--gpu {', '.join(not_gpus)}: not a GPU type (no dense peak to plan with)",
-                        fix="plan for a GPU type (list them: autotune catalog); to price a CPU run, "
-                            "sweep it: autotune sweep")
-    types = [t for t in types if catalog.gpus[t].device_class == "gpu"]
+    types = plan_types(catalog, gpu_types, [p.value for p in space.precision])
     large = _beyond_one_node(model, catalog, types)
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
     if reach:
@@ -357,7 +350,8 @@ def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: li
     `limit`: the spec's memory.limit_bytes_per_rank."""
     configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
-        why = f"{', '.join(types)} lack sourced peaks or memory" if types else "no GPU type has an offer"
+        why = (f"{', '.join(types)} {'lacks' if len(types) == 1 else 'lack'} sourced peaks or memory"
+               if types else "no GPU type has an offer")
         return str(UserError(f"no GPU type to plan on ({why}, or the space holds no valid config)",
                              fix="pick a GPU type with --gpu (list them: autotune catalog)"))
     clusters = sorted({o.gpu for o in catalog.offers if o.max_nodes > 1 and o.inter_node_gb_per_s})
