@@ -83,3 +83,25 @@ def test_workers_that_stop_for_one_reason_say_it_once():
                                 alone=[{"stop_reason": tried}, {"stop_reason": "budget spent"}])
     assert summary.stop_reason == f"{tried}; budget spent"
     assert SideBySideSummary([], workers=[{}, {"stop_reason": None}]).stop_reason is None
+
+
+@pytest.mark.parametrize("count, n_trials, named", [(0, 3, "--side-by-side 0 is not a count of workers"),
+                                                     (-1, 3, "--side-by-side -1 is not a count of workers"),
+                                                     (2, 0, "n_trials=0 is not a count of trials")])
+def test_run_side_by_side_from_python_refuses_no_workers_or_no_trials_before_writing(tmp_path, count, n_trials,
+                                                                                       named):
+    """`run_side_by_side(session, n_trials=3, runs_dir=..., count=0)` (its docstring's call, from
+    Python, where no --side-by-side min=1 guards it) wrote its work folder, then raised IndexError;
+    n_trials=0 wrote it and started a worker process to run no trial ("all 0 trials together")."""
+    from pathlib import Path
+
+    from autotune.api.side_by_side import run_side_by_side
+    from autotune.api.sweep import Session, load
+
+    (tmp_path / "space.yaml").write_text("num_gpus: [1]\nprecision: [fp32]\n")  # two slots fit here
+    spec = load({"workload": {"kind": "gpt", "preset": "tiny"}, "storage": f"journal:///{tmp_path}/s.log",
+                 "space": str(tmp_path / "space.yaml")})
+    with pytest.raises(UserError, match=named):
+        run_side_by_side(Session(spec, None, None, None, 0), n_trials=n_trials, runs_dir=Path(tmp_path / "runs"),
+                         count=count)
+    assert not (tmp_path / "runs").exists()

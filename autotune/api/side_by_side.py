@@ -101,6 +101,10 @@ def plan_slots(spec, count: int) -> list[Slot]:
 
 def check(spec, count: int) -> list[Slot]:
     """Everything `--side-by-side` can refuse, checked before the study is touched."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        # From Python (run_side_by_side) nothing else stops it: 0 wrote the work folder, then
+        # raised IndexError.
+        raise UserError(f"--side-by-side {count!r} is not a count of workers", fix="give 1 or more")
     check_storage(spec.storage, count)
     return plan_slots(spec, count)
 
@@ -147,6 +151,8 @@ def run_side_by_side(session, n_trials: int, runs_dir: Path, count: int,
     most `n_trials`, except that the alone phase may measure a pick alone beyond its reserve
     (autotune.api.alone), never where `budget.remeasure_trials` is 0 (`alone_reserve`)."""
     spec = session.spec
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise UserError(f"n_trials={n_trials!r} is not a count of trials to launch", fix="give 1 or more")
     slots = check(spec, count)
     reserve = alone_reserve(spec, n_trials, count)
     side = shares(n_trials - reserve, count)
