@@ -74,6 +74,20 @@ def test_a_trial_whose_hf_config_is_missing_is_refused_before_it_launches(cli, h
     assert sorted(f.name for f in here.iterdir()) == ["c.json"]
 
 
+@pytest.mark.parametrize("text, named", [
+    ('{"model_type": "llama", "hidden_size": 64,', "is not readable JSON"),
+    ('{"hidden_size": 64}', "has no `model_type`"),
+], ids=["not JSON", "no model_type"])
+def test_a_trial_whose_hf_config_does_not_load_is_refused_before_it_launches(cli, here, text, named):
+    """Checked as a sweep's preflight checks it: the worker crashed with a JSONDecodeError that
+    named no file (exit 1), and left a trial folder behind."""
+    (here / "llama.json").write_text(text)
+    (here / "c.json").write_text(json.dumps({"workload": {"kind": "hf", "config_path": str(here / "llama.json")},
+                                             "seq_len": 32}))
+    _one_error(*cli("trial", "c.json")[::2], "c.json", "llama.json", named)
+    assert sorted(f.name for f in here.iterdir()) == ["c.json", "llama.json"]
+
+
 @pytest.mark.parametrize("config, named", [
     ('{"device": "cuda", "seq_len": 32}', ["`device` is cuda", "no visible CUDA GPU", '"device": "cpu"']),
     ('{"device": "cpu", "precision": "fp8", "seq_len": 32}', ["`precision` fp8 on CPU ranks", '"precision": "bf16"']),

@@ -45,8 +45,11 @@ def trial(
                             "(`autotune export` writes one as trial_config.json)") from None
     hf_file = cfg.workload.config_file() if isinstance(cfg.workload, HFWorkload) else None
     if hf_file is not None:  # checked here, before a trial folder is made and a worker started
+        from autotune.run.preflight import check_hf_file
+
         read_text_file(hf_file, "Hugging Face config", fix="point workload.config_path at a local config.json "
                        "(or the folder holding one); trials never download")
+        check_hf_file(hf_file, f"{config_file}: ")  # readable JSON with a model_type
     _refuse_what_cannot_run_here(cfg, config_file)
     crowded = _crowded_cores(cfg)
     if crowded:

@@ -50,7 +50,7 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
         return
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
-        _check_hf_file(wl.config_file() or Path(wl.config_path), where)
+        check_hf_file(wl.config_file() or Path(wl.config_path), where)
     from autotune.run.argv import launch_env
 
     cfg = TrialConfig(workload=wl, seq_len=spec.seq_len)
@@ -73,8 +73,9 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
                         fix=fix or "correct the workload section of the spec")
 
 
-def _check_hf_file(path: Path, where: str) -> None:
-    """The config file's own problems, named without starting a subprocess."""
+def check_hf_file(path: Path, where: str) -> None:
+    """The config file's own problems, named without starting a subprocess (`where`: the file
+    that names it, e.g. "spec.yaml: "); also `autotune trial`'s check before it launches."""
     if not path.is_file():
         raise UserError(f"{where}workload: HF config '{path}' does not exist",
                         fix="point config_path at a local config.json (a relative path is read "
