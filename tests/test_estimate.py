@@ -286,6 +286,10 @@ def test_cli_json_keys_and_fits(run_cli):
     ([], "exactly one of"),
     (["--params", "abc"], "not a number"),
     (["--model", "7b", "--offload", "optimizer"], "offload needs ZeRO"),
+    # The flags given, and the fix in flags: not "--offload none with ..." nor "set fsdp none".
+    (["--model", "7b", "--fsdp", "full_shard", "--zero-stage", "2"],
+     "error: --zero-stage 2 with --fsdp full_shard: FSDP2 and DeepSpeed ZeRO both shard the model: pick one. "
+     "To fix: set --fsdp none or --zero-stage 0."),
     (["--model", "7b", "--zero-stage", "4"], "zero-stage"),
     (["--model", "7b", "--tp", "3"], "does not divide"),
     (["--model", "7b", "--gpu", "h100"], "did you mean"),
@@ -408,3 +412,16 @@ def test_a_sequence_longer_than_the_model_takes_is_refused(tmp_path, run_cli):
     p = run_cli("estimate", "--model", str(cfg), "--seq-len", "1024")
     assert p.returncode == 2 and "512 or less" in p.stderr, p.stderr
     assert run_cli("estimate", "--model", str(cfg), "--seq-len", "512").returncode == 0
+
+
+def test_fp8_on_a_gpu_without_an_fp8_peak_says_so(cli):
+    # The memory fits an A100, but fp8 does not run there (a sweep and `plan` leave it out):
+    # the verdict alone said "fits" and nothing more.
+    code, out, err = cli("estimate", "--model", "7b", "--precision", "fp8", "--gpu", "a100-80gb",
+                         "--zero-stage", "3", "--dp", "8", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert any("no fp8 peak for a100-80gb" in n for n in doc["notes"]), doc["notes"]
+    code, out, err = cli("estimate", "--model", "7b", "--precision", "fp8", "--gpu", "h100-sxm",
+                         "--zero-stage", "3", "--dp", "8", "--json")
+    assert not any("fp8" in n for n in json.loads(out)["notes"])

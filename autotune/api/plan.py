@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -60,14 +61,20 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     except ValidationError as exc:
         msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
         text, _, fix = msg.partition(". To fix: ")
-        flags = f"--offload {offload} with --zero-stage {zero_stage}" + (
-            f" and --fsdp {fsdp}" if fsdp != "none" else "")
-        raise UserError(f"{flags}: {text}", fix=fix or "see --help") from None
+        # The flags given (not a default the user never typed), and the fix in flags' names.
+        given = [f for f, on in ((f"--zero-stage {zero_stage}", zero_stage),
+                                 (f"--offload {offload}", offload != "none"),
+                                 (f"--fsdp {fsdp}", fsdp != "none")) if on]
+        fix = re.sub(r"\b(zero_stage|offload|fsdp)\b", lambda m: "--" + m.group(1).replace("_", "-"), fix)
+        raise UserError(f"{' with '.join(given) or 'this config'}: {text}", fix=fix or "see --help") from None
     except ValueError as exc:  # an unknown precision / checkpointing / offload name
         raise UserError(f"estimate: {exc}", fix="see `autotune estimate --help` for the choices") from None
     gpu_mem = gpu_memory_bytes(gpu) if gpu else None
     est = estimate_memory(shape, mcfg)
     doc = est.as_dict()
+    if gpu and precision == "fp8" and not _catalog_gpu(gpu).peak_flops("fp8"):
+        doc["notes"].append(f"the catalog sources no fp8 peak for {gpu}: fp8 training runs on GPUs of compute "
+                            "capability 8.9 and later (a sweep there leaves fp8 out; so does `plan`)")
     doc.update(
         model=shape.name, model_source=shape.source, model_params=shape.params,
         engine=str(mcfg.resolved_engine),
@@ -121,7 +128,8 @@ def _count(text: str) -> int:
     return int(round(value))
 
 
-def gpu_memory_bytes(name: str) -> int:
+def _catalog_gpu(name: str):
+    """The shipped catalog's GPU type `name` (any case); a UserError with "did you mean"."""
     from autotune.pricing.load import load_catalog
 
     cat = load_catalog()
@@ -132,9 +140,13 @@ def gpu_memory_bytes(name: str) -> int:
 
         raise UserError(f"--gpu '{name}' is not in the catalog{did_you_mean(name, list(cat.gpus))}",
                         fix=f"use one of: {', '.join(sorted(cat.gpus))}")
-    mem = cat.gpus[key].memory_bytes
+    return cat.gpus[key]
+
+
+def gpu_memory_bytes(name: str) -> int:
+    mem = _catalog_gpu(name).memory_bytes
     if not mem:
-        raise UserError(f"--gpu '{key}' has no memory figure in the catalog",
+        raise UserError(f"--gpu '{name}' has no memory figure in the catalog",
                         fix="pick a GPU type with memory_bytes set")
     return int(mem)
 
