@@ -255,3 +255,24 @@ def test_fsdp2_is_offered_beside_zero_not_with_it():
                    for z, f, o, p in seen)
     assert rs.offload_choices(0, FSDPMode.full_shard) == [Offload.none, Offload.optimizer_params]
     assert rs.offload_choices(0) == [Offload.none]
+
+
+@pytest.mark.parametrize("kv_heads, tp_degrees", [(1, [1]), (2, [1, 2])])
+def test_a_hugging_face_models_key_value_heads_bound_its_tp_degrees(tmp_path, kv_heads, tp_degrees):
+    """Each TP rank holds whole attention and key/value heads, so a model with one key/value
+    head runs no TP. The space took no heads from a Hugging Face config: every TP-2 trial of
+    such a model ended `unsupported` (config-dependent, never 'the same error'), and a space of
+    TP 2 spent the whole budget on them."""
+    import json
+
+    from autotune.search.machine import restricted_space
+    from autotune.spec import load_spec
+
+    (tmp_path / "llama.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": kv_heads, "vocab_size": 512}))
+    (tmp_path / "space.yaml").write_text("num_gpus: [2]\ntp_degree: [1, 2]\nzero_stage: [0]\n")
+    (tmp_path / "spec.yaml").write_text("workload: {kind: hf, config_path: llama.json}\nspace: space.yaml\n")
+    rs = restricted_space(load_spec(tmp_path / "spec.yaml"), CPU2)
+    assert rs.tp_degree == tp_degrees
+    assert rs.dropped.get("tp_degree", []) == ([2] if kv_heads == 1 else [])
