@@ -163,7 +163,7 @@ def _usage(text: str) -> str:
     return "\n".join(ln for ln in text.splitlines() if ln.startswith("    "))
 
 
-@pytest.mark.parametrize("where", ["autotune", "autotune.api", "README.md"])
+@pytest.mark.parametrize("where", ["autotune", "autotune.api", "autotune.api.plan", "README.md"])
 def test_the_estimate_and_cost_examples_run_as_written_and_answer(where):
     """A reader copies the example: `autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9,
     target_tokens=1e11, gpus=8).cheapest` raised "cannot estimate communication for several GPUs
@@ -255,3 +255,46 @@ def test_a_mistyped_keyword_of_sweep_names_the_keyword_meant(tmp_path, keyword, 
         autotune.sweep({"workload": {"kind": "gpt", "preset": "tiny"}}, storage=f"sqlite:///{tmp_path}/s.db",
                        runs_dir=tmp_path / "runs", **{keyword: 2})
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "runs").exists()
+
+
+COST = dict(gpu="h100-sxm", gpus=8, mfu=0.4, params=7e9, target_tokens=1e11, global_batch_tokens=4e6, zero_stage=1)
+
+
+@pytest.mark.parametrize("call, kwargs, says", [
+    ("estimate", dict(tp=0), "--tp 0: Input should be greater than 0"),  # was a ZeroDivisionError
+    ("estimate", dict(dp=-1), "--dp -1: Input should be greater than 0"),  # was "--offload none with ..."
+    ("estimate", dict(seq_len=2048.5), "--seq-len 2048.5"),
+    ("estimate", dict(offload="cpu"), "--offload 'cpu': Input should be 'none', 'optimizer' or 'optimizer+params'"),
+    ("estimate", dict(optimizer="adamm"), "--optimizer 'adamm'"),
+    ("cost", dict(gpus=0), "--gpus 0: Input should be greater than 0"),  # was a ZeroDivisionError
+    ("cost", dict(gpus=-8), "--gpus -8"),  # was an answer with no bill
+    ("cost", dict(run_gpus=[0]), "--run-gpus [0]: each GPU count must be 1 or more"),
+    ("cost", dict(mfu=None, tokens_per_s=-5.0), "--tokens-per-s -5.0"),  # was a bare ValueError
+    ("cost", dict(zero_stage=7), "--zero-stage 7"),  # was pydantic's ValidationError for MemoryConfig
+    ("cost", dict(checkpoint_interval_hours=0), "--checkpoint-interval-hours 0"),  # was a ZeroDivisionError
+    ("cost", dict(checkpoint_gb=-1), "--checkpoint-gb -1"),  # was accepted
+    ("cost", dict(gpus=True), "--gpus True: a number or a name, not a truth value"),
+])
+def test_estimate_and_cost_refuse_a_bad_argument_naming_it_as_its_flag(call, kwargs, says):
+    base = dict(model="7b") if call == "estimate" else COST
+    with pytest.raises(UserError) as err:
+        getattr(autotune, call)(**{**base, **kwargs})
+    assert says in str(err.value), str(err.value)
+
+
+def test_cost_takes_a_single_name_or_count_and_a_number_as_text_as_the_command_does(tmp_path):
+    bills = autotune.cost(**COST).as_dicts()
+    assert bills
+    # A single offer name was iterated letter by letter ("unknown offer 'l'"); a count where a
+    # list is taken raised a TypeError; "3200" failed a format.
+    one = bills[0]["offer"]
+    assert [b["offer"] for b in autotune.cost(**COST, offers=one).as_dicts()] == [one]
+    assert autotune.cost(**{**COST, "run_gpus": 8}).as_dicts() == bills
+    measured = dict(gpu="h100-sxm", gpus=8, target_tokens=1e11, zero_stage=1)
+    assert (autotune.cost(**measured, tokens_per_s="3200").as_dicts()
+            == autotune.cost(**measured, tokens_per_s=3200.0).as_dicts())
+    # A path object for the model, as a path string is taken (was an AttributeError).
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128}))
+    assert autotune.estimate(model=cfg, seq_len=64) == autotune.estimate(model=str(cfg), seq_len=64)

@@ -3,7 +3,8 @@
 `--tokens-per-s`); bad input raises `autotune.errors.UserError` naming the flag.
 
     autotune.estimate(model="7b", seq_len=4096, micro_batch=2, zero_stage=2, dp=8, gpu="a100-40gb")
-    autotune.cost(gpu="h100-sxm", mfu=0.4, params=7e9, target_tokens=1e11, gpus=8)
+    autotune.cost(gpu="h100-sxm", gpus=8, mfu=0.4, params=7e9, target_tokens=1e11,
+                  global_batch_tokens=4e6, zero_stage=1)
 """
 
 from __future__ import annotations
@@ -37,42 +38,35 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     instead of ZeRO. `seq_len`: DEFAULT_SEQ_LEN, or the model's longest where shorter."""
     from pydantic import ValidationError
 
-    from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
+    from autotune.api.args import EstimateArgs
     from autotune.estimate.compute import flops_per_token, hardware_flops_per_token
     from autotune.estimate.memory import MemoryConfig, estimate_memory, recomputed_layers
 
-    shape = resolve_model(model, None if params is None else str(params), layers, hidden, heads, vocab)
-    if seq_len is None:
-        seq_len = min(DEFAULT_SEQ_LEN, shape.max_seq_len or DEFAULT_SEQ_LEN)
-    elif shape.max_seq_len is not None and seq_len > shape.max_seq_len:
-        # A trial of it refuses the sequence (trials/workloads/build.py): no estimate of a run
-        # that cannot start.
-        raise UserError(f"--seq-len {seq_len} is longer than {shape.name} takes (it has "
-                        f"{shape.max_seq_len} positions)",
-                        fix=f"give --seq-len {shape.max_seq_len} or less, or a model with more positions")
+    a = EstimateArgs.checked(**{k: v for k, v in locals().items() if k in EstimateArgs.model_fields})
+    seq_len, tp, offload, fsdp = a.seq_len, a.tp, a.offload.value, a.fsdp.value
+    shape = resolve_model(a.model, None if params is None else str(params), a.layers, a.hidden, a.heads, a.vocab)
+    seq_len = _seq_len_for(shape, seq_len)
     if shape.n_heads and shape.n_heads % tp:
         raise UserError(f"--tp {tp} does not divide the model's {shape.n_heads} attention heads",
                         fix="pick a TP degree that divides the head count")
     try:
         mcfg = MemoryConfig.model_validate(dict(
-            seq_len=seq_len, micro_batch_size=micro_batch, precision=Precision(precision),
-            checkpointing=Checkpointing(checkpointing), zero_stage=zero_stage, offload=Offload(offload),
-            dp_degree=dp, tp_degree=tp, optimizer=optimizer, fsdp=FSDPMode(fsdp)))
-    except ValidationError as exc:
+            seq_len=seq_len, micro_batch_size=a.micro_batch, precision=a.precision, checkpointing=a.checkpointing,
+            zero_stage=a.zero_stage, offload=a.offload, dp_degree=a.dp, tp_degree=tp, optimizer=a.optimizer,
+            fsdp=a.fsdp))
+    except ValidationError as exc:  # each value is checked above: a combination that cannot run
         msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
         text, _, fix = msg.partition(". To fix: ")
         # The flags given (not a default the user never typed), and the fix in flags' names.
-        given = [f for f, on in ((f"--zero-stage {zero_stage}", zero_stage),
+        given = [f for f, on in ((f"--zero-stage {a.zero_stage}", a.zero_stage),
                                  (f"--offload {offload}", offload != "none"),
                                  (f"--fsdp {fsdp}", fsdp != "none")) if on]
         fix = re.sub(r"\b(zero_stage|offload|fsdp)\b", lambda m: "--" + m.group(1).replace("_", "-"), fix)
         raise UserError(f"{' with '.join(given) or 'this config'}: {text}", fix=fix or "see --help") from None
-    except ValueError as exc:  # an unknown precision / checkpointing / offload name
-        raise UserError(f"estimate: {exc}", fix="see `autotune estimate --help` for the choices") from None
     gpu_mem = gpu_memory_bytes(gpu) if gpu else None
     est = estimate_memory(shape, mcfg)
     doc = est.as_dict()
-    if gpu and precision == "fp8" and not _catalog_gpu(gpu).peak_flops("fp8"):
+    if gpu and a.precision.value == "fp8" and not _catalog_gpu(gpu).peak_flops("fp8"):
         doc["notes"].append(f"the catalog sources no fp8 peak for {gpu}: fp8 training runs on GPUs of compute "
                             "capability 8.9 and later (a sweep there leaves fp8 out; so does `plan`)")
     doc.update(
@@ -96,6 +90,19 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
         doc.update(gpu=gpu, gpu_memory_bytes=gpu_mem, safety_margin=DEFAULT_SAFETY_MARGIN,
                    fits=False if over else (None if est.activations_bytes is None else True))
     return doc
+
+
+def _seq_len_for(shape, seq_len: int | None) -> int:
+    """The sequence estimated: given, else DEFAULT_SEQ_LEN or the model's longest where shorter.
+    Longer than the model takes is refused: a trial of it refuses the sequence
+    (trials/workloads/build.py), and no estimate is of a run that cannot start."""
+    if seq_len is None:
+        return min(DEFAULT_SEQ_LEN, shape.max_seq_len or DEFAULT_SEQ_LEN)
+    if shape.max_seq_len is not None and seq_len > shape.max_seq_len:
+        raise UserError(f"--seq-len {seq_len} is longer than {shape.name} takes (it has "
+                        f"{shape.max_seq_len} positions)",
+                        fix=f"give --seq-len {shape.max_seq_len} or less, or a model with more positions")
+    return seq_len
 
 
 def resolve_model(model: str | None, params: str | None, layers: int | None, hidden: int | None,
@@ -153,8 +160,8 @@ def gpu_memory_bytes(name: str) -> int:
 
 @dataclass
 class CostResult:
-    """Every matching offer's bill, cheapest first (`bills`: pricing.cost.Bill objects; `as
-    dicts`: what `autotune cost --json` prints), the offers skipped and why, the job assumed."""
+    """Every matching offer's bill, cheapest first (`bills`: pricing.cost.Bill objects;
+    `as_dicts()`: what `autotune cost --json` prints), the offers skipped and why, the job assumed."""
 
     bills: list[Any]
     skipped: list[Any]
@@ -180,13 +187,19 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
          checkpoint_interval_hours: float = 1.0, month_rest_used: bool = False) -> CostResult:
     """Price a training run on every matching offer of the catalog, cheapest first: from a
     measured `tokens_per_s` at `gpus` on `gpu`, or (planning) from `mfu` with `params`."""
+    from autotune.api.args import CostArgs
     from autotune.estimate.compute import flops_per_token, model_from_params
     from autotune.estimate.scaling import CommModel, grad_bytes_per_param
     from autotune.pricing.load import load_catalog
     from autotune.pricing.quote import BasePoint, quote
     from autotune.search.score import job_from_model
 
-    cat = load_catalog(catalog).select(providers=providers, regions=regions)
+    a = CostArgs.checked(**{k: v for k, v in locals().items() if k in CostArgs.model_fields})
+    gpus, mfu, tokens_per_s, params = a.gpus, a.mfu, a.tokens_per_s, a.params
+    zero_stage, run_gpus = a.zero_stage, a.run_gpus
+    target_tokens, target_steps, global_batch_tokens = a.target_tokens, a.target_steps, a.global_batch_tokens
+    checkpoint_gb, dataset_gb, final_model_gb = a.checkpoint_gb, a.dataset_gb, a.final_model_gb
+    cat = load_catalog(catalog).select(providers=a.providers, regions=a.regions)
     cat.gpu_type(gpu)  # "did you mean"
     storage = _stored_precision(precision)
     n_params = None if params is None else int(round(params))
@@ -217,15 +230,15 @@ def cost(gpu: str, gpus: int = 1, tokens_per_s: float | None = None, mfu: float 
                                      ("final_model_bytes", final_model_gb)) if v is not None}
     given = tuple(f"given: {k.replace('_bytes', '').replace('_', ' ')} {v / 1e9:g} GB (replaces the "
                   f"default above)" for k, v in sizes.items())
-    job = replace(job, **sizes, egress_checkpoints=egress_checkpoints, checkpoints_kept=checkpoints_kept,
-                  checkpoint_interval_hours=checkpoint_interval_hours, month_rest_used=month_rest_used,
+    job = replace(job, **sizes, egress_checkpoints=a.egress_checkpoints, checkpoints_kept=a.checkpoints_kept,
+                  checkpoint_interval_hours=a.checkpoint_interval_hours, month_rest_used=month_rest_used,
                   assumptions=job.assumptions + given)
     inputs = {"--tokens-per-s": tokens_per_s, "--mfu": mfu, "--params": params, "--target-tokens": target_tokens,
               "--target-steps": target_steps, "--global-batch-tokens": global_batch_tokens,
               "--checkpoint-gb": checkpoint_gb, "--dataset-gb": dataset_gb, "--final-model-gb": final_model_gb,
-              "--checkpoint-interval-hours": checkpoint_interval_hours}
+              "--checkpoint-interval-hours": a.checkpoint_interval_hours}
     with _finite_figures(inputs):
-        bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=offers)
+        bills, skipped = quote(cat, base, counts, types, comm, tokens_for, job, offers=a.offers)
         if n_params:
             # A measured throughput ran, so its own GPU type held it (perhaps at a ZeRO stage not
             # given here); planned figures and other GPU types are checked.
