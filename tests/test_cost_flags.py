@@ -91,3 +91,22 @@ def test_a_step_count_that_is_not_whole_is_refused(run_cli):
     r = run_cli("cost", "--gpu", "h100-sxm", "--gpus", "8", "--tokens-per-s", "30000",
                 "--global-batch-tokens", "1e6", "--target-steps", "2e3", "--json")
     assert r.returncode == 0, r.stderr
+
+
+def test_the_cost_examples_of_its_docstring_answer(cli):
+    # `autotune cost --gpu h100-sxm --mfu 0.4 --params 7e9 --target-tokens 1e11 --json` printed
+    # [] (the 7B's states fit no single H100 at ZeRO 0): an example that answers nothing.
+    import shlex
+
+    import autotune.cli.cost as mod
+
+    lines = (mod.__doc__ or "").replace("\\\n", " ").splitlines()
+    examples = [shlex.split(ln.strip())[1:] for ln in lines if ln.strip().startswith("autotune cost ")]
+    assert len(examples) == 3
+    for args in examples:
+        code, out, err = cli(*args)
+        assert code == 0, (args, err)
+        if "--json" in args:
+            assert json.loads(out), args  # at least one bill
+        else:
+            assert "cheapest" in out, (args, out[-500:])

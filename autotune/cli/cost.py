@@ -3,7 +3,8 @@
     autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --target-tokens 2e10
     autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 \\
         --global-batch-tokens 8192 --target-tokens 2e10 --run-gpus 8 --run-gpus 16
-    autotune cost --gpu h100-sxm --mfu 0.4 --params 7e9 --target-tokens 1e11 --json
+    autotune cost --gpu h100-sxm --gpus 8 --mfu 0.4 --params 7e9 --target-tokens 1e11 \\
+        --global-batch-tokens 4e6 --zero-stage 1 --json
     autotune catalog [--catalog FILE] [--provider aws] [--region 'us-*'] [--json]
     autotune catalog import --skypilot ~/.sky/catalogs/v7 --skip-unknown --out my_prices.yaml
     autotune plan spec.yaml --mfu 0.4 [--gpu h100-sxm] [--region us-east-1] [--json]
