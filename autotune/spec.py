@@ -242,29 +242,36 @@ class SweepSpec(_Spec):
 
         return study_name(v)
 
-    def with_overrides(self, **updates) -> "SweepSpec":
+    def with_overrides(self, _keywords: bool = False, **updates) -> "SweepSpec":
         """This spec with command-line overrides (dotted names: `budget.trials`), validated by
         the same rules as the spec file: a flag can no more set `--max-gpu-hours 0` or a bad
-        study name than the file can. None means "not given"."""
+        study name than the file can. None means "not given". `_keywords`: the overrides are
+        a Python call's keywords (`budget__trials`), and its errors name them so."""
         data = self.model_dump(mode="json", exclude_none=False)
+        where, shown = ("keyword", "__") if _keywords else ("command line", ".")
         for dotted, value in updates.items():
             if value is None:
                 continue
             node = data
             *parents, leaf = dotted.split(".")
-            for part in parents:
+            for i, part in enumerate(parents):
                 node = node.setdefault(part, {})
+                if not isinstance(node, dict):  # `study__name`: the study is a value, not a section
+                    raise UserError(f"{where} {dotted.replace('.', shown)}: `{'.'.join(parents[:i + 1])}` is a "
+                                    "value of the spec, not a section with fields",
+                                    fix="set it directly (docs/spec_reference.md lists every section and field)")
             node[leaf] = value
         try:
             spec = SweepSpec.model_validate(data)
         except ValidationError as exc:
-            raise UserError(format_validation_error("command line", exc, SweepSpec),
-                            fix=f"correct the option ({_flags_shown(updates, exc)})") from None
+            raise UserError(format_validation_error(where, exc, SweepSpec),
+                            fix=f"correct the {'keyword' if _keywords else 'option'} "
+                                f"({_flags_shown(updates, exc, shown)})") from None
         spec.source = self.source
         return spec
 
 
-def _flags_shown(updates: dict[str, Any], exc: ValidationError) -> str:
+def _flags_shown(updates: dict[str, Any], exc: ValidationError, dot: str = ".") -> str:
     """The options an error names: those the validation failed on (all given, if it failed
     elsewhere), each value as a terminal may show it: a storage URL's password masked."""
     from autotune.run.redact import redact_url
@@ -272,7 +279,8 @@ def _flags_shown(updates: dict[str, Any], exc: ValidationError) -> str:
     failed = {".".join(str(p) for p in err.get("loc", ())) for err in exc.errors()}
     given = {k: v for k, v in updates.items() if v is not None}
     named = {k: v for k, v in given.items() if k in failed} or given
-    return ", ".join(f"{k}={(redact_url(v) if isinstance(v, str) else v)!r}" for k, v in named.items())
+    return ", ".join(f"{k.replace('.', dot)}={(redact_url(v) if isinstance(v, str) else v)!r}"
+                     for k, v in named.items())
 
 
 def load_spec(path: str | Path) -> SweepSpec:

@@ -298,3 +298,17 @@ def test_cost_takes_a_single_name_or_count_and_a_number_as_text_as_the_command_d
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
                                "num_attention_heads": 4, "vocab_size": 512, "intermediate_size": 128}))
     assert autotune.estimate(model=cfg, seq_len=64) == autotune.estimate(model=str(cfg), seq_len=64)
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(study__name="x"), "keyword study__name: `study` is a value of the spec"),  # was a TypeError
+    (dict(seq_len__x=1), "keyword seq_len__x: `seq_len` is a value of the spec"),
+    (dict(budget__max_usd=-5), "correct the keyword (budget__max_usd=-5)"),  # was "the option (budget.max_usd=-5)"
+])
+def test_a_keyword_override_is_refused_in_the_callers_own_words(tmp_path, kwargs, says):
+    with pytest.raises(UserError) as err:
+        autotune.sweep({"workload": {"kind": "gpt", "preset": "tiny"}, "seq_len": 32}, trials=1,
+                       storage=f"sqlite:///{tmp_path}/s.db", runs_dir=tmp_path / "runs", progress=False, **kwargs)
+    assert says in str(err.value), str(err.value)
+    assert "command line" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []

@@ -44,10 +44,11 @@ class Session:
         return self.machine.restricted
 
 
-def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepSpec:
+def load(spec: str | Path | dict | SweepSpec | None, _keywords: bool = False, **overrides: Any) -> SweepSpec:
     """A spec from a YAML path, a dict of spec fields (relative paths from the current folder),
     a SweepSpec, or None (the built-in example); `overrides` with dotted names
-    (`"budget.trials"`) go through the spec's own validation."""
+    (`"budget.trials"`) go through the spec's own validation (`_keywords`: they were a call's
+    keywords, `budget__trials`, and an error names them so)."""
     from pydantic import ValidationError
 
     from autotune.errors import UserError, format_validation_error
@@ -66,7 +67,7 @@ def load(spec: str | Path | dict | SweepSpec | None, **overrides: Any) -> SweepS
                                 "docs/spec_reference.md)") from None
     else:
         base = load_spec(spec)
-    return base.with_overrides(**overrides)
+    return base.with_overrides(_keywords=_keywords, **overrides)
 
 
 def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
@@ -224,7 +225,7 @@ def sweep(spec: str | Path | dict | SweepSpec | None = None, *, trials: int | No
     check_trials(trials)  # before the study or its storage is created
     check_keywords(overrides)
     fields = {k.replace("__", "."): v for k, v in overrides.items()}
-    sp = load(spec, study=study, space=space, **fields)
+    sp = load(spec, True, study=study, space=space, **fields)
     sp = sp.with_overrides(storage=resolve_storage(storage, None, sp.storage))  # as the CLI: $AUTOTUNE_STORAGE
     session = prepare(sp, runs_dir)
     say = print if progress else (lambda *_: None)
