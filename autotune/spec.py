@@ -242,11 +242,18 @@ class SweepSpec(_Spec):
 
         return study_name(v)
 
-    def with_overrides(self, _keywords: bool = False, **updates) -> "SweepSpec":
+    def with_overrides(self, **updates) -> "SweepSpec":
         """This spec with command-line overrides (dotted names: `budget.trials`), validated by
         the same rules as the spec file: a flag can no more set `--max-gpu-hours 0` or a bad
-        study name than the file can. None means "not given". `_keywords`: the overrides are
-        a Python call's keywords (`budget__trials`), and its errors name them so."""
+        study name than the file can. None means "not given"."""
+        return self._overridden(updates, False)
+
+    def with_keyword_overrides(self, **updates) -> "SweepSpec":
+        """As `with_overrides`, for a Python call's keywords (`budget__trials` given, passed
+        dotted): its errors name them as the caller wrote them."""
+        return self._overridden(updates, True)
+
+    def _overridden(self, updates: dict[str, Any], _keywords: bool) -> "SweepSpec":
         data = self.model_dump(mode="json", exclude_none=False)
         where, shown = ("keyword", "__") if _keywords else ("command line", ".")
         for dotted, value in updates.items():

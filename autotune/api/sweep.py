@@ -67,7 +67,7 @@ def load(spec: str | Path | dict | SweepSpec | None, _keywords: bool = False, **
                                 "docs/spec_reference.md)") from None
     else:
         base = load_spec(spec)
-    return base.with_overrides(_keywords=_keywords, **overrides)
+    return base.with_keyword_overrides(**overrides) if _keywords else base.with_overrides(**overrides)
 
 
 def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
