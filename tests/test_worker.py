@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
 from autotune.contract import GPT_PRESETS, Checkpointing, Precision, TrialStatus
 from autotune.estimate.compute import flops_per_token, model_from_preset
-from tests.fixtures.trials import entry, run_many, tiny
+from tests.fixtures.trials import FIXTURES, entry, run_many, tiny
 from trials.measure import LinearCallCounter, SavedTensorMeter, percentile, summarize
 from trials.noise_scale import NoiseScale
 
@@ -277,6 +278,26 @@ def test_cli_trial_prints_an_error_with_brackets_as_it_is(run_cli, tmp_path):
     p = run_cli("trial", "c.json", "--out", "raised")
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert f"status: crash (ValueError: {message})" in p.stdout
+
+
+def test_cli_trial_reads_the_workloads_relative_paths_from_the_config_files_folder(run_cli, tmp_path):
+    """As a spec's are read from the spec's folder. The worker runs in the trial folder: a
+    relative config_path the command had checked from the working folder was 'does not exist'
+    there (unsupported, exit 1), and a module beside the config did not import."""
+    folder = tmp_path / "cfgs"
+    folder.mkdir()
+    (folder / "llama.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 128}))
+    (folder / "mine.py").write_text(Path(FIXTURES, "entry_points.py").read_text())
+    hf = json.loads(tiny(measure_steps=1, measure_noise_scale=False).model_dump_json())
+    for name, workload in (("hf", {"kind": "hf", "config_path": "llama.json"}),
+                           ("entry", {"kind": "entry_point", "entry_point": "mine:build"})):
+        (folder / f"{name}.json").write_text(json.dumps({**hf, "workload": workload}))
+        p = run_cli("trial", f"cfgs/{name}.json", "--out", name)
+        assert p.returncode == 0 and "status: ok" in p.stdout, p.stdout + p.stderr
+        ran = json.loads((tmp_path / name / "config.json").read_text())["workload"]
+        assert str(folder) in (ran.get("config_path") or ran["python_path"][-1])
 
 
 def test_cli_trial_bad_file_exits_2_naming_it(run_cli, tmp_path):

@@ -43,12 +43,14 @@ def trial(
         raise UserError(format_validation_error(config_file, exc, TrialConfig),
                         fix="see docs/spec_reference.md, section TrialConfig, for the fields "
                             "(`autotune export` writes one as trial_config.json)") from None
+    cfg = _paths_from(cfg, config_file.resolve().parent)
     hf_file = cfg.workload.config_file() if isinstance(cfg.workload, HFWorkload) else None
     if hf_file is not None:  # checked here, before a trial folder is made and a worker started
         from autotune.run.preflight import check_hf_file
 
         read_text_file(hf_file, "Hugging Face config", fix="point workload.config_path at a local config.json "
-                       "(or the folder holding one); trials never download")
+                       "(or the folder holding one; a relative path is read from the trial config's folder); "
+                       "trials never download")
         check_hf_file(hf_file, f"{config_file}: ")  # readable JSON with a model_type
     _refuse_what_cannot_run_here(cfg, config_file)
     crowded = _crowded_cores(cfg)
@@ -84,6 +86,25 @@ def trial(
                 c.print(f"  note: {note}", markup=False)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _paths_from(cfg, base: Path):
+    """The workload's relative paths read from the config file's folder `base`, as a spec's are
+    read from the spec's (autotune.spec.resolve_relative_paths), and `base` on an entry point's
+    python_path, so that a module beside the config imports: the worker runs in the trial
+    folder, where a relative path names another file."""
+    from autotune.contract import EntryPointWorkload, HFWorkload
+
+    def absolute(p: str) -> str:
+        return str(p) if Path(p).is_absolute() else str((base / p).resolve())
+
+    wl = cfg.workload
+    if isinstance(wl, HFWorkload) and wl.config_path:
+        wl = wl.model_copy(update={"config_path": absolute(wl.config_path)})
+    elif isinstance(wl, EntryPointWorkload):
+        folders = [absolute(f) for f in wl.python_path]
+        wl = wl.model_copy(update={"python_path": folders + [str(base)] * (str(base) not in folders)})
+    return cfg.model_copy(update={"workload": wl})
 
 
 def _refuse_what_cannot_run_here(cfg, config_file: Path) -> None:
