@@ -344,7 +344,8 @@ def _absolute_storage(url: str, absolute) -> str:
         return url
     if url.startswith("journal://"):
         path = url[len("journal://"):]
-        return url if path.startswith("/") else "journal://" + absolute(path)
+        # A user:password@ part is refused as written when the storage opens: not made a path.
+        return url if path.startswith("/") or "@" in path.split("/", 1)[0] else "journal://" + absolute(path)
     if url.endswith(".log") and "://" not in url:
         return absolute(url)
     return url

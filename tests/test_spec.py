@@ -173,3 +173,11 @@ def test_a_sequence_longer_than_the_gpt_takes_is_refused_before_any_trial(tmp_pa
     # Its own shape's positions decide; the preset's are then not the limit.
     shape = "{n_layers: 1, d_model: 64, n_heads: 4, vocab_size: 128, max_seq_len: 1024}"
     assert load_spec(_write(tmp_path, f"workload: {{kind: gpt, shape: {shape}}}\nseq_len: 1024\n")).seq_len == 1024
+
+
+def test_a_journal_url_with_credentials_is_not_made_a_path(tmp_path):
+    # It became journal:///<spec folder>/u:pw@/tmp/x.log, and the refusal quoted that garble
+    # ("storage journal:///.../***@/tmp/x.log: a journal URL names a file ...").
+    spec = load_spec(_write(tmp_path, 'storage: "journal://u:topsecret@/tmp/x.log"\n'))
+    assert spec.storage == "journal://u:topsecret@/tmp/x.log"
+    assert load_spec(_write(tmp_path, "storage: journal://runs/s.log\n")).storage == f"journal://{tmp_path}/runs/s.log"
