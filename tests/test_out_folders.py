@@ -152,3 +152,17 @@ def test_an_edited_html_page_is_never_replaced(study, tmp_path):
     # A page whose digest line is gone (as before pages had one): it cannot be told unedited.
     page.write_text(text[:text.rstrip("\n").rfind("\n") + 1])
     _refused(_report(study, "--html", str(page)), "changed since")
+
+
+def test_the_page_of_an_out_folder_is_refused_as_what_it_is(study, tmp_path):
+    # `--html DIR/report.html` on the page `--out DIR` wrote, untouched, said it "was changed
+    # since autotune wrote it": refused still (the folder's record would no longer match), with
+    # the reason that is true and the command that refreshes it.
+    out = tmp_path / "rep"
+    assert _report(study, "--out", str(out)).returncode == 0
+    before = _files(out)
+    _refused(_report(study, "--html", str(out / "report.html")), "is the page of a report folder",
+             f"--out {out}")
+    assert _files(out) == before
+    (out / "report.html").write_text((out / "report.html").read_text() + "<!-- mine -->\n")
+    _refused(_report(study, "--html", str(out / "report.html")), "changed since")

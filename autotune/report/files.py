@@ -307,6 +307,11 @@ def refuse_changed_page(path: Path, flag: str) -> None:
     cut = data.rfind(b"\n", 0, max(len(data) - 1, 0)) + 1
     found = _PAGE_DIGEST.fullmatch(data[cut:])
     if found is None or hashlib.sha256(data[:cut]).hexdigest().encode() != found.group(1):
+        files, by = _manifest(path.parent)
+        if path.name in files and _unchanged(path, files[path.name]):  # as `--out` wrote it, untouched
+            raise UserError(f"{flag} '{path}' is the page of a report folder (written by "
+                            f"`{by.get(path.name, REPORT)} {path.parent}`): {flag} writes a page of its own",
+                            fix=f"refresh that folder with `--out {path.parent}`, or give another {flag}")
         raise UserError(f"{flag} '{path}' was changed since autotune wrote it (or an older autotune wrote "
                         "it, without the digest that tells)",
                         fix=f"give another {flag}, or move that page away first (autotune never replaces a "
