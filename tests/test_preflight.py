@@ -101,6 +101,9 @@ def test_overrides_transformers_takes_under_another_name_pass(tmp_path):
                                    "n_layer: 1, n_head: 2, n_positions: 128}}"))
     check_workload(_spec(tmp_path, "{kind: hf, model_type: llama, config_overrides: {hidden_size: 64, "
                                    "rope_theta: 500000.0, torch_dtype: bfloat16}}"))
+    # Not a field of Qwen2Config, but its modeling code reads it: getattr(config, "head_dim", ...).
+    check_workload(_spec(tmp_path, "{kind: hf, model_type: qwen2, config_overrides: {hidden_size: 64, "
+                                   "num_attention_heads: 4, num_key_value_heads: 2, head_dim: 32}}"))
 
 
 @pytest.mark.parametrize("workload", [

@@ -81,16 +81,35 @@ def check_model_type(model_type: Any, overrides: dict[str, Any]) -> None:
         raise UnsupportedConfig(f"transformers {version} {what} model_type '{model_type}'{hint}. "
                                 f"To fix: name a causal LM's model_type (e.g. {CAUSAL_EXAMPLES})")
     config_class = CONFIG_MAPPING[model_type]
-    unknown = [key for key in overrides if _stray(config_class, key, overrides[key])]
+    unknown = [key for key in overrides
+               if _stray(config_class, key, overrides[key]) and not _read_by_modeling(model_type, key)]
     if unknown:
         fields = sorted(config_class().to_dict())
         hints = [f"'{k}' (did you mean '{close[0]}'?)" if close else f"'{k}'"
                  for k in unknown for close in [difflib.get_close_matches(k, fields, n=1)]]
         raise UnsupportedConfig(
-            f"config_overrides {', '.join(hints)} is not a field of {config_class.__name__} in "
-            f"transformers {version}: it would be kept aside and change nothing in the model. "
+            f"config_overrides {', '.join(hints)} is not a field of {config_class.__name__}, nor read "
+            f"by transformers {version}'s modeling code: it would change nothing in the model. "
             f"To fix: name one of its fields (transformers.{config_class.__name__}().to_dict() lists "
             "them), or put the key in a config.json given as config_path, whose keys are taken as written")
+
+
+def _read_by_modeling(model_type: str, key: str) -> bool:
+    """Whether transformers' code for this model type, or its code shared by all models (rope,
+    attention, the config base), names `key`: a model may read an attribute its config does
+    not declare (qwen2's `getattr(config, "head_dim", ...)`), and such a key is applied."""
+    import re
+    from pathlib import Path
+
+    import transformers
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    root = Path(transformers.__file__).parent
+    files = [*(root / "models" / model_type_to_module_name(model_type)).glob("*.py"),
+             *(root / name for name in ("modeling_utils.py", "modeling_rope_utils.py",
+                                        "configuration_utils.py", "integrations/sdpa_attention.py"))]
+    word = re.compile(rf"\b{re.escape(key)}\b")
+    return any(f.is_file() and word.search(f.read_text(encoding="utf-8")) for f in files)
 
 
 def _stray(config_class: Any, key: str, value: Any) -> bool:
