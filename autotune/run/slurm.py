@@ -1,7 +1,8 @@
 """Sweep workers as Slurm jobs: the batch script, sbatch's argv, and what Slurm says of a job.
 
     text = batch_script(worker_argv, workdir=Path.cwd(), job_name="autotune-llama")
-    job_id = submit(script_path, ["--gres=gpu:4"], env={STORAGE_ENV: url})   # sbatch --parsable
+    job_id = submit(script_path, ["--gres=gpu:4"], {STORAGE_ENV: url},
+                    output_pattern(folder))                    # sbatch --parsable; the job's log
     job_ended(SlurmJobRef(job_id="123", restarts=0))    # True / False; None: Slurm cannot say
 
 The script holds only shell-quoted words (`shlex.quote`) and no secret: the storage URL reaches

@@ -1,8 +1,8 @@
 """Search spaces: `autotune/data/search_spaces/*.yaml` -> define-by-run suggestions for an Optuna trial.
 
-    space = load_space("default")                       # or a path to a YAML file
-    choices = restrict(space, capabilities_for(hw), shape_heads=4)
-    values = suggest(trial, choices, batch_policy)      # dict of TrialConfig fields
+    space = load_space("default")                       # autotune.search.space_file; or a YAML path
+    choices = restrict(space, capabilities_for(hw), n_heads=4)
+    values = suggest(trial, choices, global_batch_samples=32)   # dict of TrialConfig fields
 
 Only what this machine and the worker can run is offered. Every dimension keeps its plain
 name (`num_gpus`, `tp_degree`, `offload`), so optuna-dashboard plots one parameter across all

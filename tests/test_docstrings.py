@@ -1,0 +1,101 @@
+"""The usage lines of every module docstring (style: "module docstrings show usage in two or
+three lines") call what the module has as it is called now: a call of a function or class the
+module defines or imports binds to its signature. A renamed keyword or a new required argument
+left the example stale (`restrict(..., shape_heads=4)` where the parameter is `n_heads`;
+`submit(...)` without the job's log, which sbatch needs), and nothing ran those lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for pkg in ("autotune", "trials"):
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__main__":
+                continue  # importing it runs the command line
+            found.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    return found
+
+
+def _usage_blocks(doc: str) -> list[str]:
+    """The docstring's indented blocks (its usage lines), each dedented."""
+    blocks, current = [], []
+    for line in doc.splitlines() + [""]:
+        if line.startswith("    ") and line.strip():
+            current.append(line)
+        elif current:
+            blocks.append(textwrap.dedent("\n".join(current)))
+            current = []
+    return blocks
+
+
+def _statements(block: str) -> list[ast.AST]:
+    """The block parsed as Python, else each of its lines that parses alone (a shell line, a
+    formula or a comment's continuation does not)."""
+    try:
+        return [ast.parse(block)]
+    except SyntaxError:
+        parsed = []
+        for line in block.splitlines():
+            try:
+                parsed.append(ast.parse(line.strip()))
+            except SyntaxError:
+                pass
+        return parsed
+
+
+def _callee(module, func: ast.AST):
+    """The callable a call names, where the module itself defines or imports it."""
+    if isinstance(func, ast.Name):
+        return getattr(module, func.id, None)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        owner = getattr(module, func.value.id, None)
+        if inspect.isclass(owner) or inspect.ismodule(owner):
+            attr = inspect.getattr_static(owner, func.attr, None)
+            if isinstance(attr, (classmethod, staticmethod)) or inspect.ismodule(owner):
+                return getattr(owner, func.attr, None)
+    return None
+
+
+def _stale_calls(module, doc: str) -> list[str]:
+    stale = []
+    for block in _usage_blocks(doc):
+        for tree in _statements(block):
+            for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+                if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                    continue
+                if any(isinstance(a, ast.Constant) and a.value is Ellipsis for a in ast.walk(call)):
+                    continue  # `f(..., x=1)`: arguments left out on purpose
+                fn = _callee(module, call.func)
+                if not callable(fn):
+                    continue
+                try:
+                    sig = inspect.signature(fn)
+                except (TypeError, ValueError):
+                    continue
+                try:
+                    sig.bind(*call.args, **{k.arg: k.value for k in call.keywords if k.arg})
+                except TypeError as exc:
+                    stale.append(f"{ast.unparse(call)}: {exc} (signature {sig})")
+    return stale
+
+
+@pytest.mark.parametrize("name,path", _modules(), ids=[m for m, _ in _modules()])
+def test_a_module_docstrings_usage_calls_bind_to_the_signatures(name, path):
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    if not doc:
+        return
+    module = importlib.import_module(name)
+    assert _stale_calls(module, doc) == [], f"{path.relative_to(REPO)}'s docstring"
