@@ -285,3 +285,22 @@ def _plan_1b_comm_s(cli, tmp_path, monkeypatch, space: dict, global_batch: int, 
     assert code == 0, err
     return {(label in b["config"]): float(re.search(r"([\d.]+) s of collectives", b["throughput_basis"]).group(1))
             for b in json.loads(out)["bills"]}
+
+
+def test_the_plan_offers_no_tp_degree_a_models_key_value_heads_refuse(cli, tmp_path, monkeypatch):
+    # Each TP rank holds whole key/value heads: a model with one runs no TP. The plan bounded
+    # TP by the attention heads alone and billed TP 2, which the sweep would never launch.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "llama.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": 1, "vocab_size": 32000}))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
+        "zero_stage": [0], "tp_degree": [1, 2], "offload": ["none"]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "hf", "config_path": "llama.json"}, "seq_len": 2048, "target": {"tokens": 1e10},
+        "batch": {"global_batch_samples": 64}, "space": "space.yaml"}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
+    assert code == 0, err
+    configs = {b["config"] for b in json.loads(out)["bills"]}
+    assert configs and not [c for c in configs if "tp2" in c], configs

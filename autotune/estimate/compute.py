@@ -13,6 +13,7 @@ Torch-free: the CLI imports this.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -79,6 +80,15 @@ class ModelShape(BaseModel):
         if self.n_layers is None or self.d_model is None or self.n_heads is None or self.vocab_size is None:
             return None
         return Dims(self.n_layers, self.d_model, self.n_heads, self.vocab_size)
+
+    @property
+    def tp_heads(self) -> int | None:
+        """What every TP degree must divide: the attention and key/value heads alike (each
+        rank holds whole ones of both: a model with one key/value head runs no TP); None
+        where the heads are not known."""
+        if not self.n_heads:
+            return None
+        return math.gcd(self.n_heads, self.n_kv_heads or self.n_heads)
 
     def tp_local_params(self, tp_degree: int) -> float:
         """Parameters one tensor-parallel rank holds: the repeated blocks split `tp_degree`

@@ -46,19 +46,12 @@ class MachineSpace:
 
 
 def _n_heads(spec: SweepSpec) -> int | None:
-    """What every TP degree must divide: the built-in GPT's heads; a Hugging Face model's
-    attention and key/value heads alike (each rank holds whole ones of both: a model with one
-    key/value head runs no TP); None where the config does not say (an entry point)."""
-    if spec.workload.kind == "gpt":
-        return spec.workload.resolved_shape().n_heads
-    from math import gcd
-
+    """What every TP degree must divide (ModelShape.tp_heads); None where the workload does
+    not say (an entry point)."""
     from autotune.search.calibration import model_shape_for
 
     model = model_shape_for(spec.workload)
-    if model is None or not model.n_heads:
-        return None
-    return gcd(model.n_heads, model.n_kv_heads or model.n_heads)
+    return model.tp_heads if model is not None else None
 
 
 def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
