@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import textwrap
 from pathlib import Path
 
@@ -99,3 +100,42 @@ def test_a_module_docstrings_usage_calls_bind_to_the_signatures(name, path):
         return
     module = importlib.import_module(name)
     assert _stale_calls(module, doc) == [], f"{path.relative_to(REPO)}'s docstring"
+
+
+def _resolves(ref: str) -> bool:
+    """`a.b.c` names a module, or an attribute (a pydantic field too) of the longest module
+    it starts with."""
+    parts = ref.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if attr in (getattr(obj, "model_fields", None) or {}):
+                return True
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def _texts() -> dict[str, str]:
+    texts = {str(path.relative_to(REPO)): ast.get_docstring(ast.parse(path.read_text())) or ""
+             for _, path in _modules()}
+    for doc in ("README.md", "docs/architecture.md", "docs/cluster.md"):
+        texts[doc] = (REPO / doc).read_text()
+    return texts
+
+
+def test_the_dotted_names_the_docs_and_docstrings_cite_exist():
+    """A module docstring pointed at `autotune.report.export.settings_env`, which lives in
+    autotune.report.export_launch: every `autotune.x.y` / `trials.x.y` a document or a module
+    docstring names is a module or something one defines."""
+    missing = []
+    for where, text in _texts().items():
+        for ref in sorted(set(re.findall(r"(?<![\w/])((?:autotune|trials)(?:\.[A-Za-z_]\w*)+)", text))):
+            if not ref.endswith((".py", ".md", ".yaml", ".json")) and not _resolves(ref):
+                missing.append(f"{where}: {ref}")
+    assert missing == []

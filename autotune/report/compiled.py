@@ -3,7 +3,7 @@
     accelerate_config(cfg) | dynamo_fields(cfg)   # {"dynamo_config": {"dynamo_backend": "INDUCTOR", ...}}
 
 The HF Trainer's flag is `--torch_compile` (autotune.report.hf_trainer); a user's own script
-reads AUTOTUNE_COMPILE=1 from launch.sh's environment (autotune.report.export.settings_env).
+reads AUTOTUNE_COMPILE=1 from launch.sh's environment (autotune.report.export_launch.settings_env).
 """
 
 from __future__ import annotations
