@@ -6,6 +6,7 @@ plan` (the analytic search, no trial) bills it on 8-GPU offers. A sweep needs th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,3 +94,52 @@ def test_the_docs_skypilot_commands_run_as_written(tmp_path, run_cli):
         p = run_cli(*argv, cwd=folder, env={"HOME": str(home)})
         assert p.returncode == 0, (command, p.stderr)
         assert (folder / "skypilot" / "autotune-h100-sxmx8.yaml").is_file(), p.stdout
+
+
+def _quoted_outputs(readme: str) -> list[tuple[str, list[str]]]:
+    """The README's commands shown with what they print: an `autotune` line followed by
+    comment lines quoting its output (`# cheapest: ...`, `#  1. ...`), each quote's `...`
+    standing for text left out."""
+    shown = []
+    lines = readme.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("autotune ") or line.rstrip().endswith("\\"):
+            continue
+        quotes = []
+        for follow in lines[i + 1:]:
+            if not follow.startswith("#"):
+                break
+            text = follow[1:].strip()
+            if text.startswith("cheapest:") or re.match(r"\d+\. ", text):
+                quotes.append(text)
+        if quotes:
+            shown.append((line.split(" #")[0].strip(), quotes))
+    return shown
+
+
+def test_the_readmes_quoted_plan_and_cost_outputs_are_what_the_commands_print(run_cli):
+    """The README quotes `autotune plan`'s pick (430.6 h, 3,445 GPU-hours on 8 H100s) and `autotune
+    cost`'s first two bills ($663.08, $5,011.42): estimates from the shipped catalog, which a
+    price or model change moves. Run as written from the checkout, each quoted line is one the
+    command prints (its `...` left out)."""
+    import shlex
+
+    shown = _quoted_outputs((REPO / "README.md").read_text())
+    assert [cmd.split()[1] for cmd, _ in shown] == ["plan", "cost"], shown
+    for command, quotes in shown:
+        p = run_cli(*shlex.split(command)[1:], cwd=REPO)
+        assert p.returncode == 0, (command, p.stderr)
+        printed = p.stdout.splitlines()
+        for quote in quotes:
+            pieces = [q.strip() for q in quote.split("...") if q.strip()]
+            assert any(_in_order(pieces, ln) for ln in printed), (command, quote, p.stdout[-3000:])
+
+
+def _in_order(pieces: list[str], line: str) -> bool:
+    at = 0
+    for piece in pieces:
+        at = line.find(piece, at)
+        if at < 0:
+            return False
+        at += len(piece)
+    return True
