@@ -143,3 +143,39 @@ def _in_order(pieces: list[str], line: str) -> bool:
             return False
         at += len(piece)
     return True
+
+
+def test_the_readmes_measured_figures_are_their_raw_files():
+    """Each figure the README quotes from a measurement, computed again from its raw file in
+    benchmarks/results/ (the standard: a sentence that quotes a figure is checked against its
+    raw file): the 389.5M GPT's peaks per engine and the sharded build's growth, the 1.27B
+    FSDP2 trial and the 872M DDP config not run (scale.json); huge pages' tokens/s ratios
+    (noise_levers.json); the run-to-run spread per search space (search_*.json)."""
+    results = REPO / "benchmarks" / "results"
+    readme = " ".join((REPO / "README.md").read_text().split())
+    gib = 2**30
+
+    scale = json.loads((results / "scale.json").read_text())
+    rows = {(r["size"], r["engine"]): r for r in scale["rows"]}
+    peak = {e: max(rows["390M", e]["peak_bytes_per_rank"]) / gib for e in ("DDP", "ZeRO-3", "FSDP2")}
+    assert (f"DDP peaks at {peak['DDP']:.2f} GiB per rank, ZeRO-3 at {peak['ZeRO-3']:.2f} GiB "
+            f"({peak['ZeRO-3'] / peak['DDP']:.2f}x) and FSDP2 full_shard at {peak['FSDP2']:.2f} GiB "
+            f"({peak['FSDP2'] / peak['DDP']:.2f}x)") in readme
+    growth = sorted(f"{max(b - a for a, b in zip(r['baseline_bytes_per_rank'], r['build_peak_bytes_per_rank'])) / (4 * r['params']):.2f}"
+                    for r in (rows["390M", "ZeRO-3"], rows["390M", "FSDP2"]))
+    said = f"{growth[0]}x" if growth[0] == growth[-1] else f"{growth[0]}x to {growth[-1]}x"
+    assert f"a sharded rank's build grows by {said} the model's fp32 bytes" in readme
+    big = rows["1.27B", "FSDP2"]
+    assert f"FSDP2 trains a 1.27B GPT at {max(big['peak_bytes_per_rank']) / gib:.1f} GiB per rank" in readme
+    ddp = rows["872M", "DDP"]
+    assert ddp["status"] == "not run" and "24 GiB RAM" in scale["context"]["machine"]
+    assert f"DDP at 872M was predicted not to fit ({ddp['error'].split('predicted ')[1].replace(' > ', ', ')})" in readme
+
+    levers = json.loads((results / "noise_levers.json").read_text())["rows"]
+    tps = {(r["key"], r["thp"]): r["tokens_per_s_median"] for r in levers}
+    ratios = sorted(f"{tps[k, 'on'] / tps[k, 'off']:.2f}x" for k, _ in tps if _ == "on")
+    assert f"({' and '.join(ratios)} the tokens/s of two configs" in readme
+
+    spreads = [json.loads((results / f"search_{space}.json").read_text())["truth"]["median_spread"]
+               for space in ("big", "ds", "cpu40", "mem", "gpt390")]
+    assert f"differ by a median of {min(spreads) * 100:.0f}-{max(spreads):.0%} of their" in readme
