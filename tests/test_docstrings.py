@@ -139,3 +139,30 @@ def test_the_dotted_names_the_docs_and_docstrings_cite_exist():
             if not ref.endswith((".py", ".md", ".yaml", ".json")) and not _resolves(ref):
                 missing.append(f"{where}: {ref}")
     assert missing == []
+
+
+def test_the_floor_docstrings_memory_figures_are_their_raw_files():
+    """autotune.search.floor quotes what CPU ranks held before the build, pooled against fresh:
+    each figure recomputed from the raw files it names (the larger rank of each run)."""
+    import json
+
+    import autotune.search.floor as floor
+
+    doc = " ".join((floor.__doc__ or "").split())
+    mib = 2**20
+
+    def held(path: str) -> dict[str, list[float]]:
+        entries = json.loads((REPO / path).read_text())["entries"]
+        return {key: [max(r["memory"]["host_rss_baseline_bytes"]) / mib for r in e["results"]
+                      if (r.get("memory") or {}).get("host_rss_baseline_bytes")]
+                for key, e in entries.items()}
+
+    pooled = held("benchmarks/results/truth_big_pool.json")
+    runs = [b for bs in pooled.values() for b in bs]
+    widest = max(pooled.values(), key=lambda bs: max(bs) - min(bs))
+    assert (f"{min(runs):.0f} to {max(runs):.0f} MiB over the {len(runs)} pooled runs of "
+            f"benchmarks/results/truth_big_pool.json ({min(widest):.0f} to {max(widest):.0f} over one "
+            f"config's {len(widest)})") in doc
+    fresh = [b for bs in held("benchmarks/search_ground_truth.json").values() for b in bs]
+    assert (f"{min(fresh):.0f} to {max(fresh):.0f} MiB over the {len(fresh)} fresh runs of "
+            "benchmarks/search_ground_truth.json") in doc
