@@ -342,6 +342,9 @@ def test_output_into_a_pipe_with_no_reader_exits_141_and_nothing_runs(tmp_path, 
     assert p.returncode == 141, p.stderr
     assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
     if argv[0] == "sweep":
+        # The README: "exits 141 ... (the reason on stderr)"; before, a reader gone during the
+        # sweep's first lines left it silent.
+        assert "stopped: its output closed (the pipe's reader left" in p.stderr, p.stderr
         trials = optuna.load_study(study_name="none", storage=url).trials
         assert not [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
         assert not (tmp_path / "runs" / "none").exists() or not list((tmp_path / "runs" / "none").glob("trial_*"))

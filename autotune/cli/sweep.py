@@ -102,7 +102,10 @@ def sweep(
     # stops the sweep once the trial it was being told about is recorded (the StopRule).
     con = console(stderr=as_json, keep_going=True)
     _header(con, session, storage_url, n_trials)
-    if output_closed():  # nothing launched yet
+    if output_closed():  # nothing launched yet: say why where it still can be read, as _exit does
+        from autotune.search.interrupt import OUTPUT_CLOSED_REASON
+
+        console(stderr=True).print(f"autotune sweep: stopped: {OUTPUT_CLOSED_REASON}", soft_wrap=True, markup=False)
         raise typer.Exit(EXIT_OUTPUT_CLOSED)
     if side_by_side:  # each worker prints its own trial lines, prefixed with its slot
         summary = _side_by_side(session, n_trials, runs_dir, side_by_side, con, as_json)
