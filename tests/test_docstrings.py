@@ -166,3 +166,21 @@ def test_the_floor_docstrings_memory_figures_are_their_raw_files():
     fresh = [b for bs in held("benchmarks/search_ground_truth.json").values() for b in bs]
     assert (f"{min(fresh):.0f} to {max(fresh):.0f} MiB over the {len(fresh)} fresh runs of "
             "benchmarks/search_ground_truth.json") in doc
+
+
+def test_architecture_md_lists_the_layers_test_layout_pins():
+    """docs/architecture.md's layer list is tests/test_layout.py's LAYERS, module for module
+    (it left autotune/paths.py out of its layer)."""
+    from tests.test_layout import LAYERS
+
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = text.split("```\n", 2)[1]
+    listed = []
+    for line in block.splitlines():
+        names = re.split(r"\s{3,}", line)[0].replace(",", " ").split()  # the first column
+        if not names or names[0] == "trials/":
+            continue
+        first = names[0].rstrip("/").removesuffix(".py").replace("/", ".")
+        package = first.rpartition(".")[0]
+        listed.append({first} | {f"{package}.{n.rstrip('/').removesuffix('.py')}" for n in names[1:]})
+    assert listed == LAYERS
