@@ -1,6 +1,6 @@
 """Export the chosen configuration as files the real tools accept without editing.
 
-    plan = plan_export(doc, study, pick="cheapest", offer=None)     # UserError if it cannot
+    plan = plan_export(doc, trials_by_number, pick="cheapest")     # UserError if it cannot
     write_export(plan, Path("launch/"), force=False)                # all files or none
 
 Writes: accelerate_config.yaml (`accelerate launch --config_file`; with ZeRO it holds the
