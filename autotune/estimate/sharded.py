@@ -61,7 +61,12 @@ def deepspeed_transients(model: ModelShape, cfg: Any, w_pp: float) -> tuple[floa
     opt_temp = buckets = 0.0
     if cfg.optimizer == "adamw" and cfg.offload is Offload.none:
         # autotune's DeepSpeed config runs torch's AdamW (`torch_adam`), whose foreach step
-        # builds sqrt(exp_avg_sq) over this rank's optimizer partition.
+        # builds sqrt(exp_avg_sq) over this rank's optimizer partition. That is the GPU's
+        # figure: torch 2.13 takes foreach only for accelerator tensors (CUDA, XPU, ...;
+        # torch/utils/_foreach_utils.py `_get_foreach_kernels_supported_devices`). On CPU its
+        # single-tensor step (`exp_avg_sq.sqrt() / bias_correction2_sqrt`, torch/optim/adam.py)
+        # holds two such temporaries at once: a CPU rank's step peak is one fp32 partition above
+        # this, which the estimate (the GPU's figure) leaves out.
         opt_temp = psi * 4.0 / (cfg.dp_degree if cfg.zero_stage >= 1 else 1)
     if cfg.zero_stage == 3 and cfg.offload is Offload.none:
         # ZeRO-3's step flattens each sub-group's gradient partition into a new fp32 tensor
