@@ -408,13 +408,15 @@ def test_accelerate_zero_offload_export_runs_a_plain_adamw_script_on_deepspeeds_
 
 # A user's Hugging Face Trainer script: TrainingArguments from the command line (the exported
 # flags), a tiny GPT-2, two optimizer steps.
-TRAINER_SCRIPT = """
+# Its start, shared with the other Trainer scripts (tests/test_export_trainer_fsdp.py): the
+# arguments from the command line, the model of N_LAYER blocks and its data, and the Trainer run.
+TRAINER_RUN = """
 import json, os, sys
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
 
 (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
-model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
+model = GPT2LMHeadModel(GPT2Config(n_layer=N_LAYER, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
                                    bos_token_id=0, eos_token_id=0))
 
 class Data(torch.utils.data.Dataset):
@@ -426,6 +428,8 @@ class Data(torch.utils.data.Dataset):
 
 trainer = Trainer(model=model, args=args, train_dataset=Data())
 trainer.train()
+"""
+TRAINER_SCRIPT = TRAINER_RUN.replace("N_LAYER", "4") + """
 out = {"world_size": args.world_size, "micro": args.per_device_train_batch_size,
        "accum": args.gradient_accumulation_steps, "bf16": args.bf16,
        "checkpointed_layers": [i for i, b in enumerate(model.transformer.h) if b.gradient_checkpointing],

@@ -22,31 +22,15 @@ from autotune.report.export import ExportPlan, write_export
 from autotune.report.hf_trainer import check_trainer_export
 from tests.fixtures.trials import tiny
 from tests.report_study import fsdp_study
-from tests.test_export import _ranks, _run_launch_script
+from tests.test_export import TRAINER_RUN, _ranks, _run_launch_script
 
-# A user's Trainer script: TrainingArguments from the command line (the exported flags), the FSDP
-# plugin as Trainer builds it from them, two optimizer steps of a tiny GPT-2.
-SCRIPT = """
-import json, os, sys
-import torch
+# A user's Trainer script: TrainingArguments from the command line (the exported flags), two
+# optimizer steps of a tiny GPT-2, and the FSDP plugin as Trainer builds it from those arguments.
+SCRIPT = TRAINER_RUN.replace("N_LAYER", "2") + """
 from accelerate.utils import FullyShardedDataParallelPlugin
 from torch.distributed.fsdp import CPUOffloadPolicy
-from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments
 
-(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
 plugin = FullyShardedDataParallelPlugin(**args.fsdp_plugin_args)  # Trainer's own construction
-model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=32,
-                                   bos_token_id=0, eos_token_id=0))
-
-class Data(torch.utils.data.Dataset):
-    def __len__(self):
-        return 64
-    def __getitem__(self, i):
-        x = torch.randint(0, 128, (16,))
-        return {"input_ids": x, "labels": x}
-
-trainer = Trainer(model=model, args=args, train_dataset=Data())
-trainer.train()
 json.dump({"fsdp_version": plugin.fsdp_version, "reshard_after_forward": plugin.reshard_after_forward,
            "offload_params": isinstance(plugin.cpu_offload, CPUOffloadPolicy),
            "wrap": plugin.transformer_cls_names_to_wrap,
