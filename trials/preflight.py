@@ -21,16 +21,9 @@ def check(cfg) -> None:
 
     wl = cfg.workload
     if isinstance(wl, HFWorkload):
-        from trials.workloads.hf import check_positions, load_config_dict, transformers_module
+        from trials.workloads.hf import build_hf_config, check_positions
 
-        data = load_config_dict(wl)
-        model_type = data.pop("model_type")
-        try:
-            config = transformers_module().AutoConfig.for_model(model_type, **data)
-        except (ValueError, KeyError) as exc:
-            raise ValueError(f"transformers does not know model_type '{model_type}': {exc}. "
-                             "To fix: use a model_type transformers knows (e.g. llama)") from None
-        check_positions(config, cfg.seq_len)
+        check_positions(build_hf_config(wl), cfg.seq_len)  # the config every trial builds
     elif isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import load_function
 

@@ -136,8 +136,9 @@ def build_hf_config(wl: HFWorkload) -> Any:
     try:
         config = transformers.AutoConfig.for_model(model_type, **data)
     except (ValueError, KeyError) as exc:
-        raise UnsupportedConfig(f"transformers {transformers.__version__} does not know "
-                                f"model_type '{model_type}': {exc}") from None
+        raise UnsupportedConfig(f"transformers {transformers.__version__} cannot build model_type "
+                                f"'{model_type}' with this config: {exc}. To fix: correct the config's "
+                                "fields (or config_overrides)") from None
     config.use_cache = False  # training: no KV cache (it also conflicts with checkpointing)
     return config
 
