@@ -89,3 +89,21 @@ def test_the_next_commands_printed_after_a_sweep_paste_as_one_word_per_value(tmp
         line = next_commands(spec, storage_file)[0].removeprefix("Next: ")
         words = shlex.split(line)
         assert words[words.index(flag) + 1] == (str(storage_file) if storage_file else spec.storage)
+
+
+@pytest.mark.parametrize("args, flag, said", [
+    (("estimate", "--params", "7e9", "--precision", "fp9"), "--precision", "'fp9' is not one of 'fp32'"),
+    (("estimate", "--params", "7e9", "--checkpointing", "half"), "--checkpointing", "'half' is not one of"),
+    (("export", "--launcher", "mpirun"), "--launcher", "'mpirun' is not one of"),
+    (("estimate", "--params", "7e9", "--seq-len", "0"), "--seq-len", "must be greater than or equal to 1"),
+    (("cost", "--gpu", "h100-sxm", "--gpus", "two"), "--gpus", "must be a valid integer"),
+])
+def test_a_bad_flag_value_reads_without_pydantics_wording(run_cli, args, flag, said):
+    """typer checks a flag's value with pydantic and showed its wording: "Invalid value for
+    '--precision': Value error, 'fp9' is not one of ...", "Input should be greater than ...".
+    Now the flag and what is wrong, in words, exit code 2."""
+    p = run_cli(*args)
+    assert p.returncode == 2, p.stderr
+    text = " ".join(p.stderr.replace("│", " ").split())
+    assert f"Invalid value for '{flag}': {said}" in text, p.stderr
+    assert "Value error" not in text and "Input should be" not in text

@@ -36,7 +36,31 @@ def _flags_show_no_type() -> None:
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
+def _bad_values_read_plainly() -> None:
+    """typer (0.2x) checks an option's value with pydantic and shows pydantic's wording: an enum
+    option's bad value read "Invalid value for '--precision': Value error, 'fp9' is not one of
+    ...", a range "Input should be greater than or equal to 1". Every such message passes through
+    BadParameter.format_message: there it loses pydantic's "Value error, " and says "must be"."""
+    bad = getattr(typer, "BadParameter", None)
+    shown = getattr(bad, "format_message", None)
+    if shown is None:
+        return  # a typer without it
+
+    def format_message(self) -> str:
+        text = shown(self)
+        head, sep, msg = text.partition(": ")
+        if not sep:
+            return text
+        msg = msg.removeprefix("Value error, ")
+        if msg.startswith("Input should be "):
+            msg = "must be " + msg.removeprefix("Input should be ")
+        return f"{head}: {msg}"
+
+    bad.format_message = format_message  # type: ignore[union-attr]
+
+
 _flags_show_no_type()
+_bad_values_read_plainly()
 # Markdown help: a docstring's paragraph is reflowed to the terminal's width (in typer's "rich"
 # mode its own line breaks stayed, each line wrapped again: one-word lines at 80 columns), and
 # `code` in it is shown as code.
