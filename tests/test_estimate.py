@@ -332,6 +332,16 @@ def test_estimate_names_the_flops_rule_it_used(cli):
     assert json.loads(out)["flops_rule"] == "6N + 12Lds"
 
 
+def test_a_model_given_by_its_count_is_named_once(cli):
+    """`estimate --params 7e9` opened "7e+09 parameters: 7,000,000,000 parameters (given by
+    --params)", the count twice; a named model keeps its name before the count."""
+    code, out, err = cli("estimate", "--params", "7e9")
+    assert code == 0, err
+    assert out.splitlines()[0] == "7,000,000,000 parameters (given by --params)"
+    code, out, err = cli("estimate", "--model", "small")
+    assert out.splitlines()[0].startswith("small: 124,475,904 parameters (")
+
+
 def test_estimate_shows_small_models_in_a_unit_that_reads(cli):
     """A tiny model read "0.00 GiB" on every row of the table (an audit); the gathered
     parameters, a part of "other", were listed under the host memory's row."""

@@ -82,7 +82,9 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
     from autotune.api.plan import DEFAULT_SAFETY_MARGIN
 
     gpu_mem = doc.get("gpu_memory_bytes")
-    con.print(f"[bold]{doc['model']}[/]: {doc['model_params']:,} parameters ({doc['model_source']})")
+    # A model given by --params is named by its count ("7e+09 parameters"): said once, in full.
+    name = "" if doc["model"].endswith(" parameters") else f"[bold]{doc['model']}[/]: "
+    con.print(f"{name}{doc['model_params']:,} parameters ({doc['model_source']})")
     con.print(f"config: {config_text}")
     table = Table(title="peak memory per rank (estimated)", title_justify="left")
     table.add_column("part")
