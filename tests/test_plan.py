@@ -304,3 +304,56 @@ def test_the_plan_offers_no_tp_degree_a_models_key_value_heads_refuse(cli, tmp_p
     assert code == 0, err
     configs = {b["config"] for b in json.loads(out)["bills"]}
     assert configs and not [c for c in configs if "tp2" in c], configs
+
+
+def test_a_cpu_bill_counts_vcpu_hours_not_gpu_hours(cli):
+    """The catalog prices a CPU offer per vCPU-hour (`autotune catalog`: "$0.045/vCPU-h"), but
+    `cost` billed it as "1,111 GPU-h", "2 GPU(s)" and "per GPU-hour"; a GPU bill keeps GPU-h."""
+    code, out, err = cli("cost", "--gpu", "cpu-core", "--gpus", "2", "--tokens-per-s", "500",
+                         "--target-tokens", "1e9")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "GPU-h" not in text and "GPU(s)" not in text and "GPUs used" not in text, text
+    assert "vCPUs used/billed" in text and " vCPU-h " in text and "2 vCPU(s)" in text and "vCPU-hours" in text
+    rate = load_catalog().offer("aws-c7i-ondemand").price_usd_per_gpu_hour
+    assert f"price of aws-c7i-ondemand: at ${rate:.4f}/vCPU-h, aws: AWS c7i.large" in text
+    code, out, err = cli(*EXAMPLE)
+    assert code == 0 and " GPU-h " in out and "vCPU" not in out
+
+
+def test_a_note_dates_only_the_prices_a_bill_used(cli, tmp_path, monkeypatch):
+    """With no bill (every matching offer skipped, or none matching), `cost` and `plan` dated
+    the whole catalog ("example prices as of 2025-06-01 to 2026-12-05") and warned that offers
+    it never priced were stale; now they say no price was used, and which offers were skipped.
+    With bills, the cheapest's own rate, source and date are named."""
+    cat = load_catalog()
+    code, out, err = cli("cost", "--gpu", "cpu-core", "--gpus", "2", "--tokens-per-s", "500",
+                         "--target-tokens", "1e9", "--run-gpus", "1000", "--params", "1e6",
+                         "--global-batch-tokens", "1000")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "no price used: no offer was billed (skipped: aws-c7i-ondemand)" in text, text
+    assert "example prices as of" not in text and "warning" not in err, err
+    code, out, err = cli("cost", "--gpu", "a10g", "--tokens-per-s", "500", "--target-tokens", "1e9")
+    assert code == 0 and "no price used: no offer was billed (no offer matches)" in out and not err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["full"],
+        "zero_stage": [3], "tp_degree": [1]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e10},
+        "batch": {"global_batch_samples": 64}, "space": str(tmp_path / "space.yaml")}))
+    # No L4 offer sells 8 GPUs: no bill.
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "l4")
+    assert code == 0 and out.strip().splitlines()[-1] == "no price used: no offer was billed", out
+    assert "warning" not in err, err
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "l4", "--json")
+    assert json.loads(out)["price_note"] == "no price used: no offer was billed"
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--top", "1", "--json")
+    doc = json.loads(out)
+    shown = {b["offer"] for b in doc["bills"] + doc["fastest"]}
+    assert doc["price_note"] == cat.price_note(shown)
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--top", "1")
+    top = cat.offer(doc["bills"][0]["offer"])
+    assert (f"price of {top.name}: at ${doc['bills'][0]['price_usd_per_gpu_hour']:.3f}/GPU-h, {top.provider}: "
+            f"{top.price_source}, priced {top.price_date}") in " ".join(out.split())

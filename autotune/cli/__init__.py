@@ -85,9 +85,9 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 
 def _register_commands() -> None:
     """Commands in the order `--help` lists them. Keep imports inside each command light (no torch)."""
-    from autotune.cli import cost, estimate, export, report, study, sweep, trial
+    from autotune.cli import cost, estimate, export, plan, report, study, sweep, trial
 
-    for module in (sweep, report, trial, estimate, study, cost, export):
+    for module in (sweep, report, trial, estimate, study, cost, plan, export):
         module.register(app)
 
 

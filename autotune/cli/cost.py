@@ -1,4 +1,5 @@
-"""`autotune cost`, `autotune catalog` and `autotune plan`: bills without running a trial.
+"""`autotune cost` and `autotune catalog`: bills without running a trial (`autotune plan`:
+autotune/cli/plan.py, which prints its bills with the helpers here).
 
     autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --target-tokens 2e10
     autotune cost --gpu a100-80gb --gpus 1 --tokens-per-s 3200 --params 1.3e9 \\
@@ -7,7 +8,6 @@
         --global-batch-tokens 4e6 --zero-stage 1 --json
     autotune catalog [--catalog FILE] [--provider aws] [--region 'us-*'] [--json]
     autotune catalog import --skypilot ~/.sky/catalogs/v7 --skip-unknown --out my_prices.yaml
-    autotune plan spec.yaml --mfu 0.4 [--gpu h100-sxm] [--region us-east-1] [--json]
 
 Torch-free and fast: pure arithmetic over the catalog (see autotune/pricing/).
 """
@@ -24,7 +24,7 @@ from autotune.cli.catalog import provider_option, region_option
 from autotune.cli.common import console, print_json
 from autotune.errors import UserError
 from autotune.format import fmt_gpu_hours, fmt_hours
-from autotune.report.labels import basis_kind
+from autotune.report.labels import basis_kind, price_text
 
 COST_EPILOG = (
     "Example (planning, copy and run): a 1.3B model measured at 3,200 tokens/s on one A100 80GB, "
@@ -49,11 +49,30 @@ def _number(text: str | None, flag: str, integer: bool = False, allow_zero: bool
     return int(value) if integer else value
 
 
-def _warn_stale(catalog, offers=None) -> None:
-    """The catalog's staleness warning for the prices shown (`offers`: names; None: all)."""
+def warn_stale(catalog, offers=None) -> None:
+    """The catalog's staleness warning for the prices shown (`offers`: names; None: all; []:
+    no price shown, no warning: the catalog's other prices are no bill's)."""
+    if offers is not None and not offers:
+        return
     msg = catalog.stale_warning(offers=offers)
     if msg:
         console(stderr=True).print(f"[yellow]{msg}[/]", soft_wrap=True)
+
+
+def price_used_note(catalog, priced: list[str], skipped: list[str] | None = None) -> str:
+    """What the dollars shown were priced at: the dates of the prices of the offers billed
+    (`priced`), or, where none was billed, that no price was used, and which offers were
+    `skipped` ([]: none matched; None: not said). The catalog's other prices are no bill's."""
+    if priced:
+        return catalog.price_note(priced)
+    why = "" if skipped is None else (f" (skipped: {', '.join(dict.fromkeys(skipped))})" if skipped
+                                      else " (no offer matches)")
+    return f"no price used: no offer was billed{why}"
+
+
+def bill_price(b, catalog) -> str:
+    """The rate, provider, source and date behind one bill's dollars."""
+    return price_text({**b.as_dict(), "price_unit": catalog.unit(b.gpu)}) or "price unknown"
 
 
 def rented(b) -> str:
@@ -79,7 +98,8 @@ def offer_notes(bills) -> list[str]:
 def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
     from autotune.pricing.quote import explain
 
-    console.print("[bold]Bills, cheapest first[/] (GPUs used/billed; eff = scaling efficiency; worst = "
+    units = "/".join(sorted({catalog.unit(b.gpu) for b in bills})) or "GPU"  # a CPU offer bills vCPUs
+    console.print(f"[bold]Bills, cheapest first[/] ({units}s used/billed; eff = scaling efficiency; worst = "
                   "+30% time and one more interruption, with its rank)", soft_wrap=True)
     for b in bills:
         gpus = f"{b.gpus_used}" + (f"/{b.gpus}" if b.gpus != b.gpus_used else "")
@@ -88,15 +108,17 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}, {b.region}): {gpus} x {b.gpu} "
                       f"on {rented(b)}  "
                       f"{b.tokens_per_s:,.0f} tok/s ({basis_kind(b.throughput_basis)}){eff}  "
-                      f"{fmt_hours(b.hours)}  {fmt_gpu_hours(b.gpu_hours)} GPU-h  [bold]${b.usd:,.2f}[/]  "
+                      f"{fmt_hours(b.hours)}  {fmt_gpu_hours(b.gpu_hours)} {catalog.unit(b.gpu)}-h  "
+                      f"[bold]${b.usd:,.2f}[/]  "
                       f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
     if bills and explain_lines:
-        for line in explain(bills):
+        for line in explain(bills, catalog):
             console.print(line, soft_wrap=True)
         top = bills[0]
         terms = ", ".join(f"{k} ${v:,.2f}" for k, v in top.breakdown.items() if v)
         console.print(f"{top.offer} breakdown: {terms}", soft_wrap=True)
         console.print(f"throughput of {top.offer}: {top.throughput_basis}", soft_wrap=True)
+        console.print(f"price of {top.offer}: {bill_price(top, catalog)}", soft_wrap=True, markup=False)
     if not bills:
         console.print("no bill: every matching offer is skipped, each for the reason below" if skipped
                       else "no offer in the catalog matches (list them: autotune catalog)", soft_wrap=True)
@@ -112,14 +134,14 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
     for be in breakevens(catalog):
         if catalog.offer(be.own).gpu in gpus_in_bills:
             console.print(f"break-even: {be.text}", soft_wrap=True)
-    note = catalog.price_note([b.offer for b in bills]) if bills else catalog.price_note()
-    console.print(note + (f" ({catalog.source_file})" if catalog.source_file else ""))
+    note = price_used_note(catalog, [b.offer for b in bills], [s.offer for s in skipped])
+    console.print(note + (f" ({catalog.source_file})" if catalog.source_file else ""), soft_wrap=True,
+                  markup=False)
 
 
 def register(app: typer.Typer) -> None:
     _register_cost(app)
     _register_catalog(app)
-    _register_plan(app)
 
 
 def _register_cost(app: typer.Typer) -> None:
@@ -193,7 +215,7 @@ def cost(
                    checkpoints_kept=checkpoints_kept, checkpoint_interval_hours=checkpoint_interval_hours,
                    month_rest_used=month_rest_used)
     bills, skipped, catalog, job = result.bills, result.skipped, result.catalog, result.job
-    _warn_stale(catalog, [b.offer for b in bills] or None)
+    warn_stale(catalog, [b.offer for b in bills])
     if as_json:
         print_json([b.as_dict() for b in bills])
         return
@@ -224,7 +246,7 @@ def _register_catalog(app: typer.Typer) -> None:
         from autotune.pricing.load import load_catalog
 
         cat = load_catalog(catalog_file).select(providers=provider, regions=region)
-        _warn_stale(cat)
+        warn_stale(cat)
         if as_json:
             doc = cat.model_dump(mode="json")
             doc["price_note"] = cat.price_note()
@@ -254,7 +276,7 @@ def print_catalog(cat, c) -> None:
         ("source", LINE, "left")], rows, c.width))
     rows = []
     for x in cat.offers:
-        unit = "vCPU" if cat.gpus[x.gpu].device_class == "cpu" else "GPU"  # a CPU offer prices a vCPU-hour
+        unit = cat.unit(x.gpu)  # a CPU offer prices a vCPU-hour
         if x.pricing == "monthly":
             price = f"${x.price_usd_per_gpu_month:,.0f}/{unit}-month"
         elif x.pricing == "own":
@@ -277,92 +299,3 @@ def print_catalog(cat, c) -> None:
     for be in breakevens(cat):
         c.print(f"break-even: {be.text}")
     c.print(f"{len(cat.gpus)} GPU types, {len(cat.offers)} offers: valid. {cat.price_note()}")
-
-
-def _register_plan(app: typer.Typer) -> None:
-    @app.command(name="plan")
-    def plan_cmd(
-        spec_file: Path = typer.Argument(..., help="sweep spec YAML (workload, target, space, platforms)"),
-        mfu: float = typer.Option(0.35, "--mfu", help="stated fraction of the dense peak reached "
-                                  "(default 0.35: torchtitan's 33-39% on H100, Dec 2024)"),
-        gpu: Optional[list[str]] = typer.Option(
-            None, "--gpu", help="only this GPU type (repeat); default: every type with an offer"),
-        catalog_file: Optional[Path] = typer.Option(
-            None, "--catalog",
-            help="catalog YAML or SkyPilot catalog folder (default: the spec's, else the shipped one)"),
-        top: int = typer.Option(10, "--top", min=1, help="how many bills to show, cheapest first"),
-        as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
-        provider: Optional[list[str]] = provider_option(),
-        region: Optional[list[str]] = region_option(),
-    ) -> None:
-        """The whole search on the analytic models alone, for hardware you don't have: no trial
-        runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
-        communication, and the full bill on every matching offer)."""
-        from autotune.pricing.load import load_catalog
-        from autotune.search.plan import plan
-        from autotune.spec import load_spec
-
-        spec = load_spec(spec_file)
-        catalog = load_catalog(catalog_file or spec.platforms.catalog).select(providers=provider, regions=region)
-        for name in spec.platforms.offers or []:
-            catalog.offer(name)
-        result = plan(spec, catalog, hfu=mfu, gpu_types=gpu)
-        _warn_stale(catalog, _priced(result))
-        fastest = sorted(result.bills, key=lambda b: (b.hours, b.usd))[:top]
-        if as_json:
-            doc = {"assumptions": result.assumptions, "configs": result.configs,
-                   "not_fitting": result.not_fitting,
-                   "price_note": catalog.price_note(_priced(result)),
-                   "why_none": result.why_none,
-                   "limits": {"max_usd": spec.budget.max_usd, "deadline_hours": spec.budget.deadline_hours,
-                              "limit_bytes_per_rank": spec.memory.limit_bytes_per_rank},
-                   "limit_notes": result.limit_notes,
-                   "bills": [b.as_dict() for b in result.bills[:top]],
-                   "fastest": [b.as_dict() for b in fastest],
-                   # Billed but over budget.max_usd or past budget.deadline_hours: never recommended.
-                   "over_limits": [b.as_dict() for b in result.over_limits[:top]]}
-            print_json(doc)
-            return
-        print_plan(spec_file, result, catalog, fastest, top, console())
-
-
-def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
-    """`autotune plan`'s answer on the terminal: the cheapest bills, the fastest, and how."""
-    from autotune.pricing.quote import explain
-
-    c.print(f"[bold]autotune plan[/] {spec_file}: {result.configs} (config, GPU type) pairs, "
-            f"{result.not_fitting} over memory, {len(result.bills)} bills"
-            + (f" within the spec's limits ({len(result.over_limits)} over them)" if result.over_limits else "")
-            + " (estimated, no trial run)")
-    for a in result.assumptions:
-        c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
-    if result.bills:  # else why_none says why nothing is recommended
-        c.print("[bold]cheapest[/]")
-    for b in result.bills[:top]:
-        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
-                f"{b.tokens_per_s:,.0f} tok/s "
-                f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  "
-                f"{fmt_gpu_hours(b.gpu_hours)} GPU-h  "
-                f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
-    if fastest:
-        c.print("[bold]fastest[/]")
-    for b in fastest[: min(top, 5)]:
-        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}",
-                soft_wrap=True)
-    for note in result.limit_notes:  # what the spec's limits kept from the lists above
-        c.print(f"[yellow]{note}[/]", soft_wrap=True)
-    for line in explain(result.bills):
-        c.print(line, soft_wrap=True)
-    if result.bills:
-        c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
-    else:
-        c.print(result.why_none, soft_wrap=True)
-    for line in offer_notes(result.bills[:top] + fastest[: min(top, 5)]):
-        c.print(f"[dim]{line}[/]", soft_wrap=True)
-    c.print(catalog.price_note(_priced(result)))
-
-
-def _priced(result) -> list[str] | None:
-    """The offers whose prices the plan shows: the recommended bills', else (none within the
-    spec's limits) those over them that why_none names; None: every offer's."""
-    return [b.offer for b in result.bills or result.over_limits] or None

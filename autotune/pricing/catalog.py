@@ -127,6 +127,12 @@ class Catalog(CatalogModel):
         raise UserError(f"unknown GPU type '{name}'{did_you_mean(name, list(self.gpus), cutoff=NAME_CUTOFF)}",
                         fix=f"use one of {', '.join(self.gpus)} (list them: autotune catalog)")
 
+    def unit(self, gpu: str) -> str:
+        """What one of `gpu` is billed as: 'vCPU' for a CPU type (its offers price a vCPU-hour,
+        one rank = threads_per_rank of them), else 'GPU'. Unknown names: 'GPU'."""
+        t = self.gpus.get(gpu)
+        return "vCPU" if t is not None and t.device_class == "cpu" else "GPU"
+
     def offer(self, name: str) -> Offer:
         for o in self.offers:
             if o.name == name:
