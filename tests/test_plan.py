@@ -316,7 +316,8 @@ def test_a_cpu_bill_counts_vcpu_hours_not_gpu_hours(cli):
     assert "GPU-h" not in text and "GPU(s)" not in text and "GPUs used" not in text, text
     assert "vCPUs used/billed" in text and " vCPU-h " in text and "2 vCPU(s)" in text and "vCPU-hours" in text
     rate = load_catalog().offer("aws-c7i-ondemand").price_usd_per_gpu_hour
-    assert f"price of aws-c7i-ondemand: at ${rate:.4f}/vCPU-h, aws: AWS c7i.large" in text
+    date = load_catalog().offer("aws-c7i-ondemand").price_date
+    assert f"price of aws-c7i-ondemand: at ${rate:.4f}/vCPU-h, priced {date} (aws: AWS c7i.large" in text
     code, out, err = cli(*EXAMPLE)
     assert code == 0 and " GPU-h " in out and "vCPU" not in out
 
@@ -355,5 +356,5 @@ def test_a_note_dates_only_the_prices_a_bill_used(cli, tmp_path, monkeypatch):
     assert doc["price_note"] == cat.price_note(shown)
     code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--top", "1")
     top = cat.offer(doc["bills"][0]["offer"])
-    assert (f"price of {top.name}: at ${doc['bills'][0]['price_usd_per_gpu_hour']:.3f}/GPU-h, {top.provider}: "
-            f"{top.price_source}, priced {top.price_date}") in " ".join(out.split())
+    assert (f"price of {top.name}: at ${doc['bills'][0]['price_usd_per_gpu_hour']:.3f}/GPU-h, priced "
+            f"{top.price_date} ({top.provider}: {top.price_source})") in " ".join(out.split())

@@ -68,6 +68,49 @@ def test_a_report_of_the_old_study(old_study):
     assert {o["tokens_to_target"] for o in doc["options"]} == {1e9}
 
 
+def test_the_report_names_the_price_behind_a_picks_dollars(old_study, tmp_path, run_cli):
+    """The report gave a pick's dollars ("35.8 h, $3.20 on aws-c7i-ondemand") but never the rate
+    they were multiplied by, nor its unit, source or date. The JSON now carries each option's
+    `price_unit` and `price_source` (schema version 1: fields added), and the terminal report,
+    the sweep's end, the HTML cards and the export's bill show "at $0.0446/vCPU-h, priced DATE
+    (aws: ...)" (a CPU offer is priced per vCPU-hour, not per GPU-hour)."""
+    import html
+    import io
+
+    from rich.console import Console
+
+    from autotune.pricing.load import load_catalog
+    from autotune.report.build import collect
+    from autotune.report.html import render_html
+    from autotune.report.schema import REPORT_SCHEMA_VERSION, ReportDoc
+    from autotune.report.terminal import print_report, print_summary
+
+    study, _ = old_study
+    doc = collect(study)
+    offer = load_catalog().offer(doc["cheapest"]["offer"])
+    assert offer.gpu == "cpu-core" and REPORT_SCHEMA_VERSION == 1
+    for o in doc["options"]:
+        assert (o["price_unit"], o["price_source"]) == ("vCPU", load_catalog().offer(o["offer"]).price_source)
+    ReportDoc.model_validate(doc)
+    said = (f"price: at ${offer.price_usd_per_gpu_hour:.4f}/vCPU-h, priced {offer.price_date} "
+            f"({offer.provider}: {offer.price_source})")
+    con = Console(width=1000, file=io.StringIO(), record=True, highlight=False)
+    print_report(doc, con)
+    assert con.export_text().count(f"  {said}\n") == 2  # under the cheapest and the fastest
+    con = Console(width=80, file=io.StringIO(), record=True, highlight=False)
+    print_summary(doc, con, [])
+    lines = con.export_text().splitlines()
+    assert any(ln.startswith(f"  {said[:60]}") for ln in lines) and all(len(ln) <= 80 for ln in lines)
+    assert render_html(doc).count(html.escape(said)) == 2  # the cards of the cheapest and the fastest
+    p = run_cli("export", "--study", "old", "--storage", f"sqlite:///{tmp_path / 'old.db'}", "--pick",
+                "cheapest", "--out", str(tmp_path / "launch"))
+    assert p.returncode == 0, p.stderr
+    bill = " ".join((tmp_path / "launch" / "bill.md").read_text().split())
+    assert (f"${offer.price_usd_per_gpu_hour:.4f} per vCPU-hour as of {offer.price_date} "
+            f"({offer.price_source})") in bill
+    assert "per GPU-hour" not in bill
+
+
 def test_resuming_the_old_study_reuses_and_moves_from_its_records(old_study):
     """What a resumed sweep reads: config keys (a repeated config is reused, not measured),
     the Pareto ranking local moves start from, calibration points, the search budget."""

@@ -66,7 +66,8 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
         out += [f"Projected bill on **{o['offer']}** ({o['platform']}"
                 + (f", instance {o['instance']}" if o.get("instance") else "")
                 + (f", region {', '.join(o['regions'])}" if o.get("regions") else "")
-                + (f", {fmt_usd(price)} per GPU-hour as of {o.get('price_date')}" if price is not None else "")
+                + (f", {fmt_usd(price)} per {o.get('price_unit') or 'GPU'}-hour as of {o.get('price_date')}"
+                   + (f" ({o['price_source']})" if o.get("price_source") else "") if price is not None else "")
                 + "); hours and dollars projected to the target"
                 + (f" ({o['target_basis']})" if o.get("target_basis") else "")
                 + f" from tokens/s {o['basis']}.", "",

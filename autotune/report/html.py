@@ -28,6 +28,7 @@ from autotune.report.labels import (
     zero_summary,
 )
 from autotune.report.neighbours import beside_text, interference_lines
+from autotune.report.pick_text import price_line
 from autotune.report.plots import gpus_of, write_pngs
 
 # A table wider than the window scrolls in its own box (display:block; overflow-x:auto): the
@@ -157,7 +158,8 @@ def _card(label: str, o: dict[str, Any] | None, limits_text: str, doc: dict[str,
             f"<div>trial {o['trial']}: {_e(config_summary(o['config']))}</div>"
             f"<div class='what'>{_e(mfu_text(o))}</div>"
             f"<div class='what'>on {_e(o['offer'])} ({_e(o['platform'])}), projected to the target from "
-            f"<span class='tag {o['basis_kind']}'>{o['basis_kind']}</span> tokens/s</div></div>")
+            f"<span class='tag {o['basis_kind']}'>{o['basis_kind']}</span> tokens/s</div>"
+            f"<div class='what'>{_e(price_line(o) or 'price: not known')}</div></div>")
 
 
 def render_html(doc: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ progress panel, HTML, plots, export).
     zero_summary(cfg), mem_summary(peak, "host_rss", headroom)
     basis_kind("projected from 1 x a100-80gb ...")   # "projected"
     mfu_text(row)              # "MFU 41.0%, HFU 52.3%" or why there is none
-    price_text(option)         # "at $2.690/GPU-h, runpod: RunPod spot prices via ..., priced DATE"
+    price_text(option)         # "at $2.690/GPU-h, priced DATE (runpod: RunPod spot prices via ...)"
     clip("Pick: #2 on aws-c7i-ondemand  ", prose, 80), outcome_line(outcome, 80)
 """
 
@@ -117,17 +117,16 @@ def clip(keep: str, prose: str, width: int) -> str:
 
 
 def price_text(row: dict[str, Any]) -> str | None:
-    """The rate behind an option's or a bill's dollars, with its provider, source and date:
-    "at $0.0446/vCPU-h, aws: AWS c7i.large ..., priced <its price_date>". None: no rate known."""
+    """The rate behind an option's or a bill's dollars, its date, provider and source (the
+    source last: a line cut short keeps the rate and date): "at $0.0446/vCPU-h, priced
+    <its price_date> (aws: AWS c7i.large on-demand, ...)". None: no rate known."""
     rate = row.get("price_usd_per_gpu_hour")
     if rate is None:
         return None
-    out = f"at ${rate:.3f}" if rate >= 0.1 else f"at ${rate:.4f}"
-    out += f"/{row.get('price_unit') or 'GPU'}-h"
-    source = row.get("price_source")
-    if row.get("provider") or source:
-        out += ", " + ": ".join(str(x) for x in (row.get("provider"), source) if x)
-    return out + (f", priced {row['price_date']}" if row.get("price_date") else ", price date unknown")
+    out = (f"at ${rate:.3f}" if rate >= 0.1 else f"at ${rate:.4f}") + f"/{row.get('price_unit') or 'GPU'}-h"
+    out += f", priced {row['price_date']}" if row.get("price_date") else ", price date unknown"
+    source = ": ".join(str(x) for x in (row.get("provider"), row.get("price_source")) if x)
+    return out + (f" ({source})" if source else "")
 
 
 def mfu_text(row: dict[str, Any]) -> str:

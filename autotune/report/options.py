@@ -21,7 +21,8 @@ from autotune.search.score import reprice
 
 
 def offer_info(catalog, name: str | None) -> dict[str, Any]:
-    """What the catalog says of an offer (provider, pricing, GPU, hourly price, price date)."""
+    """What the catalog says of an offer (provider, pricing, GPU, hourly price in its unit,
+    the price's date and source)."""
     if catalog is None or name is None:
         return {}
     for o in catalog.offers:
@@ -32,6 +33,7 @@ def offer_info(catalog, name: str | None) -> dict[str, Any]:
                 price = o.price_usd_per_gpu_hour
             return {"provider": o.provider, "pricing": o.pricing, "gpu_type": o.gpu,
                     "price_usd_per_gpu_hour": price, "price_date": o.price_date,
+                    "price_unit": catalog.unit(o.gpu), "price_source": o.price_source,
                     "regions": list(getattr(o, "regions", []))}
     return {}
 
@@ -72,6 +74,8 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
             gpu_type=b.get("gpu_type", info.get("gpu_type")),
             price_usd_per_gpu_hour=b.get("price_usd_per_gpu_hour", info.get("price_usd_per_gpu_hour")),
             price_date=b.get("price_date", info.get("price_date")),
+            price_unit=info.get("price_unit"),
+            price_source=b.get("price_source", info.get("price_source")),
             hours=float(b["hours"]), usd=float(b["usd"]), gpu_hours=b.get("gpu_hours"),
             basis=b.get("basis") or "measured", basis_kind=basis_kind(b.get("basis") or "measured"),
             tokens_per_s=estimate.tokens_per_s if at_estimate else row.tokens_per_s, mfu=row.mfu, hfu=row.hfu,

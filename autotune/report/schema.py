@@ -126,6 +126,11 @@ class OptionRow(_M):
     gpu_type: str | None
     price_usd_per_gpu_hour: float | None
     price_date: str | None
+    price_unit: Literal["GPU", "vCPU"] | None = Field(None, description="what price_usd_per_gpu_hour "
+                                                     "and gpu_hours count: a GPU, or on a CPU offer a "
+                                                     "vCPU; None: the offer is not in the catalog")
+    price_source: str | None = Field(None, description="where the offer's price was read (the "
+                                     "catalog's price_source); price_date says when")
     hours: float
     usd: float
     gpu_hours: float | None

@@ -26,6 +26,7 @@ from autotune.report.labels import (
 )
 from autotune.report.neighbours import beside_text, interference_lines
 from autotune.report.nothing_fits import NOTHING_FITS
+from autotune.report.pick_text import config_lines, outside_own_runs, price_line
 from autotune.report.picks import headroom_note_start
 
 if TYPE_CHECKING:
@@ -152,42 +153,6 @@ def trials_table(rows: list[dict[str, Any]], title: str, width: int):
     return fit_table(title, cols, out, width)
 
 
-def _tokens_text(pick: dict[str, Any], sure: dict[str, Any] | None) -> str:
-    """The pick's tokens/s; the runs beside it where there are several, or where the one run
-    differs from the estimate (it is set at the study's level: outside_own_runs)."""
-    tps = f"{pick['tokens_per_s']:,.0f} tokens/s" if pick.get("tokens_per_s") else "not measured"
-    measured = sorted(r["tokens_per_s"] for r in (sure or {}).get("runs") or [])
-    if len(measured) > 1:
-        tps += f" estimated from {len(measured)} runs ({measured[0]:,.0f} to {measured[-1]:,.0f})"
-    elif measured and pick.get("tokens_per_s") and round(measured[0]) != round(pick["tokens_per_s"]):
-        tps += f" estimated from 1 run ({measured[0]:,.0f})"
-    return tps
-
-
-def _config_lines(pick: dict[str, Any], sure: dict[str, Any] | None) -> list[str]:
-    """The pick's config and tokens/s, and where its estimate lies outside its runs, that."""
-    outside = outside_own_runs(pick.get("tokens_per_s"), (sure or {}).get("runs") or [])
-    return [f"{config_summary(pick['config'])}; {_tokens_text(pick, sure)}", *([outside] if outside else [])]
-
-
-def outside_own_runs(estimate: float | None, runs: list[dict[str, Any]]) -> str | None:
-    """"estimate below both runs: ..." (or "its run") where a config's estimate lies outside its
-    own runs, else None.
-
-    The estimate nets out the spells a block of runs shared and sits at the level of all the
-    study's repeated runs (autotune.search.estimates), so it can lie outside its own runs; a
-    sweep on an Intel machine printed "27,846 tokens/s estimated from 2 runs (29,403 to 29,689)"
-    and nothing more."""
-    tps = [round(r["tokens_per_s"]) for r in runs]
-    if not estimate or not tps:
-        return None
-    side = "below" if round(estimate) < min(tps) else "above" if round(estimate) > max(tps) else None
-    if side is None:
-        return None
-    which = {1: "its run", 2: "both runs"}.get(len(tps), f"all {len(tps)} runs")
-    return f"estimate {side} {which}: set at the level of all the study's repeated runs"
-
-
 def _note_lines(doc: dict[str, Any], width: int, starts: tuple[str, ...],
                 style: str | None = None) -> list[tuple[str, str | None]]:
     """The report's notes that begin with one of `starts`, wrapped at `width` under the line
@@ -253,6 +218,31 @@ def doc_trial(doc: dict[str, Any], number: int) -> dict[str, Any]:
     return next(t for t in doc["trials"] if t["number"] == number)
 
 
+def _print_best(doc: dict[str, Any], console) -> None:
+    """The cheapest and the fastest within the limits: config, hours, dollars, the rate behind
+    them, and how sure the pick is."""
+    for label, key in (("cheapest", "cheapest"), ("fastest", "fastest")):
+        best = doc[key]
+        if best:
+            tps = f"{best['tokens_per_s']:,.0f} tokens/s" if best["tokens_per_s"] else "not measured"
+            console.print(f"[bold]{label}[/] within limits: trial {best['trial']}: "
+                          f"{config_summary(best['config'])} -> {fmt_hours(best['hours'])}, "
+                          f"{fmt_usd(best['usd'])} on {best['offer']} ({tps}, {mfu_text(best)}, {best['basis']})")
+            price = price_line(best)
+            if price:
+                console.print(f"  {price}", markup=False)
+            pick = next((p for p in doc.get("picks", []) if p["trial"] == best["trial"]
+                         and p["by"] == ("cost" if key == "cheapest" else "time")), None)
+            if pick:
+                console.print(f"  how sure: {pick['how_sure']}; {len(pick['runs'])} run(s): "
+                              + ", ".join(f"{r['tokens_per_s']:,.0f}" for r in pick["runs"])
+                              + f" tokens/s (90% interval {pick['tokens_per_s_low']:,.0f}-"
+                              f"{pick['tokens_per_s_high']:,.0f})")
+                outside = outside_own_runs(pick["tokens_per_s"], pick["runs"])
+                if outside:
+                    console.print(f"  {outside}", markup=False)
+
+
 def print_report(doc: dict[str, Any], console) -> None:
     c = doc["counts"]
     width = console.width
@@ -292,23 +282,7 @@ def print_report(doc: dict[str, Any], console) -> None:
         console.print(line, markup=False)
     for line in interference_lines(doc):
         console.print(line, markup=False)
-    for label, key in (("cheapest", "cheapest"), ("fastest", "fastest")):
-        best = doc[key]
-        if best:
-            tps = f"{best['tokens_per_s']:,.0f} tokens/s" if best["tokens_per_s"] else "not measured"
-            console.print(f"[bold]{label}[/] within limits: trial {best['trial']}: "
-                          f"{config_summary(best['config'])} -> {fmt_hours(best['hours'])}, "
-                          f"{fmt_usd(best['usd'])} on {best['offer']} ({tps}, {mfu_text(best)}, {best['basis']})")
-            pick = next((p for p in doc.get("picks", []) if p["trial"] == best["trial"]
-                         and p["by"] == ("cost" if key == "cheapest" else "time")), None)
-            if pick:
-                console.print(f"  how sure: {pick['how_sure']}; {len(pick['runs'])} run(s): "
-                              + ", ".join(f"{r['tokens_per_s']:,.0f}" for r in pick["runs"])
-                              + f" tokens/s (90% interval {pick['tokens_per_s_low']:,.0f}-"
-                              f"{pick['tokens_per_s_high']:,.0f})")
-                outside = outside_own_runs(pick["tokens_per_s"], pick["runs"])
-                if outside:
-                    console.print(f"  {outside}", markup=False)
+    _print_best(doc, console)
     if not doc["options"]:
         console.print(no_option_text(doc), style="yellow", markup=False)
     for note in doc["notes"]:  # as text: a note's "[full]" is no markup tag
@@ -330,9 +304,12 @@ def _pick_lines(doc: dict[str, Any], pick: dict[str, Any], width: int) -> list[t
     # measured (or projected from another GPU type, or estimated), so the line says which.
     lines.append((clip(f"  {fmt_hours(pick['hours'])}, {fmt_usd(pick['usd'])}{interval}",
                        f", from {pick['basis_kind']} tokens/s", width), "bold"))
+    price = price_line(pick)
+    if price:
+        lines.append((clip("  ", price, width), None))
     if sure and sure.get("how_sure"):
         lines.append((clip("  ", sure["how_sure"], width), None))
-    lines.extend((clip("  ", text, width), None) for text in _config_lines(pick, sure))
+    lines.extend((clip("  ", text, width), None) for text in config_lines(pick, sure))
     lines.append((clip("  ", mfu_text(pick), width), None))
     fast = doc["fastest"]
     differs = bool(fast) and (fast["trial"], fast["offer"]) != (pick["trial"], pick["offer"])
