@@ -248,12 +248,20 @@ class SweepSpec(_Spec):
         study name than the file can. None means "not given"."""
         return self._overridden(updates, False)
 
+    def with_flags(self, given: dict[str, tuple[str, Any]]) -> "SweepSpec":
+        """As `with_overrides`, for a command's flags: `given` maps each dotted field to (the
+        flag that sets it, its value); an error names the flag the user typed and its value,
+        not the spec's field ("--max-gpu-hours 0.0: must be greater than 0")."""
+        return self._overridden({k: v for k, (_, v) in given.items()}, False,
+                                flags={k: flag for k, (flag, _) in given.items()})
+
     def with_keyword_overrides(self, **updates) -> "SweepSpec":
         """As `with_overrides`, for a Python call's keywords (`budget__trials` given, passed
         dotted): its errors name them as the caller wrote them."""
         return self._overridden(updates, True)
 
-    def _overridden(self, updates: dict[str, Any], _keywords: bool) -> "SweepSpec":
+    def _overridden(self, updates: dict[str, Any], _keywords: bool,
+                    flags: dict[str, str] | None = None) -> "SweepSpec":
         data = self.model_dump(mode="json", exclude_none=False)
         where, shown = ("keyword", "__") if _keywords else ("command line", ".")
         for dotted, value in updates.items():
@@ -271,11 +279,32 @@ class SweepSpec(_Spec):
         try:
             spec = SweepSpec.model_validate(data)
         except ValidationError as exc:
+            if flags:
+                raise _flag_error(exc, updates, flags) from None
             raise UserError(format_validation_error(where, exc, SweepSpec),
                             fix=f"correct the {'keyword' if _keywords else 'option'} "
                                 f"({_flags_shown(updates, exc, shown)})") from None
         spec.source = self.source
         return spec
+
+
+def _flag_error(exc: ValidationError, updates: dict[str, Any], flags: dict[str, str]) -> UserError:
+    """The first error on a value a flag set, as the flag and value the user typed and what is
+    wrong in words (pydantic's "Input should be" read "must be"); else the spec's own error."""
+    from autotune.run.redact import redact_url
+
+    for err in exc.errors():
+        dotted = ".".join(str(p) for p in err.get("loc", ()))
+        if dotted in flags:
+            value = updates[dotted]
+            shown = repr(redact_url(value)) if isinstance(value, str) else (
+                f"{value:g}" if isinstance(value, float) else value)
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            msg = "must be " + msg.removeprefix("Input should be ") if msg.startswith("Input should be ") else msg
+            return UserError(f"{flags[dotted]} {shown}: {msg}",
+                             fix=f"give {flags[dotted]} a value as `{dotted}` takes in a spec (docs/spec_reference.md)")
+    return UserError(format_validation_error("command line", exc, SweepSpec),
+                     fix=f"correct the option ({_flags_shown(updates, exc)})")
 
 
 def _flags_shown(updates: dict[str, Any], exc: ValidationError, dot: str = ".") -> str:

@@ -107,3 +107,20 @@ def test_a_bad_flag_value_reads_without_pydantics_wording(run_cli, args, flag, s
     text = " ".join(p.stderr.replace("│", " ").split())
     assert f"Invalid value for '{flag}': {said}" in text, p.stderr
     assert "Value error" not in text and "Input should be" not in text
+
+
+@pytest.mark.parametrize("argv, said", [
+    (("--max-gpu-hours", "0"), "--max-gpu-hours 0: must be greater than 0"),
+    (("--max-search-usd", "nan"), "--max-search-usd nan: must be a finite number"),
+    (("--study", "a b"), "--study 'a b': study name 'a b' is not allowed"),
+])
+def test_a_bad_sweep_flag_is_named_as_typed(tmp_path, run_cli, argv, said):
+    """A sweep flag checked by the spec's rules answered with the spec's field and pydantic's
+    wording: "command line: field `budget.search_gpu_hours`: Input should be greater than 0.
+    To fix: correct the option (budget.search_gpu_hours=0.0)". Now the flag as typed, what is
+    wrong, and where the rule is written; exit 2 and no study."""
+    p = run_cli("sweep", "--trials", "1", *argv)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"error: {said}"), p.stderr
+    assert "field `" not in p.stderr and "Input should be" not in p.stderr and "To fix: give " in p.stderr
+    assert not (tmp_path / "autotune.db").exists()

@@ -82,10 +82,12 @@ def sweep(
     spec = load(spec_file)
     storage_url = resolve_storage(storage, storage_file, spec.storage)
     # Flags go through the spec's own validation: the same rules as the file's fields.
-    spec = spec.with_overrides(**{
-        "storage": storage_url, "study": study,
-        "space": space, "budget.total_trials": total_trials, "budget.search_gpu_hours": max_gpu_hours,
-        "budget.search_usd": max_search_usd, "budget.patience_trials": patience})
+    spec = spec.with_flags({
+        "storage": ("--storage", storage_url), "study": ("--study", study), "space": ("--space", space),
+        "budget.total_trials": ("--total-trials", total_trials),
+        "budget.search_gpu_hours": ("--max-gpu-hours", max_gpu_hours),
+        "budget.search_usd": ("--max-search-usd", max_search_usd),
+        "budget.patience_trials": ("--patience", patience)})
     n_trials = trials or spec.budget.trials
     flags = [("--trials", trials), ("--space", space), ("--total-trials", total_trials),
              ("--max-gpu-hours", max_gpu_hours), ("--max-search-usd", max_search_usd), ("--patience", patience)]
