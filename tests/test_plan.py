@@ -320,6 +320,12 @@ def test_a_cpu_bill_counts_vcpu_hours_not_gpu_hours(cli):
     assert f"price of aws-c7i-ondemand: at ${rate:.4f}/vCPU-h, priced {date} (aws: AWS c7i.large" in text
     code, out, err = cli(*EXAMPLE)
     assert code == 0 and " GPU-h " in out and "vCPU" not in out
+    # The JSON says what its counts count: without it gpu_hours read as GPU-hours.
+    code, out, _ = cli("cost", "--gpu", "cpu-core", "--gpus", "2", "--tokens-per-s", "500",
+                       "--target-tokens", "1e9", "--json")
+    assert code == 0 and {b["price_unit"] for b in json.loads(out)} == {"vCPU"}
+    code, out, _ = cli(*EXAMPLE, "--json")
+    assert code == 0 and {b["price_unit"] for b in json.loads(out)} == {"GPU"}
 
 
 def test_a_note_dates_only_the_prices_a_bill_used(cli, tmp_path, monkeypatch):

@@ -133,6 +133,9 @@ class Bill:
     region: str = ""          # the regions in a few words
     idle_gpus: int = 0        # billed but not used by the job (instance sizes)
     inter_node_gb_per_s: float | None = None  # the network assumed between nodes (nodes > 1)
+    # What `gpus`, `gpu_hours` and `price_usd_per_gpu_hour` count: a GPU, or on a CPU offer a
+    # vCPU (Catalog.unit); a reader of the JSON sees it without the catalog at hand.
+    price_unit: str = "GPU"
     rank_usd: int | None = None
     rank_usd_worst_case: int | None = None
     rank_hours: int | None = None
@@ -230,8 +233,10 @@ def _dollars(offer: Offer, t: _Timeline, billed_gpus: int, job: JobSpec,
     return terms
 
 
-def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSpec | None = None) -> Bill:
-    """The whole bill of one (config, offer, target). Raises Infeasible when it cannot finish."""
+def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSpec | None = None,
+                 price_unit: str = "GPU") -> Bill:
+    """The whole bill of one (config, offer, target). Raises Infeasible when it cannot finish.
+    `price_unit`: what the offer bills (Catalog.unit of its type: 'vCPU' for a CPU offer)."""
     job = job or JobSpec()
     if throughput.gpu != offer.gpu:
         raise ValueError(f"throughput on {throughput.gpu} priced on a {offer.gpu} offer")
@@ -278,7 +283,7 @@ def compute_bill(offer: Offer, tokens: float, throughput: Throughput, job: JobSp
         price_date=offer.price_date, price_source=offer.price_source, notes=notes,
         instance=where.instance, regions=list(offer.regions), region=offer.region_label,
         idle_gpus=billed - throughput.num_gpus,
-        inter_node_gb_per_s=offer.inter_node_gb_per_s if nodes > 1 else None,
+        inter_node_gb_per_s=offer.inter_node_gb_per_s if nodes > 1 else None, price_unit=price_unit,
     )
 
 
@@ -319,7 +324,7 @@ def bills_for(catalog: Catalog, throughputs: Throughput | list[Throughput], toke
                 continue
             n_tokens = tokens[tp.config] if isinstance(tokens, dict) else tokens
             try:
-                bills.append(compute_bill(o, n_tokens, tp, job))
+                bills.append(compute_bill(o, n_tokens, tp, job, price_unit=catalog.unit(o.gpu)))
             except Infeasible as exc:
                 skipped.append(Skipped(o.name, str(exc)))
     return rank(bills), skipped

@@ -124,7 +124,7 @@ def quote(catalog: Catalog, base: BasePoint, run_counts: list[int], gpu_types: l
                 if o.placement(n) is None:
                     raise Infeasible(o.unfit_reason(n) or o.name)
                 tp = throughput_on(catalog, base, o, n, comm)
-                bills.append(compute_bill(o, tokens_for(n), tp, job))
+                bills.append(compute_bill(o, tokens_for(n), tp, job, price_unit=catalog.unit(o.gpu)))
             except Infeasible as exc:
                 skipped.append(Skipped(o.name, str(exc)))
     return rank(bills), skipped

@@ -333,7 +333,7 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
                  + (" (memory.limit_bytes_per_rank)" if capacity < g.memory_bytes else ""))
         tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
         try:
-            t.bills.append(compute_bill(o, tokens, tp_, job))
+            t.bills.append(compute_bill(o, tokens, tp_, job, price_unit=p.catalog.unit(gpu)))
         except Infeasible as exc:
             t.skipped.append(Skipped(o.name, f"{label}: {exc}"))
 
