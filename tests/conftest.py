@@ -81,21 +81,27 @@ def postgres():
         server.stop()
 
 
-# --- two test files at a time (pytest-xdist: pyproject.toml's addopts) ---------------------
+# --- test files side by side (pytest-xdist: pyproject.toml's addopts) ----------------------
 # Much of the suite waits rather than computes: trials import torch and DeepSpeed, start
 # process groups and pools, sleep through timeouts: one file at a time leaves the cores idle
 # for part of the run (vmstat, sampled during it). `--dist loadfile` runs each file whole on one
 # worker, so that its module fixtures (test_engines' 16 real trials, test_scale's 389.5M GPT)
 # run once. (test_engines runs its trials pooled, test_launchers its 3 unpooled: they share
 # none, whichever workers they land on.)
-# At most two workers: most trials use 2 ranks each. A file that holds GBs per rank is marked
-# `alone`: test_scale's DDP run of the 389.5M GPT holds about 7 GB on each of its 2 ranks, so
+# One worker more than the cores, at most three: much of a file's time is spent waiting (a
+# hang's timeout, a server's restart, a pool's rendezvous, a Slurm job's start), and a third
+# file fills it. On a 2-core machine the whole suite took 1,185 s with two workers and 1,095 s
+# with three, every test passing (183% CPU; a run with test_scale beside other files took as
+# long: the suite's CPU time, about 2,000 s, is what bounds it). More workers would leave a
+# 2-rank trial less than a core at the worst moments; trials' timeouts are sized for about that.
+# A file that holds GBs per rank is marked `alone`: test_scale's DDP run of the 389.5M GPT
+# holds about 7 GB on each of its 2 ranks, so
 # beside another file's trials (test_scale_sweep's hold about 2.4 GB per rank) little of a
 # 24 GiB machine would be left; a first try that ran its trials on both workers at once ran
 # this machine out of memory.
-MAX_WORKERS = 2
+MAX_WORKERS = 3
 # The files that take minutes go first (`--no-loadscope-reorder` keeps this order), so that
-# neither worker is left with one of them at the end (`pytest --durations=0`, summed per file).
+# no worker is left with one of them at the end (`pytest --durations=0`, summed per file).
 LONGEST_FIRST = ["test_scale", "test_engines", "test_export", "test_pool", "test_safety",
                  "test_faults", "test_compile", "test_scale_sweep"]
 
@@ -140,7 +146,7 @@ def _alone_or_beside(request, tmp_path_factory):
 
 
 def pytest_xdist_auto_num_workers(config):
-    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+    return max(1, min(MAX_WORKERS, (os.cpu_count() or 1) + 1))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,7 +16,7 @@ from autotune.contract import GPTShape, GPTWorkload, TrialConfig
 from autotune.record import TrialRecord
 from autotune.spec import SweepSpec
 
-# It asks which config runs fastest: another test file's trials beside it (the suite runs two
+# It asks which config runs fastest: another test file's trials beside it (the suite runs several
 # files at a time) take a core from its 2-rank trials, not from the 1-rank ones, and tip the
 # answer (it failed so in full runs). So it runs with no other file beside it.
 pytestmark = pytest.mark.alone
