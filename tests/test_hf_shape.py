@@ -100,3 +100,12 @@ def test_an_mlp_width_the_config_leaves_out_is_labelled_approximate():
     gpt2 = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}
     m = model_from_hf_config({"model_type": "gpt2", **gpt2})
     assert "exact count" in m.source and m.params == _worker_shape(HFWorkload(model_type="gpt2", config_overrides=gpt2))[0]
+
+
+def test_a_config_given_as_fields_is_named_once():
+    """A spec's model_type with overrides is read as fields: its source read "Hugging Face
+    config config with config_overrides [...]" in plan's assumptions."""
+    m = model_from_hf_config({"model_type": "llama"}, {"hidden_size": 256, "num_attention_heads": 4,
+                                                       "num_hidden_layers": 2, "vocab_size": 1000})
+    assert m.source.startswith("Hugging Face config with config_overrides ['hidden_size', "), m.source
+    assert "config config" not in m.source

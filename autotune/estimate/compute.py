@@ -295,8 +295,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         n_heads=a, n_kv_heads=kv, vocab_size=V, ffn_hidden=ffn, gated_mlp=gated,
         tied_embeddings=tied, lookup_params=lookup,
         largest_layer_params=max(emb, h * ffn + ffn),
-        source=f"Hugging Face config {where} ({mt or 'unknown type'}; "
-               f"{how})",
+        # "config" names a config given as fields (a spec's model_type): said once, not twice.
+        source=f"Hugging Face {where if isinstance(path_or_dict, dict) else 'config ' + where} "
+               f"({mt or 'unknown type'}; {how})",
         block_params=attn + mlp + norms,
         # As a trial refuses (trials/workloads/hf.py, check_positions); a config without the
         # field has its model type's default, which only transformers knows.
