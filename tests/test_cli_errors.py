@@ -97,6 +97,7 @@ def test_the_next_commands_printed_after_a_sweep_paste_as_one_word_per_value(tmp
     (("export", "--launcher", "mpirun"), "--launcher", "'mpirun' is not one of"),
     (("estimate", "--params", "7e9", "--seq-len", "0"), "--seq-len", "must be greater than or equal to 1"),
     (("cost", "--gpu", "h100-sxm", "--gpus", "two"), "--gpus", "must be a valid integer"),
+    (("sweep", "--trials", "abc"), "--trials' / '-n", "must be a valid integer"),
 ])
 def test_a_bad_flag_value_reads_without_pydantics_wording(run_cli, args, flag, said):
     """typer checks a flag's value with pydantic and showed its wording: "Invalid value for
@@ -107,6 +108,7 @@ def test_a_bad_flag_value_reads_without_pydantics_wording(run_cli, args, flag, s
     text = " ".join(p.stderr.replace("│", " ").split())
     assert f"Invalid value for '{flag}': {said}" in text, p.stderr
     assert "Value error" not in text and "Input should be" not in text
+    assert "unable to parse" not in text  # "a valid integer, unable to parse string as an integer"
 
 
 @pytest.mark.parametrize("argv, said", [

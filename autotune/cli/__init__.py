@@ -54,6 +54,8 @@ def _bad_values_read_plainly() -> None:
         msg = msg.removeprefix("Value error, ")
         if msg.startswith("Input should be "):
             msg = "must be " + msg.removeprefix("Input should be ")
+        # "must be a valid integer, unable to parse string as an integer": the reason twice
+        msg = msg.split(", unable to parse string as ")[0]
         return f"{head}: {msg}"
 
     bad.format_message = format_message  # type: ignore[union-attr]
