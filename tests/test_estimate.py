@@ -238,8 +238,15 @@ def test_flops_hfu_and_mfu():
     s = 2048
     f = flops_per_token(m, s)
     assert f == 6 * m.matmul_params + 12 * m.n_layers * m.d_model * s
-    assert hardware_flops_per_token(m, s, "full") == 8 * m.matmul_params + 16 * m.n_layers * m.d_model * s
+    # Full recompute re-runs the blocks' forward, not the LM head: the blocks' share of N.
+    share = m.n_layers * m.block_params / m.matmul_params
+    assert 0.5 < share < 1.0
+    assert hardware_flops_per_token(m, s, "full") == pytest.approx(
+        f + share * (2 * m.matmul_params + 4 * m.n_layers * m.d_model * s))
     assert hardware_flops_per_token(m, s, "none") == f
+    # Known by its count alone: all of one forward again (8N, as PaLM's Appendix B counts it).
+    n = model_from_params(int(1e9))
+    assert hardware_flops_per_token(n, s, "full") == 8 * n.matmul_params
     assert mfu(1000.0, f, 2, 1e12) == pytest.approx(1000.0 * f / 2e12)
     assert mfu(1000.0, f, 2, None) is None
 

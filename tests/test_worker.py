@@ -150,6 +150,15 @@ def test_checkpointing_lowers_activation_bytes_and_recomputes_the_forward(trials
     assert full.observations["linear_weight_elements"] == block_linears
     assert full.observations["recompute_fraction"] == pytest.approx(
         (passes - 1.0) * block_linears / full.observations["matmul_params"])
+    # The estimate (`autotune estimate`, `plan`) re-runs every block's linears once, the
+    # measured figure's upper end (torch spares the last), and never the LM head: with it
+    # (8N + 16Lds) a tiny model's estimate lay above what any trial can run.
+    from autotune.estimate.compute import flops_per_token, hardware_flops_per_token, model_from_preset
+
+    model = model_from_preset("tiny")
+    assert flops_per_token(model, 32) == pytest.approx(full.flops_per_token)
+    estimated = hardware_flops_per_token(model, 32, "full") - full.flops_per_token
+    assert extra <= estimated <= 1.01 * (2 * block_linears + 4 * shape.n_layers * shape.d_model * 32)
     # ... which is what makes a checkpointed step slower: counted in HFU, not in MFU.
     assert full.hfu / full.mfu == pytest.approx(full.observations["hardware_flops_per_token"]
                                                 / full.flops_per_token)

@@ -359,11 +359,16 @@ def flops_per_token(model: ModelShape, seq_len: int) -> float:
 def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompute = "none",
                              recomputed_layer_fraction: float | None = None) -> float:
     """FLOPs the hardware executes per token (the HFU numerator), recomputation included:
-    full recompute runs the forward twice (8N + 16*L*d*s); selective recomputes a fraction
-    of the blocks (default: the worker's every 2nd block)."""
+    full recompute runs the blocks' forward twice; selective recomputes a fraction of the
+    blocks (default: the worker's every 2nd block). The LM head is never recomputed, so with
+    the blocks' share of N known the re-run is that share of one forward, as a trial measures
+    it (re-run nn.Linear weights / N: trials/trial_result.py); without it (`--params` alone),
+    all of it: 8N + 16*L*d*s for full recompute (PaLM, Appendix B)."""
     f = {"none": 0.0, "full": 1.0}.get(recompute, recomputed_layer_fraction)
     if f is None:
         f = 0.5  # the worker's default: every 2nd block
+    if f and model.block_params and model.n_layers and model.matmul_params:
+        f *= min(1.0, model.n_layers * model.block_params / model.matmul_params)
     return _hardware_flops(model.matmul_params, model.n_layers, model.d_model, seq_len, f)
 
 
