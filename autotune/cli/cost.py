@@ -70,9 +70,9 @@ def price_used_note(catalog, priced: list[str], skipped: list[str] | None = None
     return f"no price used: no offer was billed{why}"
 
 
-def bill_price(b, catalog) -> str:
-    """The rate, provider, source and date behind one bill's dollars."""
-    return price_text({**b.as_dict(), "price_unit": catalog.unit(b.gpu)}) or "price unknown"
+def bill_price(b) -> str:
+    """The rate (in the bill's unit), provider, source and date behind one bill's dollars."""
+    return price_text(b.as_dict()) or "price unknown"
 
 
 def rented(b) -> str:
@@ -98,7 +98,7 @@ def offer_notes(bills) -> list[str]:
 def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = True) -> None:
     from autotune.pricing.quote import explain
 
-    units = "/".join(sorted({catalog.unit(b.gpu) for b in bills})) or "GPU"  # a CPU offer bills vCPUs
+    units = "/".join(sorted({b.price_unit for b in bills})) or "GPU"  # a CPU offer bills vCPUs
     console.print(f"[bold]Bills, cheapest first[/] ({units}s used/billed; eff = scaling efficiency; worst = "
                   "+30% time and one more interruption, with its rank)", soft_wrap=True)
     for b in bills:
@@ -108,17 +108,17 @@ def print_bills(bills, skipped, catalog, job, console, explain_lines: bool = Tru
         console.print(f"{b.rank_usd:>3}. {b.offer} ({b.pricing}, {b.region}): {gpus} x {b.gpu} "
                       f"on {rented(b)}  "
                       f"{b.tokens_per_s:,.0f} tok/s ({basis_kind(b.throughput_basis)}){eff}  "
-                      f"{fmt_hours(b.hours)}  {fmt_gpu_hours(b.gpu_hours)} {catalog.unit(b.gpu)}-h  "
+                      f"{fmt_hours(b.hours)}  {fmt_gpu_hours(b.gpu_hours)} {b.price_unit}-h  "
                       f"[bold]${b.usd:,.2f}[/]  "
                       f"worst ${b.usd_worst_case:,.2f} (#{b.rank_usd_worst_case}){ck}", soft_wrap=True)
     if bills and explain_lines:
-        for line in explain(bills, catalog):
+        for line in explain(bills):
             console.print(line, soft_wrap=True)
         top = bills[0]
         terms = ", ".join(f"{k} ${v:,.2f}" for k, v in top.breakdown.items() if v)
         console.print(f"{top.offer} breakdown: {terms}", soft_wrap=True)
         console.print(f"throughput of {top.offer}: {top.throughput_basis}", soft_wrap=True)
-        console.print(f"price of {top.offer}: {bill_price(top, catalog)}", soft_wrap=True, markup=False)
+        console.print(f"price of {top.offer}: {bill_price(top)}", soft_wrap=True, markup=False)
     if not bills:
         console.print("no bill: every matching offer is skipped, each for the reason below" if skipped
                       else "no offer in the catalog matches (list them: autotune catalog)", soft_wrap=True)

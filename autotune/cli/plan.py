@@ -82,7 +82,7 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
                 f"{b.tokens_per_s:,.0f} tok/s "
                 f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  "
-                f"{fmt_gpu_hours(b.gpu_hours)} {catalog.unit(b.gpu)}-h  "
+                f"{fmt_gpu_hours(b.gpu_hours)} {b.price_unit}-h  "
                 f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
     if fastest:
         c.print("[bold]fastest[/]")
@@ -91,11 +91,11 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
                 soft_wrap=True)
     for note in result.limit_notes:  # what the spec's limits kept from the lists above
         c.print(f"[yellow]{note}[/]", soft_wrap=True)
-    for line in explain(result.bills, catalog):
+    for line in explain(result.bills):
         c.print(line, soft_wrap=True)
     if result.bills:
         c.print(f"how the cheapest was estimated: {result.bills[0].throughput_basis}", soft_wrap=True)
-        c.print(f"price of {result.bills[0].offer}: {bill_price(result.bills[0], catalog)}",
+        c.print(f"price of {result.bills[0].offer}: {bill_price(result.bills[0])}",
                 soft_wrap=True, markup=False)
     else:
         c.print(result.why_none, soft_wrap=True)

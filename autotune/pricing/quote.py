@@ -135,14 +135,11 @@ def quote(catalog: Catalog, base: BasePoint, run_counts: list[int], gpu_types: l
 # ---------------------------------------------------------------------------------------
 
 
-def explain(bills: list[Bill], catalog: Catalog | None = None) -> list[str]:
+def explain(bills: list[Bill]) -> list[str]:
     """Why the cheapest is not the fastest (when it is not): GPU-hours and scaling efficiency,
-    in the unit each is billed in (`catalog.unit`: a CPU offer's vCPU-hours; no catalog: GPU)."""
+    in the unit each is billed in (Bill.price_unit: a CPU offer's vCPU-hours)."""
     if not bills:
         return []
-
-    def unit(b: Bill) -> str:
-        return catalog.unit(b.gpu) if catalog is not None else "GPU"
     cheapest = min(bills, key=lambda b: (b.usd, b.usd_worst_case))
     fastest = min(bills, key=lambda b: (b.hours, b.usd))
     worst_safe = min(bills, key=lambda b: (b.usd_worst_case, b.usd))
@@ -150,8 +147,8 @@ def explain(bills: list[Bill], catalog: Catalog | None = None) -> list[str]:
     def desc(b: Bill) -> str:
         eff = f", scaling efficiency {b.scaling_efficiency:.0%}" if b.scaling_efficiency is not None else ""
         cfg = f" [{b.config}]" if b.config else ""
-        return (f"{b.offer}{cfg}: {b.gpus_used} {unit(b)}(s), {b.hours:,.1f} h, "
-                f"{fmt_gpu_hours(b.gpu_hours)} {unit(b)}-hours"
+        return (f"{b.offer}{cfg}: {b.gpus_used} {b.price_unit}(s), {b.hours:,.1f} h, "
+                f"{fmt_gpu_hours(b.gpu_hours)} {b.price_unit}-hours"
                 f"{eff}, ${b.usd:,.2f} (worst case ${b.usd_worst_case:,.2f})")
 
     lines = [f"cheapest: {desc(cheapest)}"]
@@ -159,18 +156,18 @@ def explain(bills: list[Bill], catalog: Catalog | None = None) -> list[str]:
         lines.append(f"fastest:  {desc(fastest)}")
         parts = []
         if fastest.gpu_hours > cheapest.gpu_hours * 1.005:
-            part = (f"{fmt_gpu_hours(fastest.gpu_hours)} {unit(fastest)}-hours against "
+            part = (f"{fmt_gpu_hours(fastest.gpu_hours)} {fastest.price_unit}-hours against "
                     f"{fmt_gpu_hours(cheapest.gpu_hours)}")
             if (fastest.scaling_efficiency is not None and cheapest.scaling_efficiency is not None
                     and fastest.gpus_used != cheapest.gpus_used):
-                u = unit(fastest)
+                u = fastest.price_unit
                 part += (f" (at {fastest.gpus_used} {u}s each {u} delivers {fastest.scaling_efficiency:.0%} "
                          f"of its base throughput, at {cheapest.gpus_used} {u}s "
                          f"{cheapest.scaling_efficiency:.0%}: lower scaling efficiency)")
             parts.append(part)
         if fastest.price_usd_per_gpu_hour > cheapest.price_usd_per_gpu_hour * 1.005:
             parts.append(f"${fastest.price_usd_per_gpu_hour:.3f} against "
-                         f"${cheapest.price_usd_per_gpu_hour:.3f} per {unit(cheapest)}-hour")
+                         f"${cheapest.price_usd_per_gpu_hour:.3f} per {cheapest.price_unit}-hour")
         lines.append(f"the fastest finishes {cheapest.hours / fastest.hours:.2f}x sooner but costs "
                      f"{fastest.usd / cheapest.usd:.2f}x more: "
                      + (" and ".join(parts) if parts else "its other terms (storage, egress, rounding)"))

@@ -74,7 +74,7 @@ def options_for(trial, row: TrialRow, catalog, estimate=None) -> list[OptionRow]
             gpu_type=b.get("gpu_type", info.get("gpu_type")),
             price_usd_per_gpu_hour=b.get("price_usd_per_gpu_hour", info.get("price_usd_per_gpu_hour")),
             price_date=b.get("price_date", info.get("price_date")),
-            price_unit=info.get("price_unit"),
+            price_unit=b.get("price_unit", info.get("price_unit")),
             price_source=b.get("price_source", info.get("price_source")),
             hours=float(b["hours"]), usd=float(b["usd"]), gpu_hours=b.get("gpu_hours"),
             basis=b.get("basis") or "measured", basis_kind=basis_kind(b.get("basis") or "measured"),
