@@ -51,6 +51,17 @@ def did_you_mean(name: str, choices: list[str], cutoff: float = 0.6) -> str:
     return f" (did you mean {listed}?)"
 
 
+def plain_message(msg: str) -> str:
+    """A pydantic error message in words, wherever one reaches a user (a spec file, a flag, a
+    Python argument): without "Value error, " (a validator's own message follows it), "Input
+    should be ..." read "must be ...", and "a valid integer, unable to parse string as an
+    integer" said once."""
+    msg = msg.removeprefix("Value error, ")
+    if msg.startswith("Input should be "):
+        msg = "must be " + msg.removeprefix("Input should be ")
+    return msg.split(", unable to parse string as ")[0]
+
+
 def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> str:
     """Turn a pydantic ValidationError into 'FILE: field `a.b`: message' lines. With `model`
     (the pydantic model validated), an unknown field gets "did you mean 'x'?" when one of the
@@ -58,8 +69,7 @@ def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> 
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
-        msg = err.get("msg", "invalid")
-        msg = msg.removeprefix("Value error, ")
+        msg = plain_message(err.get("msg", "invalid"))
         if model is not None and err.get("type") == "extra_forbidden" and err.get("loc"):
             msg += _did_you_mean(model, tuple(err["loc"]))
         msg += _did_you_mean_choice(err)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.contract import GPTWorkload, Launcher, TrialConfig, Workload
-from autotune.errors import UserError, format_validation_error, load_yaml_file
+from autotune.errors import UserError, format_validation_error, load_yaml_file, plain_message
 from autotune.format import bytes_from_text
 from autotune.pricing.target import DEFAULT_TOKENS, TargetSpec
 
@@ -290,7 +290,7 @@ class SweepSpec(_Spec):
 
 def _flag_error(exc: ValidationError, updates: dict[str, Any], flags: dict[str, str]) -> UserError:
     """The first error on a value a flag set, as the flag and value the user typed and what is
-    wrong in words (pydantic's "Input should be" read "must be"); else the spec's own error."""
+    wrong in words (plain_message); else the spec's own error."""
     from autotune.run.redact import redact_url
 
     for err in exc.errors():
@@ -299,8 +299,7 @@ def _flag_error(exc: ValidationError, updates: dict[str, Any], flags: dict[str, 
             value = updates[dotted]
             shown = repr(redact_url(value)) if isinstance(value, str) else (
                 f"{value:g}" if isinstance(value, float) else value)
-            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-            msg = "must be " + msg.removeprefix("Input should be ") if msg.startswith("Input should be ") else msg
+            msg = plain_message(str(err.get("msg", "invalid")))
             return UserError(f"{flags[dotted]} {shown}: {msg}",
                              fix=f"give {flags[dotted]} a value as `{dotted}` takes in a spec (docs/spec_reference.md)")
     return UserError(format_validation_error("command line", exc, SweepSpec),

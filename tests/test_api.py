@@ -261,12 +261,12 @@ COST = dict(gpu="h100-sxm", gpus=8, mfu=0.4, params=7e9, target_tokens=1e11, glo
 
 
 @pytest.mark.parametrize("call, kwargs, says", [
-    ("estimate", dict(tp=0), "--tp 0: Input should be greater than 0"),  # was a ZeroDivisionError
-    ("estimate", dict(dp=-1), "--dp -1: Input should be greater than 0"),  # was "--offload none with ..."
+    ("estimate", dict(tp=0), "--tp 0: must be greater than 0"),  # was a ZeroDivisionError
+    ("estimate", dict(dp=-1), "--dp -1: must be greater than 0"),  # was "--offload none with ..."
     ("estimate", dict(seq_len=2048.5), "--seq-len 2048.5"),
-    ("estimate", dict(offload="cpu"), "--offload 'cpu': Input should be 'none', 'optimizer' or 'optimizer+params'"),
+    ("estimate", dict(offload="cpu"), "--offload 'cpu': must be 'none', 'optimizer' or 'optimizer+params'"),
     ("estimate", dict(optimizer="adamm"), "--optimizer 'adamm'"),
-    ("cost", dict(gpus=0), "--gpus 0: Input should be greater than 0"),  # was a ZeroDivisionError
+    ("cost", dict(gpus=0), "--gpus 0: must be greater than 0"),  # was a ZeroDivisionError
     ("cost", dict(gpus=-8), "--gpus -8"),  # was an answer with no bill
     ("cost", dict(run_gpus=[0]), "--run-gpus [0]: each GPU count must be 1 or more"),
     ("cost", dict(mfu=None, tokens_per_s=-5.0), "--tokens-per-s -5.0"),  # was a bare ValueError

@@ -126,3 +126,14 @@ def test_a_bad_sweep_flag_is_named_as_typed(tmp_path, run_cli, argv, said):
     assert p.stderr.startswith(f"error: {said}"), p.stderr
     assert "field `" not in p.stderr and "Input should be" not in p.stderr and "To fix: give " in p.stderr
     assert not (tmp_path / "autotune.db").exists()
+
+
+def test_a_spec_files_bad_value_reads_as_a_flags_does(cli, tmp_path, monkeypatch):
+    """A spec file's value, a flag's and a Python argument's are checked by pydantic alike, and
+    read alike (autotune.errors.plain_message): a spec said "Input should be greater than 0"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text("seq_len: 0\n")
+    code, out, err = cli("sweep", "spec.yaml", "--trials", "1")
+    assert code == 2, out + err
+    assert "field `seq_len`: must be greater than 0" in " ".join(err.split()), err
+    assert "Input should be" not in err and not (tmp_path / "autotune.db").exists()

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.contract import Checkpointing, FSDPMode, Offload, Precision
-from autotune.errors import UserError
+from autotune.errors import UserError, plain_message
 
 _A = TypeVar("_A", bound="_Args")
 
@@ -48,7 +48,7 @@ class _Args(BaseModel):
             name = str(err["loc"][0]) if err["loc"] else ""
             flag = cls.flags.get(name, "--" + name.replace("_", "-"))
             shown = f"{flag} {values.get(name)!r}" if flag else f"{name}={values.get(name)!r}"
-            msg = err["msg"].removeprefix("Value error, ")
+            msg = plain_message(err["msg"])
             raise UserError(f"{shown}: {msg}",
                             fix=f"see what it takes: autotune {cls.command} --help") from None
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from autotune.errors import UserError
+from autotune.errors import UserError, plain_message
 
 # Headroom `fits` keeps below the GPU's memory for what the analytic model does not count
 # without a calibration (CUDA context, allocator fragmentation). A sweep fits it instead.
@@ -55,7 +55,7 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
             zero_stage=a.zero_stage, offload=a.offload, dp_degree=a.dp, tp_degree=tp, optimizer=a.optimizer,
             fsdp=a.fsdp))
     except ValidationError as exc:  # each value is checked above: a combination that cannot run
-        msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        msg = plain_message(exc.errors()[0]["msg"])
         text, _, fix = msg.partition(". To fix: ")
         # The flags given (not a default the user never typed), and the fix in flags' names.
         given = [f for f, on in ((f"--zero-stage {a.zero_stage}", a.zero_stage),

@@ -17,7 +17,7 @@ import sys
 import typer
 
 from autotune.cli.common import console
-from autotune.errors import EXIT_USER_ERROR, UserError
+from autotune.errors import EXIT_USER_ERROR, UserError, plain_message
 
 
 def _flags_show_no_type() -> None:
@@ -40,7 +40,7 @@ def _bad_values_read_plainly() -> None:
     """typer (0.2x) checks an option's value with pydantic and shows pydantic's wording: an enum
     option's bad value read "Invalid value for '--precision': Value error, 'fp9' is not one of
     ...", a range "Input should be greater than or equal to 1". Every such message passes through
-    BadParameter.format_message: there it loses pydantic's "Value error, " and says "must be"."""
+    BadParameter.format_message: there it reads as every other message does (plain_message)."""
     bad = getattr(typer, "BadParameter", None)
     shown = getattr(bad, "format_message", None)
     if shown is None:
@@ -51,12 +51,7 @@ def _bad_values_read_plainly() -> None:
         head, sep, msg = text.partition(": ")
         if not sep:
             return text
-        msg = msg.removeprefix("Value error, ")
-        if msg.startswith("Input should be "):
-            msg = "must be " + msg.removeprefix("Input should be ")
-        # "must be a valid integer, unable to parse string as an integer": the reason twice
-        msg = msg.split(", unable to parse string as ")[0]
-        return f"{head}: {msg}"
+        return f"{head}: {plain_message(msg)}"
 
     bad.format_message = format_message  # type: ignore[union-attr]
 
