@@ -196,7 +196,11 @@ def test_a_malformed_url_shows_no_part_of_its_password(postgres, tmp_path, run_c
 
     encoded = url.replace(MALFORMED_PASSWORD, quote(MALFORMED_PASSWORD, safe=""))
     runs.append(run_cli("report", "--study", "nope", "--storage", encoded))
-    assert runs[-1].returncode == 2 and "no study 'nope'" in runs[-1].stderr, runs[-1].stderr
+    # Either answer comes from inside the database: whether an earlier test of the session
+    # created Optuna's tables in it decides which (run alone, this test finds none).
+    said = runs[-1].stderr
+    assert runs[-1].returncode == 2 and ("no study 'nope'" in said or (
+        "study 'nope'" in said and "holds no autotune study (no Optuna tables)" in said)), said
 
     # The driver's own message for the host SQLAlchemy reads out of the malformed URL.
     with pytest.raises(psycopg2.OperationalError) as err:
