@@ -87,19 +87,47 @@ def test_model_type_with_overrides_matches_the_worker():
     assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl)
 
 
-def test_an_mlp_width_the_config_leaves_out_is_labelled_approximate():
-    """A llama config without intermediate_size: the worker's transformers fills its type's
-    default, which the controller does not know (it takes 4 x hidden), so the count says it is
-    approximate; gpt2 takes 4 x hidden itself, so there it stays exact."""
-    sizes = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}
-    unstated = model_from_hf_config({"model_type": "llama", **sizes})
-    assert "approximate: MLP width not in the config" in unstated.source
-    assert _worker_shape(HFWorkload(model_type="llama", config_overrides=sizes))[0] != unstated.params
-    stated = model_from_hf_config({"model_type": "llama", **sizes, "intermediate_size": 172})
-    assert "exact count" in stated.source
-    gpt2 = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}
-    m = model_from_hf_config({"model_type": "gpt2", **gpt2})
-    assert "exact count" in m.source and m.params == _worker_shape(HFWorkload(model_type="gpt2", config_overrides=gpt2))[0]
+def test_a_config_that_leaves_sizes_out_counts_the_model_its_defaults_build():
+    """A config (or a spec's model_type) that leaves sizes out is built by the worker's
+    transformers at its family's defaults (llama: an MLP 11008 wide, 32 layers): the count fills
+    the same defaults (autotune.estimate.hf_defaults) and equals the built model's, for every
+    family it counts exactly: the model_type alone, and a few sizes without the MLP width. Before,
+    the MLP width was taken as 4 x hidden and labelled approximate, and a bare model_type had no
+    shape at all (no plan, no memory prescreen)."""
+    from autotune.estimate.hf_defaults import TYPE_DEFAULTS
+
+    for mt in TYPE_DEFAULTS:
+        # 32 heads: a multiple of every family's default key/value heads (mistral 8, qwen2 32).
+        sizes = ({"n_embd": 128, "n_layer": 2, "n_head": 32} if mt == "gpt2" else
+                 {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 32})
+        for overrides in ({}, {**sizes, "vocab_size": 100}):
+            wl = HFWorkload(model_type=mt, config_overrides=overrides)
+            m = model_from_workload(wl)
+            assert m is not None and "exact count" in m.source, (mt, overrides)
+            assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl), (mt, overrides)
+    # A family outside the table still says its count is approximate, and why.
+    gemma = model_from_hf_config({"model_type": "gemma", "hidden_size": 64, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "vocab_size": 100})
+    assert "approximate: counted with the llama layout, MLP width not in the config" in gemma.source
+
+
+def test_the_shipped_defaults_are_the_installed_transformers_defaults():
+    """autotune.estimate.hf_defaults copies transformers' config-class defaults (the controller
+    cannot import transformers): each value equals the installed class's constructor default, and
+    every size field the count reads that the class defaults (not None) is in the table."""
+    import inspect
+
+    from transformers import CONFIG_MAPPING
+
+    from autotune.estimate.hf_defaults import ALIASES, TYPE_DEFAULTS
+
+    read = {n for group in ALIASES for n in group} | {"vocab_size", "head_dim", "tie_word_embeddings",
+                                                       "hidden_act", "attention_bias", "mlp_bias",
+                                                       "do_layer_norm_before", "enable_bias"}
+    for mt, table in TYPE_DEFAULTS.items():
+        params = inspect.signature(CONFIG_MAPPING[mt].__init__).parameters
+        installed = {k: p.default for k, p in params.items() if k in read and p.default is not None}
+        assert table == installed, mt
 
 
 def test_a_config_given_as_fields_is_named_once():

@@ -23,6 +23,7 @@ from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError, read_text_file
+from autotune.estimate.hf_defaults import TYPE_DEFAULTS, with_type_defaults
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -233,15 +234,18 @@ def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, in
     return h, L, a, V, kv, head_dim or h // a
 
 
-def _how_counted(model_type: str, ffn_stated: bool) -> str:
-    """How exact an HF config's parameter count is. Where the config leaves the MLP width out,
-    the worker's transformers fills its type's default (llama: 11008), which this reader does
-    not know (it takes 4 x hidden): approximate then, but for gpt2, which takes 4 x hidden too."""
-    if model_type not in ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "opt"):
-        return "approximate: counted with the llama layout"
-    if ffn_stated or model_type == "gpt2":
+def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
+    """How exact an HF config's parameter count is. A family in autotune.estimate.hf_defaults
+    is counted exactly, its unset fields at the defaults the worker's transformers fills; any
+    other is counted with the llama layout, and where it leaves the MLP width out, that is taken
+    as 4 x hidden (its own default is only transformers')."""
+    if model_type not in TYPE_DEFAULTS:
+        return "approximate: counted with the llama layout" + (
+            "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
+    if not filled:
         return "exact count"
-    return "approximate: MLP width not in the config, taken as 4 x hidden"
+    named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
+    return f"exact count; {named} at transformers' {model_type} defaults"
 
 
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
@@ -250,15 +254,17 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     with `overrides` set over its fields (no download, no torch).
 
     Exact for llama / mistral / qwen2 / qwen3 (gated MLP, RMSNorm) and gpt2 / gpt_neox / opt
-    (plain MLP, LayerNorm with bias); other families are counted with the llama layout and
-    labelled as approximate in `source`.
+    (plain MLP, LayerNorm with bias), the fields a config leaves out at the defaults the
+    worker's transformers fills (autotune.estimate.hf_defaults); other families are counted with
+    the llama layout and labelled as approximate in `source`.
     """
     cfg, where = _read_hf_config(path_or_dict, overrides)
+    cfg, filled = with_type_defaults(cfg)
     mt = str(cfg.get("model_type", "")).lower()
     gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
     h, L, a, V, kv, head_dim = _hf_dims(cfg, where, gated)
     ffn = _hf_size(cfg, where, "intermediate_size", "n_inner", "ffn_dim")
-    how = _how_counted(mt, ffn is not None)
+    how = _how_counted(mt, filled, ffn is not None)
     ffn = ffn if ffn is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
 
@@ -299,8 +305,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         source=f"Hugging Face {where if isinstance(path_or_dict, dict) else 'config ' + where} "
                f"({mt or 'unknown type'}; {how})",
         block_params=attn + mlp + norms,
-        # As a trial refuses (trials/workloads/hf.py, check_positions); a config without the
-        # field has its model type's default, which only transformers knows.
+        # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
+        # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
         max_seq_len=_hf_size(cfg, where, "max_position_embeddings", "n_positions"),
     )
 

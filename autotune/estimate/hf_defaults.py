@@ -1,0 +1,70 @@
+"""The sizes a Hugging Face config leaves out, as the worker's transformers fills them.
+
+    cfg, filled = with_type_defaults({"model_type": "llama", "hidden_size": 2048})
+    filled    # ["vocab_size", "intermediate_size", "num_hidden_layers", ...]: the table's order
+
+A spec may name a model by `model_type` and a few `config_overrides`, and a config.json may
+leave fields out; the trial's transformers then builds the model with its config class's
+defaults (llama: an MLP 11008 wide, 32 layers, ...). The controller cannot import transformers
+(it imports torch: the CLI stays free of it), so the defaults of the families the parameter
+count knows exactly are written here. Source: the constructor defaults of each family's config
+class in transformers 5.25.0 (`transformers/models/<family>/configuration_<family>.py`),
+read 2026-12-07, only the fields the count reads. tests/test_hf_shape.py pins this table to the
+installed transformers' classes and each family's count to the model it builds, so a release
+that changes a default fails there rather than skewing an estimate.
+
+A default of None there (llama's `num_key_value_heads`, `head_dim`: derived from the heads and
+hidden size) is left out here, and the count derives it the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+                  hidden_act="silu", attention_bias=False, mlp_bias=False),
+    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
+                    tie_word_embeddings=False, hidden_act="silu"),
+    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=32768,
+                  tie_word_embeddings=False, hidden_act="silu"),
+    "qwen3": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+                  max_position_embeddings=32768, tie_word_embeddings=False, hidden_act="silu",
+                  attention_bias=False),
+    "gpt2": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12,
+                 tie_word_embeddings=True),
+    "gpt_neox": dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
+                     tie_word_embeddings=False, attention_bias=True),
+    "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
+                max_position_embeddings=2048, do_layer_norm_before=True, num_attention_heads=12,
+                enable_bias=True, tie_word_embeddings=True),
+}
+
+# Names one field goes by (transformers' `attribute_map`: gpt2's n_embd is its hidden_size): a
+# default fills a field only where the config sets it under none of its names.
+ALIASES: tuple[tuple[str, ...], ...] = (
+    ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim"),
+    ("num_hidden_layers", "n_layer", "num_layers"),
+    ("num_attention_heads", "n_head", "num_heads"),
+    ("intermediate_size", "n_inner", "ffn_dim"),
+    ("max_position_embeddings", "n_positions"),
+    ("num_key_value_heads", "multi_query_group_num"),
+)
+
+
+def _names(field: str) -> tuple[str, ...]:
+    return next((group for group in ALIASES if field in group), (field,))
+
+
+def with_type_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The config with its model type's defaults (TYPE_DEFAULTS) in the fields it does not set
+    under any of their names, and those fields (in the table's order, the constructor's); a type
+    not in the table unchanged."""
+    defaults = TYPE_DEFAULTS.get(str(cfg.get("model_type", "")).lower(), {})
+    filled = [f for f in defaults if all(cfg.get(n) is None for n in _names(f))]
+    return {**cfg, **{f: defaults[f] for f in filled}}, filled
