@@ -136,6 +136,33 @@ def test_sweep_stops_when_every_config_is_tried(tmp_path, run_cli):
             assert t["search_gpu_hours"] == 0.0
 
 
+def test_the_budget_flags_stop_the_sweep_each_with_its_reason(tmp_path, run_cli):
+    """--max-gpu-hours, --max-search-usd and --total-trials stop the sweep (this invocation's
+    --trials left unspent), each saying what was spent, in the units of this machine: on CPU
+    ranks the hours are rank-hours (they read "GPU-hours" before). A budget already spent stops a
+    resumed sweep before it launches anything."""
+    (tmp_path / "space.yaml").write_text(SMALL_SPACE)
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("SPACE", str(tmp_path / "space.yaml")))
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--max-gpu-hours", "0.00001")
+    assert p.returncode == 0, p.stdout + p.stderr
+    def finished() -> list[dict]:  # a baseline queued for later waits in the study (WAITING)
+        return [t for t in _report(run_cli, tmp_path)["trials"] if t["state"] != "WAITING"]
+
+    trials = finished()
+    assert len(trials) == 1, p.stdout  # a trial takes seconds: over 0.036 rank-seconds at once
+    used = trials[0]["search_gpu_hours"]
+    assert f"stopped: trials have used {used:.4g} rank-hours, wall time x CPU ranks (budget.search_gpu_hours = " \
+           "1e-05: a CPU rank counts as a GPU)" in p.stdout, p.stdout
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--max-search-usd", "0.000000001")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "stopped: trials have cost $" in p.stdout and "(budget.search_usd = $1e-09)" in p.stdout, p.stdout
+    assert len(finished()) == 1
+    p = run_cli("sweep", "spec.yaml", "--trials", "3", "--total-trials", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "stopped: the study holds 2 finished trials (budget.total_trials = 2)" in p.stdout, p.stdout
+    assert len(finished()) == 2
+
+
 def test_a_setting_the_workload_cannot_run_is_tried_once(tmp_path, run_cli):
     """A user's own model with no TP plan and no checkpointing switch (tests/fixtures/
     entry_points.py): the first trial with TP 2, and the first with checkpointing, end

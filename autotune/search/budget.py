@@ -1,5 +1,6 @@
 """When the search stops, beyond one invocation's `--trials`: the study's total trials, the
-GPU-hours or dollars trials have cost (all machines), or a Pareto front that stopped improving.
+GPU-hours (CPU: rank-hours) or dollars trials have cost (all machines), or a Pareto front that
+stopped improving.
 
     budget = SearchBudget(spec, hw)
     reason = budget.exhausted(study)       # None, or why the sweep stops (printed to the user)
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autotune.contract import HardwareFingerprint
+from autotune.contract import DeviceKind, HardwareFingerprint
 from autotune.record import TrialRecord
 from autotune.search.pareto import FrontTracker
 from autotune.spec import SweepSpec
@@ -65,6 +66,9 @@ class SearchBudget:
         records = [TrialRecord.of(t) for t in trials]
         gpu_hours = sum(r.search_gpu_hours or 0.0 for r in records)
         if b.search_gpu_hours is not None and gpu_hours >= b.search_gpu_hours:
+            if self.hardware.device_kind is DeviceKind.cpu:  # its trials' ranks are CPU cores
+                return (f"trials have used {gpu_hours:.4g} rank-hours, wall time x CPU ranks "
+                        f"(budget.search_gpu_hours = {b.search_gpu_hours:g}: a CPU rank counts as a GPU)")
             return (f"trials have used {gpu_hours:.4g} GPU-hours (budget.search_gpu_hours = "
                     f"{b.search_gpu_hours:g})")
         usd = sum(r.search_usd or 0.0 for r in records)
