@@ -132,7 +132,8 @@ TRIAL = dict(workload={"kind": "gpt", "preset": "tiny"}, seq_len=64, micro_batch
 
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory) -> Path:
-    """One study's folder (`autotune_runs/compile`), shared by the real tests: one cache."""
+    """One study's folder (`autotune_runs/compile`), shared by the real tests: the sweep's
+    trials share one cache there; a lone trial keeps its own in its folder."""
     root = tmp_path_factory.mktemp("compile")
     (root / "autotune_runs" / "compile").mkdir(parents=True)
     return root
@@ -158,8 +159,11 @@ def test_a_compiled_ddp_trial_reports_compile_seconds_apart_from_tokens_per_s(ru
     assert r["compile_s"] == pytest.approx(first - r["step_time_median_s"], rel=1e-6)
     assert r["compile_s"] > 0
     assert r["phase_s"]["compile"] == r["compile_s"]
+    # A lone trial (`autotune trial --out`) keeps Inductor's cache in its own folder: before, it
+    # went beside the folder (as a study's trials share theirs), into a folder of the user's.
     cache = Path(r["observations"]["compile"]["cache_dir"])
-    assert cache == study_dir / "autotune_runs" / "compile" / "compile_cache" and any(cache.iterdir())
+    assert cache == study_dir / "autotune_runs" / "compile" / "ddp" / "compile_cache" and any(cache.iterdir())
+    assert sorted(p.name for p in (study_dir / "autotune_runs" / "compile").iterdir()) == ["ddp"]
 
 
 @pytest.mark.e2e

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from autotune.contract.trial_files import COMPILE_CACHE
+
 
 def _users_cache_dir() -> str | None:
     """TORCHINDUCTOR_CACHE_DIR as whoever launched the worker set it (the user's own cache,
@@ -38,8 +40,6 @@ def _users_cache_dir() -> str | None:
 
 # Read once, when this module is first imported: later, the variable holds the study's folder.
 _USER_CACHE_DIR = _users_cache_dir()
-# The study's folder (the parent of every trial's folder) holds this one.
-CACHE_FOLDER = "compile_cache"
 
 
 def use_study_cache(result_path: Path) -> str:
@@ -47,7 +47,7 @@ def use_study_cache(result_path: Path) -> str:
     the study's folder, beside the trial folders, so that a config measured again, by any
     worker of the study on this file system, loads what an earlier trial compiled instead
     of compiling it again. Returns the folder."""
-    folder = _USER_CACHE_DIR or str(Path(result_path).resolve().parent.parent / CACHE_FOLDER)
+    folder = _USER_CACHE_DIR or str(Path(result_path).resolve().parent.parent / COMPILE_CACHE)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
     return folder
 

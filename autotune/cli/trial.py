@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -167,11 +168,18 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
 
 def _run_in(cfg, out: Path):
     """run_trial in the user's --out folder: an OSError about a path in it (the folder made
-    read-only or removed since it was checked) is a UserError naming it; any other stays."""
+    read-only or removed since it was checked) is a UserError naming it; any other stays.
+
+    A compiled config's Inductor cache goes into the folder too (unless TORCHINDUCTOR_CACHE_DIR
+    names one): a study's trials share theirs beside their folders (trials/compile.py), which
+    for a lone trial would be beside --out, in a folder of the user's."""
+    from autotune.contract.trial_files import COMPILE_CACHE
     from autotune.paths import cannot_write
     from autotune.run.launch import run_trial
 
     try:
+        if cfg.compile and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(out.resolve() / COMPILE_CACHE)  # the ranks inherit it
         return run_trial(cfg, out)
     except OSError as exc:
         names = [Path(f) for f in (exc.filename, exc.filename2) if isinstance(f, (str, Path))]

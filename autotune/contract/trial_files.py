@@ -13,7 +13,8 @@ pid and host RSS peak, refreshed while it runs and removed when it ends by its o
 left behind names a rank killed by a signal it could not catch, SIGKILL), nodes.json (the per-node
 argvs of a multi-node trial started once per node), launch.json (a sweep's record of the
 launch: the launcher's process group and the controller, so that a later sweep can clean up),
-launcher_logs/ (torchrun's --log-dir while the trial runs; removed after it).
+launcher_logs/ (torchrun's --log-dir while the trial runs; removed after it), and for a lone
+trial of a compiled config compile_cache/ (Inductor's cache; a study's is in its folder).
 
 A pool's queue (a folder named autotune-pool-*): 000001.trial.json, 000002.trial.json, ...
 (the trials in order, each {"config": path, "result": path}), rankN.pid (each rank's pid, so
@@ -37,6 +38,10 @@ LAUNCH = "launch.json"  # the sweep's record of the launch: process group and co
 # torchrun's per-run folder (--log-dir), in the trial's folder: without it torch.distributed.elastic
 # makes a /tmp/torchelastic_* folder for every run and never removes it.
 LAUNCHER_LOGS = "launcher_logs"
+# Inductor's cache (trials/compile.py): in a study's folder, beside its trial folders, so that a
+# config compiled again loads what an earlier trial compiled; a lone trial's (`autotune trial
+# --out`) in its own folder, so that nothing is written beside a folder the user named.
+COMPILE_CACHE = "compile_cache"
 # What a trial's ranks write beside its config: result.json, result.rankN.json, fatal.rankN.log,
 # alive.rankN.json (exactly these names: a user's result_backup.json in the folder is not ours
 # to delete).
