@@ -51,15 +51,21 @@ def did_you_mean(name: str, choices: list[str], cutoff: float = 0.6) -> str:
     return f" (did you mean {listed}?)"
 
 
+# pydantic's wording of a missing and of an unknown field, and what a user reads instead.
+_PLAIN_WHOLE = {"Field required": "missing: it is required",
+                "Extra inputs are not permitted": "not a field here"}
+
+
 def plain_message(msg: str) -> str:
     """A pydantic error message in words, wherever one reaches a user (a spec file, a flag, a
     Python argument): without "Value error, " (a validator's own message follows it), "Input
-    should be ..." read "must be ...", and "a valid integer, unable to parse string as an
-    integer" said once."""
+    should be ..." read "must be ...", "a valid integer, unable to parse string as an
+    integer" said once, and a missing or unknown field called so (_PLAIN_WHOLE)."""
     msg = msg.removeprefix("Value error, ")
     if msg.startswith("Input should be "):
         msg = "must be " + msg.removeprefix("Input should be ")
-    return msg.split(", unable to parse string as ")[0]
+    msg = msg.split(", unable to parse string as ")[0]
+    return _PLAIN_WHOLE.get(msg, msg)
 
 
 def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> str:

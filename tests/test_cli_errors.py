@@ -137,3 +137,16 @@ def test_a_spec_files_bad_value_reads_as_a_flags_does(cli, tmp_path, monkeypatch
     assert code == 2, out + err
     assert "field `seq_len`: must be greater than 0" in " ".join(err.split()), err
     assert "Input should be" not in err and not (tmp_path / "autotune.db").exists()
+
+
+def test_a_missing_or_unknown_field_is_called_so(cli, tmp_path, monkeypatch):
+    """A spec's unknown field read "Extra inputs are not permitted" and a catalog's missing one
+    "Field required": pydantic's words (autotune.errors.plain_message)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.yaml").write_text("setup: 3\n")
+    code, out, err = cli("sweep", "spec.yaml", "--trials", "1")
+    assert code == 2 and "field `setup`: not a field here (did you mean 'study'?)" in " ".join(err.split()), err
+    (tmp_path / "catalog.yaml").write_text("offers:\n  - name: x\n")
+    code, out, err = cli("cost", "--gpu", "h100-sxm", "--params", "7e9", "--catalog", "catalog.yaml")
+    assert code == 2 and "field `offers.0.gpu`: missing: it is required" in err, err
+    assert "Field required" not in err + out and not (tmp_path / "autotune.db").exists()
