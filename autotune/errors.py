@@ -74,7 +74,7 @@ def format_validation_error(source: str | Path, exc: Any, model: Any = None) -> 
     fields allowed at that place is close to it."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+        loc = ".".join(str(p) for p in _shown_loc(model, tuple(err.get("loc", ()))) if p != "__root__")
         msg = plain_message(err.get("msg", "invalid"))
         if model is not None and err.get("type") == "extra_forbidden" and err.get("loc"):
             msg += _did_you_mean(model, tuple(err["loc"]))
@@ -157,6 +157,17 @@ def _models_at(model: Any, path: tuple) -> list:
                 nxt += _types_in(typing.get_args(tp)[-1])
         current = nxt
     return [t for t in current if _is_model(t)]
+
+
+def _shown_loc(model: Any, loc: tuple) -> tuple:
+    """`loc` as the file spells it: without a union's tag, which pydantic puts in (a spec's
+    `workload: {kind: gpt, bogus: 1}` errs at `workload.gpt.bogus`; the file has no `gpt` key)."""
+    if model is None:
+        return loc
+    return tuple(part for i, part in enumerate(loc)
+                 if not any(_is_model(tp) and part not in tp.model_fields and
+                            (part == tp.__name__ or part in _literals(tp))
+                            for tp in _models_at(model, loc[:i]) or []))
 
 
 def _literals(model: Any) -> set:

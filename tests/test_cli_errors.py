@@ -141,11 +141,14 @@ def test_a_spec_files_bad_value_reads_as_a_flags_does(cli, tmp_path, monkeypatch
 
 def test_a_missing_or_unknown_field_is_called_so(cli, tmp_path, monkeypatch):
     """A spec's unknown field read "Extra inputs are not permitted" and a catalog's missing one
-    "Field required": pydantic's words (autotune.errors.plain_message)."""
+    "Field required": pydantic's words (autotune.errors.plain_message). A field under a tagged
+    union is named as the file spells it: `workload.presett`, not pydantic's `workload.gpt.presett`."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "spec.yaml").write_text("setup: 3\n")
+    (tmp_path / "spec.yaml").write_text("setup: 3\nworkload: {kind: gpt, presett: tiny}\n")
     code, out, err = cli("sweep", "spec.yaml", "--trials", "1")
-    assert code == 2 and "field `setup`: not a field here (did you mean 'study'?)" in " ".join(err.split()), err
+    said = " ".join(err.split())
+    assert code == 2 and "field `setup`: not a field here (did you mean 'study'?)" in said, err
+    assert "field `workload.presett`: not a field here (did you mean 'preset'?)" in said, err
     (tmp_path / "catalog.yaml").write_text("offers:\n  - name: x\n")
     code, out, err = cli("cost", "--gpu", "h100-sxm", "--params", "7e9", "--catalog", "catalog.yaml")
     assert code == 2 and "field `offers.0.gpu`: missing: it is required" in err, err

@@ -8,9 +8,9 @@ import pytest
 TYPOS = {
     "top level": ("seq_lenn: 256\n", "seq_lenn", "seq_len"),
     "nested section": ("trial: {warmup_step: 3}\n", "trial.warmup_step", "warmup_steps"),
-    "union member": ("workload: {kind: gpt, presett: mini}\n", "workload.gpt.presett", "preset"),
+    "union member": ("workload: {kind: gpt, presett: mini}\n", "workload.presett", "preset"),
     "another union member": ("workload: {kind: hf, model_type: llama, config_override: {}}\n",
-                             "workload.hf.config_override", "config_overrides"),
+                             "workload.config_override", "config_overrides"),
     "budget": ("budget: {trails: 3}\n", "budget.trails", "trials"),
 }
 
