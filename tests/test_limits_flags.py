@@ -224,3 +224,30 @@ def test_plan_applies_the_specs_memory_limit_per_rank(cli, tmp_path, unlimited):
     assert any(n.startswith(f"{dropped} (config, GPU type) pair(s) fit the GPU's memory but not "
                             f"memory.limit_bytes_per_rank") for n in doc["limit_notes"])
     assert any("memory.limit_bytes_per_rank" in a for a in doc["assumptions"])
+
+
+def test_plan_applies_the_specs_safety_margin(cli, tmp_path, unlimited):
+    """memory.safety_margin: a config fits only under the limit / (1 + margin), as the sweep's
+    prescreen has it (MemoryGuard.fits_under). The plan kept its own 10% headroom whatever the
+    spec's margin, so it planned configs a sweep of the same spec would not launch."""
+    import re
+
+    mem = {b["config"]: float(re.search(r"memory ([\d.]+) GB", b["throughput_basis"]).group(1)) for b in unlimited}
+    top = sorted(set(mem.values()))
+    assert len(top) > 1
+    # A limit whose 10% headroom holds every config, and a margin of 0.5 that leaves the largest out.
+    margin, line_gb = 0.5, (top[-1] + top[-2]) / 2
+    limit_gb = line_gb * (1 + margin)
+    assert limit_gb * 0.9 >= top[-1] and limit_gb <= 80
+    code, out, err = _plan(cli, tmp_path, "margin.yaml", "--json",
+                           memory={"limit_bytes_per_rank": int(limit_gb * 1e9), "safety_margin": margin})
+    assert code == 0, err
+    doc = json.loads(out)
+    kept = {b["config"] for b in doc["bills"] + doc["over_limits"]}
+    assert kept == {c for c, gb in mem.items() if gb <= line_gb}
+    dropped = len(mem) - len(kept)
+    assert dropped and doc["not_fitting"] == dropped
+    assert any(n.startswith(f"{dropped} (config, GPU type) pair(s) fit the GPU's memory but not "
+                            "memory.limit_bytes_per_rank") and "and memory.safety_margin 0.5" in n
+               for n in doc["limit_notes"]), doc["limit_notes"]
+    assert any("memory.safety_margin 0.5: under that limit / 1.5" in a for a in doc["assumptions"])

@@ -9,10 +9,11 @@ of `autotune.estimate.compute` at a stated fraction of the GPU's dense peak, com
 from `autotune.estimate.scaling` (ring collectives, no overlap assumed), and the bill from
 `autotune.pricing.cost`. Every figure is an estimate and says so.
 
-The spec's limits apply as in a sweep: configs over `memory.limit_bytes_per_rank` are not
-planned (the sweep's prescreen would not launch them), and bills over `budget.max_usd` or
-past `budget.deadline_hours` are not recommended (`PlanResult.over_limits`, as the sweep's
-report leaves infeasible options out of its cheapest and fastest).
+The spec's limits apply as in a sweep: configs over `memory.limit_bytes_per_rank` (less
+`memory.safety_margin`) are not planned (the sweep's prescreen would not launch them), and
+bills over `budget.max_usd` or past `budget.deadline_hours` are not recommended
+(`PlanResult.over_limits`, as the sweep's report leaves infeasible options out of its
+cheapest and fastest).
 
 Large models reach beyond one node: with the default space, a GPU type whose largest node
 cannot hold the model's training state (16 bytes/param, mixed-precision Adam) also gets the
@@ -42,15 +43,13 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
+from autotune.search.plan_memory import MEMORY_MARGIN, capacity, margin_counts, spec_fix, spec_memory, usable
 from autotune.search.plan_types import plan_types
 from autotune.search.score import job_from_model
 from autotune.search.space import RestrictedSpace, enumerate_configs, unrestricted
 from autotune.search.space_file import load_space
-from autotune.spec import SweepSpec
+from autotune.spec import MemorySpec, SweepSpec
 
-# Headroom kept below the GPU's memory for what the analytic model does not count without a
-# calibration on real hardware (CUDA context, allocator fragmentation).
-MEMORY_MARGIN = 0.10
 # The stated default: torchtitan's Llama 3.1 8B FSDP runs on 8 and 128 H100 reach 33-39% MFU
 # without Float8 (github.com/pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md,
 # torchtitan commit 9dec370, Dec 2024).
@@ -171,7 +170,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
     rs = unrestricted(space, model.tp_heads)
-    assumptions = _assumptions(model, rs, hfu, reach, spec.memory.limit_bytes_per_rank)
+    assumptions = _assumptions(model, rs, hfu, reach, spec.memory)
     if rs.dropped:  # as the sweep's start says which choices it cannot run
         assumptions.append("left out, as a sweep of this space leaves them out: " + rs.dropped_text())
     p = _Planning(spec, catalog, model, types, hfu, _Tally())
@@ -185,11 +184,10 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     within, over, notes = _within_limits(tally.bills, spec)
     if tally.over_spec_memory:
         notes.insert(0, f"{tally.over_spec_memory} (config, GPU type) pair(s) fit the GPU's memory but not "
-                        f"memory.limit_bytes_per_rank {fmt_bytes(spec.memory.limit_bytes_per_rank)} "
-                        f"({spec.memory.limit_bytes_per_rank:,} bytes): not planned, as a sweep would not launch them")
+                        f"{spec_memory(spec.memory, exact=True)}: not planned, as a sweep would not launch them")
     why = None if within else _no_limits_met(spec, over) if over else _why_none(
         catalog, types, tally, [gpu for gpu, counts in large.items() if not counts],
-        model.params * STATE_BYTES_PER_PARAM, spec.memory.limit_bytes_per_rank)
+        model.params * STATE_BYTES_PER_PARAM, spec.memory)
     return PlanResult(rank(within), tally.skipped, tally.configs, tally.not_fitting, assumptions, why,
                       rank(over), notes)
 
@@ -228,7 +226,7 @@ def _no_limits_met(spec: SweepSpec, over: list[Bill]) -> str:
 
 
 def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: dict[str, list[int]],
-                 limit: int | None) -> list[str]:
+                 memory: MemorySpec) -> list[str]:
     """What every figure of the plan rests on, said once."""
     out = [
         f"every figure is estimated: no trial was run ({model.name}, {model.params:,} parameters, "
@@ -238,8 +236,12 @@ def _assumptions(model: ModelShape, space: RestrictedSpace, hfu: float, reach: d
         "communication: ring collectives at the datasheet link bandwidth, none hidden behind compute",
         f"memory: analytic estimate + {MEMORY_MARGIN:.0%} headroom (no calibration on this hardware)",
     ]
-    if limit:  # as the sweep's prescreen: the smaller of the device's memory and the spec's limit
-        out[-1] += f", under the GPU's memory or memory.limit_bytes_per_rank {fmt_bytes(limit)}, the smaller"
+    if memory.limit_bytes_per_rank:  # as the sweep's prescreen: the smaller of the device's memory and the spec's limit
+        out[-1] += (f", under the GPU's memory or memory.limit_bytes_per_rank "
+                    f"{fmt_bytes(memory.limit_bytes_per_rank)}, the smaller")
+    margin = memory.safety_margin or 0.0
+    if margin_counts(memory):  # the sweep's fixed margin keeps more than the plan's headroom
+        out[-1] += f"; memory.safety_margin {margin:g}: under that limit / {1 + margin:g}"
     if Precision.fp8 in space.precision:
         # Never the bf16 fraction of the fp8 peak (2x bf16's): fp8 training does not reach it.
         out.append(f"fp8 configs are planned with torch.compile (torchao float8 pays only "
@@ -297,8 +299,8 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
         return  # fp8 on Ampere, or a GPU without sourced peaks
     t.configs += 1
     t.smallest_mem[gpu] = min(t.smallest_mem.get(gpu, mem), mem)
-    capacity = _capacity(g.memory_bytes, p.spec.memory.limit_bytes_per_rank)
-    if mem > capacity * (1 - MEMORY_MARGIN):
+    cap = capacity(g.memory_bytes, p.spec.memory.limit_bytes_per_rank)
+    if mem > cap * usable(p.spec.memory):
         t.not_fitting += 1
         if mem <= g.memory_bytes * (1 - MEMORY_MARGIN):  # the GPU would hold it: the spec's limit did not
             t.over_spec_memory += 1
@@ -329,8 +331,8 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
         basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token "
                  f"(MFU {mfu:.1%} of the {'bf16' if speedup != 1.0 else prec.value} peak), "
                  f"{cs:.3g} s of collectives per {step:.3g} s step over "
-                 f"{over}, memory {mem / 1e9:.1f} GB of {capacity / 1e9:g} GB"
-                 + (" (memory.limit_bytes_per_rank)" if capacity < g.memory_bytes else ""))
+                 f"{over}, memory {mem / 1e9:.1f} GB of {cap / 1e9:g} GB"
+                 + (" (memory.limit_bytes_per_rank)" if cap < g.memory_bytes else ""))
         tp_ = Throughput(gpu, c["num_gpus"], tps, basis, compute_s / step, label)
         try:
             t.bills.append(compute_bill(o, tokens, tp_, job, price_unit=p.catalog.unit(gpu)))
@@ -338,16 +340,11 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
             t.skipped.append(Skipped(o.name, f"{label}: {exc}"))
 
 
-def _capacity(gpu_memory: int, limit: int | None) -> int:
-    """What one rank may use: the GPU's memory, or the spec's smaller limit per rank."""
-    return min(gpu_memory, limit) if limit else gpu_memory
-
-
 def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: list[str], state_bytes: float,
-              limit: int | None) -> str:
+              memory: MemorySpec) -> str:
     """Why no config got a bill, and what to add, as a UserError's text. `single_node`: the
     types whose nodes cannot hold the training state and that no offer sells beyond a node;
-    `limit`: the spec's memory.limit_bytes_per_rank."""
+    `memory`: the spec's memory limit and margin."""
     configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
         why = (f"{', '.join(types)} {'lacks' if len(types) == 1 else 'lack'} sourced peaks or memory"
@@ -364,15 +361,15 @@ def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: li
                 f"--catalog FILE" + (f", or plan on {', '.join(clusters)} (--gpu), whose offers sell "
                                      f"clusters" if clusters else "")))
     if not fits:
-        least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of "
-                          f"{_capacity(catalog.gpus[gpu].memory_bytes or 0, limit) * (1 - MEMORY_MARGIN) / 1e9:,.0f}"
-                          f" GB usable" for gpu in sorted(smallest_mem))
-        spec_limit = (f"; memory.limit_bytes_per_rank {fmt_bytes(limit)} caps every GPU"
-                      if tally.over_spec_memory and limit else "")
+        room = {gpu: capacity(catalog.gpus[gpu].memory_bytes or 0, memory.limit_bytes_per_rank) * usable(memory)
+                for gpu in smallest_mem}
+        least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of {room[gpu] / 1e9:,.0f} GB usable"
+                          for gpu in sorted(smallest_mem))
+        spec_limit = f"; {spec_memory(memory)} caps every GPU" if tally.over_spec_memory else ""
         return str(UserError(f"no config fits in memory (the smallest needs: {least}){spec_limit}",
                              fix="add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the "
                                  "space, or a GPU type with more memory"
-                                 + (", or raise memory.limit_bytes_per_rank" if spec_limit else "")
+                                 + (spec_fix(memory) if spec_limit else "")
                                  + "; `autotune estimate` shows where the memory goes"))
     parts, fixes = [], []
     for gpu in sorted(fits):
