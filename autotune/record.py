@@ -160,6 +160,7 @@ class TrialRecord(BaseModel):
     final_loss: float | None = None
     wall_s: float | None = None
     compile_s: float | None = None  # a compiled trial's compile time, apart from its steps
+    cpu_huge_pages: bool | None = None  # CPU ranks: ran with the allocator's huge pages (export keeps it)
     world_size: int | None = None
     memory_prescreen: PrescreenRecord | None = None
     memory_point: MemoryPointRecord | None = None

@@ -197,6 +197,34 @@ def test_huge_pages_turned_off_in_the_environment_stay_off_in_the_exported_run(t
     ranks = _ranks_of_script(out, script, tmp_path, env={"THP_MEM_ALLOC_ENABLE": "0"})
     assert [r["thp"] for r in ranks] == ["0", "0"]
     assert {r["omp"] for r in ranks} == {str(trial["config"]["threads_per_rank"])}  # the trial's, as before
+    assert trial["cpu_huge_pages"] is True  # its sweep ran with them (the default)
+
+
+THP_SCRIPT = ("import json, os, sys\n"
+              "json.dump({'thp': os.environ.get('THP_MEM_ALLOC_ENABLE')},"
+              " open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w'))\n")
+
+
+def test_a_sweep_measured_without_huge_pages_exports_a_run_without_them(tmp_path, run_cli):
+    """A trial records whether its ranks ran with the allocator's huge pages (the worker reads its
+    own environment): `THP_MEM_ALLOC_ENABLE=0 autotune sweep` measured without, so its export's
+    launch.sh runs without them too, in a shell that does not set the variable. Before, launch.sh
+    turned them back on there: the long run was not the run measured."""
+    (tmp_path / "space.yaml").write_text("num_gpus: [2]\nmicro_batch_size: [1]\nprecision: [fp32]\n"
+                                         "checkpointing: [none]\n")
+    (tmp_path / "spec.yaml").write_text("workload: {kind: gpt, preset: tiny}\nseq_len: 32\nspace: space.yaml\n"
+                                        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, "
+                                        "timeout_s: 240}\n")
+    p = run_cli("sweep", "spec.yaml", "--trials", "1", env={"THP_MEM_ALLOC_ENABLE": "0"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(run_cli("report", "--json").stdout)
+    assert [t["cpu_huge_pages"] for t in doc["trials"] if t["state"] == "COMPLETE"] == [False]
+    out = tmp_path / "exp"
+    p = run_cli("export", "--pick", "0", "--out", str(out), "--launcher", "torchrun")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert 'export THP_MEM_ALLOC_ENABLE="${THP_MEM_ALLOC_ENABLE:-0}"' in (out / "launch.sh").read_text()
+    ranks = _ranks_of_script(out, THP_SCRIPT, tmp_path, env={"THP_MEM_ALLOC_ENABLE": None})
+    assert [r["thp"] for r in ranks] == ["0", "0"]
 
 
 # A user's script under the exported FSDP2 config: it reads the FSDP2 settings as accelerate's

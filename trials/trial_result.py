@@ -8,14 +8,24 @@ Every figure says where it came from; what could not be measured stays None with
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
 from autotune.contract import MemoryReport, MemorySource, TrialResult, TrialStatus
 from autotune.contract.flops import hardware_flops_per_token, model_flops_per_token, utilization
+from autotune.contract.rank_env import CPU_HUGE_PAGES
 from trials.hardware import fingerprint
 from trials.measure import summarize
 from trials.noise_scale import NoiseScale
+
+
+def _rank_env_observed(cfg) -> dict[str, Any]:
+    """On CPU ranks, whether this rank ran with the allocator's huge pages (autotune.contract.
+    rank_env; `THP_MEM_ALLOC_ENABLE=0 autotune sweep` turns them off): the export keeps it."""
+    if cfg.device.value != "cpu":
+        return {}
+    return {"cpu_huge_pages": all(os.environ.get(k) == v for k, v in CPU_HUGE_PAGES.items())}
 
 
 def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, device,
@@ -24,7 +34,7 @@ def compose(cfg, built, engine, steps, probe, gathered: list[dict], world: int, 
     stats = summarize(steps.times_s)
     tokens_per_s = cfg.global_batch_tokens / stats["median_s"]
     samples_per_s = cfg.global_batch_samples / stats["median_s"]
-    obs: dict[str, Any] = dict(engine.observations())
+    obs: dict[str, Any] = {**engine.observations(), **_rank_env_observed(cfg)}
     obs["checkpointed_layers"] = built.checkpointed_layers
     obs["samples_per_s_per_rank"] = samples_per_s / world
     # Each rank's own clock: the job runs at the slowest rank's pace, these show who that is.

@@ -138,7 +138,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
         hardware=rec.hardware,
         trial_dir=rec.trial_dir,
         wall_s=rec.wall_s,
-        compile_s=rec.compile_seconds(),
+        compile_s=rec.compile_seconds(), cpu_huge_pages=rec.cpu_huge_pages,
         constraints=dict(getattr(t, "constraints", None) or {}),
         search_gpu_hours=rec.search_gpu_hours,
         search_usd=rec.search_usd,

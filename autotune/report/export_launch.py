@@ -103,9 +103,11 @@ def launch_script(plan: ExportPlan) -> str:
         lines.append(f'export AUTOTUNE_DEEPSPEED_CONFIG="$HERE/{DEEPSPEED_CONFIG}"')
     trainer = plan.target == "hf-trainer"
     # The huge-page switch as the sweep reads it: set in the environment (THP_MEM_ALLOC_ENABLE=0
-    # ./launch.sh, as `THP_MEM_ALLOC_ENABLE=0 autotune sweep` measured), it is kept; else the
-    # trials' default. Every other setting is the trial's, whatever the environment holds.
-    lines += [f'export {k}="${{{k}:-{v}}}"' if k in CPU_HUGE_PAGES else f"export {k}={q(v)}"
+    # ./launch.sh), it is kept; else as the trial ran (off where `THP_MEM_ALLOC_ENABLE=0 autotune
+    # sweep` measured it: its record's cpu_huge_pages). Every other setting is the trial's,
+    # whatever the environment holds.
+    thp_off = plan.trial_row.get("cpu_huge_pages") is False
+    lines += [f'export {k}="${{{k}:-{"0" if thp_off else v}}}"' if k in CPU_HUGE_PAGES else f"export {k}={q(v)}"
               for k, v in settings_env(cfg, trainer)]
     lines += [
         "",

@@ -74,6 +74,8 @@ class TrialRow(_M):
     wall_s: float | None = Field(description="wall time of the trial itself")
     compile_s: float | None = Field(None, description="compiled trials: seconds the warm-up steps "
                                     "spent compiling (apart from tokens/s; charged once to hours)")
+    cpu_huge_pages: bool | None = Field(None, description="CPU ranks: whether the trial ran with the "
+                                        "allocator's huge pages (THP_MEM_ALLOC_ENABLE=1); the export keeps it")
     constraints: dict[str, float] = Field(description="Optuna constraint values; > 0 = violated")
     search_gpu_hours: float | None = Field(description="rank-hours this trial cost the search")
     search_usd: float | None = Field(description="what those rank-hours cost; None = not priced")

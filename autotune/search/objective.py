@@ -106,7 +106,7 @@ def measured_record(result: TrialResult) -> dict[str, Any]:
         peak_mem_bytes=result.peak_mem_bytes, peak_mem_source=result.peak_mem_source.value,
         step_time_median_s=result.step_time_median_s, mfu=result.mfu, hfu=result.hfu,
         final_loss=result.final_loss, wall_s=result.wall_s, world_size=result.world_size,
-        compile_s=result.compile_s)
+        compile_s=result.compile_s, cpu_huge_pages=result.observations.get("cpu_huge_pages"))
     # In fresh ranks only: a pooled rank holds what its earlier trials left (autotune.search.floor).
     if (result.peak_mem_source.value == "host_rss" and result.memory.host_rss_baseline_bytes
             and "pool" not in result.observations):
