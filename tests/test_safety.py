@@ -353,6 +353,27 @@ def test_a_sweep_whose_trials_all_fail_exits_1_and_stops_early(tmp_path, run_cli
     assert len(set(configs)) == 3 and len(set(configs[:-1])) == 2 and len(folders) < 12
 
 
+@pytest.mark.e2e
+def test_an_entry_point_that_breaks_its_calling_convention_stops_the_sweep_at_its_first_trial(tmp_path, run_cli):
+    """An entry point that returns the model alone, not (model, batches[, info]), would end
+    every config the same way: the sweep stops after the first trial, saying what the function
+    returned, where it spent three before (the rule for any repeated error)."""
+    (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8]\n"
+                                         "precision: [fp32]\ncheckpointing: [none]\n")
+    (tmp_path / "spec.yaml").write_text(
+        "workload: {kind: entry_point, entry_point: 'tests.fixtures.entry_points:build_model_only'}\n"
+        "seq_len: 16\nspace: space.yaml\n"
+        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240}\n")
+    p = run_cli("sweep", "spec.yaml", "--trials", "8", cwd=tmp_path,
+                env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert p.returncode == 1, p.stdout + p.stderr
+    said = " ".join(p.stdout.split())
+    assert ("stopped: the workload's entry point broke its calling convention, which every config would "
+            "break alike: entry point 'tests.fixtures.entry_points:build_model_only' must return (model, "
+            "batches) or (model, batches, info), got TinyLM. Fix the function") in said, p.stdout
+    assert len(list((tmp_path / "autotune_runs" / "default").iterdir())) == 1
+
+
 # 12. relative paths and the workload check -----------------------------------------------
 
 @pytest.mark.e2e

@@ -93,6 +93,15 @@ def test_entry_point_errors_name_the_entry_point():
     wl = EntryPointWorkload(entry_point="entry_points:nope", python_path=[FIXTURES])
     with pytest.raises(AttributeError, match="entry_points:nope"):
         build_workload(tiny(workload=wl), CPU)
+    # A return that breaks the calling convention: the error the sweep stops at, by the
+    # contract's name for it (autotune.search.budget.RepeatedError reads only that name).
+    from autotune.contract.result import ENTRY_POINT_CONTRACT_ERROR
+    from trials.errors import EntryPointContractError
+
+    wl = EntryPointWorkload(entry_point="entry_points:build_model_only", python_path=[FIXTURES])
+    with pytest.raises(EntryPointContractError, match="must return .model, batches."):
+        build_workload(tiny(workload=wl), CPU)
+    assert EntryPointContractError.__name__ == ENTRY_POINT_CONTRACT_ERROR
     wl = EntryPointWorkload(entry_point="entry_points:build", python_path=[FIXTURES])
     with pytest.raises(UnsupportedConfig, match="gradient_checkpointing_enable") as no_switch:
         cfg = tiny(workload=wl, checkpointing=Checkpointing.full)

@@ -15,3 +15,9 @@ class UnsupportedConfig(Exception):
 
 class NonFiniteLoss(Exception):
     """The loss became NaN or inf (status `nan`)."""
+
+
+class EntryPointContractError(TypeError):
+    """A user's entry point returned what breaks its calling convention (status `crash`). Its
+    name is the contract's ENTRY_POINT_CONTRACT_ERROR: the sweep stops at the first, since
+    every config would end the same way."""

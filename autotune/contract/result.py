@@ -126,6 +126,12 @@ def _gib(n: int | None) -> str:
     return "? GiB" if n is None else f"{round(n / 2**30)} GiB"
 
 
+# The error_type of a trial whose user entry point returned what breaks its calling convention
+# (not (model, batches[, info]), or a model that is no torch.nn.Module): the same in every
+# config, so a sweep stops at the first such trial (autotune.search.budget.RepeatedError).
+ENTRY_POINT_CONTRACT_ERROR = "EntryPointContractError"
+
+
 class TrialResult(ContractModel):
     schema_version: int = SCHEMA_VERSION
     status: TrialStatus

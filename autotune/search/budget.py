@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from autotune.contract import DeviceKind, HardwareFingerprint
+from autotune.contract.result import ENTRY_POINT_CONTRACT_ERROR
 from autotune.record import TrialRecord
 from autotune.search.pareto import FrontTracker
 from autotune.spec import SweepSpec
@@ -101,6 +102,7 @@ class RepeatedError:
     def __init__(self, limit: int = SAME_ERROR_STOP):
         self.limit = limit
         self.configs: dict[str, set[str]] = {}  # error signature -> configs it ended
+        self.contract_broken: str | None = None  # the entry point's own error, at its first trial
 
     @staticmethod
     def signature(rec) -> str | None:
@@ -115,8 +117,15 @@ class RepeatedError:
         sig = self.signature(rec)
         if sig is not None:
             self.configs.setdefault(sig, set()).add(rec.config_key or str(number))
+        error = (rec.error or "").strip()
+        if sig is not None and error.startswith(f"{ENTRY_POINT_CONTRACT_ERROR}:"):
+            first = error.splitlines()[0].removeprefix(f"{ENTRY_POINT_CONTRACT_ERROR}:").strip()
+            self.contract_broken = re.sub(r"^rank \d+: ", "", first)  # every rank's own, alike
 
     def verdict(self) -> str | None:
+        if self.contract_broken:  # what the entry point returns does not depend on the config
+            return (f"the workload's entry point broke its calling convention, which every config "
+                    f"would break alike: {self.contract_broken}. Fix the function and run the sweep again")
         for sig, configs in self.configs.items():
             if len(configs) >= self.limit:
                 return (f"the same error ended {len(configs)} different configs, so it does not "

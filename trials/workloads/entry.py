@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from autotune.contract import EntryPointWorkload
+from trials.errors import EntryPointContractError
 
 
 def load_function(wl: EntryPointWorkload):
@@ -77,13 +78,13 @@ def build_entry_point(wl: EntryPointWorkload, seq_len: int, micro_batch_size: in
     fn = load_function(wl)
     out = fn(seq_len=seq_len, micro_batch_size=micro_batch_size, device=device, **wl.kwargs)
     if not isinstance(out, tuple) or len(out) not in (2, 3):
-        raise TypeError(f"entry point '{wl.entry_point}' must return (model, batches) or "
-                        f"(model, batches, info), got {type(out).__name__}")
+        raise EntryPointContractError(f"entry point '{wl.entry_point}' must return (model, batches) or "
+                                      f"(model, batches, info), got {type(out).__name__}")
     model, batches = out[0], out[1]
     info = dict(out[2]) if len(out) == 3 else {}
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"entry point '{wl.entry_point}' returned a {type(model).__name__} "
-                        "as its model; expected a torch.nn.Module")
+        raise EntryPointContractError(f"entry point '{wl.entry_point}' returned a {type(model).__name__} "
+                                      "as its model; expected a torch.nn.Module")
     from trials.workloads.materialize import has_meta_tensors
 
     # A meta-built model gets memory from the engine (trials.workloads.materialize, this
