@@ -330,18 +330,25 @@ def test_report_files_follow_the_umask(study, tmp_path):
 
 # 10. a sweep whose trials all fail -------------------------------------------------------
 
+def _sweep_entry_point(tmp_path, run_cli, function: str, trials: int, kwargs: str = "{}"):
+    """`autotune sweep` of a 1-rank space of 6 micro-batches whose workload is
+    tests.fixtures.entry_points:`function` called with `kwargs` (a YAML flow mapping)."""
+    (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8, 16, 32]\n"
+                                         "precision: [fp32]\ncheckpointing: [none]\n")
+    (tmp_path / "spec.yaml").write_text(
+        f"workload: {{kind: entry_point, entry_point: 'tests.fixtures.entry_points:{function}', "
+        f"kwargs: {kwargs}}}\n"
+        "seq_len: 16\nspace: space.yaml\n"
+        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240}\n")
+    return run_cli("sweep", "spec.yaml", "--trials", str(trials), cwd=tmp_path,
+                   env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+
+
 @pytest.mark.e2e
 def test_a_sweep_whose_trials_all_fail_exits_1_and_stops_early(tmp_path, run_cli):
     """The user's model raises in every config: once the same error has ended three different
     configs the sweep stops (long before its 12 trials) and exits 1 with the reason."""
-    (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8, 16, 32]\n"
-                                         "precision: [fp32]\ncheckpointing: [none]\n")
-    (tmp_path / "spec.yaml").write_text(
-        "workload: {kind: entry_point, entry_point: 'tests.fixtures.entry_points:build', "
-        "kwargs: {fail: raise}}\nseq_len: 16\nspace: space.yaml\n"
-        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240}\n")
-    p = run_cli("sweep", "spec.yaml", "--trials", "12", cwd=tmp_path,
-                env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    p = _sweep_entry_point(tmp_path, run_cli, "build", 12, kwargs="{fail: raise}")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "no trial of this study succeeded" in p.stdout
     assert "the same error ended 3 different configs" in p.stdout
@@ -358,14 +365,7 @@ def test_an_entry_point_that_breaks_its_calling_convention_stops_the_sweep_at_it
     """An entry point that returns the model alone, not (model, batches[, info]), would end
     every config the same way: the sweep stops after the first trial, saying what the function
     returned, where it spent three before (the rule for any repeated error)."""
-    (tmp_path / "space.yaml").write_text("num_gpus: [1]\nmicro_batch_size: [1, 2, 4, 8]\n"
-                                         "precision: [fp32]\ncheckpointing: [none]\n")
-    (tmp_path / "spec.yaml").write_text(
-        "workload: {kind: entry_point, entry_point: 'tests.fixtures.entry_points:build_model_only'}\n"
-        "seq_len: 16\nspace: space.yaml\n"
-        "trial: {warmup_steps: 1, measure_steps: 2, max_measure_steps: 2, timeout_s: 240}\n")
-    p = run_cli("sweep", "spec.yaml", "--trials", "8", cwd=tmp_path,
-                env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    p = _sweep_entry_point(tmp_path, run_cli, "build_model_only", 8)
     assert p.returncode == 1, p.stdout + p.stderr
     said = " ".join(p.stdout.split())
     assert ("stopped: the workload's entry point broke its calling convention, which every config would "
