@@ -200,3 +200,16 @@ def test_trial_force_never_replaces_a_file_of_the_users_and_reruns_over_its_own(
     code, _, err = cli(*_command("trial", study, str(out)), "--force")
     _one_clear_error(code, err, "launcher_logs", "did not write")
     assert (out / "launcher_logs" / "mine.txt").read_text() == "keep\n"
+
+
+def test_trial_out_reruns_in_a_folder_an_earlier_trial_numbered_for_itself(study, cli, tmp_path, monkeypatch):
+    """`autotune trial C` writes autotune_runs/single/trial_0000; `autotune trial C --out` that
+    folder was refused as holding files "autotune did not write" (only --out folders recorded
+    what the trial wrote), where the README says autotune's own earlier output is taken."""
+    monkeypatch.chdir(tmp_path)
+    config = _command("trial", study, "unused")[1]
+    assert cli("trial", config)[0] == 0
+    numbered = tmp_path / "autotune_runs" / "single" / "trial_0000"
+    code, _, err = cli("trial", config, "--out", str(numbered))
+    assert code == 0, err
+    assert (numbered / "result.json").is_file() and not (numbered.parent / "trial_0001").exists()

@@ -152,11 +152,14 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
         with termination_raises():
             if out is None:
                 out = next_numbered_dir(Path("autotune_runs/single"), "trial_")
-                return run_trial(cfg, out), out
-            # A folder that cannot be written, or a file of the user's under a name the trial
-            # writes (config.json, result.json, ...: replaced even with --force before), is refused.
-            out = prepare_out_dir(out, force, names=TRIAL_NAMES, kind=TRIAL)
-            result = _run_in(cfg, out)
+                result = run_trial(cfg, out)
+            else:
+                # A folder that cannot be written, or a file of the user's under a name the trial
+                # writes (config.json, result.json, ...: replaced even with --force before), is refused.
+                out = prepare_out_dir(out, force, names=TRIAL_NAMES, kind=TRIAL)
+                result = _run_in(cfg, out)
+            # Recorded in the numbered folder too: without the record, `--out` naming that folder
+            # later was refused as holding files "autotune did not write".
             note_written(out, [p.name for p in out.iterdir() if p.name in TRIAL_NAMES or own_output(p.name)],
                          kind=TRIAL)
             return result, out
