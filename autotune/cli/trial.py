@@ -1,7 +1,7 @@
 """`autotune trial`: one trial outside any study, the small run before the long one.
 
     autotune trial config.json [--json]        # into the next autotune_runs/single/trial_NNNN
-    autotune trial config.json --out my_trial/ # a new or empty folder (--force: keep other files;
+    autotune trial config.json --out my_trial/ # new, empty or an earlier trial's (--force: keep other files;
                                                # a file of yours named as a trial file is refused)
 """
 
@@ -23,8 +23,8 @@ def register(app: typer.Typer) -> None:
 
 def trial(
     config_file: Path = typer.Argument(..., help="TrialConfig JSON"),
-    out: Optional[Path] = typer.Option(None, help="trial folder, new or empty (default: the next "
-                                       "autotune_runs/single/trial_NNNN)"),
+    out: Optional[Path] = typer.Option(None, help="trial folder: new, empty, or holding only an earlier "
+                                       "trial's files (default: the next autotune_runs/single/trial_NNNN)"),
     as_json: bool = typer.Option(False, "--json", help="print the TrialResult JSON"),
     force: bool = typer.Option(False, "--force", help="run in an --out folder that holds other files "
                                "(they are kept; the trial's own files are replaced)"),
