@@ -191,6 +191,9 @@ def test_huge_pages_turned_off_in_the_environment_stay_off_in_the_exported_run(t
     out = tmp_path / "exp"
     p = study.cli("export", "--pick", str(trial["number"]), "--out", str(out), "--launcher", "torchrun")
     assert p.returncode == 0, p.stdout + p.stderr
+    # A pick by number is named once: it read "exported trial 2 (2)".
+    assert f"exported trial {trial['number']} on " in p.stdout, p.stdout
+    assert f"trial {trial['number']} ({trial['number']})" not in p.stdout + (out / "launch.sh").read_text()
     script = ("import json, os, sys\n"
               "json.dump({'thp': os.environ.get('THP_MEM_ALLOC_ENABLE'), 'omp': os.environ['OMP_NUM_THREADS']},"
               " open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w'))\n")

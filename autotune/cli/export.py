@@ -84,7 +84,7 @@ def export(
     con = console()
     where = (f" on {o['offer']}: {projected_text(o)} (from {o['basis_kind']} tokens/s)" if o
              else " (not priced)")
-    con.print(f"exported trial {plan.trial} ({plan.pick}){where}")
+    con.print(f"exported {plan.label}{where}")
     fit = plan.trial_row.get("memory_fit")
     if fit and not fit["headroom"]:  # the long run may not fit: said here, not only in bill.md
         from autotune.report.memory_fit import fit_text

@@ -46,7 +46,7 @@ def _tokens_label(o: dict[str, Any]) -> str | None:
 
 def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     cfg, o, t = plan.cfg, plan.option, plan.trial_row
-    out = [f"# autotune export: study '{plan.study}', trial {plan.trial} ({plan.pick})", "",
+    out = [f"# autotune export: study '{plan.study}', {plan.label}", "",
            f"Config: {config_line(cfg)}.", ""]
     tps = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else "throughput not measured"
     mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"

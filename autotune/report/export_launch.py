@@ -72,7 +72,7 @@ def launch_script(plan: ExportPlan) -> str:
     per_node = cfg.num_gpus
     lines = [
         "#!/usr/bin/env bash",
-        f"# Written by `autotune export`: study {plan.study!r}, trial {plan.trial} ({plan.pick}).",
+        f"# Written by `autotune export`: study {plan.study!r}, {plan.label}.",
         f"# {_one_line(config_line(cfg))}",
         f"# {_one_line(bill_line(plan))}",
         "#",

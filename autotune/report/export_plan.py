@@ -41,6 +41,11 @@ class ExportPlan:
     # bill.md repeats it.
     headroom_note: str | None = None
 
+    @property
+    def label(self) -> str:
+        """"trial 5 (cheapest)", or "trial 5" where the pick named the trial by its number."""
+        return f"trial {self.trial}" + ("" if self.pick == str(self.trial) else f" ({self.pick})")
+
 
 # What `export --for` writes: files for your own training script, or for Hugging Face Trainer.
 EXPORT_TARGETS = ("script", "hf-trainer")
