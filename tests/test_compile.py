@@ -164,6 +164,10 @@ def test_a_compiled_ddp_trial_reports_compile_seconds_apart_from_tokens_per_s(ru
     cache = Path(r["observations"]["compile"]["cache_dir"])
     assert cache == study_dir / "autotune_runs" / "compile" / "ddp" / "compile_cache" and any(cache.iterdir())
     assert sorted(p.name for p in (study_dir / "autotune_runs" / "compile").iterdir()) == ["ddp"]
+    # Run again into the same folder (its own earlier output: no --force needed), it loads the
+    # graphs the first run compiled from that cache.
+    again = _trial(run_cli, study_dir, "ddp", compile=True)
+    assert again["status"] == "ok" and again["observations"]["compile"]["fxgraph_cache_hit"] > 0, again
 
 
 @pytest.mark.e2e

@@ -143,7 +143,7 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
     """(result, folder): the trial in `out`, or the next autotune_runs/single/trial_NNNN. SIGTERM
     (kill, scancel) or SIGHUP ends the trial's processes and DeepSpeed's buffers with it, then
     exits 143 (SIGHUP: 129)."""
-    from autotune.contract.trial_files import TRIAL_NAMES, own_output
+    from autotune.contract.trial_files import COMPILE_CACHE, TRIAL_NAMES, own_output
     from autotune.report.files import TRIAL, next_numbered_dir, note_written, prepare_out_dir
     from autotune.run.launch import run_trial
     from autotune.search.interrupt import Terminated, terminated_exit_code, termination_raises
@@ -156,7 +156,7 @@ def _run_stoppable(cfg, out: Path | None, force: bool):
             else:
                 # A folder that cannot be written, or a file of the user's under a name the trial
                 # writes (config.json, result.json, ...: replaced even with --force before), is refused.
-                out = prepare_out_dir(out, force, names=TRIAL_NAMES, kind=TRIAL)
+                out = prepare_out_dir(out, force, names=TRIAL_NAMES, kind=TRIAL, reused=[COMPILE_CACHE])
                 result = _run_in(cfg, out)
             # Recorded in the numbered folder too: without the record, `--out` naming that folder
             # later was refused as holding files "autotune did not write".

@@ -154,17 +154,21 @@ def _refuse_replacing(folder: Path, names: Iterable[str], kind: str, flag: str,
 
 
 def prepare_out_dir(folder: str | Path, force: bool = False, flag: str = "--out",
-                    names: Iterable[str] = (), force_flag: str | None = "--force", *, kind: str) -> Path:
+                    names: Iterable[str] = (), force_flag: str | None = "--force", *, kind: str,
+                    reused: Iterable[str] = ()) -> Path:
     """Check that command `kind` may write `names` (and any other of its files) into `folder`
     (see the module's rules); returns it absolute. Nothing is left created or changed here.
-    `force_flag`: the command's flag for `force`, named in the fix (None: it has none)."""
+    `force_flag`: the command's flag for `force`, named in the fix (None: it has none).
+    `reused`: folders the command's earlier run left there and this one reuses as they are (a
+    trial's compile cache): not another's files where the manifest records that earlier run."""
     folder = check_out_path(folder, flag)
     if not folder.is_dir():
         return folder
     _refuse_replacing(folder, names, kind, flag, force_flag)
     if not force:
         own, others = _sorted_out(folder, kind)
-        other = sorted(p.name for p in folder.iterdir() if p.name not in own and p.name != MANIFEST)
+        mine = own | (set(reused) if own else set())
+        other = sorted(p.name for p in folder.iterdir() if p.name not in mine and p.name != MANIFEST)
         if other:
             raise UserError(
                 f"{flag} {folder} holds {_described(folder, other, others)}",
