@@ -167,7 +167,7 @@ def _shown_loc(model: Any, loc: tuple) -> tuple:
     return tuple(part for i, part in enumerate(loc)
                  if not any(_is_model(tp) and part not in tp.model_fields and
                             (part == tp.__name__ or part in _literals(tp))
-                            for tp in _models_at(model, loc[:i]) or []))
+                            for tp in _models_at(model, loc[:i])))
 
 
 def _literals(model: Any) -> set:

@@ -23,7 +23,7 @@ from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError, read_text_file
-from autotune.estimate.hf_defaults import TYPE_DEFAULTS, with_type_defaults
+from autotune.estimate import hf_defaults as hf
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -184,9 +184,7 @@ def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
 # The largest size field a config may set: a tensor dimension's int32 bound, far over any real
 # model's, and low enough that every count and FLOP figure made of them stays a finite float.
 MAX_HF_SIZE = 2**31 - 1
-_SHAPE_FIELDS = (("hidden_size", "n_embd", "d_model", "word_embed_proj_dim"),
-                 ("num_hidden_layers", "n_layer", "num_layers"),
-                 ("num_attention_heads", "n_head", "num_heads"), ("vocab_size",))
+_SHAPE_FIELDS = (hf.HIDDEN, hf.LAYERS, hf.HEADS, ("vocab_size",))
 
 
 def _set_name(cfg: dict[str, Any], *names: str) -> str | None:
@@ -221,7 +219,7 @@ def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, in
         raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
                         fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
     h, L, a, V = (v or 0 for v in dims.values())
-    kv = _hf_size(cfg, where, "num_key_value_heads", "multi_query_group_num") or a
+    kv = _hf_size(cfg, where, *hf.KV_HEADS) or a
     head_dim = _hf_size(cfg, where, "head_dim")
     heads = _set_name(cfg, *_SHAPE_FIELDS[2])
     if not gated and h % a:
@@ -229,7 +227,7 @@ def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, in
                         fix="give a head count that divides the hidden size")
     if gated and a % kv:
         raise UserError(f"{where}: `{heads}` {a} is not divisible by "
-                        f"`{_set_name(cfg, 'num_key_value_heads', 'multi_query_group_num')}` {kv}",
+                        f"`{_set_name(cfg, *hf.KV_HEADS)}` {kv}",
                         fix="give a key/value head count that divides the attention heads")
     return h, L, a, V, kv, head_dim or h // a
 
@@ -239,7 +237,7 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
     is counted exactly, its unset fields at the defaults the worker's transformers fills; any
     other is counted with the llama layout, and where it leaves the MLP width out, that is taken
     as 4 x hidden (its own default is only transformers')."""
-    if model_type not in TYPE_DEFAULTS:
+    if model_type not in hf.TYPE_DEFAULTS:
         return "approximate: counted with the llama layout" + (
             "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
     if not filled:
@@ -259,11 +257,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     the llama layout and labelled as approximate in `source`.
     """
     cfg, where = _read_hf_config(path_or_dict, overrides)
-    cfg, filled = with_type_defaults(cfg)
+    cfg, filled = hf.with_type_defaults(cfg)
     mt = str(cfg.get("model_type", "")).lower()
     gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
     h, L, a, V, kv, head_dim = _hf_dims(cfg, where, gated)
-    ffn = _hf_size(cfg, where, "intermediate_size", "n_inner", "ffn_dim")
+    ffn = _hf_size(cfg, where, *hf.FFN)
     how = _how_counted(mt, filled, ffn is not None)
     ffn = ffn if ffn is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
@@ -307,7 +305,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         block_params=attn + mlp + norms,
         # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
         # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
-        max_seq_len=_hf_size(cfg, where, "max_position_embeddings", "n_positions"),
+        max_seq_len=_hf_size(cfg, where, *hf.POSITIONS),
     )
 
 

@@ -45,16 +45,16 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                 enable_bias=True, tie_word_embeddings=True),
 }
 
-# Names one field goes by (transformers' `attribute_map`: gpt2's n_embd is its hidden_size): a
-# default fills a field only where the config sets it under none of its names.
-ALIASES: tuple[tuple[str, ...], ...] = (
-    ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim"),
-    ("num_hidden_layers", "n_layer", "num_layers"),
-    ("num_attention_heads", "n_head", "num_heads"),
-    ("intermediate_size", "n_inner", "ffn_dim"),
-    ("max_position_embeddings", "n_positions"),
-    ("num_key_value_heads", "multi_query_group_num"),
-)
+# The names one field goes by across families (transformers' `attribute_map`: gpt2's n_embd is
+# its hidden_size), the first set one read (autotune.estimate.compute); a default fills a field
+# only where the config sets it under none of its names.
+HIDDEN = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
+LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
+HEADS = ("num_attention_heads", "n_head", "num_heads")
+FFN = ("intermediate_size", "n_inner", "ffn_dim")
+POSITIONS = ("max_position_embeddings", "n_positions")
+KV_HEADS = ("num_key_value_heads", "multi_query_group_num")
+ALIASES: tuple[tuple[str, ...], ...] = (HIDDEN, LAYERS, HEADS, FFN, POSITIONS, KV_HEADS)
 
 
 def _names(field: str) -> tuple[str, ...]:
