@@ -380,5 +380,5 @@ def _absolute_storage(url: str, absolute) -> str:
 
 
 def default_spec() -> SweepSpec:
-    """The built-in example: a ~1M-parameter GPT on this machine, 1e9 tokens to target."""
+    """The built-in example: the 0.7M-parameter `tiny` GPT on this machine, 1e9 tokens to target."""
     return SweepSpec()

@@ -66,6 +66,17 @@ def test_the_readmes_cpu_demo_is_a_real_sweeps_output():
     assert len(trial_lines) == 8 and "\nPick: trial " in quoted and "Next: autotune export" in quoted
 
 
+def test_the_readmes_default_sweep_model_is_the_one_the_default_spec_counts():
+    """The README's first command names the model the default sweep trains, by its count."""
+    from autotune.estimate.compute import model_from_workload
+    from autotune.spec import default_spec
+
+    shape = model_from_workload(default_spec().workload)
+    assert shape is not None
+    first_command = (REPO / "README.md").read_text().split("## Two commands", 1)[1].split("```", 1)[0]
+    assert f"GPT, {shape.params:,} parameters" in first_command
+
+
 def _commands(text: str, start: str) -> list[str]:
     """The shell commands of a document's code blocks that start with `start`, continuation
     lines joined and comments dropped."""

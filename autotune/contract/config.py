@@ -116,7 +116,7 @@ class GPTShape(ContractModel):
         return body + self.vocab_size * d + self.max_seq_len * d
 
 
-# Presets from ~1M parameters (tests) up to 7B shapes (planning only: `estimate`, `plan`).
+# Presets from 0.7M parameters (`tiny`: tests, the default sweep) up to 7B shapes (planning only: `estimate`, `plan`).
 GPT_PRESETS: dict[str, GPTShape] = {
     "tiny": GPTShape(n_layers=2, d_model=128, n_heads=4, vocab_size=2048, max_seq_len=256),
     "mini": GPTShape(n_layers=4, d_model=256, n_heads=8, vocab_size=8192, max_seq_len=512),
