@@ -1,6 +1,6 @@
 """Settings a user gives that had no test of their effect, only of their parsing: the spec's
 `platforms.offers` (the sweep's scoring, the report's re-pricing, `autotune plan`),
-`trial.reuse_workers: false`, and `autotune cost`'s job-size flags. No trial runs: each is
+`trial.reuse_workers: false`, and `autotune cost`'s job-size flags and `--month-rest-used`. No trial runs: each is
 checked where the setting is applied, on the shipped catalog."""
 
 from __future__ import annotations
@@ -88,3 +88,28 @@ def test_the_cost_job_flags_change_the_terms_they_name(cli):
         assert changed[term] > terms[term], flags
         assert {k: v for k, v in changed.items() if k not in (term, "ingress")} == pytest.approx(
             {k: v for k, v in terms.items() if k not in (term, "ingress")}), flags
+
+
+def test_month_rest_used_bills_a_monthly_rental_by_the_hours_used(cli, tmp_path):
+    """No monthly offer ships (no sourced price), so the user's catalog adds one, as the shipped
+    catalog's note says to; without the flag the bill pays whole months."""
+    cat = yaml.safe_load(open(load_catalog().source_file))
+    (hourly,) = [o for o in cat["offers"] if o["name"] == DEAR]
+    monthly = {k: v for k, v in hourly.items() if k not in ("price_usd_per_gpu_hour", "billing", "instances")}
+    monthly.update(name="my-monthly", pricing="monthly", billing="month", price_usd_per_gpu_month=1500.0)
+    cat["offers"].append(monthly)
+    (tmp_path / "cat.yaml").write_text(yaml.safe_dump(cat))
+    base = ["cost", "--gpu", "h100-sxm", "--gpus", "8", "--tokens-per-s", "1e5", "--target-tokens", "1e10",
+            "--catalog", str(tmp_path / "cat.yaml"), "--offer", "my-monthly", "--json"]
+
+    def bill(*flags: str) -> dict:
+        code, out, err = cli(*base, *flags)
+        assert code == 0, err
+        (b,) = json.loads(out)
+        return b
+
+    whole, used = bill(), bill("--month-rest-used")
+    assert whole["hours"] == pytest.approx(used["hours"]) and whole["hours"] < 730
+    assert whole["breakdown"]["billing_rounding"] > 0 == used["breakdown"]["billing_rounding"]
+    assert whole["usd"] > used["usd"]
+    assert any("whole month" in n for n in whole["notes"])
