@@ -1,7 +1,8 @@
 """Settings a user gives that had no test of their effect, only of their parsing: the spec's
 `platforms.offers` (the sweep's scoring, the report's re-pricing, `autotune plan`),
-`trial.reuse_workers: false`, and `autotune cost`'s job-size flags and `--month-rest-used`. No trial runs: each is
-checked where the setting is applied, on the shipped catalog."""
+`trial.reuse_workers: false`, and `autotune cost`'s job-size flags and `--month-rest-used`.
+No trial runs: each is checked where the setting is applied, on the shipped catalog (with a
+monthly offer added for the last: none ships)."""
 
 from __future__ import annotations
 
