@@ -80,6 +80,30 @@ def test_ssh_templates_must_quote_the_launcher_argv(tmp_path):
     assert load_spec(p).launcher.argv[-1] == "{launcher_argv_shell}"
 
 
+def test_the_specs_hosts_and_per_node_reach_each_nodes_command(tmp_path, monkeypatch):
+    """The sweep's runner (`default_runner`) builds each node's command from the spec's
+    `launcher`: one command per node with `per_node`, `{host}` that node's entry of `hosts`,
+    the rendezvous on hosts[0]. Nothing is launched: run_trial is replaced by a function that
+    keeps the argv builder it is handed, which then runs for real."""
+    import json
+
+    from autotune.run import launch
+    from autotune.search.objective import default_runner
+
+    spec = SweepSpec.model_validate({"study": "s", "launcher": {
+        "num_nodes": [2], "per_node": True, "hosts": ["node-a", "node-b"],
+        "argv": ["ssh", "{host}", "{launcher_argv_shell}"]}})
+    builders = []
+    monkeypatch.setattr(launch, "run_trial", lambda cfg, d, argv_builder=None, **kw: builders.append(argv_builder))
+    default_runner(spec)(_cfg(num_gpus=1, num_nodes=2), tmp_path)
+    (build,) = builders
+    argv = build(_cfg(num_gpus=1, num_nodes=2), tmp_path / "config.json", tmp_path / "result.json", 29500)
+    assert argv[1:3] == ["-m", "autotune.run.nodes"]
+    nodes = json.loads(Path(argv[3]).read_text())["argvs"]
+    assert [a[:2] for a in nodes] == [["ssh", "node-a"], ["ssh", "node-b"]]
+    assert all("node-a:29500" in a[2] for a in nodes)
+
+
 @pytest.mark.e2e
 def test_a_remote_shell_gets_trial_paths_with_spaces_and_semicolons_intact(tmp_path):
     """`sh -c STRING` parses its one argument as a shell command line, exactly what ssh's remote
