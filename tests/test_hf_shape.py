@@ -25,6 +25,32 @@ GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "vocab_si
         "n_positions": 128, "bos_token_id": 0, "eos_token_id": 0}
 
 
+# Families whose layout is not llama's: counted with the llama layout before, as approximate
+# (mixtral a dense mistral: Mixtral-8x7B's 46.7B parameters counted as 7.2B), each with sizes
+# that exercise what sets it apart. Gemma: head_dim apart from hidden / heads, tied head; gemma2:
+# four norms a layer; phi3: fused qkv and gate_up; the mixtures: experts, router, shared expert
+# (qwen2_moe), dense layers among sparse ones (decoder_sparse_step, mlp_only_layers).
+SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "vocab_size": 100}
+COUNTED_APART = {
+    "gemma": [{**SMALL, "head_dim": 40, "attention_bias": True}],
+    "gemma2": [{**SMALL, "num_hidden_layers": 3, "num_key_value_heads": 1, "head_dim": 24,
+                "tie_word_embeddings": False}],
+    "phi3": [{**SMALL, "num_attention_heads": 8, "intermediate_size": 200, "pad_token_id": 0,
+              "eos_token_id": 0}],
+    "mixtral": [{**SMALL, "intermediate_size": 88, "num_local_experts": 4, "num_experts_per_tok": 1},
+                {**SMALL, "num_experts": 3, "head_dim": 32}],
+    "qwen2_moe": [{**SMALL, "num_hidden_layers": 4, "intermediate_size": 88, "moe_intermediate_size": 24,
+                   "shared_expert_intermediate_size": 40, "num_experts": 6, "num_experts_per_tok": 2,
+                   "decoder_sparse_step": 2, "mlp_only_layers": [3], "qkv_bias": False},
+                  {**SMALL, "num_experts": 0}],
+    "qwen3_moe": [{**SMALL, "num_hidden_layers": 3, "moe_intermediate_size": 24, "num_experts": 5,
+                   "num_experts_per_tok": 2, "head_dim": 32, "mlp_only_layers": [1],
+                   "tie_word_embeddings": True},
+                  {**SMALL, "num_local_experts": 3, "num_experts_per_tok": 2, "attention_bias": True}],
+}
+
+
 def _folder(tmp_path, cfg: dict) -> str:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return str(tmp_path)
@@ -96,19 +122,22 @@ def test_a_config_that_leaves_sizes_out_counts_the_model_its_defaults_build():
     shape at all (no plan, no memory prescreen)."""
     from autotune.estimate.hf_defaults import TYPE_DEFAULTS
 
+    assert set(COUNTED_APART) <= set(TYPE_DEFAULTS)
     for mt in TYPE_DEFAULTS:
         # 32 heads: a multiple of every family's default key/value heads (mistral 8, qwen2 32).
         sizes = ({"n_embd": 128, "n_layer": 2, "n_head": 32} if mt == "gpt2" else
                  {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 32})
-        for overrides in ({}, {**sizes, "vocab_size": 100}):
+        # phi3's default pad and end tokens (32000) must lie in the vocabulary to build it.
+        tokens = {"pad_token_id": 0, "eos_token_id": 0} if mt == "phi3" else {}
+        for overrides in ({}, {**sizes, "vocab_size": 100, **tokens}):
             wl = HFWorkload(model_type=mt, config_overrides=overrides)
             m = model_from_workload(wl)
             assert m is not None and "exact count" in m.source, (mt, overrides)
             assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl), (mt, overrides)
     # A family outside the table still says its count is approximate, and why.
-    gemma = model_from_hf_config({"model_type": "gemma", "hidden_size": 64, "num_hidden_layers": 2,
-                                  "num_attention_heads": 4, "vocab_size": 100})
-    assert "approximate: counted with the llama layout, MLP width not in the config" in gemma.source
+    olmo = model_from_hf_config({"model_type": "olmo", "hidden_size": 64, "num_hidden_layers": 2,
+                                 "num_attention_heads": 4, "vocab_size": 100})
+    assert "approximate: counted with the llama layout, MLP width not in the config" in olmo.source
 
 
 def test_the_shipped_defaults_are_the_installed_transformers_defaults():
@@ -123,7 +152,12 @@ def test_the_shipped_defaults_are_the_installed_transformers_defaults():
 
     read = {n for group in ALIASES for n in group} | {"vocab_size", "head_dim", "tie_word_embeddings",
                                                        "hidden_act", "attention_bias", "mlp_bias",
-                                                       "do_layer_norm_before", "enable_bias"}
+                                                       "do_layer_norm_before", "enable_bias",
+                                                       "qkv_bias", "num_experts", "num_local_experts",
+                                                       "num_experts_per_tok", "moe_intermediate_size",
+                                                       "shared_expert_intermediate_size",
+                                                       "decoder_sparse_step"}
+    assert set(COUNTED_APART) <= set(TYPE_DEFAULTS)
     for mt, table in TYPE_DEFAULTS.items():
         params = inspect.signature(CONFIG_MAPPING[mt].__init__).parameters
         installed = {k: p.default for k, p in params.items() if k in read and p.default is not None}
@@ -137,3 +171,55 @@ def test_a_config_given_as_fields_is_named_once():
                                                        "num_hidden_layers": 2, "vocab_size": 1000})
     assert m.source.startswith("Hugging Face config with config_overrides ['hidden_size', "), m.source
     assert "config config" not in m.source
+
+
+@pytest.mark.parametrize("mt,overrides", [(mt, o) for mt, cases in COUNTED_APART.items() for o in cases])
+def test_families_outside_the_llama_layout_count_the_model_the_worker_builds(mt, overrides):
+    """Each family that differs from llama's layout, at sizes that exercise how: the count is the
+    built model's, and says it is exact (before: the llama layout's count, labelled approximate)."""
+    wl = HFWorkload(model_type=mt, config_overrides=overrides)
+    m = model_from_workload(wl)
+    assert m is not None and "exact count" in m.source, m and m.source
+    assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl)
+
+
+def _routed_params(wl: HFWorkload) -> tuple[int, int]:
+    """(all parameters, those one token runs) of the model the worker builds: a mixture's expert
+    tensors (one row per expert) count num_experts_per_tok of their num_experts rows."""
+    from trials.workloads import hf
+
+    model, config = hf.build_hf_model(wl, meta=True)
+    total = sum(p.numel() for p in model.parameters())
+    skipped = 0
+    for module in model.modules():
+        if type(module).__name__.endswith("Experts"):
+            n = sum(p.numel() for p in module.parameters(recurse=False))
+            skipped += n * (module.num_experts - config.num_experts_per_tok) // module.num_experts
+    return total, total - skipped
+
+
+@pytest.mark.parametrize("mt,overrides", [("mixtral", {}), ("qwen2_moe", {}), ("qwen3_moe", {}),
+                                          ("mixtral", COUNTED_APART["mixtral"][0])])
+def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_token_runs(mt, overrides):
+    """`params` (what memory holds) is every expert; the FLOPs per token count the top-k experts
+    a token is routed to (and the router, the shared expert), not all of them: Mixtral-8x7B's
+    FLOPs from 46.7B parameters were 3.6x its 12.9B active ones."""
+    from autotune.estimate.compute import flops_per_token, hardware_flops_per_token
+
+    wl = HFWorkload(model_type=mt, config_overrides=overrides)
+    m = model_from_workload(wl)
+    assert m is not None
+    assert (m.params, m.active_params) == _routed_params(wl)
+    assert m.active_params < m.params
+    if (mt, overrides) == ("mixtral", {}):  # the bare defaults are Mixtral-8x7B's shape
+        assert (m.params, m.active_params) == (46_702_792_704, 12_879_925_248)
+    active = m.active_params - m.lookup_params
+    s = 1024
+    attention = 12 * m.n_layers * m.d_model * s
+    assert flops_per_token(m, s) == 6 * active + attention
+    # Full recompute re-runs the blocks' forward (the LM head and final norm are no block's),
+    # with the same top-k experts: not the experts a token skips (all experts: over 2x active).
+    assert not m.tied_embeddings and m.vocab_size and m.d_model
+    blocks = active - m.vocab_size * m.d_model - m.d_model
+    assert hardware_flops_per_token(m, s, "full") == pytest.approx(
+        6 * active + attention + blocks / active * (2 * active + attention / 3), rel=1e-12)

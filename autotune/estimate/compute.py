@@ -12,7 +12,6 @@ Torch-free: the CLI imports this.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -23,7 +22,7 @@ from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError, read_text_file
-from autotune.estimate import hf_defaults as hf
+from autotune.estimate import hf_count
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -41,7 +40,8 @@ class ModelShape(BaseModel):
     """What the estimates need to know about a decoder-only transformer.
 
     `params` is the exact total parameter count where the source allows it (built-in GPT,
-    Hugging Face config of a known family) and the user's figure for `--params N`.
+    Hugging Face config of a known family) and the user's figure for `--params N`; a mixture
+    of experts holds all its experts in `params` and runs `active_params` per token.
     Shape fields are None when unknown (`--params N` alone): activation figures then
     cannot be computed and say so.
     """
@@ -71,6 +71,10 @@ class ModelShape(BaseModel):
     max_seq_len: int | None = Field(
         default=None, description="the longest sequence the model takes (learned positions, or a "
                                   "config's max_position_embeddings); None where not known")
+    unrouted_expert_params: int = Field(
+        default=0, ge=0,
+        description="a mixture of experts' expert parameters a token is not routed to (beyond its "
+                    "top-k), summed over layers: held in memory (in `params`), no FLOPs for that token")
 
     @property
     def has_shape(self) -> bool:
@@ -103,9 +107,15 @@ class ModelShape(BaseModel):
         return split / tp_degree + (self.params - split)
 
     @property
+    def active_params(self) -> int:
+        """Parameters a token uses: all of them but the experts it is not routed to."""
+        return self.params - self.unrouted_expert_params
+
+    @property
     def matmul_params(self) -> int:
-        """Parameters that take part in a matmul for every token: the N of 6N."""
-        return self.params - self.lookup_params
+        """Parameters that take part in a matmul for every token: the N of 6N (a mixture of
+        experts: its top-k experts, not all of them)."""
+        return self.active_params - self.lookup_params
 
 
 # fp8 training (torchao float8 with torch.compile) against bf16 with torch.compile, end to end:
@@ -148,164 +158,30 @@ def model_from_preset(name: str) -> ModelShape:
     return model_from_gpt_shape(GPT_PRESETS[name], name=name)
 
 
-# Hugging Face families by MLP style and biases; read from config.json with no transformers
-# import. Counts follow the modeling files of transformers 5.x (checked against them with
-# meta-device instantiation in tests/test_estimate.py).
-_GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
-          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm"}
-_PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
-
-
-def _read_hf_config(path_or_dict: str | Path | dict[str, Any],
-                    overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
-    """The config's fields, `overrides` set over them, and where they came from; a path that
-    holds no config, a UserError. Resolved as the worker's `load_config_dict` does
-    (trials/workloads/hf.py), so that the estimate is of the model the trial trains: a folder
-    stands for its config.json, and an override wins over the file's field."""
-    where = "config"
-    if isinstance(path_or_dict, dict):
-        cfg = path_or_dict
-    else:
-        p = HFWorkload(config_path=str(path_or_dict)).config_file() or Path(path_or_dict)
-        text = read_text_file(p, "model config", fix="give a preset name, or the path to a Hugging Face "
-                                                     "config.json or to the folder holding one")
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
-        if not isinstance(cfg, dict):
-            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
-        where = str(p)
-    if overrides:
-        return {**cfg, **overrides}, f"{where} with config_overrides {sorted(overrides)}"
-    return cfg, where
-
-
-# The largest size field a config may set: a tensor dimension's int32 bound, far over any real
-# model's, and low enough that every count and FLOP figure made of them stays a finite float.
-MAX_HF_SIZE = 2**31 - 1
-_SHAPE_FIELDS = (hf.HIDDEN, hf.LAYERS, hf.HEADS, ("vocab_size",))
-
-
-def _set_name(cfg: dict[str, Any], *names: str) -> str | None:
-    """The first of `names` the config sets (to something other than null)."""
-    return next((n for n in names if cfg.get(n) is not None), None)
-
-
-def _hf_size(cfg: dict[str, Any], where: str, *names: str) -> int | None:
-    """The first of `names` the config sets, as an int; None when none is. A value that is not
-    a whole number from 1 to MAX_HF_SIZE (0, -100, "x", 1e300, true) is a UserError naming it."""
-    name = _set_name(cfg, *names)
-    if name is None:
-        return None
-    v = cfg[name]
-    whole = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-    if not whole or not 0 < v <= MAX_HF_SIZE:
-        raise UserError(f"{where}: field `{name}` is {json.dumps(v, default=str)}, not a whole number "
-                        f"from 1 to {MAX_HF_SIZE:,}",
-                        fix=f"set `{name}` to a positive integer in the config (or in the spec's "
-                            "workload.config_overrides, where it is set there)")
-    return int(v)
-
-
-def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, int, int, int, int]:
-    """Hidden size, layers, attention heads, vocabulary, key/value heads and head width of a
-    config, each checked (_hf_size); the heads must divide what the layout splits among them:
-    the hidden size (GPT-2 style: its modeling files refuse the rest) and, in the llama layout,
-    the attention heads over the key/value heads (grouped-query attention)."""
-    dims = {names[0]: _hf_size(cfg, where, *names) for names in _SHAPE_FIELDS}
-    missing = [n for n, v in dims.items() if v is None]
-    if missing:
-        raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
-                        fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
-    h, L, a, V = (v or 0 for v in dims.values())
-    kv = _hf_size(cfg, where, *hf.KV_HEADS) or a
-    head_dim = _hf_size(cfg, where, "head_dim")
-    heads = _set_name(cfg, *_SHAPE_FIELDS[2])
-    if not gated and h % a:
-        raise UserError(f"{where}: `{_set_name(cfg, *_SHAPE_FIELDS[0])}` {h} is not divisible by `{heads}` {a}",
-                        fix="give a head count that divides the hidden size")
-    if gated and a % kv:
-        raise UserError(f"{where}: `{heads}` {a} is not divisible by "
-                        f"`{_set_name(cfg, *hf.KV_HEADS)}` {kv}",
-                        fix="give a key/value head count that divides the attention heads")
-    return h, L, a, V, kv, head_dim or h // a
-
-
-def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
-    """How exact an HF config's parameter count is. A family in autotune.estimate.hf_defaults
-    is counted exactly, its unset fields at the defaults the worker's transformers fills; any
-    other is counted with the llama layout, and where it leaves the MLP width out, that is taken
-    as 4 x hidden (its own default is only transformers')."""
-    if model_type not in hf.TYPE_DEFAULTS:
-        return "approximate: counted with the llama layout" + (
-            "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
-    if not filled:
-        return "exact count"
-    named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
-    return f"exact count; {named} at transformers' {model_type} defaults"
-
-
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
                          overrides: dict[str, Any] | None = None) -> ModelShape:
     """Parameter count and shape from a Hugging Face `config.json` (or the folder holding one),
     with `overrides` set over its fields (no download, no torch).
 
-    Exact for llama / mistral / qwen2 / qwen3 (gated MLP, RMSNorm) and gpt2 / gpt_neox / opt
-    (plain MLP, LayerNorm with bias), the fields a config leaves out at the defaults the
-    worker's transformers fills (autotune.estimate.hf_defaults); other families are counted with
-    the llama layout and labelled as approximate in `source`.
+    Exact for llama / mistral / qwen2 / qwen3 / gemma / gemma2 / phi3 (gated MLP, RMSNorm),
+    mixtral / qwen2_moe / qwen3_moe (mixtures of experts: `params` all experts, the FLOPs those
+    a token runs) and gpt2 / gpt_neox / opt (plain MLP, LayerNorm with bias), the fields a
+    config leaves out at the defaults the worker's transformers fills
+    (autotune.estimate.hf_defaults); other families are counted with the llama layout and
+    labelled as approximate in `source` (autotune.estimate.hf_count).
     """
-    cfg, where = _read_hf_config(path_or_dict, overrides)
-    cfg, filled = hf.with_type_defaults(cfg)
-    mt = str(cfg.get("model_type", "")).lower()
-    gated = mt in _GATED or (mt not in _PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
-    h, L, a, V, kv, head_dim = _hf_dims(cfg, where, gated)
-    ffn = _hf_size(cfg, where, *hf.FFN)
-    how = _how_counted(mt, filled, ffn is not None)
-    ffn = ffn if ffn is not None else 4 * h
-    tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
-
-    if gated:  # llama layout: RMSNorm (weight only), no biases (qwen2: q/k/v biases)
-        q_out, kv_out = a * head_dim, kv * head_dim
-        attn = h * q_out + 2 * h * kv_out + q_out * h
-        if mt == "qwen2":  # q/k/v projections carry biases, the output projection none
-            attn += q_out + 2 * kv_out
-        elif cfg.get("attention_bias"):
-            attn += q_out + 2 * kv_out + h
-        if mt == "qwen3":
-            attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
-        mlp = 3 * h * ffn + (2 * ffn + h if cfg.get("mlp_bias") else 0)
-        norms = 2 * h
-        final_norm = h
-    else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
-        attn = h * 3 * h + 3 * h + h * h + h
-        mlp = h * ffn + ffn + ffn * h + h
-        norms = 2 * 2 * h
-        final_norm = 2 * h
-        if mt == "opt" and cfg.get("do_layer_norm_before") is False:
-            final_norm = 0
-    emb = V * h
-    pos = 0
-    if mt in ("gpt2", "gpt_neo"):
-        pos = (_hf_size(cfg, where, "n_positions", "max_position_embeddings") or 1024) * h
-    elif mt == "opt":  # OPT offsets positions by 2
-        pos = ((_hf_size(cfg, where, "max_position_embeddings") or 2048) + 2) * h
-    head = 0 if tied else V * h
-    params = L * (attn + mlp + norms) + final_norm + emb + pos + head
-    lookup = pos + (0 if tied else emb)
+    cfg, where = hf_count.read_hf_config(path_or_dict, overrides)
+    c = hf_count.count_hf_config(cfg, where)
     return ModelShape(
-        name=str(cfg.get("_name_or_path") or mt or where), params=params, n_layers=L, d_model=h,
-        n_heads=a, n_kv_heads=kv, vocab_size=V, ffn_hidden=ffn, gated_mlp=gated,
-        tied_embeddings=tied, lookup_params=lookup,
-        largest_layer_params=max(emb, h * ffn + ffn),
+        name=str(cfg.get("_name_or_path") or c.model_type or where), params=c.params,
+        unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
+        n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
+        gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
+        largest_layer_params=c.largest_layer_params,
         # "config" names a config given as fields (a spec's model_type): said once, not twice.
         source=f"Hugging Face {where if isinstance(path_or_dict, dict) else 'config ' + where} "
-               f"({mt or 'unknown type'}; {how})",
-        block_params=attn + mlp + norms,
-        # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
-        # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
-        max_seq_len=_hf_size(cfg, where, *hf.POSITIONS),
+               f"({c.model_type or 'unknown type'}; {c.how})",
+        block_params=c.block_params, max_seq_len=c.max_seq_len,
     )
 
 
@@ -372,7 +248,9 @@ def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompu
     if f is None:
         f = 0.5  # the worker's default: every 2nd block
     if f and model.block_params and model.n_layers and model.matmul_params:
-        f *= min(1.0, model.n_layers * model.block_params / model.matmul_params)
+        # The blocks' share of the FLOPs: a mixture's experts a token skips are not re-run either.
+        blocks = model.n_layers * model.block_params - model.unrouted_expert_params
+        f *= min(1.0, blocks / model.matmul_params)
     return _hardware_flops(model.matmul_params, model.n_layers, model.d_model, seq_len, f)
 
 

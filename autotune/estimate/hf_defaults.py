@@ -43,10 +43,37 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
                 max_position_embeddings=2048, do_layer_norm_before=True, num_attention_heads=12,
                 enable_bias=True, tie_word_embeddings=True),
+    # Gemma: head_dim apart from hidden / heads (256 x 16 heads over a 3072 hidden), tied head.
+    "gemma": dict(vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=16, head_dim=256,
+                  hidden_act="gelu_pytorch_tanh", max_position_embeddings=8192,
+                  tie_word_embeddings=True, attention_bias=False),
+    "gemma2": dict(vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                   max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False),
+    "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                 num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
+                 tie_word_embeddings=False),
+    # Mixtures of experts: every layer's MLP (qwen*_moe: every decoder_sparse_step-th) is
+    # num_experts MLPs of the expert width, num_experts_per_tok of them run for a token.
+    "mixtral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, hidden_act="silu",
+                    max_position_embeddings=131072, tie_word_embeddings=False,
+                    num_experts_per_tok=2, num_local_experts=8),
+    "qwen2_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                      num_attention_heads=16, num_key_value_heads=16, hidden_act="silu",
+                      max_position_embeddings=32768, tie_word_embeddings=False, decoder_sparse_step=1,
+                      moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                      num_experts_per_tok=4, num_experts=60, qkv_bias=True),
+    "qwen3_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+                      num_attention_heads=32, num_key_value_heads=4, hidden_act="silu",
+                      max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,
+                      decoder_sparse_step=1, moe_intermediate_size=768, num_experts_per_tok=8,
+                      num_experts=128),
 }
 
 # The names one field goes by across families (transformers' `attribute_map`: gpt2's n_embd is
-# its hidden_size), the first set one read (autotune.estimate.compute); a default fills a field
+# its hidden_size), the first set one read (autotune.estimate.hf_count); a default fills a field
 # only where the config sets it under none of its names.
 HIDDEN = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -55,16 +82,23 @@ FFN = ("intermediate_size", "n_inner", "ffn_dim")
 POSITIONS = ("max_position_embeddings", "n_positions")
 KV_HEADS = ("num_key_value_heads", "multi_query_group_num")
 ALIASES: tuple[tuple[str, ...], ...] = (HIDDEN, LAYERS, HEADS, FFN, POSITIONS, KV_HEADS)
+# The expert count's two names, one field in mixtral and qwen3_moe (their attribute_map);
+# qwen2_moe reads num_experts alone (a num_local_experts there is an unread extra field).
+EXPERTS = ("num_local_experts", "num_experts")
+TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "qwen3_moe": (EXPERTS,)}
 
 
-def _names(field: str) -> tuple[str, ...]:
-    return next((group for group in ALIASES if field in group), (field,))
+def names(field: str, model_type: str = "") -> tuple[str, ...]:
+    """The names `field` goes by in a config of `model_type`, the one read first first."""
+    groups = ALIASES + TYPE_ALIASES.get(model_type, ())
+    return next((group for group in groups if field in group), (field,))
 
 
 def with_type_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The config with its model type's defaults (TYPE_DEFAULTS) in the fields it does not set
     under any of their names, and those fields (in the table's order, the constructor's); a type
     not in the table unchanged."""
-    defaults = TYPE_DEFAULTS.get(str(cfg.get("model_type", "")).lower(), {})
-    filled = [f for f in defaults if all(cfg.get(n) is None for n in _names(f))]
+    model_type = str(cfg.get("model_type", "")).lower()
+    defaults = TYPE_DEFAULTS.get(model_type, {})
+    filled = [f for f in defaults if all(cfg.get(n) is None for n in names(f, model_type))]
     return {**cfg, **{f: defaults[f] for f in filled}}, filled

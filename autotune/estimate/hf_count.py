@@ -1,0 +1,256 @@
+"""Parameter count of a Hugging Face causal LM from its config.json fields, with no torch or
+transformers import (the CLI stays free of both).
+
+    cfg, where = read_hf_config("config.json", {"num_hidden_layers": 2})
+    c = count_hf_config(cfg, where)
+    c.params, c.unrouted_expert_params, c.how    # all weights; experts a token skips; "exact count"
+
+Exact for the families in autotune.estimate.hf_defaults (their unset fields at the defaults
+the worker's transformers fills), counted from what each family's modeling file defines:
+transformers 5.25.0, `transformers/models/<family>/modeling_<family>.py`, read 2026-12-07.
+tests/test_hf_shape.py pins each count to the model the worker builds. Any other family is
+counted with the llama layout and says it is approximate. `autotune.estimate.compute` turns the
+count into a ModelShape (`model_from_hf_config`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from autotune.contract import HFWorkload
+from autotune.errors import UserError, read_text_file
+from autotune.estimate import hf_defaults as hf
+
+# Families by MLP style: gated (gate, up, down; RMSNorm) or plain (up, down; LayerNorm, biases).
+GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
+         "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe"}
+PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+# Families whose attention projections have no bias whatever attention_bias says (their
+# modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
+_UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
+# The largest size field a config may set: a tensor dimension's int32 bound, far over any real
+# model's, and low enough that every count and FLOP figure made of them stays a finite float.
+MAX_HF_SIZE = 2**31 - 1
+_SHAPE_FIELDS = (hf.HIDDEN, hf.LAYERS, hf.HEADS, ("vocab_size",))
+
+
+class HFCount(NamedTuple):
+    """A config's parameters and shape, as `ModelShape` takes them."""
+
+    model_type: str
+    params: int
+    unrouted_expert_params: int  # experts a token is not routed to, summed over layers
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
+    gated_mlp: bool
+    tied_embeddings: bool
+    lookup_params: int
+    largest_layer_params: int
+    block_params: int  # the largest decoder layer's
+    max_seq_len: int | None
+    how: str
+
+
+class _Experts(NamedTuple):
+    """A mixture-of-experts MLP: `experts` experts `width` wide, `top_k` run per token, a shared
+    expert of `shared_width` (0: none), in the layers `sparse` marks."""
+
+    experts: int
+    top_k: int
+    width: int
+    shared_width: int
+    sparse: list[bool]
+
+
+def read_hf_config(path_or_dict: str | Path | dict[str, Any],
+                   overrides: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """The config's fields, `overrides` set over them, and where they came from; a path that
+    holds no config, a UserError. Resolved as the worker's `load_config_dict` does
+    (trials/workloads/hf.py), so that the estimate is of the model the trial trains: a folder
+    stands for its config.json, and an override wins over the file's field."""
+    where = "config"
+    if isinstance(path_or_dict, dict):
+        cfg = path_or_dict
+    else:
+        p = HFWorkload(config_path=str(path_or_dict)).config_file() or Path(path_or_dict)
+        text = read_text_file(p, "model config", fix="give a preset name, or the path to a Hugging Face "
+                                                     "config.json or to the folder holding one")
+        try:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p}: not valid JSON ({exc})", fix="point --model at a config.json") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"{p}: expected a JSON object", fix="point --model at a config.json")
+        where = str(p)
+    if overrides:
+        return {**cfg, **overrides}, f"{where} with config_overrides {sorted(overrides)}"
+    return cfg, where
+
+
+def _set_name(cfg: dict[str, Any], *names: str) -> str | None:
+    """The first of `names` the config sets (to something other than null)."""
+    return next((n for n in names if cfg.get(n) is not None), None)
+
+
+def hf_size(cfg: dict[str, Any], where: str, *names: str, least: int = 1) -> int | None:
+    """The first of `names` the config sets, as an int; None when none is. A value that is not
+    a whole number from `least` to MAX_HF_SIZE (0, -100, "x", 1e300, true) is a UserError naming it."""
+    name = _set_name(cfg, *names)
+    if name is None:
+        return None
+    v = cfg[name]
+    whole = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+    if not whole or not least <= v <= MAX_HF_SIZE:
+        raise UserError(f"{where}: field `{name}` is {json.dumps(v, default=str)}, not a whole number "
+                        f"from {least} to {MAX_HF_SIZE:,}",
+                        fix=f"set `{name}` to a {'positive' if least else 'non-negative'} integer in the "
+                            "config (or in the spec's workload.config_overrides, where it is set there)")
+    return int(v)
+
+
+def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, int, int, int, int]:
+    """Hidden size, layers, attention heads, vocabulary, key/value heads and head width of a
+    config, each checked (hf_size); the heads must divide what the layout splits among them:
+    the hidden size (GPT-2 style: its modeling files refuse the rest) and, in the llama layout,
+    the attention heads over the key/value heads (grouped-query attention)."""
+    dims = {names[0]: hf_size(cfg, where, *names) for names in _SHAPE_FIELDS}
+    missing = [n for n, v in dims.items() if v is None]
+    if missing:
+        raise UserError(f"{where}: field(s) {', '.join(missing)} missing",
+                        fix="use a decoder-only transformer config.json (e.g. llama, gpt2, qwen2)")
+    h, L, a, V = (v or 0 for v in dims.values())
+    kv = hf_size(cfg, where, *hf.KV_HEADS) or a
+    head_dim = hf_size(cfg, where, "head_dim")
+    heads = _set_name(cfg, *_SHAPE_FIELDS[2])
+    if not gated and h % a:
+        raise UserError(f"{where}: `{_set_name(cfg, *_SHAPE_FIELDS[0])}` {h} is not divisible by `{heads}` {a}",
+                        fix="give a head count that divides the hidden size")
+    if gated and a % kv:
+        raise UserError(f"{where}: `{heads}` {a} is not divisible by "
+                        f"`{_set_name(cfg, *hf.KV_HEADS)}` {kv}",
+                        fix="give a key/value head count that divides the attention heads")
+    return h, L, a, V, kv, head_dim or h // a
+
+
+def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
+    """How exact an HF config's parameter count is. A family in autotune.estimate.hf_defaults
+    is counted exactly, its unset fields at the defaults the worker's transformers fills; any
+    other is counted with the llama layout, and where it leaves the MLP width out, that is taken
+    as 4 x hidden (its own default is only transformers')."""
+    if model_type not in hf.TYPE_DEFAULTS:
+        return "approximate: counted with the llama layout" + (
+            "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
+    if not filled:
+        return "exact count"
+    named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
+    return f"exact count; {named} at transformers' {model_type} defaults"
+
+
+def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) -> _Experts | None:
+    """The mixture of experts a config of a MOE family runs, None for a dense family (or a
+    qwen*_moe of 0 experts). Mixtral's every layer is sparse, its experts as wide as
+    intermediate_size; qwen*_moe's every decoder_sparse_step-th layer not in mlp_only_layers,
+    its experts moe_intermediate_size wide (the other layers a dense intermediate_size MLP)."""
+    if mt not in MOE:
+        return None
+    count = hf_size(cfg, where, *hf.names("num_experts", mt), least=0) or 0
+    top_k = hf_size(cfg, where, "num_experts_per_tok") or 1
+    if not count:
+        return None
+    if top_k > count:
+        raise UserError(f"{where}: `num_experts_per_tok` {top_k} is more than the {count} experts",
+                        fix="route each token to at most as many experts as the model has")
+    if mt == "mixtral":
+        return _Experts(count, top_k, ffn, 0, [True] * n_layers)
+    step = hf_size(cfg, where, "decoder_sparse_step") or 1
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise UserError(f"{where}: field `mlp_only_layers` is {json.dumps(dense, default=str)}, not a "
+                        "list of layer numbers", fix="give the dense layers' numbers, e.g. [0, 1], or []")
+    width = hf_size(cfg, where, "moe_intermediate_size") or ffn
+    shared = (hf_size(cfg, where, "shared_expert_intermediate_size") or 0) if mt == "qwen2_moe" else 0
+    return _Experts(count, top_k, width, shared,
+                    [i not in dense and (i + 1) % step == 0 for i in range(n_layers)])
+
+
+def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: int) -> int:
+    """One gated-family attention block's parameters: q, k, v, o and their biases, q/k norms."""
+    q_out, kv_out = a * head_dim, kv * head_dim
+    attn = h * q_out + 2 * h * kv_out + q_out * h  # phi3's fused qkv_proj is the same three
+    if mt == "qwen2" or (mt == "qwen2_moe" and cfg.get("qkv_bias")):  # q/k/v biases, o none
+        attn += q_out + 2 * kv_out
+    elif mt not in _UNBIASED_ATTENTION and cfg.get("attention_bias"):
+        attn += q_out + 2 * kv_out + h
+    if mt in ("qwen3", "qwen3_moe"):
+        attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
+    return attn
+
+
+def _gated_mlps(cfg: dict[str, Any], n_layers: int, h: int, ffn: int,
+                moe: _Experts | None) -> tuple[list[int], int]:
+    """Each layer's MLP parameters (gate, up, down; a mixture: router, experts, shared expert and
+    its gate) and the experts a token skips, summed over layers. Phi3's fused gate_up_proj is
+    the same two matrices."""
+    dense = 3 * h * ffn + (2 * ffn + h if cfg.get("mlp_bias") else 0)
+    if moe is None:
+        return [dense] * n_layers, 0
+    expert = 3 * h * moe.width
+    shared = 3 * h * moe.shared_width + h if moe.shared_width else 0  # + its 1-wide sigmoid gate
+    sparse = moe.experts * h + moe.experts * expert + shared  # router: one logit per expert
+    mlps = [sparse if s else dense for s in moe.sparse]
+    return mlps, sum(moe.sparse) * (moe.experts - moe.top_k) * expert
+
+
+def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
+    """The parameters and shape of the model a config (read_hf_config) builds; `where` names
+    it in errors. The fields it leaves out are at its family's defaults (hf_defaults)."""
+    cfg, filled = hf.with_type_defaults(cfg)
+    mt = str(cfg.get("model_type", "")).lower()
+    gated = mt in GATED or (mt not in PLAIN and cfg.get("hidden_act") in ("silu", "swiglu"))
+    h, L, a, V, kv, head_dim = _hf_dims(cfg, where, gated)
+    ffn_set = hf_size(cfg, where, *hf.FFN)
+    how = _how_counted(mt, filled, ffn_set is not None)
+    ffn = ffn_set if ffn_set is not None else 4 * h
+    tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
+    moe = _experts(cfg, where, mt, L, ffn) if gated else None
+    if gated:  # llama layout: RMSNorm (weight only), no biases but those the family has
+        attn = _attention(cfg, mt, h, a, kv, head_dim)
+        mlps, unrouted = _gated_mlps(cfg, L, h, ffn, moe)
+        norms = (4 if mt == "gemma2" else 2) * h  # gemma2: pre and post the attention and the MLP
+        final_norm = h
+    else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
+        attn = h * 3 * h + 3 * h + h * h + h
+        mlps, unrouted = [h * ffn + ffn + ffn * h + h] * L, 0
+        norms = 2 * 2 * h
+        final_norm = 0 if mt == "opt" and cfg.get("do_layer_norm_before") is False else 2 * h
+    emb = V * h
+    pos = 0
+    if mt in ("gpt2", "gpt_neo"):
+        pos = (hf_size(cfg, where, "n_positions", "max_position_embeddings") or 1024) * h
+    elif mt == "opt":  # OPT offsets positions by 2
+        pos = ((hf_size(cfg, where, "max_position_embeddings") or 2048) + 2) * h
+    head = 0 if tied else V * h
+    # A token runs through its top-k experts and the shared one: the width its activations take.
+    token_ffn = moe.top_k * moe.width + moe.shared_width if moe else ffn
+    # ZeRO-3 gathers one module whole: the embedding, one MLP matrix, or a layer's experts (one
+    # module of all of them).
+    largest = max(emb, h * ffn + ffn, 3 * h * moe.width * moe.experts if moe else 0)
+    if moe:
+        how += (f"; mixture of experts: {moe.experts} experts, {moe.top_k} per token: parameters count "
+                f"all {moe.experts}, FLOPs the {moe.top_k} a token runs")
+    return HFCount(
+        model_type=mt, params=L * (attn + norms) + sum(mlps) + final_norm + emb + pos + head,
+        unrouted_expert_params=unrouted, n_layers=L, d_model=h, n_heads=a, n_kv_heads=kv,
+        vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
+        lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
+        block_params=attn + max(mlps) + norms,
+        # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
+        # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
+        max_seq_len=hf_size(cfg, where, *hf.POSITIONS), how=how)
