@@ -174,6 +174,16 @@ def test_the_worker_counts_the_same_matmul_parameters_as_the_estimate():
         model_type="llama", config_overrides={k: v for k, v in llama.items() if k != "model_type"})),
         torch.device("cpu"))
     assert hf.matmul_params == model_from_hf_config(llama).matmul_params
+    # A mixture of experts: both count the top-k experts a token runs, not all of them (the
+    # worker's MFU counted all 4 experts: 2.4x the N of the estimate; qwen2_moe adds a shared expert).
+    for mt, moe in (("mixtral", dict(num_local_experts=4, num_experts_per_tok=1)),
+                    ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                       shared_expert_intermediate_size=48))):
+        sizes = {**{k: v for k, v in llama.items() if k != "model_type"}, **moe}
+        built = build_workload(TrialConfig(seq_len=32, workload=HFWorkload(
+            model_type=mt, config_overrides=sizes)), torch.device("cpu"))
+        m = model_from_hf_config({"model_type": mt, **sizes})
+        assert built.params == m.params and built.matmul_params == m.matmul_params < m.params, mt
 
 
 # --- Pareto front and hours ----------------------------------------------------------------

@@ -34,6 +34,8 @@ class BuiltWorkload:
     params: int
     shape: dict[str, int] | None = None  # n_layers, d_model (for the FLOPs attention term)
     lookup_params: int = 0  # used only as lookup tables: no matmul FLOPs (autotune.contract.flops)
+    # A mixture of experts' experts beyond a token's top-k: held, no FLOPs for that token.
+    unrouted_expert_params: int = 0
     flops_per_token: float | None = None  # given by the user's entry point, if any
     kind: str = "gpt"
     hf_config: Any = None
@@ -45,8 +47,9 @@ class BuiltWorkload:
 
     @property
     def matmul_params(self) -> int:
-        """The N of 6N: parameters that take part in a matmul for every token."""
-        return self.params - self.lookup_params
+        """The N of 6N: parameters that take part in a matmul for every token (a mixture of
+        experts: the top-k experts a token is routed to, as autotune.estimate counts it)."""
+        return self.params - self.lookup_params - self.unrouted_expert_params
 
 
 def import_workload_modules(cfg: TrialConfig) -> None:
@@ -121,6 +124,7 @@ def _build(cfg: TrialConfig, device: torch.device) -> BuiltWorkload:
                                                       cfg.micro_batch_size, device, seed),
                              params=count_params(model), shape=hf.shape_of(config), kind="hf",
                              hf_config=config, lookup_params=lookup_params(model),
+                             unrouted_expert_params=unrouted_expert_params(model, config),
                              init_module=hf.init_module(model))
     if isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import build_entry_point
@@ -150,6 +154,22 @@ def lookup_params(model: torch.nn.Module) -> int:
         matmul.add(id(out.weight))
     return sum(m.weight.numel() for m in model.modules()
                if isinstance(m, torch.nn.Embedding) and id(m.weight) not in matmul)
+
+
+def unrouted_expert_params(model: torch.nn.Module, config: Any) -> int:
+    """Expert weights a token is not routed to: in each module holding `num_experts` experts
+    as tensors of one row per expert (transformers' mixtures: mixtral, qwen*_moe), all but the
+    config's `num_experts_per_tok` rows; 0 for a dense model."""
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if not isinstance(top_k, int) or top_k <= 0:
+        return 0
+    skipped = 0
+    for module in model.modules():
+        n = getattr(module, "num_experts", None)
+        own = list(module.parameters(recurse=False))
+        if isinstance(n, int) and n > top_k and own and all(p.dim() == 3 and p.shape[0] == n for p in own):
+            skipped += sum(p.numel() for p in own) // n * (n - top_k)
+    return skipped
 
 
 def apply_checkpointing(built: BuiltWorkload, cfg: TrialConfig) -> list[int]:
