@@ -215,7 +215,9 @@ def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_to
         assert (m.params, m.active_params) == (46_702_792_704, 12_879_925_248)
     active = m.active_params - m.lookup_params
     s = 1024
-    attention = 12 * m.n_layers * m.d_model * s
+    # PaLM's 12 L H Q s, H heads of width Q (these families' heads split the hidden size).
+    assert m.n_heads and m.attention_width == m.n_heads * (m.head_width or 0) == m.d_model
+    attention = 12 * m.n_layers * m.attention_width * s
     assert flops_per_token(m, s) == 6 * active + attention
     # Full recompute re-runs the blocks' forward (the LM head and final norm are no block's),
     # with the same top-k experts: not the experts a token skips (all experts: over 2x active).
@@ -223,3 +225,87 @@ def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_to
     blocks = active - m.vocab_size * m.d_model - m.d_model
     assert hardware_flops_per_token(m, s, "full") == pytest.approx(
         6 * active + attention + blocks / active * (2 * active + attention / 3), rel=1e-12)
+
+
+# Heads wider than hidden / heads: 4 heads of 32 over a 64 hidden, as Qwen3-0.6B's 16 heads of
+# 128 over its 1024 hidden and gemma-7b's 16 of 256 over 3072. llama reads head_dim too.
+WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 128,
+              "head_dim": 32}
+
+
+def _saved_bytes(mt: str, s: int, b: int, autocast: bool = False) -> tuple[int, object]:
+    """Bytes autograd saves in one forward + loss of the worker's `mt` model (WIDE_HEADS), as a
+    trial's `activation_saved_bytes` counts them; and its config."""
+    import torch
+
+    from trials.measure import SavedTensorMeter
+    from trials.workloads import hf
+
+    model, config = hf.build_hf_model(HFWorkload(model_type=mt, config_overrides=WIDE_HEADS))
+    ids = torch.randint(0, WIDE_HEADS["vocab_size"], (b, s), generator=torch.Generator().manual_seed(0))
+    with SavedTensorMeter(model) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        model(input_ids=ids, labels=ids).loss.backward()
+    return meter.saved_bytes, config
+
+
+@pytest.mark.parametrize("mt", ["qwen3", "gemma", "llama"])
+def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
+    """Q, K, V and the attention output are heads x head_dim wide, not hidden wide, and qwen3's
+    q_norm / k_norm keep their input and output: the estimate took every width from the hidden
+    size, 12.6% under what gemma and llama saved here and 30% under qwen3 (Qwen3-0.6B at
+    micro-batch 1, seq 2048, bf16: 2,368 MiB estimated, now 3,717 MiB)."""
+    from autotune.contract import Precision
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+
+    s, b = 64, 2
+    saved, config = _saved_bytes(mt, s, b)
+    assert config._attn_implementation == "sdpa"  # fused: the estimate's `attention` default
+    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS})
+    parts = activation_parts(m, MemoryConfig(seq_len=s, micro_batch_size=b, precision=Precision.fp32))
+    assert parts is not None
+    # Saved beside the estimate's tensors, the same for every head width: each RMSNorm (2 a
+    # layer + the final one) also keeps its fp32 normalised input and 1/rms (the estimate counts
+    # a norm's input and output, as Korthikanti's LayerNorm), RoPE's cos and sin (fp32, s x
+    # head_dim, shared by the layers), and the int64 token ids and targets.
+    L, h = WIDE_HEADS["num_hidden_layers"], WIDE_HEADS["hidden_size"]
+    beside = (2 * L + 1) * s * b * (4 * h + 4) + 2 * s * 32 * 4 + 2 * s * b * 8
+    # Every tensor is counted, so the figures agree to the byte for llama and qwen3 in fp32;
+    # 1% covers gemma's own small ones (its norms' 1 + weight, the embedding scale: 0.08%).
+    # With the heads at hidden / heads the figure was 12.6% (gemma, llama) and 30% (qwen3) low.
+    assert parts["kept"] + parts["kept_logits"] + beside == pytest.approx(saved, rel=0.01)
+    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, mt == "qwen3")
+
+
+def test_qk_norm_keeps_an_fp32_input_and_a_16_bit_output_under_autocast():
+    """qwen3 is llama with q_norm / k_norm (WIDE_HEADS alike): under bf16 autocast its extra
+    saved bytes are each norm's fp32 input and 1/rms and its bf16 output: (4 + 2) bytes a
+    query and key element, as the estimate counts them."""
+    from autotune.contract import Precision
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+
+    s, b = 64, 2
+    measured = _saved_bytes("qwen3", s, b, autocast=True)[0] - _saved_bytes("llama", s, b, autocast=True)[0]
+    cfg = MemoryConfig(seq_len=s, micro_batch_size=b, precision=Precision.bf16, engine="ddp")
+    kept = [(activation_parts(model_from_hf_config({"model_type": mt, **WIDE_HEADS}), cfg) or {})["kept"]
+            for mt in ("qwen3", "llama")]
+    assert measured == kept[0] - kept[1] > 0
+
+
+@pytest.mark.parametrize("mt,overrides", [("qwen3", WIDE_HEADS), ("gemma", WIDE_HEADS),
+                                          ("llama", {**WIDE_HEADS, "head_dim": 16}), ("gpt2", GPT2)])
+def test_the_worker_and_the_estimate_take_the_flops_attention_width_alike(mt, overrides):
+    """12 L H Q s (PaLM, Appendix B), H heads of width Q: the worker's MFU (its build's
+    `shape_of`) and the estimate use one width, heads x head_dim, the hidden size where the
+    heads split it (llama at 16, gpt2), twice it here for qwen3 and gemma."""
+    from autotune.contract.flops import model_flops_per_token
+    from autotune.estimate.compute import flops_per_token
+    from trials.workloads import hf
+
+    overrides = {k: v for k, v in overrides.items() if k != "model_type"}
+    _, config = hf.build_hf_model(HFWorkload(model_type=mt, config_overrides=overrides), meta=True)
+    shape = hf.shape_of(config)
+    m = model_from_hf_config({"model_type": mt, **overrides})
+    assert shape is not None and shape["attention_width"] == m.attention_width
+    assert m.attention_width == (128 if mt in ("qwen3", "gemma") else m.d_model)
+    assert flops_per_token(m, 64) == model_flops_per_token(m.matmul_params, shape["n_layers"],
+                                                           shape["attention_width"], 64)

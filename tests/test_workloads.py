@@ -33,7 +33,7 @@ def _loss(built) -> torch.Tensor:
 def test_hf_from_model_type_and_overrides_trains_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     built = build_workload(tiny(workload=HFWorkload(model_type="llama", config_overrides=LLAMA)), CPU)
-    assert built.kind == "hf" and built.shape == {"n_layers": 2, "d_model": 64}
+    assert built.kind == "hf" and built.shape == {"n_layers": 2, "d_model": 64, "attention_width": 64}
     assert built.params == sum(p.numel() for p in built.model.parameters())
     loss = _loss(built)
     loss.backward()
@@ -45,7 +45,7 @@ def test_hf_from_a_local_config_json(tmp_path):
     path.write_text(json.dumps(GPT2_CONFIG))
     built = build_workload(tiny(workload=HFWorkload(config_path=str(path))), CPU)
     assert type(built.model).__name__ == "GPT2LMHeadModel"
-    assert built.shape == {"n_layers": 2, "d_model": 64}
+    assert built.shape == {"n_layers": 2, "d_model": 64, "attention_width": 64}
     # A folder holding config.json works too; overrides apply on top of the file.
     built = build_workload(tiny(workload=HFWorkload(config_path=str(tmp_path),
                                                     config_overrides={"n_layer": 3})), CPU)

@@ -119,7 +119,7 @@ def _flops(cfg, built, recompute: float, recompute_source: str, obs: dict[str, A
         shape = built.shape or {}
         hw_flops = (flops + recompute * _forward_flops(cfg, built) if built.flops_per_token
                     else hardware_flops_per_token(built.matmul_params, shape.get("n_layers"),
-                                                  shape.get("d_model"), cfg.seq_len, recompute))
+                                                  _attention_width(shape), cfg.seq_len, recompute))
         obs["matmul_params"] = built.matmul_params
         obs["hardware_flops_per_token"] = hw_flops
         obs["recompute_fraction"] = recompute
@@ -133,12 +133,19 @@ def _model_flops(cfg, built) -> tuple[float | None, str | None]:
     if not built.params:
         return None, None
     shape = built.shape or {}
-    flops = model_flops_per_token(built.matmul_params, shape.get("n_layers"), shape.get("d_model"),
+    flops = model_flops_per_token(built.matmul_params, shape.get("n_layers"), _attention_width(shape),
                                   cfg.seq_len)
     if built.shape is None:
         return flops, "FLOPs per token = 6N only: the model's layer count and width are unknown, " \
                       "so attention FLOPs are left out"
     return flops, None
+
+
+def _attention_width(shape: dict[str, int]) -> int | None:
+    """The FLOPs attention term's width: heads x head_dim where the build knows it (a Hugging
+    Face config's, trials/workloads/hf.py `shape_of`), else the hidden size (the built-in GPT,
+    an entry point's `d_model`)."""
+    return shape.get("attention_width") or shape.get("d_model")
 
 
 def _forward_flops(cfg, built) -> float:

@@ -74,7 +74,7 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
         engine=str(mcfg.resolved_engine),
         flops_per_token=flops_per_token(shape, seq_len),
         # The rule behind it: without layers and hidden size the attention term is left out.
-        flops_rule="6N + 12Lds" if shape.n_layers and shape.d_model else "6N (no layers/hidden: no attention term)",
+        flops_rule=_flops_rule(shape),
         hardware_flops_per_token=hardware_flops_per_token(
             shape, seq_len, mcfg.checkpointing.value,
             None if shape.n_layers is None else recomputed_layers(
@@ -90,6 +90,17 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
         doc.update(gpu=gpu, gpu_memory_bytes=gpu_mem, safety_margin=DEFAULT_SAFETY_MARGIN,
                    fits=False if over else (None if est.activations_bytes is None else True))
     return doc
+
+
+def _flops_rule(shape) -> str:
+    """The FLOPs rule behind `flops_per_token`: without layers and hidden size the attention
+    term is left out; its width d is heads x head_dim, said where that is not the hidden size."""
+    if not (shape.n_layers and shape.d_model):
+        return "6N (no layers/hidden: no attention term)"
+    if shape.attention_width != shape.d_model:
+        return (f"6N + 12Lds, d = {shape.n_heads} heads x {shape.head_width} head_dim = "
+                f"{shape.attention_width} (hidden {shape.d_model})")
+    return "6N + 12Lds"
 
 
 def _seq_len_for(shape, seq_len: int | None) -> int:

@@ -1,7 +1,7 @@
 """FLOPs per trained token and utilisation: one rule for the worker's measured MFU
 (`trials/measure.py`) and the controller's estimates (`autotune.estimate.compute`).
 
-    model_flops_per_token(matmul_params=85e6, n_layers=12, d_model=768, seq_len=1024)
+    model_flops_per_token(matmul_params=85e6, n_layers=12, attn_width=768, seq_len=1024)
     hardware_flops_per_token(..., recompute_fraction=1.0)      # full recompute: 8N + 16Lds
     utilization(tokens_per_s, flops_per_token, num_devices=8, device_peak_flops=989e12)
 
@@ -14,31 +14,44 @@ inflate MFU most for small models with large vocabularies or contexts, the model
 from __future__ import annotations
 
 
-def attention_flops_per_token(n_layers: int | None, d_model: int | None, seq_len: int) -> float:
-    """12 * L * d * s: attention scores and weighted sum, forward + backward, at full
-    (non-causal) cost, as in PaLM (Chowdhery et al. 2022, Appendix B); 0 when the shape is
-    unknown (the caller says so)."""
-    if not n_layers or not d_model:
+def attention_width(d_model: int | None, n_heads: int | None, head_dim: int | None) -> int | None:
+    """The width of the attention score and weighted-sum matmuls: heads x head width (PaLM's
+    H * Q). It is the hidden size d unless a config sets its own head width (Qwen3-0.6B: 16
+    heads of 128 over a 1024 hidden, 2048 wide; gemma-7b: 16 x 256 over 3072). The one rule
+    for the estimate (ModelShape.attention_width) and the worker (trials/workloads/hf.py
+    `shape_of`)."""
+    if n_heads and head_dim:
+        return n_heads * head_dim
+    return d_model
+
+
+def attention_flops_per_token(n_layers: int | None, attn_width: int | None, seq_len: int) -> float:
+    """12 * L * (H * Q) * s: attention scores and weighted sum, forward + backward, at full
+    (non-causal) cost, as in PaLM (Chowdhery et al. 2022, Appendix B: 12 L H Q T, H heads of
+    width Q); H * Q is `attention_width`, d where the heads split the hidden size. 0 when the
+    shape is unknown (the caller says so)."""
+    if not n_layers or not attn_width:
         return 0.0
-    return 12.0 * n_layers * d_model * seq_len
+    return 12.0 * n_layers * attn_width * seq_len
 
 
-def model_flops_per_token(matmul_params: float, n_layers: int | None, d_model: int | None,
+def model_flops_per_token(matmul_params: float, n_layers: int | None, attn_width: int | None,
                           seq_len: int) -> float:
-    """Model FLOPs per trained token (the MFU numerator): 6N + 12 * L * d * s.
+    """Model FLOPs per trained token (the MFU numerator): 6N + 12 * L * d * s, d the
+    attention width (`attention_width`).
 
     6N: 2N forward + 4N backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
     Models", sec. 2.1), N = `matmul_params`."""
-    return 6.0 * matmul_params + attention_flops_per_token(n_layers, d_model, seq_len)
+    return 6.0 * matmul_params + attention_flops_per_token(n_layers, attn_width, seq_len)
 
 
-def hardware_flops_per_token(matmul_params: float, n_layers: int | None, d_model: int | None,
+def hardware_flops_per_token(matmul_params: float, n_layers: int | None, attn_width: int | None,
                              seq_len: int, recompute_fraction: float) -> float:
     """FLOPs the hardware executes per token (the HFU numerator), recomputation included:
     a fraction f of the blocks recomputed adds f of one forward, (6 + 2f)N + (12 + 4f)Lds;
     full recompute (f = 1) is 8N + 16Lds (PaLM Appendix B)."""
-    forward = 2.0 * matmul_params + attention_flops_per_token(n_layers, d_model, seq_len) / 3.0
-    return (model_flops_per_token(matmul_params, n_layers, d_model, seq_len)
+    forward = 2.0 * matmul_params + attention_flops_per_token(n_layers, attn_width, seq_len) / 3.0
+    return (model_flops_per_token(matmul_params, n_layers, attn_width, seq_len)
             + max(0.0, recompute_fraction) * forward)
 
 

@@ -41,7 +41,8 @@ def dtype_bytes(precision: Precision) -> int:
 
 
 def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
-                           n_kv_heads: int | None = None, gated_mlp: bool = False,
+                           n_kv_heads: int | None = None, head_dim: int | None = None,
+                           qk_norm: bool = False, gated_mlp: bool = False,
                            residual_bytes: int = 2, compute_bytes: int = 2,
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False) -> float:
@@ -54,20 +55,28 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       `residual_bytes` each), the two LayerNorm outputs = inputs of the QKV and MLP-up
       matmuls (`compute_bytes`), and with dropout the two 1-byte masks after attention and MLP;
     - split by TP: Q, K, V; the attention output (input of the output projection); the MLP
-      hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product);
+      hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product).
+      Q and the attention output are heads x `head_dim` wide, K and V key/value heads x
+      `head_dim` (default h / a: the paper's h; Qwen3-0.6B's 16 heads of 128 make Q 2048 wide
+      over its 1024 hidden). `qk_norm` (qwen3): each Q and K head's RMSNorm keeps its input
+      in fp32 (it normalises in fp32), its fp32 1/rms per head and its normalised output in
+      the compute dtype (transformers 5.25.0 Qwen3RMSNorm);
     - attention core: eager stores the softmax output (+ dropout mask and output);
       fused (SDPA / flash) stores only a fp32 log-sum-exp per head and token;
       recompute (Korthikanti's selective recompute) stores nothing.
     """
     f = ffn if ffn is not None else 4 * h
     kv = n_kv_heads if n_kv_heads is not None else a
+    hd = head_dim or h // a
     r, c = residual_bytes, compute_bytes
     sbh = s * b * h
     unsplit = sbh * (2 * r + 2 * c + (2 if dropout else 0))
-    qkv = s * b * (h + 2 * kv * (h // a)) * c
-    attn_out = sbh * c
+    q_width, kv_width = a * hd, kv * hd
+    qkv = s * b * (q_width + 2 * kv_width) * c
+    attn_out = s * b * q_width * c
+    qk_normed = s * b * ((q_width + kv_width) * (4 + c) + 4 * (a + kv)) if qk_norm else 0
     mlp = s * b * f * c * (4 if gated_mlp else 2)
-    split = qkv + attn_out + mlp
+    split = qkv + attn_out + qk_normed + mlp
     if attention == "eager":
         core = a * s * s * b * (c + ((1 + c) if dropout else 0))
     elif attention == "fused":
@@ -125,9 +134,9 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     c = dtype_bytes(cfg.precision)
     r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
     full = layer_activation_bytes(
-        s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, gated_mlp=model.gated_mlp,
-        residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
-        sequence_parallel=cfg.sequence_parallel)
+        s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, head_dim=model.head_width,
+        qk_norm=model.qk_norm, gated_mlp=model.gated_mlp, residual_bytes=r, compute_bytes=c,
+        attention=cfg.attention, dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel)
     n_rec = recomputed_layers(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every)
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
     kept = (dims.n_layers - n_rec) * full + n_rec * kept_input

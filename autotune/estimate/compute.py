@@ -19,8 +19,8 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
+from autotune.contract.flops import attention_width, model_flops_per_token, utilization
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
-from autotune.contract.flops import model_flops_per_token, utilization
 from autotune.errors import UserError, read_text_file
 from autotune.estimate import hf_count
 
@@ -54,6 +54,10 @@ class ModelShape(BaseModel):
     d_model: int | None = None
     n_heads: int | None = None
     n_kv_heads: int | None = None
+    head_dim: int | None = Field(
+        default=None, gt=0, description="width of one attention head where a config sets it apart "
+                                        "from d_model / n_heads (Qwen3, gemma); None: d_model / n_heads")
+    qk_norm: bool = Field(default=False, description="RMSNorm over each query and key head (qwen3)")
     vocab_size: int | None = None
     ffn_hidden: int | None = None
     gated_mlp: bool = False
@@ -85,6 +89,19 @@ class ModelShape(BaseModel):
         if self.n_layers is None or self.d_model is None or self.n_heads is None or self.vocab_size is None:
             return None
         return Dims(self.n_layers, self.d_model, self.n_heads, self.vocab_size)
+
+    @property
+    def head_width(self) -> int | None:
+        """One attention head's width: `head_dim`, else d_model / n_heads; None unknown."""
+        if self.head_dim:
+            return self.head_dim
+        return self.d_model // self.n_heads if self.d_model and self.n_heads else None
+
+    @property
+    def attention_width(self) -> int | None:
+        """Heads x head width: the queries' and the attention output's width, and that of the
+        FLOPs attention term (autotune.contract.flops.attention_width)."""
+        return attention_width(self.d_model, self.n_heads, self.head_width)
 
     @property
     def tp_heads(self) -> int | None:
@@ -175,7 +192,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     return ModelShape(
         name=str(cfg.get("_name_or_path") or c.model_type or where), params=c.params,
         unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
-        n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
+        n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
+        vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,
         # "config" names a config given as fields (a spec's model_type): said once, not twice.
@@ -231,9 +249,10 @@ def model_from_workload(workload: Any) -> ModelShape | None:
 
 def flops_per_token(model: ModelShape, seq_len: int) -> float:
     """Model FLOPs per trained token (the MFU numerator) of a model: 6N + 12 * L * d * s with
-    N = `matmul_params` (`autotune.contract.flops`, the rule the worker's MFU follows). Without
-    layers/hidden (`--params N` alone) the attention term is left out."""
-    return model_flops_per_token(model.matmul_params, model.n_layers, model.d_model, seq_len)
+    N = `matmul_params` and d the attention width, heads x head width (`autotune.contract.flops`,
+    the rule the worker's MFU follows). Without layers/hidden (`--params N` alone) the
+    attention term is left out."""
+    return model_flops_per_token(model.matmul_params, model.n_layers, model.attention_width, seq_len)
 
 
 def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompute = "none",
@@ -251,7 +270,7 @@ def hardware_flops_per_token(model: ModelShape, seq_len: int, recompute: Recompu
         # The blocks' share of the FLOPs: a mixture's experts a token skips are not re-run either.
         blocks = model.n_layers * model.block_params - model.unrouted_expert_params
         f *= min(1.0, blocks / model.matmul_params)
-    return _hardware_flops(model.matmul_params, model.n_layers, model.d_model, seq_len, f)
+    return _hardware_flops(model.matmul_params, model.n_layers, model.attention_width, seq_len, f)
 
 
 def mfu(tokens_per_s: float, flops_per_token_: float, num_devices: int,

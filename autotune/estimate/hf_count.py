@@ -28,6 +28,8 @@ GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "ph
          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
+# Families that normalise each query and key head (q_norm, k_norm) before the rotary embedding.
+QK_NORM = {"qwen3", "qwen3_moe"}
 # Families whose attention projections have no bias whatever attention_bias says (their
 # modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
 _UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
@@ -47,6 +49,8 @@ class HFCount(NamedTuple):
     d_model: int
     n_heads: int
     n_kv_heads: int
+    head_dim: int  # one attention head's width (a config's head_dim, else hidden / heads)
+    qk_norm: bool  # an RMSNorm over each query and key head (qwen3, qwen3_moe)
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
     gated_mlp: bool
@@ -188,7 +192,7 @@ def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: 
         attn += q_out + 2 * kv_out
     elif mt not in _UNBIASED_ATTENTION and cfg.get("attention_bias"):
         attn += q_out + 2 * kv_out + h
-    if mt in ("qwen3", "qwen3_moe"):
+    if mt in QK_NORM:
         attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
     return attn
 
@@ -248,6 +252,8 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     return HFCount(
         model_type=mt, params=L * (attn + norms) + sum(mlps) + final_norm + emb + pos + head,
         unrouted_expert_params=unrouted, n_layers=L, d_model=h, n_heads=a, n_kv_heads=kv,
+        # The plain layout splits the hidden size among its heads (a head_dim there is unread).
+        head_dim=head_dim if gated else h // a, qk_norm=gated and mt in QK_NORM,
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
         block_params=attn + max(mlps) + norms,

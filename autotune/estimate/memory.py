@@ -185,8 +185,9 @@ def optimizer_state_bytes_per_param(optimizer: OptimizerName, model: ModelShape)
     if dims is not None:
         h, V, L = dims.d_model, dims.vocab_size, dims.n_layers
         f = model.ffn_hidden or 4 * h
-        kv = (model.n_kv_heads or dims.n_heads) * (h // dims.n_heads)
-        per_layer = (h + h + 2 * (h + kv)) + (h + h)  # q, k, v, o
+        q = model.attention_width or h
+        kv = (model.n_kv_heads or dims.n_heads) * (q // dims.n_heads)
+        per_layer = (h + q + 2 * (h + kv)) + (q + h)  # q, k, v, o
         per_layer += (3 if model.gated_mlp else 2) * (h + f)
         factored = L * per_layer + (V + h) * (1 if model.tied_embeddings else 2)
         return 4.0 * factored / model.params

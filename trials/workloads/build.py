@@ -32,7 +32,7 @@ class BuiltWorkload:
     model: torch.nn.Module
     batches: Iterator[Any]
     params: int
-    shape: dict[str, int] | None = None  # n_layers, d_model (for the FLOPs attention term)
+    shape: dict[str, int] | None = None  # n_layers, d_model[, attention_width] (FLOPs attention term)
     lookup_params: int = 0  # used only as lookup tables: no matmul FLOPs (autotune.contract.flops)
     # A mixture of experts' experts beyond a token's top-k: held, no FLOPs for that token.
     unrouted_expert_params: int = 0

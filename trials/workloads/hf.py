@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from autotune.contract import HFWorkload
+from autotune.contract.flops import attention_width
 from trials.errors import UnsupportedConfig
 
 
@@ -187,12 +188,17 @@ def init_module(model: torch.nn.Module):
 
 
 def shape_of(config: Any) -> dict[str, int] | None:
-    """n_layers / d_model for the FLOPs attention term, where the config names them."""
+    """n_layers, d_model and the attention width (heads x head_dim: the FLOPs attention term's
+    width, by the estimate's rule, autotune.contract.flops.attention_width), where the config
+    names them."""
     n_layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
     d_model = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
     if not n_layers or not d_model:
         return None
-    return {"n_layers": int(n_layers), "d_model": int(d_model)}
+    heads = getattr(config, "num_attention_heads", None)
+    # A head_dim transformers reads (llama-layout families); gpt2 / gpt_neox / opt have none.
+    width = attention_width(int(d_model), heads, getattr(config, "head_dim", None))
+    return {"n_layers": int(n_layers), "d_model": int(d_model), "attention_width": int(width or d_model)}
 
 
 def decoder_layers(model: torch.nn.Module, config: Any) -> list[torch.nn.Module]:
