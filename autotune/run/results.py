@@ -126,7 +126,13 @@ def _cause_order(r: TrialResult) -> tuple[int, float]:
 
 
 def _exit_codes_by_pid(err_path: Path, out_path: Path) -> dict[int, int]:
-    """The exit code of each failed rank's process, from the launcher's failure summary."""
+    """The exit code of each failed rank's process, from the launcher's failure summary.
+
+    torchrun's only: DeepSpeed's launcher (deepspeed/launcher/launch.py, 0.19.8, read 2026-12-07)
+    logs "<cmd> exits with return code = N" for the first process it finds ended, but `cmd`
+    is the last rank it spawned, whichever failed, and N may be a survivor's (a rank SIGKILLed
+    while its peer exits 1 on the closed connection logged "rank 1 ... code = 1"), so it is
+    not read: such a rank is reported without its exit code."""
     codes: dict[int, int] = {}
     for path in (err_path, out_path):
         for code, pid in _ELASTIC_EXITCODE.findall(log_tail(path, TRACEBACK_LOOKBACK_CHARS)):
