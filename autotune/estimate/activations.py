@@ -14,6 +14,7 @@ from autotune.contract import Checkpointing, Precision
 
 if TYPE_CHECKING:
     from autotune.estimate.compute import ModelShape
+    from autotune.estimate.hf_count import Norm
 
 Attention = Literal["fused", "eager", "recompute"]
 
@@ -40,9 +41,33 @@ def dtype_bytes(precision: Precision) -> int:
     return 4 if precision is Precision.fp32 else 2
 
 
+def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int = 1) -> tuple[int, int]:
+    """(bytes per element, bytes per token) one norm before `readers` matmuls keeps for backward.
+
+    LayerNorm: its input (the residual stream, `residual_bytes`) and its output, the matmuls'
+    input (`compute_bytes`). transformers' RMSNorm (5.25.0, LlamaRMSNorm) runs
+    `x.to(float32)`, `pow(2).mean`, `* rsqrt(.)`, `.to(x.dtype)`, `weight *`: autograd keeps the
+    fp32 input (x itself where the stream is fp32, else a new fp32 copy: the 16-bit x is kept by
+    no one), the fp32 1/rms per token, the normalised tensor in the stream's dtype (gemma's
+    stays fp32: it multiplies by 1 + weight before casting back) and the output. Under
+    autocast (a 16-bit compute dtype over an fp32 stream) that output is fp32 and each reading
+    matmul casts its own 16-bit copy (autocast caches only the weights' casts): llama's q, k
+    and v keep three, gate and up two. Measured with trials.measure.SavedTensorMeter on the
+    worker's build (tests/test_hf_shape.py), per element of the hidden size:
+    fp32 12 (LayerNorm 8); bf16 autocast 8 + 2 x readers (LayerNorm 6); bf16 weights 8
+    (gemma 10; LayerNorm 4); and 4 bytes per token for the 1/rms."""
+    r, c = residual_bytes, compute_bytes
+    copies = readers if r != c else 1
+    if norm == "layernorm":
+        return r + c * copies, 0
+    normed = 4 if norm == "gemma_rmsnorm" else r
+    return 4 + normed + c * copies, 4
+
+
 def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
                            n_kv_heads: int | None = None, head_dim: int | None = None,
-                           qk_norm: bool = False, gated_mlp: bool = False,
+                           qk_norm: bool = False, gated_mlp: bool = False, norm: Norm = "layernorm",
+                           norm_readers: tuple[int, int] = (1, 1), post_norms: bool = False,
                            residual_bytes: int = 2, compute_bytes: int = 2,
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False) -> float:
@@ -54,6 +79,10 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     - not split by TP (unless sequence parallel): the two LayerNorm inputs (residual stream,
       `residual_bytes` each), the two LayerNorm outputs = inputs of the QKV and MLP-up
       matmuls (`compute_bytes`), and with dropout the two 1-byte masks after attention and MLP;
+      an RMSNorm keeps more (`norm_bytes`, `norm_readers` the matmuls reading the attention's
+      and the MLP's norm); `post_norms` (gemma2) adds a norm after the attention and the MLP,
+      whose fp32 input copy and fp32 normalised tensor are kept (its output joins the stream;
+      read off gemma's norm, not measured whole: the worker's gemma2 runs eager attention);
     - split by TP: Q, K, V; the attention output (input of the output projection); the MLP
       hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product).
       Q and the attention output are heads x `head_dim` wide, K and V key/value heads x
@@ -70,7 +99,9 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     hd = head_dim or h // a
     r, c = residual_bytes, compute_bytes
     sbh = s * b * h
-    unsplit = sbh * (2 * r + 2 * c + (2 if dropout else 0))
+    pre = [norm_bytes(norm, r, c, k) for k in norm_readers]
+    post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
+    unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
     q_width, kv_width = a * hd, kv * hd
     qkv = s * b * (q_width + 2 * kv_width) * c
     attn_out = s * b * q_width * c
@@ -84,9 +115,11 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     else:
         core = 0
     split += core
+    # Gemma's norms keep their 1 + weight in fp32, whole on every rank (h wide, per norm).
+    ones = 4 * h * (4 if post_norms else 2) if norm == "gemma_rmsnorm" else 0
     if sequence_parallel:
-        return (unsplit + split) / t
-    return unsplit + split / t
+        return (unsplit + split) / t + ones
+    return unsplit + split / t + ones
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1,
@@ -114,6 +147,21 @@ def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -
     return 0
 
 
+def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) -> int:
+    """What a transformers llama-family model keeps outside its blocks (an RMSNorm family,
+    measured as `norm_bytes`): RoPE's cos and sin (s x head width, in the stream's dtype, one
+    pair shared by every layer), the int64 token ids (the embedding's) and targets (the loss's),
+    the loss's fp32 token count; gemma: the final norm's fp32 1 + weight and the embedding
+    scale (in the weights' dtype). Whole on every TP rank. The LayerNorm models keep their
+    figures (the built-in GPT's are pinned in tests/test_estimate.py)."""
+    if model.norm == "layernorm":
+        return 0
+    kept = 2 * s * (model.head_width or 0) * residual_bytes + 2 * s * b * 8 + 4
+    if model.norm == "gemma_rmsnorm":
+        kept += 4 * (model.d_model or 0) + residual_bytes
+    return kept
+
+
 def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int] | None:
     """Activation bytes per rank: `kept` for backward by the blocks and the final norm
     (what a saved-tensor meter sees), `recompute_transient` (one recomputed block's full set
@@ -135,12 +183,15 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
     full = layer_activation_bytes(
         s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, head_dim=model.head_width,
-        qk_norm=model.qk_norm, gated_mlp=model.gated_mlp, residual_bytes=r, compute_bytes=c,
-        attention=cfg.attention, dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel)
+        qk_norm=model.qk_norm, gated_mlp=model.gated_mlp, norm=model.norm,
+        norm_readers=model.norm_readers, post_norms=model.post_norms, residual_bytes=r,
+        compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
+        sequence_parallel=cfg.sequence_parallel)
     n_rec = recomputed_layers(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every)
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
     kept = (dims.n_layers - n_rec) * full + n_rec * kept_input
-    kept += s * b * h * (r + c)  # final LayerNorm input and output (the LM head's input)
+    per_element, per_token = norm_bytes(model.norm, r, c)  # the final norm: the LM head reads it
+    kept += s * b * (h * per_element + per_token) + model_level_bytes(model, s, b, r)
     # Logits: the fp32 log-softmax output is kept for backward, and the backward of the loss
     # holds its gradient and the logits' gradient at once: 3 fp32 copies. Whole on every TP
     # rank: the LM head is not split (trials/engines/tp.py splits the blocks only).

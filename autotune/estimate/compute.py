@@ -58,6 +58,13 @@ class ModelShape(BaseModel):
         default=None, gt=0, description="width of one attention head where a config sets it apart "
                                         "from d_model / n_heads (Qwen3, gemma); None: d_model / n_heads")
     qk_norm: bool = Field(default=False, description="RMSNorm over each query and key head (qwen3)")
+    norm: hf_count.Norm = Field(default="layernorm", description="the blocks' norm, as the activations count "
+                       "it (autotune.estimate.activations.norm_bytes): transformers' RMSNorm keeps more")
+    norm_readers: tuple[int, int] = Field(
+        default=(1, 1), description="matmuls reading the attention's and the MLP's norm output "
+                                    "(llama: q, k, v and gate, up): under autocast each keeps its own "
+                                    "16-bit copy")
+    post_norms: bool = Field(default=False, description="a norm after the attention and the MLP too (gemma2)")
     vocab_size: int | None = None
     ffn_hidden: int | None = None
     gated_mlp: bool = False
@@ -193,6 +200,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         name=str(cfg.get("_name_or_path") or c.model_type or where), params=c.params,
         unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
+        norm=c.norm, norm_readers=c.norm_readers, post_norms=c.model_type == "gemma2",
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from autotune.contract import HFWorkload
 from autotune.errors import UserError, read_text_file
@@ -30,6 +30,16 @@ PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 # Families that normalise each query and key head (q_norm, k_norm) before the rotary embedding.
 QK_NORM = {"qwen3", "qwen3_moe"}
+# How a model normalises, as its activations count it (autotune.estimate.activations.norm_bytes):
+# "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT, gpt2 / opt /
+# gpt_neox); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
+# "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32.
+Norm = Literal["layernorm", "rmsnorm", "gemma_rmsnorm"]
+# Families whose modeling files normalise with an RMSNorm over an fp32 copy (LlamaRMSNorm and
+# its copies; gemma's keeps the normalised tensor fp32), measured in tests/test_hf_shape.py.
+# The approximate families keep the LayerNorm count: what they save is not measured.
+GEMMA_NORM = {"gemma", "gemma2"}
+RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe"} | GEMMA_NORM
 # Families whose attention projections have no bias whatever attention_bias says (their
 # modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
 _UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
@@ -51,6 +61,8 @@ class HFCount(NamedTuple):
     n_kv_heads: int
     head_dim: int  # one attention head's width (a config's head_dim, else hidden / heads)
     qk_norm: bool  # an RMSNorm over each query and key head (qwen3, qwen3_moe)
+    norm: Norm  # the blocks' norm as the activations count it (ModelShape.norm)
+    norm_readers: tuple[int, int]  # matmuls reading the attention's and the MLP's norm output
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
     gated_mlp: bool
@@ -254,6 +266,10 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         unrouted_expert_params=unrouted, n_layers=L, d_model=h, n_heads=a, n_kv_heads=kv,
         # The plain layout splits the hidden size among its heads (a head_dim there is unread).
         head_dim=head_dim if gated else h // a, qk_norm=gated and mt in QK_NORM,
+        norm="gemma_rmsnorm" if mt in GEMMA_NORM else "rmsnorm" if mt in RMSNORM else "layernorm",
+        # q, k, v and gate, up read the norms apart; phi3 fuses each; a mixture's router reads
+        # the MLP's norm through a matmul (its experts index rows of the output, not counted).
+        norm_readers=(1, 1) if mt == "phi3" else (3, 1) if moe else (3, 2) if gated else (1, 1),
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
         block_params=attn + max(mlps) + norms,
