@@ -364,3 +364,28 @@ def test_a_note_dates_only_the_prices_a_bill_used(cli, tmp_path, monkeypatch):
     top = cat.offer(doc["bills"][0]["offer"])
     assert (f"price of {top.name}: at ${doc['bills'][0]['price_usd_per_gpu_hour']:.3f}/GPU-h, priced "
             f"{top.price_date} ({top.provider}: {top.price_source})") in " ".join(out.split())
+
+
+def test_plan_shows_configs_it_cannot_tell_apart_on_one_line(cli, tmp_path, monkeypatch):
+    """On one GPU the plan's models move no bytes for ZeRO or FSDP2, and fp16 runs at bf16's
+    peak: such configs tie to the cent on one offer. They fill one line with a note, not `--top`
+    lines of the same figures (it showed ten copies of one bill and no other option)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [1, 2], "micro_batch_size": [4], "precision": ["bf16", "fp16"],
+        "checkpointing": ["none"], "zero_stage": [0, 1, 2], "tp_degree": [1]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "small"}, "seq_len": 1024, "target": {"tokens": 1e10},
+        "space": str(tmp_path / "space.yaml")}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "500")
+    assert code == 0, err
+    bills = json.loads(out)["bills"]
+    first = [b for b in bills if (b["offer"], b["usd"]) == (bills[0]["offer"], bills[0]["usd"])]
+    assert len(first) == 6 and {b["gpus"] for b in first} == {1}  # bf16/fp16 x ZeRO 0-2
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--top", "3")
+    lines = out.split("cheapest\n", 1)[1].split("fastest\n", 1)[0].splitlines()
+    ranked = [ln for ln in lines if ln.lstrip()[:1].isdigit()]
+    assert len(ranked) == 3 and ranked[0].lstrip().startswith("1-6. ")
+    assert lines[1].strip().startswith("the same estimate with zero1; zero2; fp16; fp16 zero1; +1 more")
+    # Each line shown is another bill: no two lines the same offer at the same price.
+    assert len({(ln.split(" on ")[1].split()[0], ln.split("  $")[1].split()[0]) for ln in ranked}) == 3

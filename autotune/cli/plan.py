@@ -9,7 +9,7 @@ printed with `autotune cost`'s helpers (autotune/cli/cost.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -78,17 +78,21 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(f"[dim]assumed: {a}[/]", soft_wrap=True)
     if result.bills:  # else why_none says why nothing is recommended
         c.print("[bold]cheapest[/]")
-    for b in result.bills[:top]:
-        c.print(f"{b.rank_usd:>4}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
+    for b, tied in tied_groups(result.bills, top):
+        ranks = f"{b.rank_usd}-{tied[-1].rank_usd}" if tied else f"{b.rank_usd}"
+        c.print(f"{ranks:>5}. {b.config} on {b.offer} ({b.pricing}, {b.region}: {rented(b)}): "
                 f"{b.tokens_per_s:,.0f} tok/s "
                 f"(estimated)  eff {b.scaling_efficiency:.0%}  {fmt_hours(b.hours)}  "
                 f"{fmt_gpu_hours(b.gpu_hours)} {b.price_unit}-h  "
                 f"[bold]${b.usd:,.2f}[/]  worst ${b.usd_worst_case:,.2f}", soft_wrap=True)
+        if tied:
+            c.print(f"[dim]       the same estimate with {tie_text(b, tied)}: the plan's models do not "
+                    "tell these apart (a sweep measures them)[/]", soft_wrap=True)
     if fastest:
         c.print("[bold]fastest[/]")
-    for b in fastest[: min(top, 5)]:
-        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}",
-                soft_wrap=True)
+    for b, tied in tied_groups(fastest, min(top, 5)):
+        c.print(f"      {b.config} on {b.offer} ({b.region}: {rented(b)}): {fmt_hours(b.hours)}  ${b.usd:,.2f}"
+                + (f"  [dim](the same with {tie_text(b, tied)})[/]" if tied else ""), soft_wrap=True)
     for note in result.limit_notes:  # what the spec's limits kept from the lists above
         c.print(f"[yellow]{note}[/]", soft_wrap=True)
     for line in explain(result.bills):
@@ -102,6 +106,35 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
     for line in offer_notes(result.bills[:top] + fastest[: min(top, 5)]):
         c.print(f"[dim]{line}[/]", soft_wrap=True)
     c.print(price_used_note(catalog, _priced(result, top)), soft_wrap=True, markup=False)
+
+
+def tied_groups(bills: list, top: int) -> list[tuple[Any, list]]:
+    """The first `top` bills, each followed by the bills right after it that it ties with: the
+    same offer, region, GPU count, throughput and dollars, another config (on one GPU, ZeRO
+    stages and FSDP2 move no bytes in the plan's model, and fp16 runs at bf16's peak).
+    `top` counts the lines shown, so ten ties do not fill the list."""
+    groups: list[tuple[Any, list]] = []
+    for b in bills:
+        if groups and _ties(groups[-1][0], b):
+            groups[-1][1].append(b)
+        elif len(groups) == top:
+            break
+        else:
+            groups.append((b, []))
+    return groups
+
+
+def _ties(a, b) -> bool:
+    return ((a.offer, a.region, a.gpus, a.tokens_per_s, round(a.usd, 2), round(a.usd_worst_case, 2))
+            == (b.offer, b.region, b.gpus, b.tokens_per_s, round(b.usd, 2), round(b.usd_worst_case, 2)))
+
+
+def tie_text(first, tied: list, shown: int = 4) -> str:
+    """What each tied config changes from the first's label: 'zero1; fp16 zero1; +3 more'."""
+    own = set(first.config.split())
+    diffs = [" ".join(w for w in t.config.split() if w not in own) or t.config for t in tied]
+    more = f"; +{len(diffs) - shown} more" if len(diffs) > shown else ""
+    return "; ".join(diffs[:shown]) + more
 
 
 def _priced(result, top: int) -> list[str]:
