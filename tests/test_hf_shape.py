@@ -233,6 +233,19 @@ WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_positio
               "head_dim": 32}
 
 
+# Families the activation tests measure beyond llama's layout, at sizes that exercise them:
+# phi3's fused qkv_proj / gate_up_proj (its end and pad tokens in the 256-word vocabulary);
+# mixtral top-2 of 4 experts; qwen2_moe a shared expert and a dense layer among sparse ones;
+# qwen3_moe a renormalising router (norm_topk_prob) and a dense first layer.
+FAMILIES = {"phi3": {"pad_token_id": 0, "eos_token_id": 0},
+            "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+            "qwen2_moe": {"num_hidden_layers": 3, "num_experts": 4, "num_experts_per_tok": 2,
+                          "moe_intermediate_size": 48, "shared_expert_intermediate_size": 40,
+                          "mlp_only_layers": [1]},
+            "qwen3_moe": {"num_experts": 5, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                          "norm_topk_prob": True, "mlp_only_layers": [0]}}
+
+
 # The three ways a trial holds a 16-bit step's tensors, as the estimate names them (precision,
 # MemoryConfig.engine): fp32; bf16 autocast over fp32 weights (DDP, TP, accelerate: an fp32
 # residual stream); bf16 weights (DeepSpeed bf16, FSDP2's bf16 gathers: all 16-bit).
@@ -252,7 +265,7 @@ def _saved_bytes(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict 
     from trials.measure import SavedTensorMeter
     from trials.workloads import hf
 
-    wl = HFWorkload(model_type=mt, config_overrides={**WIDE_HEADS, **(overrides or {})})
+    wl = HFWorkload(model_type=mt, config_overrides={**WIDE_HEADS, **FAMILIES.get(mt, {}), **(overrides or {})})
     model, config = hf.build_hf_model(wl)
     if checkpointing:
         hf.apply_checkpointing(model, config, *checkpointing)
@@ -263,9 +276,10 @@ def _saved_bytes(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict 
     with SavedTensorMeter(model) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         model(input_ids=ids, labels=ids).loss.backward()
     casts = 0
-    if autocast:
+    if autocast:  # nn.Linear weights, and a mixture's router weight (F.linear); not the experts'
         assert not checkpointing
-        casts = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        casts = 2 * sum(m.weight.numel() for m in model.modules()
+                        if isinstance(m, torch.nn.Linear) or type(m).__name__.endswith("TopKRouter"))
     return meter.saved_bytes - casts, config
 
 
@@ -276,7 +290,7 @@ def _estimated(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict | 
 
     precision, engine = LAYOUTS[layout]
     mode, every = checkpointing or ("none", 1)
-    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **(overrides or {})})
+    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {}), **(overrides or {})})
     cfg = MemoryConfig(seq_len=s, micro_batch_size=b, precision=precision, engine=engine,
                        checkpointing=mode, checkpoint_every=every)
     parts = activation_parts(m, cfg)
@@ -284,43 +298,55 @@ def _estimated(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict | 
     return parts
 
 
-@pytest.mark.parametrize("mt", ["qwen3", "gemma", "llama"])
+@pytest.mark.parametrize("mt", ["qwen3", "gemma", "llama", *FAMILIES])
 def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     """Q, K, V and the attention output are heads x head_dim wide, not hidden wide, and qwen3's
     q_norm / k_norm keep their input and output: the estimate took every width from the hidden
     size, 12.6% under what gemma and llama saved here and 30% under qwen3 (Qwen3-0.6B at
     micro-batch 1, seq 2048, bf16: 2,368 MiB estimated, now 3,717 MiB). With transformers'
     RMSNorm, RoPE and the loss's ids counted (activations.norm_bytes, model_level_bytes), the
-    estimate is what autograd saves, to the byte (before: 11.8% low, 11.9% gemma, 9.4% qwen3)."""
+    estimate is what autograd saves, to the byte (before: 11.8% low, 11.9% gemma, 9.4% qwen3).
+    phi3's fused qkv_proj is kept whole and its attention output twice (attention_bytes); a
+    mixture keeps its router's and experts' tensors (expert_bytes), tokens x top_k rows
+    whichever experts the weights pick: before, 17.3% (phi3), 12.1% (mixtral), 12.8%
+    (qwen2_moe) and 15.8% (qwen3_moe) under what they saved here."""
     s, b = 64, 2
     saved, config = _saved_bytes(mt, s, b)
     assert config._attn_implementation == "sdpa"  # fused: the estimate's `attention` default
+    if mt.endswith(("_moe", "mixtral")):  # what the experts run: expert_bytes counts grouped_mm
+        assert config._experts_implementation == "grouped_mm"
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
-    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS})
-    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, mt == "qwen3")
+    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {})})
+    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, mt in ("qwen3", "qwen3_moe"))
 
 
-@pytest.mark.parametrize("mt,layout", [(mt, layout) for mt in ("llama", "gemma", "qwen3")
+@pytest.mark.parametrize("mt,layout", [(mt, layout) for mt in ("llama", "gemma", "qwen3", *FAMILIES)
                                        for layout in ("autocast", "bf16")])
 def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout(mt, layout):
     """transformers' RMSNorm normalises an fp32 copy: under bf16 weights the 16-bit input is
     kept by no one but its fp32 copy is (gemma keeps the normalised tensor fp32 too); under
     autocast its output is fp32 and q, k, v (gate, up) each keep their own bf16 cast of it.
     Before, a norm was Korthikanti's LayerNorm (input + output): 25.2% (autocast) and 18.9%
-    (bf16 weights) under what llama saved here, gemma 25.3% / 25.5%, qwen3 19.9% / 14.3%."""
+    (bf16 weights) under what llama saved here, gemma 25.3% / 25.5%, qwen3 19.9% / 14.3%.
+    A mixture's experts run in the weights' dtype (grouped_mm is not autocast: fp32 under
+    autocast), its router's softmax in fp32; qwen2_moe's shared expert reads the norm three
+    more times. Before these were counted (autocast / bf16 weights): phi3 13.8% / 14.9%,
+    mixtral 37.5% / 11.6%, qwen2_moe 28.7% / 11.8%, qwen3_moe 19.2% / 13.0% under."""
     s, b = 64, 2
     parts = _estimated(mt, s, b, layout)
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout)[0]
 
 
-@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma")
+@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
     the kept layers and the final norm keep theirs (3 layers, every 2nd recomputed: layers 0
     and 2). Under full checkpointing RoPE's cos and sin are held by the checkpoints as layer
-    inputs, which the meter does not see: the estimate keeps them (they stay in memory)."""
+    inputs, which the meter does not see: the estimate keeps them (they stay in memory).
+    qwen2_moe's layer 1 is dense among sparse ones (FAMILIES): the estimate keeps the layer
+    the worker keeps (before, every layer counted alike)."""
     s, b = 64, 2
     three = {"num_hidden_layers": 3}
     parts = _estimated(mt, s, b, layout, three, (mode, 2))

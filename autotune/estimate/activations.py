@@ -14,7 +14,7 @@ from autotune.contract import Checkpointing, Precision
 
 if TYPE_CHECKING:
     from autotune.estimate.compute import ModelShape
-    from autotune.estimate.hf_count import Norm
+    from autotune.estimate.hf_count import Experts, Norm
 
 Attention = Literal["fused", "eager", "recompute"]
 
@@ -64,13 +64,67 @@ def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int
     return 4 + normed + c * copies, 4
 
 
+def attention_bytes(tokens: int, a: int, kv: int, hd: int, c: int, *, qk_norm: bool = False,
+                    fused_qkv: bool = False) -> int:
+    """Bytes one attention block keeps beyond its norm and core, `tokens` = s x b, `c` bytes an
+    element: Q and K (rotated) and V, and the attention output, heads x `hd` wide (Q and the
+    output `a` heads, K and V `kv`). `qk_norm` (qwen3): each Q and K head's RMSNorm keeps its
+    input in fp32 (it normalises in fp32), its fp32 1/rms per head and its normalised output in
+    the compute dtype (transformers 5.25.0 Qwen3RMSNorm). `fused_qkv` (phi3): q, k and v are
+    slices of one qkv_proj output; V, a view of it, keeps it whole besides the rotated Q and K,
+    and the rotation's output of a strided slice is laid out heads-major, so SDPA's output is
+    too (CPU flash, CUDA flash and cuDNN allocate it like the query; CUDA's memory-efficient
+    kernel, which fp32 uses, does not: there this counts one output too many) and the
+    `.contiguous()` before o_proj keeps a second copy. Measured on the worker's tiny phi3 with
+    SavedTensorMeter (CPU, torch 2.13): q + k wider and one more output than llama's layout."""
+    q_width, kv_width = a * hd, kv * hd
+    kept = tokens * (q_width + 2 * kv_width) * c + tokens * q_width * c
+    if fused_qkv:
+        kept += tokens * (q_width + kv_width) * c + tokens * q_width * c
+    if qk_norm:
+        kept += tokens * ((q_width + kv_width) * (4 + c) + 4 * (a + kv))
+    return kept
+
+
+def expert_readers(moe: Experts) -> int:
+    """Matmuls reading a sparse layer's MLP norm output (each keeps its own 16-bit copy under
+    autocast): the router, and a shared expert's gate, up and sigmoid gate (qwen2_moe). The
+    experts gather rows of it (keeping the row indices, not the norm output)."""
+    return 1 + (3 if moe.shared_width else 0)
+
+
+def expert_bytes(tokens: int, h: int, moe: Experts, compute_bytes: int, weight_bytes: int) -> int:
+    """Bytes a mixture-of-experts MLP keeps for `tokens` tokens (transformers 5.25.0's router and
+    grouped_mm experts, the worker's default `experts_implementation` on CPU and on CUDA SM80+).
+    The router keeps its softmax (fp32) and the top-k indices (int64); a renormalising router
+    (mixtral; norm_topk_prob) its fp32 sum and rescaled weights. Whichever experts a token picks,
+    tokens x top_k rows are routed: the experts keep three int64 row orders (gather, weights,
+    un-permute) and int32 offsets per expert, the gathered input rows, the fused gate_up output,
+    the activation and the product (gate and up are views of gate_up), the down output and the
+    routing weight per row (fp32 in mixtral, else the logits' dtype). The experts run in the
+    weights' dtype (`weight_bytes`): grouped_mm is not autocast, so under autocast over fp32
+    weights they run in fp32. A shared expert (qwen2_moe) keeps a gated MLP's four tensors, its
+    sigmoid gate and its output. All sizes follow from tokens x top_k: measured with
+    SavedTensorMeter to the byte on CPU (tests/test_hf_shape.py); CUDA runs the same ops
+    (grouped_mm saves its input whatever the device), not measured there. Not counted: the
+    load-balancing loss of a config with output_router_logits (off by default)."""
+    k, e, c = moe.top_k, weight_bytes, compute_bytes
+    rows = tokens * k
+    router = tokens * (4 * moe.experts + 8 * k) + (tokens * 4 * (1 + k) if moe.normalise else 0)
+    weight = 4 if moe.fp32_weights else c
+    experts = 3 * 8 * rows + 4 * moe.experts + rows * (e * (2 * h + 4 * moe.width) + weight)
+    shared = tokens * c * (4 * moe.shared_width + h + 1) if moe.shared_width else 0
+    return router + experts + shared
+
+
 def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
                            n_kv_heads: int | None = None, head_dim: int | None = None,
                            qk_norm: bool = False, gated_mlp: bool = False, norm: Norm = "layernorm",
                            norm_readers: tuple[int, int] = (1, 1), post_norms: bool = False,
                            residual_bytes: int = 2, compute_bytes: int = 2,
                            attention: Attention = "eager", dropout: bool = True,
-                           sequence_parallel: bool = False) -> float:
+                           sequence_parallel: bool = False, fused_qkv: bool = False,
+                           experts: Experts | None = None) -> float:
     """Bytes one transformer layer keeps for backward, counted tensor by tensor.
 
     With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
@@ -83,38 +137,33 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       and the MLP's norm); `post_norms` (gemma2) adds a norm after the attention and the MLP,
       whose fp32 input copy and fp32 normalised tensor are kept (its output joins the stream;
       read off gemma's norm, not measured whole: the worker's gemma2 runs eager attention);
-    - split by TP: Q, K, V; the attention output (input of the output projection); the MLP
-      hidden tensors (GELU: input and output; SwiGLU: gate, its activation, up, product).
-      Q and the attention output are heads x `head_dim` wide, K and V key/value heads x
-      `head_dim` (default h / a: the paper's h; Qwen3-0.6B's 16 heads of 128 make Q 2048 wide
-      over its 1024 hidden). `qk_norm` (qwen3): each Q and K head's RMSNorm keeps its input
-      in fp32 (it normalises in fp32), its fp32 1/rms per head and its normalised output in
-      the compute dtype (transformers 5.25.0 Qwen3RMSNorm);
+      a mixture of `experts` (`expert_bytes`, in place of the MLP: tensor parallelism of a
+      mixture is not measured, so it is counted whole on every rank);
+    - split by TP: Q, K, V and the attention output (`attention_bytes`: heads x `head_dim`
+      wide, default h / a); the MLP hidden tensors (GELU: input and output; SwiGLU: gate,
+      its activation, up, product);
     - attention core: eager stores the softmax output (+ dropout mask and output);
       fused (SDPA / flash) stores only a fp32 log-sum-exp per head and token;
       recompute (Korthikanti's selective recompute) stores nothing.
     """
     f = ffn if ffn is not None else 4 * h
     kv = n_kv_heads if n_kv_heads is not None else a
-    hd = head_dim or h // a
     r, c = residual_bytes, compute_bytes
     sbh = s * b * h
+    if experts is not None:
+        norm_readers = (norm_readers[0], expert_readers(experts))
     pre = [norm_bytes(norm, r, c, k) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
-    q_width, kv_width = a * hd, kv * hd
-    qkv = s * b * (q_width + 2 * kv_width) * c
-    attn_out = s * b * q_width * c
-    qk_normed = s * b * ((q_width + kv_width) * (4 + c) + 4 * (a + kv)) if qk_norm else 0
-    mlp = s * b * f * c * (4 if gated_mlp else 2)
-    split = qkv + attn_out + qk_normed + mlp
-    if attention == "eager":
-        core = a * s * s * b * (c + ((1 + c) if dropout else 0))
-    elif attention == "fused":
-        core = 4 * a * s * b
+    split = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv)
+    if experts is not None:
+        unsplit += expert_bytes(s * b, h, experts, c, r)
     else:
-        core = 0
-    split += core
+        split += s * b * f * c * (4 if gated_mlp else 2)
+    if attention == "eager":
+        split += a * s * s * b * (c + ((1 + c) if dropout else 0))
+    elif attention == "fused":
+        split += 4 * a * s * b
     # Gemma's norms keep their 1 + weight in fp32, whole on every rank (h wide, per norm).
     ones = 4 * h * (4 if post_norms else 2) if norm == "gemma_rmsnorm" else 0
     if sequence_parallel:
@@ -138,13 +187,19 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1,
     return sbh * (10 + 24 / t + 5 * a * s / (h * t))
 
 
+def recomputed_layer_indices(n_layers: int, checkpointing: Checkpointing, every: int) -> range:
+    """The blocks that recompute their activations (the worker's rule, trials.workloads.hf
+    apply_checkpointing: all, every k-th from the first, none)."""
+    if checkpointing is Checkpointing.full:
+        return range(n_layers)
+    if checkpointing is Checkpointing.selective:
+        return range(0, n_layers, max(1, every))
+    return range(0)
+
+
 def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -> int:
     """How many blocks recompute their activations (the worker's rule: all, every k-th, none)."""
-    if checkpointing is Checkpointing.full:
-        return n_layers
-    if checkpointing is Checkpointing.selective:
-        return len(range(0, n_layers, max(1, every)))
-    return 0
+    return len(recomputed_layer_indices(n_layers, checkpointing, every))
 
 
 def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) -> int:
@@ -162,6 +217,32 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
     return kept
 
 
+def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | None:
+    """Bytes each block keeps for backward (`layer_activation_bytes`), first to last: a
+    mixture's sparse layers count their experts, its dense ones (qwen*_moe's mlp_only_layers,
+    decoder_sparse_step) a gated MLP `dense_width` wide. None without the model's shape."""
+    dims = model.dims()
+    if dims is None:
+        return None
+    c = dtype_bytes(cfg.precision)
+    r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
+    moe = model.experts
+
+    def layer(experts: Experts | None) -> float:
+        return layer_activation_bytes(
+            cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads, cfg.tp_degree,
+            ffn=moe.dense_width if moe else model.ffn_hidden, n_kv_heads=model.n_kv_heads,
+            head_dim=model.head_width, qk_norm=model.qk_norm, gated_mlp=model.gated_mlp,
+            norm=model.norm, norm_readers=model.norm_readers, post_norms=model.post_norms,
+            residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
+            sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv, experts=experts)
+
+    if moe is None:
+        return [layer(None)] * dims.n_layers
+    sparse, dense = layer(moe), layer(None)
+    return [sparse if moe.sparse[i] else dense for i in range(dims.n_layers)]
+
+
 def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int] | None:
     """Activation bytes per rank: `kept` for backward by the blocks and the final norm
     (what a saved-tensor meter sees), `recompute_transient` (one recomputed block's full set
@@ -173,30 +254,26 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     attention, the paper's selective recompute (recompute the attention core) saves nothing
     more, which is why autotune's `selective` means "recompute every k-th block whole".
     A recomputed block keeps only its input, and during backward one block at a time holds
-    its full set again. Under torch autocast the residual stream stays fp32.
+    its full set again (the largest of those recomputed). Under torch autocast the residual
+    stream stays fp32.
     """
-    dims = model.dims()
-    if dims is None:
+    dims, layers = model.dims(), each_layer_bytes(model, cfg)
+    if dims is None or layers is None:
         return None
-    s, b, h, a, t = cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads, cfg.tp_degree
+    s, b, h, t = cfg.seq_len, cfg.micro_batch_size, dims.d_model, cfg.tp_degree
     c = dtype_bytes(cfg.precision)
     r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
-    full = layer_activation_bytes(
-        s, b, h, a, t, ffn=model.ffn_hidden, n_kv_heads=model.n_kv_heads, head_dim=model.head_width,
-        qk_norm=model.qk_norm, gated_mlp=model.gated_mlp, norm=model.norm,
-        norm_readers=model.norm_readers, post_norms=model.post_norms, residual_bytes=r,
-        compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
-        sequence_parallel=cfg.sequence_parallel)
-    n_rec = recomputed_layers(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every)
+    rec = set(recomputed_layer_indices(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every))
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
-    kept = (dims.n_layers - n_rec) * full + n_rec * kept_input
+    kept = sum(kept_input if i in rec else x for i, x in enumerate(layers))
     per_element, per_token = norm_bytes(model.norm, r, c)  # the final norm: the LM head reads it
     kept += s * b * (h * per_element + per_token) + model_level_bytes(model, s, b, r)
     # Logits: the fp32 log-softmax output is kept for backward, and the backward of the loss
     # holds its gradient and the logits' gradient at once: 3 fp32 copies. Whole on every TP
     # rank: the LM head is not split (trials/engines/tp.py splits the blocks only).
     logits = 12 * s * b * dims.vocab_size
-    return {"kept": int(kept), "recompute_transient": int(full if n_rec else 0),
+    transient = max((layers[i] for i in rec), default=0)
+    return {"kept": int(kept), "recompute_transient": int(transient),
             "kept_logits": int(logits / 3), "logits": int(logits)}
 
 

@@ -65,6 +65,11 @@ class ModelShape(BaseModel):
                                     "(llama: q, k, v and gate, up): under autocast each keeps its own "
                                     "16-bit copy")
     post_norms: bool = Field(default=False, description="a norm after the attention and the MLP too (gemma2)")
+    fused_qkv: bool = Field(default=False, description="q, k and v are views of one fused projection's "
+                            "output (phi3): what they keep holds it whole")
+    experts: hf_count.Experts | None = Field(
+        default=None, description="a mixture of experts' MLP (its sparse layers, experts, top-k, shared "
+                                  "expert), as its activations count it; None: a dense MLP")
     vocab_size: int | None = None
     ffn_hidden: int | None = None
     gated_mlp: bool = False
@@ -201,6 +206,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
         norm=c.norm, norm_readers=c.norm_readers, post_norms=c.model_type == "gemma2",
+        fused_qkv=c.fused_qkv, experts=c.experts,
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,

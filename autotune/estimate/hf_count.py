@@ -63,6 +63,8 @@ class HFCount(NamedTuple):
     qk_norm: bool  # an RMSNorm over each query and key head (qwen3, qwen3_moe)
     norm: Norm  # the blocks' norm as the activations count it (ModelShape.norm)
     norm_readers: tuple[int, int]  # matmuls reading the attention's and the MLP's norm output
+    fused_qkv: bool  # q, k and v are views of one qkv_proj output (phi3)
+    experts: Experts | None  # a mixture of experts' MLP (None: dense)
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
     gated_mlp: bool
@@ -74,15 +76,21 @@ class HFCount(NamedTuple):
     how: str
 
 
-class _Experts(NamedTuple):
+class Experts(NamedTuple):
     """A mixture-of-experts MLP: `experts` experts `width` wide, `top_k` run per token, a shared
-    expert of `shared_width` (0: none), in the layers `sparse` marks."""
+    expert of `shared_width` (0: none), in the layers `sparse` marks (the others a dense MLP
+    `dense_width` wide). `normalise`: the router rescales each token's top-k weights to sum to
+    1 (mixtral always, qwen*_moe where norm_topk_prob); `fp32_weights`: the routing weights
+    stay fp32 (mixtral; qwen*_moe casts them back to the router logits' dtype)."""
 
     experts: int
     top_k: int
     width: int
     shared_width: int
-    sparse: list[bool]
+    sparse: tuple[bool, ...]
+    dense_width: int
+    normalise: bool
+    fp32_weights: bool
 
 
 def read_hf_config(path_or_dict: str | Path | dict[str, Any],
@@ -169,7 +177,7 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
     return f"exact count; {named} at transformers' {model_type} defaults"
 
 
-def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) -> _Experts | None:
+def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) -> Experts | None:
     """The mixture of experts a config of a MOE family runs, None for a dense family (or a
     qwen*_moe of 0 experts). Mixtral's every layer is sparse, its experts as wide as
     intermediate_size; qwen*_moe's every decoder_sparse_step-th layer not in mlp_only_layers,
@@ -184,7 +192,7 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
         raise UserError(f"{where}: `num_experts_per_tok` {top_k} is more than the {count} experts",
                         fix="route each token to at most as many experts as the model has")
     if mt == "mixtral":
-        return _Experts(count, top_k, ffn, 0, [True] * n_layers)
+        return Experts(count, top_k, ffn, 0, (True,) * n_layers, ffn, True, True)
     step = hf_size(cfg, where, "decoder_sparse_step") or 1
     dense = cfg.get("mlp_only_layers") or []
     if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
@@ -192,8 +200,9 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
                         "list of layer numbers", fix="give the dense layers' numbers, e.g. [0, 1], or []")
     width = hf_size(cfg, where, "moe_intermediate_size") or ffn
     shared = (hf_size(cfg, where, "shared_expert_intermediate_size") or 0) if mt == "qwen2_moe" else 0
-    return _Experts(count, top_k, width, shared,
-                    [i not in dense and (i + 1) % step == 0 for i in range(n_layers)])
+    return Experts(count, top_k, width, shared,
+                   tuple(i not in dense and (i + 1) % step == 0 for i in range(n_layers)), ffn,
+                   bool(cfg.get("norm_topk_prob")), False)
 
 
 def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: int) -> int:
@@ -210,7 +219,7 @@ def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: 
 
 
 def _gated_mlps(cfg: dict[str, Any], n_layers: int, h: int, ffn: int,
-                moe: _Experts | None) -> tuple[list[int], int]:
+                moe: Experts | None) -> tuple[list[int], int]:
     """Each layer's MLP parameters (gate, up, down; a mixture: router, experts, shared expert and
     its gate) and the experts a token skips, summed over layers. Phi3's fused gate_up_proj is
     the same two matrices."""
@@ -267,9 +276,10 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # The plain layout splits the hidden size among its heads (a head_dim there is unread).
         head_dim=head_dim if gated else h // a, qk_norm=gated and mt in QK_NORM,
         norm="gemma_rmsnorm" if mt in GEMMA_NORM else "rmsnorm" if mt in RMSNORM else "layernorm",
-        # q, k, v and gate, up read the norms apart; phi3 fuses each; a mixture's router reads
-        # the MLP's norm through a matmul (its experts index rows of the output, not counted).
-        norm_readers=(1, 1) if mt == "phi3" else (3, 1) if moe else (3, 2) if gated else (1, 1),
+        # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
+        # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
+        norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (1, 1),
+        fused_qkv=mt == "phi3", experts=moe,
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
         block_params=attn + max(mlps) + norms,
