@@ -190,3 +190,20 @@ def test_the_readmes_measured_figures_are_their_raw_files():
     spreads = [json.loads((results / f"search_{space}.json").read_text())["truth"]["median_spread"]
                for space in ("big", "ds", "cpu40", "mem", "gpt390")]
     assert f"differ by a median of {min(spreads) * 100:.0f}-{max(spreads):.0%} of their" in readme
+
+
+def test_the_readmes_llama_activation_figures_are_the_estimates():
+    """The README's Llama-2-7B activations (micro-batch 1, seq 2048, bf16) are what the
+    estimate computes for a bare `model_type: llama`, under each mixed-precision layout."""
+    from autotune.contract import Precision
+    from autotune.estimate.compute import model_from_hf_config
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+
+    flat = " ".join((REPO / "README.md").read_text().split())
+    llama = model_from_hf_config({"model_type": "llama"})
+    for engine, layout in (("ddp", "under bf16 autocast (DDP)"), ("deepspeed", "with bf16 weights (DeepSpeed)")):
+        parts = activation_parts(llama, MemoryConfig(seq_len=2048, micro_batch_size=1,
+                                                     precision=Precision.bf16, engine=engine))
+        assert parts is not None
+        assert f"{parts['kept'] / 2**20:,.1f} MiB of activations {layout}" in flat or \
+            f"{parts['kept'] / 2**20:,.1f} MiB {layout}" in flat, engine
