@@ -236,8 +236,12 @@ WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_positio
 # Families the activation tests measure beyond llama's layout, at sizes that exercise them:
 # phi3's fused qkv_proj / gate_up_proj (its end and pad tokens in the 256-word vocabulary);
 # mixtral top-2 of 4 experts; qwen2_moe a shared expert and a dense layer among sparse ones;
-# qwen3_moe a renormalising router (norm_topk_prob) and a dense first layer.
-FAMILIES = {"phi3": {"pad_token_id": 0, "eos_token_id": 0},
+# qwen3_moe a renormalising router (norm_topk_prob) and a dense first layer; gemma2 transformers'
+# eager attention (it refuses SDPA) with its attention and final logit soft-capping, grouped
+# K/V heads (repeat_kv copies them), its sliding window shorter than the sequence, and its four
+# norms a layer.
+FAMILIES = {"gemma2": {"sliding_window": 16},
+            "phi3": {"pad_token_id": 0, "eos_token_id": 0},
             "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
             "qwen2_moe": {"num_hidden_layers": 3, "num_experts": 4, "num_experts_per_tok": 2,
                           "moe_intermediate_size": 48, "shared_expert_intermediate_size": 40,
@@ -309,15 +313,19 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     phi3's fused qkv_proj is kept whole and its attention output twice (attention_bytes); a
     mixture keeps its router's and experts' tensors (expert_bytes), tokens x top_k rows
     whichever experts the weights pick: before, 17.3% (phi3), 12.1% (mixtral), 12.8%
-    (qwen2_moe) and 15.8% (qwen3_moe) under what they saved here."""
+    (qwen2_moe) and 15.8% (qwen3_moe) under what they saved here. gemma2 runs transformers'
+    eager attention, keeping its scores (activations.eager_scores_bytes) and its soft-capped
+    logits: before, counted as SDPA, 29.9% under."""
     s, b = 64, 2
     saved, config = _saved_bytes(mt, s, b)
-    assert config._attn_implementation == "sdpa"  # fused: the estimate's `attention` default
+    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {})})
+    # The estimate's `attention` default is the one the worker runs: SDPA (fused), gemma2 eager.
+    assert config._attn_implementation == {"fused": "sdpa", "eager": "eager"}[m.attention]
+    assert (m.attention == "eager") == (mt == "gemma2")
     if mt.endswith(("_moe", "mixtral")):  # what the experts run: expert_bytes counts grouped_mm
         assert config._experts_implementation == "grouped_mm"
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
-    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {})})
     assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, mt in ("qwen3", "qwen3_moe"))
 
 
@@ -332,13 +340,14 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
     A mixture's experts run in the weights' dtype (grouped_mm is not autocast: fp32 under
     autocast), its router's softmax in fp32; qwen2_moe's shared expert reads the norm three
     more times. Before these were counted (autocast / bf16 weights): phi3 13.8% / 14.9%,
-    mixtral 37.5% / 11.6%, qwen2_moe 28.7% / 11.8%, qwen3_moe 19.2% / 13.0% under."""
+    mixtral 37.5% / 11.6%, qwen2_moe 28.7% / 11.8%, qwen3_moe 19.2% / 13.0% under; gemma2
+    (eager attention, soft-capped) 31.9% / 33.7% under."""
     s, b = 64, 2
     parts = _estimated(mt, s, b, layout)
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout)[0]
 
 
-@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe")
+@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
@@ -354,6 +363,20 @@ def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     rope = 2 * s * WIDE_HEADS["head_dim"] * (4 if layout == "fp32" else 2) if mode == "full" else 0
     assert parts["kept"] + parts["kept_logits"] - rope == saved
     assert parts["recompute_transient"] > 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gemma2_without_soft_capping_keeps_no_tanh(layout):
+    """gemma2 soft-caps its attention scores and its final logits unless the config sets them
+    null: each tanh's output is kept (a score or logit in the compute dtype), and without it
+    not; the estimate follows the config (before: SDPA's log-sum-exp either way, 17.5% under
+    uncapped in fp32, 24.7% autocast, 26.2% bf16 weights)."""
+    s, b = 64, 2
+    off = {"attn_logit_softcapping": None, "final_logit_softcapping": None}
+    parts = _estimated("gemma2", s, b, layout, off)
+    assert parts["kept"] + parts["kept_logits"] == _saved_bytes("gemma2", s, b, layout, off)[0]
+    capped = _estimated("gemma2", s, b, layout)
+    assert capped["kept"] > parts["kept"] and capped["kept_logits"] > parts["kept_logits"]
 
 
 def test_qk_norm_keeps_an_fp32_input_and_a_16_bit_output_under_autocast():

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from autotune.estimate.hf_count import Experts, Norm
 
 Attention = Literal["fused", "eager", "recompute"]
+# Whose eager attention: Korthikanti's (16-bit softmax, dropout) or transformers' (gemma2's).
+EagerKernel = Literal["korthikanti", "transformers"]
 
 
 class ActivationConfig(Protocol):
@@ -29,7 +31,7 @@ class ActivationConfig(Protocol):
     checkpoint_every: int
     tp_degree: int
     sequence_parallel: bool
-    attention: Attention
+    attention: Attention | None  # None: the model's (ModelShape.attention)
     dropout: bool
 
     @property
@@ -86,6 +88,20 @@ def attention_bytes(tokens: int, a: int, kv: int, hd: int, c: int, *, qk_norm: b
     return kept
 
 
+def eager_scores_bytes(s: int, b: int, a: int, kv: int, hd: int, c: int, *, softcap: bool = False) -> int:
+    """Bytes transformers' eager_attention_forward (5.25.0; gemma2's, which refuses SDPA) keeps
+    for `b` sequences of `s` tokens beyond `attention_bytes`: repeat_kv copies K and V to every
+    query head, and the score matmuls keep those copies (`a` heads wide, not `kv`); per score
+    (a x s x s x b) the softmax's fp32 output, its copy in the compute dtype `c` that the
+    second matmul reads (none in fp32), and with soft-capping (scores / cap, tanh, * cap) the
+    tanh's output in `c`. The mask is added (nothing kept) and dropout is 0. Measured with
+    SavedTensorMeter on the worker's tiny gemma2 (tests/test_hf_shape.py) in fp32, bf16
+    autocast and bf16 weights: to the byte, per score 4 / 6 / 6 bytes, + 4 / 2 / 2 soft-capped."""
+    scores = a * s * s * b
+    per_score = 4 + (c if c != 4 else 0) + (c if softcap else 0)
+    return scores * per_score + 2 * s * b * (a - kv) * hd * c
+
+
 def expert_readers(moe: Experts) -> int:
     """Matmuls reading a sparse layer's MLP norm output (each keeps its own 16-bit copy under
     autocast): the router, and a shared expert's gate, up and sigmoid gate (qwen2_moe). The
@@ -124,7 +140,8 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
                            residual_bytes: int = 2, compute_bytes: int = 2,
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False, fused_qkv: bool = False,
-                           experts: Experts | None = None) -> float:
+                           experts: Experts | None = None, eager_kernel: EagerKernel = "korthikanti",
+                           softcap: bool = False) -> float:
     """Bytes one transformer layer keeps for backward, counted tensor by tensor.
 
     With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
@@ -136,13 +153,15 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       an RMSNorm keeps more (`norm_bytes`, `norm_readers` the matmuls reading the attention's
       and the MLP's norm); `post_norms` (gemma2) adds a norm after the attention and the MLP,
       whose fp32 input copy and fp32 normalised tensor are kept (its output joins the stream;
-      read off gemma's norm, not measured whole: the worker's gemma2 runs eager attention);
+      measured on the worker's gemma2 in all three layouts, tests/test_hf_shape.py);
       a mixture of `experts` (`expert_bytes`, in place of the MLP: tensor parallelism of a
       mixture is not measured, so it is counted whole on every rank);
     - split by TP: Q, K, V and the attention output (`attention_bytes`: heads x `head_dim`
       wide, default h / a); the MLP hidden tensors (GELU: input and output; SwiGLU: gate,
       its activation, up, product);
-    - attention core: eager stores the softmax output (+ dropout mask and output);
+    - attention core: eager stores the softmax output (+ dropout mask and output), as
+      Korthikanti counts it, or with `eager_kernel="transformers"` what transformers' eager
+      attention keeps (`eager_scores_bytes`, `softcap` its tanh; no dropout);
       fused (SDPA / flash) stores only a fp32 log-sum-exp per head and token;
       recompute (Korthikanti's selective recompute) stores nothing.
     """
@@ -160,7 +179,9 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
         unsplit += expert_bytes(s * b, h, experts, c, r)
     else:
         split += s * b * f * c * (4 if gated_mlp else 2)
-    if attention == "eager":
+    if attention == "eager" and eager_kernel == "transformers":
+        split += eager_scores_bytes(s, b, a, kv, head_dim or h // a, c, softcap=softcap)
+    elif attention == "eager":
         split += a * s * s * b * (c + ((1 + c) if dropout else 0))
     elif attention == "fused":
         split += 4 * a * s * b
@@ -234,8 +255,10 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
             ffn=moe.dense_width if moe else model.ffn_hidden, n_kv_heads=model.n_kv_heads,
             head_dim=model.head_width, qk_norm=model.qk_norm, gated_mlp=model.gated_mlp,
             norm=model.norm, norm_readers=model.norm_readers, post_norms=model.post_norms,
-            residual_bytes=r, compute_bytes=c, attention=cfg.attention, dropout=cfg.dropout,
-            sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv, experts=experts)
+            residual_bytes=r, compute_bytes=c, attention=cfg.attention or model.attention,
+            dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv,
+            experts=experts, eager_kernel="transformers" if model.attention == "eager" else "korthikanti",
+            softcap=model.attn_softcap)
 
     if moe is None:
         return [layer(None)] * dims.n_layers
@@ -246,11 +269,12 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
 def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int] | None:
     """Activation bytes per rank: `kept` for backward by the blocks and the final norm
     (what a saved-tensor meter sees), `recompute_transient` (one recomputed block's full set
-    during backward), `kept_logits` (the fp32 log-softmax output) and `logits` (the loss's
-    buffers at their peak).
+    during backward), `kept_logits` (the fp32 log-softmax output; gemma2's soft-capped logits
+    too) and `logits` (the loss's buffers at their peak).
 
-    The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`) and
-    no dropout, so Korthikanti's 5as/h term and the dropout masks are not kept: with fused
+    The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`; gemma2
+    with transformers' eager attention, `ModelShape.attention`) and no dropout, so
+    Korthikanti's 5as/h term and the dropout masks are not kept: with fused
     attention, the paper's selective recompute (recompute the attention core) saves nothing
     more, which is why autotune's `selective` means "recompute every k-th block whole".
     A recomputed block keeps only its input, and during backward one block at a time holds
@@ -272,9 +296,12 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     # holds its gradient and the logits' gradient at once: 3 fp32 copies. Whole on every TP
     # rank: the LM head is not split (trials/engines/tp.py splits the blocks only).
     logits = 12 * s * b * dims.vocab_size
+    # gemma2's final soft-capping keeps its tanh's output, the logits in the compute dtype
+    # (measured: fp32 4, bf16 autocast and bf16 weights 2 bytes a logit), from the forward on.
+    capped = c * s * b * dims.vocab_size if model.logit_softcap else 0
     transient = max((layers[i] for i in rec), default=0)
     return {"kept": int(kept), "recompute_transient": int(transient),
-            "kept_logits": int(logits / 3), "logits": int(logits)}
+            "kept_logits": int(logits / 3 + capped), "logits": int(logits + capped)}
 
 
 def activation_bytes(model: ModelShape, cfg: ActivationConfig) -> tuple[int | None, int | None]:

@@ -67,6 +67,14 @@ class ModelShape(BaseModel):
     post_norms: bool = Field(default=False, description="a norm after the attention and the MLP too (gemma2)")
     fused_qkv: bool = Field(default=False, description="q, k and v are views of one fused projection's "
                             "output (phi3): what they keep holds it whole")
+    attention: Literal["fused", "eager"] = Field(
+        default="fused", description="the attention the worker's transformers runs: torch SDPA, or "
+                                     "its eager_attention_forward (gemma2, which refuses SDPA): the "
+                                     "estimate's `attention` where the config does not set one")
+    attn_softcap: bool = Field(default=False, description="attention scores soft-capped (gemma2's "
+                               "attn_logit_softcapping: a tanh whose output is kept)")
+    logit_softcap: bool = Field(default=False, description="final logits soft-capped (gemma2's "
+                                "final_logit_softcapping: a tanh whose output is kept)")
     experts: hf_count.Experts | None = Field(
         default=None, description="a mixture of experts' MLP (its sparse layers, experts, top-k, shared "
                                   "expert), as its activations count it; None: a dense MLP")
@@ -206,7 +214,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
         norm=c.norm, norm_readers=c.norm_readers, post_norms=c.model_type == "gemma2",
-        fused_qkv=c.fused_qkv, experts=c.experts,
+        fused_qkv=c.fused_qkv, experts=c.experts, attention="eager" if c.eager else "fused",
+        attn_softcap=c.softcap[0], logit_softcap=c.softcap[1],
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,

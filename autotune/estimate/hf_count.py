@@ -64,6 +64,10 @@ class HFCount(NamedTuple):
     norm: Norm  # the blocks' norm as the activations count it (ModelShape.norm)
     norm_readers: tuple[int, int]  # matmuls reading the attention's and the MLP's norm output
     fused_qkv: bool  # q, k and v are views of one qkv_proj output (phi3)
+    # transformers' eager attention (gemma2: it refuses SDPA, which cannot soft-cap), and
+    # whether the attention scores and the final logits are soft-capped (tanh, as gemma2).
+    eager: bool
+    softcap: tuple[bool, bool]
     experts: Experts | None  # a mixture of experts' MLP (None: dense)
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
@@ -279,7 +283,11 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (1, 1),
-        fused_qkv=mt == "phi3", experts=moe,
+        fused_qkv=mt == "phi3", experts=moe, eager=mt == "gemma2",
+        # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
+        # hf_defaults, whose table would fill a null field too).
+        softcap=(mt == "gemma2" and cfg.get("attn_logit_softcapping", 50.0) is not None,
+                 mt == "gemma2" and cfg.get("final_logit_softcapping", 30.0) is not None),
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
         block_params=attn + max(mlps) + norms,

@@ -51,7 +51,8 @@ class MemoryConfig(TrainingKnobs):
     (`autotune.contract.engine_for`).
     `attention`: "fused" = torch SDPA / flash (stores the output and a log-sum-exp, never the
     s x s scores), "eager" = scores and softmax stored, "recompute" = Korthikanti's selective
-    recompute of the attention core (stores nothing of it).
+    recompute of the attention core (stores nothing of it); None (default) = the attention the
+    worker runs for the model (ModelShape.attention: fused, eager for gemma2).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,7 +61,7 @@ class MemoryConfig(TrainingKnobs):
     optimizer: OptimizerName = "adamw"  # type: ignore[assignment]
     dp_degree: int = Field(default=1, gt=0)
     engine: Engine | None = None
-    attention: Attention = "fused"
+    attention: Attention | None = None
     dropout: bool = False
     sequence_parallel: bool = False
     compile: bool = Field(default=False, description="torch.compile on: the estimate keeps the "
