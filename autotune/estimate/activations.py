@@ -133,6 +133,12 @@ def expert_bytes(tokens: int, h: int, moe: Experts, compute_bytes: int, weight_b
     return router + experts + shared
 
 
+def stream_bytes(cfg: ActivationConfig) -> int:
+    """Bytes an element of the residual stream: fp32 in fp32 and under torch autocast (DDP's
+    layout: fp32 weights), else the 16-bit dtype (DeepSpeed's and FSDP2's 16-bit weights)."""
+    return 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else dtype_bytes(cfg.precision)
+
+
 def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
                            n_kv_heads: int | None = None, head_dim: int | None = None,
                            qk_norm: bool = False, gated_mlp: bool = False, norm: Norm = "layernorm",
@@ -245,8 +251,7 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
     dims = model.dims()
     if dims is None:
         return None
-    c = dtype_bytes(cfg.precision)
-    r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
+    c, r = dtype_bytes(cfg.precision), stream_bytes(cfg)
     moe = model.experts
 
     def layer(experts: Experts | None) -> float:
@@ -285,8 +290,7 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     if dims is None or layers is None:
         return None
     s, b, h, t = cfg.seq_len, cfg.micro_batch_size, dims.d_model, cfg.tp_degree
-    c = dtype_bytes(cfg.precision)
-    r = 4 if (cfg.precision is Precision.fp32 or cfg.resolved_engine == "ddp") else c
+    c, r = dtype_bytes(cfg.precision), stream_bytes(cfg)
     rec = set(recomputed_layer_indices(dims.n_layers, cfg.checkpointing, cfg.checkpoint_every))
     kept_input = s * b * h * r / (t if cfg.sequence_parallel else 1)
     kept = sum(kept_input if i in rec else x for i, x in enumerate(layers))
