@@ -29,7 +29,10 @@ GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "vocab_si
 # (mixtral a dense mistral: Mixtral-8x7B's 46.7B parameters counted as 7.2B), each with sizes
 # that exercise what sets it apart. Gemma: head_dim apart from hidden / heads, tied head; gemma2:
 # four norms a layer; phi3: fused qkv and gate_up; the mixtures: experts, router, shared expert
-# (qwen2_moe), dense layers among sparse ones (decoder_sparse_step, mlp_only_layers).
+# (qwen2_moe), dense layers among sparse ones (decoder_sparse_step, mlp_only_layers); olmo: no
+# norm weights (clip_qkv adds none); olmo2: no norms before the sublayers, two after, and
+# q_norm / k_norm over all heads (head_dim apart); granite: llama's layout, biased where
+# mlp_bias says so (its multipliers add none).
 SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
          "vocab_size": 100}
 COUNTED_APART = {
@@ -48,6 +51,10 @@ COUNTED_APART = {
                    "num_experts_per_tok": 2, "head_dim": 32, "mlp_only_layers": [1],
                    "tie_word_embeddings": True},
                   {**SMALL, "num_local_experts": 3, "num_experts_per_tok": 2, "attention_bias": True}],
+    "olmo": [{**SMALL, "attention_bias": True, "clip_qkv": 8.0, "eos_token_id": 0}],
+    "olmo2": [{**SMALL, "head_dim": 24, "attention_bias": True, "eos_token_id": 0}],
+    "granite": [{**SMALL, "attention_bias": True, "mlp_bias": True, "embedding_multiplier": 12.0,
+                 "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0}],
 }
 
 
@@ -135,9 +142,9 @@ def test_a_config_that_leaves_sizes_out_counts_the_model_its_defaults_build():
             assert m is not None and "exact count" in m.source, (mt, overrides)
             assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl), (mt, overrides)
     # A family outside the table still says its count is approximate, and why.
-    olmo = model_from_hf_config({"model_type": "olmo", "hidden_size": 64, "num_hidden_layers": 2,
-                                 "num_attention_heads": 4, "vocab_size": 100})
-    assert "approximate: counted with the llama layout, MLP width not in the config" in olmo.source
+    cohere = model_from_hf_config({"model_type": "cohere", "hidden_size": 64, "num_hidden_layers": 2,
+                                   "num_attention_heads": 4, "vocab_size": 100})
+    assert "approximate: counted with the llama layout, MLP width not in the config" in cohere.source
 
 
 def test_the_shipped_defaults_are_the_installed_transformers_defaults():
@@ -180,6 +187,18 @@ def test_families_outside_the_llama_layout_count_the_model_the_worker_builds(mt,
     wl = HFWorkload(model_type=mt, config_overrides=overrides)
     m = model_from_workload(wl)
     assert m is not None and "exact count" in m.source, m and m.source
+    assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl)
+
+
+@pytest.mark.parametrize("mt", ["olmo", "olmo2", "mistral", "granite"])
+def test_mlp_bias_counts_only_where_the_family_reads_it(tmp_path, mt):
+    """A config.json's keys are taken as written: an mlp_bias there biases llama's and granite's
+    MLP, and no other exact family's, whose modeling files hard-code bias=False (before: every
+    gated family counted 2 x intermediate + hidden more a layer)."""
+    cfg = {"model_type": mt, **SMALL, "mlp_bias": True, "eos_token_id": 0, "intermediate_size": 88}
+    wl = HFWorkload(config_path=_folder(tmp_path, cfg))
+    m = model_from_workload(wl)
+    assert m is not None and "exact count" in m.source
     assert (m.params, m.n_layers, m.d_model) == _worker_shape(wl)
 
 
@@ -239,8 +258,14 @@ WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_positio
 # qwen3_moe a renormalising router (norm_topk_prob) and a dense first layer; gemma2 transformers'
 # eager attention (it refuses SDPA) with its attention and final logit soft-capping, grouped
 # K/V heads (repeat_kv copies them), its sliding window shorter than the sequence, and its four
-# norms a layer.
+# norms a layer; olmo its weightless LayerNorm and clip_qkv's in-place clamps; olmo2 its norms
+# after the sublayers and over all of q's and k's heads; granite its scalar multipliers (kept by
+# no one). olmo's and olmo2's end token in the vocabulary.
 FAMILIES = {"gemma2": {"sliding_window": 16},
+            "olmo": {"clip_qkv": 8.0, "eos_token_id": 0},
+            "olmo2": {"eos_token_id": 0},
+            "granite": {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+                        "attention_multiplier": 0.0078125, "logits_scaling": 8.0},
             "phi3": {"pad_token_id": 0, "eos_token_id": 0},
             "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
             "qwen2_moe": {"num_hidden_layers": 3, "num_experts": 4, "num_experts_per_tok": 2,
@@ -315,7 +340,10 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     whichever experts the weights pick: before, 17.3% (phi3), 12.1% (mixtral), 12.8%
     (qwen2_moe) and 15.8% (qwen3_moe) under what they saved here. gemma2 runs transformers'
     eager attention, keeping its scores (activations.eager_scores_bytes) and its soft-capped
-    logits: before, counted as SDPA, 29.9% under."""
+    logits: before, counted as SDPA, 29.9% under. olmo's weightless LayerNorm (fp32 mean and
+    1/std, clip_qkv's copies of q, k, v), olmo2's norms after the sublayers and over all heads,
+    granite's RMSNorm were counted as approximate LayerNorms: 17.1% (olmo, clipped), 29.6%
+    (olmo2) and 11.8% (granite) under."""
     s, b = 64, 2
     saved, config = _saved_bytes(mt, s, b)
     m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {})})
@@ -326,7 +354,8 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
         assert config._experts_implementation == "grouped_mm"
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
-    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, mt in ("qwen3", "qwen3_moe"))
+    qk_norm = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}.get(mt, "none")
+    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, qk_norm)
 
 
 @pytest.mark.parametrize("mt,layout", [(mt, layout) for mt in ("llama", "gemma", "qwen3", *FAMILIES)
@@ -341,13 +370,15 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
     autocast), its router's softmax in fp32; qwen2_moe's shared expert reads the norm three
     more times. Before these were counted (autocast / bf16 weights): phi3 13.8% / 14.9%,
     mixtral 37.5% / 11.6%, qwen2_moe 28.7% / 11.8%, qwen3_moe 19.2% / 13.0% under; gemma2
-    (eager attention, soft-capped) 31.9% / 33.7% under."""
+    (eager attention, soft-capped) 31.9% / 33.7% under; olmo (clipped)
+    14.2% / 23.8%, olmo2 38.2% / 46.6%, granite 16.5% / 18.9% under."""
     s, b = 64, 2
     parts = _estimated(mt, s, b, layout)
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout)[0]
 
 
-@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2")
+@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2",
+                                                                         "olmo", "olmo2")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
@@ -355,12 +386,14 @@ def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     and 2). Under full checkpointing RoPE's cos and sin are held by the checkpoints as layer
     inputs, which the meter does not see: the estimate keeps them (they stay in memory).
     qwen2_moe's layer 1 is dense among sparse ones (FAMILIES): the estimate keeps the layer
-    the worker keeps (before, every layer counted alike)."""
+    the worker keeps (before, every layer counted alike). olmo's and olmo2's cos and sin stay
+    fp32 (their rotary embedding does not cast them)."""
     s, b = 64, 2
     three = {"num_hidden_layers": 3}
     parts = _estimated(mt, s, b, layout, three, (mode, 2))
     saved = _saved_bytes(mt, s, b, layout, three, (mode, 2))[0]
-    rope = 2 * s * WIDE_HEADS["head_dim"] * (4 if layout == "fp32" else 2) if mode == "full" else 0
+    fp32_rope = layout == "fp32" or mt in ("olmo", "olmo2")
+    rope = 2 * s * WIDE_HEADS["head_dim"] * (4 if fp32_rope else 2) if mode == "full" else 0
     assert parts["kept"] + parts["kept_logits"] - rope == saved
     assert parts["recompute_transient"] > 0
 
@@ -377,6 +410,21 @@ def test_gemma2_without_soft_capping_keeps_no_tanh(layout):
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes("gemma2", s, b, layout, off)[0]
     capped = _estimated("gemma2", s, b, layout)
     assert capped["kept"] > parts["kept"] and capped["kept_logits"] > parts["kept_logits"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_olmo_keeps_a_copy_of_q_k_and_v_only_where_it_clips_them(layout):
+    """olmo's clip_qkv clamps q, k and v in place, and each clamp_ keeps a copy of its input (in
+    the compute dtype); without clip_qkv (OlmoConfig's default, None) nothing is clamped. The
+    estimate follows the config: to the byte either way."""
+    s, b = 64, 2
+    off = {"clip_qkv": None}
+    parts = _estimated("olmo", s, b, layout, off)
+    assert parts["kept"] + parts["kept_logits"] == _saved_bytes("olmo", s, b, layout, off)[0]
+    clipped = _estimated("olmo", s, b, layout)["kept"]
+    c = 4 if layout == "fp32" else 2
+    q, kv = 4 * 32, 2 * 32  # WIDE_HEADS: 4 query heads, 2 key/value heads of 32
+    assert clipped - parts["kept"] == 2 * s * b * (q + 2 * kv) * c  # 2 layers
 
 
 def test_qk_norm_keeps_an_fp32_input_and_a_16_bit_output_under_autocast():

@@ -14,7 +14,7 @@ from autotune.contract import Checkpointing, Precision
 
 if TYPE_CHECKING:
     from autotune.estimate.compute import ModelShape
-    from autotune.estimate.hf_count import Experts, Norm
+    from autotune.estimate.hf_count import Experts, Norm, QKNorm
 
 Attention = Literal["fused", "eager", "recompute"]
 # Whose eager attention: Korthikanti's (16-bit softmax, dropout) or transformers' (gemma2's).
@@ -43,6 +43,14 @@ def dtype_bytes(precision: Precision) -> int:
     return 4 if precision is Precision.fp32 else 2
 
 
+def read_bytes(residual_bytes: int, compute_bytes: int, readers: int = 1) -> int:
+    """Bytes per element `readers` matmuls keep of one tensor of the stream's dtype
+    (`residual_bytes`) they read: the tensor itself where it is in the compute dtype, else
+    (autocast: a 16-bit compute dtype over an fp32 stream) each its own 16-bit copy (autocast
+    caches only the weights' casts)."""
+    return compute_bytes * (readers if residual_bytes != compute_bytes else 1)
+
+
 def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int = 1) -> tuple[int, int]:
     """(bytes per element, bytes per token) one norm before `readers` matmuls keeps for backward.
 
@@ -51,28 +59,35 @@ def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int
     `x.to(float32)`, `pow(2).mean`, `* rsqrt(.)`, `.to(x.dtype)`, `weight *`: autograd keeps the
     fp32 input (x itself where the stream is fp32, else a new fp32 copy: the 16-bit x is kept by
     no one), the fp32 1/rms per token, the normalised tensor in the stream's dtype (gemma's
-    stays fp32: it multiplies by 1 + weight before casting back) and the output. Under
-    autocast (a 16-bit compute dtype over an fp32 stream) that output is fp32 and each reading
-    matmul casts its own 16-bit copy (autocast caches only the weights' casts): llama's q, k
-    and v keep three, gate and up two. Measured with trials.measure.SavedTensorMeter on the
-    worker's build (tests/test_hf_shape.py), per element of the hidden size:
-    fp32 12 (LayerNorm 8); bf16 autocast 8 + 2 x readers (LayerNorm 6); bf16 weights 8
-    (gemma 10; LayerNorm 4); and 4 bytes per token for the 1/rms."""
+    stays fp32: it multiplies by 1 + weight before casting back, olmo2's by its weight) and the
+    output, which the matmuls read (`read_bytes`: under autocast q, k and v keep three 16-bit
+    copies, gate and up two). olmo's LayerNorm (no weight, no bias) runs F.layer_norm over an
+    fp32 copy and casts back: it keeps the fp32 input, an fp32 mean and 1/std per token and the
+    output. Measured with trials.measure.SavedTensorMeter on the worker's build
+    (tests/test_hf_shape.py), per element of the hidden size: fp32 12 (LayerNorm 8, olmo 8);
+    bf16 autocast 8 + 2 x readers (LayerNorm 6, olmo 4 + 2 x readers); bf16 weights 8 (gemma
+    and olmo2 10; LayerNorm 4, olmo 6); and 4 bytes per token for the 1/rms (olmo 8)."""
     r, c = residual_bytes, compute_bytes
-    copies = readers if r != c else 1
+    output = read_bytes(r, c, readers)
     if norm == "layernorm":
-        return r + c * copies, 0
-    normed = 4 if norm == "gemma_rmsnorm" else r
-    return 4 + normed + c * copies, 4
+        return r + output, 0
+    if norm == "olmo_layernorm":
+        return 4 + output, 8
+    normed = 4 if norm in ("gemma_rmsnorm", "olmo2_rmsnorm") else r
+    return 4 + normed + output, 4
 
 
-def attention_bytes(tokens: int, a: int, kv: int, hd: int, c: int, *, qk_norm: bool = False,
-                    fused_qkv: bool = False) -> int:
+def attention_bytes(tokens: int, a: int, kv: int, hd: int, c: int, *, qk_norm: QKNorm = "none",
+                    fused_qkv: bool = False, clip_qkv: bool = False) -> int:
     """Bytes one attention block keeps beyond its norm and core, `tokens` = s x b, `c` bytes an
     element: Q and K (rotated) and V, and the attention output, heads x `hd` wide (Q and the
-    output `a` heads, K and V `kv`). `qk_norm` (qwen3): each Q and K head's RMSNorm keeps its
-    input in fp32 (it normalises in fp32), its fp32 1/rms per head and its normalised output in
-    the compute dtype (transformers 5.25.0 Qwen3RMSNorm). `fused_qkv` (phi3): q, k and v are
+    output `a` heads, K and V `kv`). `qk_norm` "head" (qwen3): each Q and K head's RMSNorm keeps
+    its input in fp32 (it normalises in fp32), its fp32 1/rms per head and its normalised output
+    in the compute dtype (transformers 5.25.0 Qwen3RMSNorm); "whole" (olmo2): one RMSNorm over
+    all of Q's heads and one over K's keep their fp32 input, an fp32 1/rms per token each and
+    the normalised tensor in fp32 (Olmo2RMSNorm multiplies by its weight before casting back;
+    its output, rotated, is kept by no one). `clip_qkv` (olmo): q, k and v are clamped in
+    place, and each clamp_ keeps a copy of its input. `fused_qkv` (phi3): q, k and v are
     slices of one qkv_proj output; V, a view of it, keeps it whole besides the rotated Q and K,
     and the rotation's output of a strided slice is laid out heads-major, so SDPA's output is
     too (CPU flash, CUDA flash and cuDNN allocate it like the query; CUDA's memory-efficient
@@ -83,8 +98,12 @@ def attention_bytes(tokens: int, a: int, kv: int, hd: int, c: int, *, qk_norm: b
     kept = tokens * (q_width + 2 * kv_width) * c + tokens * q_width * c
     if fused_qkv:
         kept += tokens * (q_width + kv_width) * c + tokens * q_width * c
-    if qk_norm:
+    if qk_norm == "head":
         kept += tokens * ((q_width + kv_width) * (4 + c) + 4 * (a + kv))
+    elif qk_norm == "whole":
+        kept += tokens * ((q_width + kv_width) * (4 + 4) + 4 * 2)
+    if clip_qkv:
+        kept += tokens * (q_width + 2 * kv_width) * c
     return kept
 
 
@@ -141,8 +160,9 @@ def stream_bytes(cfg: ActivationConfig) -> int:
 
 def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: int | None = None,
                            n_kv_heads: int | None = None, head_dim: int | None = None,
-                           qk_norm: bool = False, gated_mlp: bool = False, norm: Norm = "layernorm",
-                           norm_readers: tuple[int, int] = (1, 1), post_norms: bool = False,
+                           qk_norm: QKNorm = "none", gated_mlp: bool = False, norm: Norm = "layernorm",
+                           norm_readers: tuple[int, int] = (1, 1), pre_norms: bool = True,
+                           post_norms: bool = False, clip_qkv: bool = False,
                            residual_bytes: int = 2, compute_bytes: int = 2,
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False, fused_qkv: bool = False,
@@ -157,9 +177,10 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       `residual_bytes` each), the two LayerNorm outputs = inputs of the QKV and MLP-up
       matmuls (`compute_bytes`), and with dropout the two 1-byte masks after attention and MLP;
       an RMSNorm keeps more (`norm_bytes`, `norm_readers` the matmuls reading the attention's
-      and the MLP's norm); `post_norms` (gemma2) adds a norm after the attention and the MLP,
+      and the MLP's norm); without `pre_norms` (olmo2) the matmuls read the stream itself
+      (`read_bytes`); `post_norms` (gemma2, olmo2) adds a norm after the attention and the MLP,
       whose fp32 input copy and fp32 normalised tensor are kept (its output joins the stream;
-      measured on the worker's gemma2 in all three layouts, tests/test_hf_shape.py);
+      measured on the worker's gemma2 and olmo2 in all three layouts, tests/test_hf_shape.py);
       a mixture of `experts` (`expert_bytes`, in place of the MLP: tensor parallelism of a
       mixture is not measured, so it is counted whole on every rank);
     - split by TP: Q, K, V and the attention output (`attention_bytes`: heads x `head_dim`
@@ -177,10 +198,11 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     sbh = s * b * h
     if experts is not None:
         norm_readers = (norm_readers[0], expert_readers(experts))
-    pre = [norm_bytes(norm, r, c, k) for k in norm_readers]
+    pre = [norm_bytes(norm, r, c, k) if pre_norms else (read_bytes(r, c, k), 0) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
-    split = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv)
+    split = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv,
+                            clip_qkv=clip_qkv)
     if experts is not None:
         unsplit += expert_bytes(s * b, h, experts, c, r)
     else:
@@ -230,15 +252,16 @@ def recomputed_layers(n_layers: int, checkpointing: Checkpointing, every: int) -
 
 
 def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) -> int:
-    """What a transformers llama-family model keeps outside its blocks (an RMSNorm family,
-    measured as `norm_bytes`): RoPE's cos and sin (s x head width, in the stream's dtype, one
-    pair shared by every layer), the int64 token ids (the embedding's) and targets (the loss's),
-    the loss's fp32 token count; gemma: the final norm's fp32 1 + weight and the embedding
-    scale (in the weights' dtype). Whole on every TP rank. The LayerNorm models keep their
+    """What a transformers llama-family model keeps outside its blocks (an RMSNorm family, or
+    olmo's LayerNorm, measured as `norm_bytes`): RoPE's cos and sin (s x head width, in the
+    stream's dtype, fp32 in olmo and olmo2 (`rope_fp32`), one pair shared by every layer), the
+    int64 token ids (the embedding's) and targets (the loss's), the loss's fp32 token count;
+    gemma: the final norm's fp32 1 + weight and the embedding scale (in the weights' dtype).
+    Whole on every TP rank. The LayerNorm models keep their
     figures (the built-in GPT's are pinned in tests/test_estimate.py)."""
     if model.norm == "layernorm":
         return 0
-    kept = 2 * s * (model.head_width or 0) * residual_bytes + 2 * s * b * 8 + 4
+    kept = 2 * s * (model.head_width or 0) * (4 if model.rope_fp32 else residual_bytes) + 2 * s * b * 8 + 4
     if model.norm == "gemma_rmsnorm":
         kept += 4 * (model.d_model or 0) + residual_bytes
     return kept
@@ -259,7 +282,8 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
             cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads, cfg.tp_degree,
             ffn=moe.dense_width if moe else model.ffn_hidden, n_kv_heads=model.n_kv_heads,
             head_dim=model.head_width, qk_norm=model.qk_norm, gated_mlp=model.gated_mlp,
-            norm=model.norm, norm_readers=model.norm_readers, post_norms=model.post_norms,
+            norm=model.norm, norm_readers=model.norm_readers, pre_norms=model.pre_norms,
+            post_norms=model.post_norms, clip_qkv=model.clip_qkv,
             residual_bytes=r, compute_bytes=c, attention=cfg.attention or model.attention,
             dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv,
             experts=experts, eager_kernel="transformers" if model.attention == "eager" else "korthikanti",

@@ -57,14 +57,21 @@ class ModelShape(BaseModel):
     head_dim: int | None = Field(
         default=None, gt=0, description="width of one attention head where a config sets it apart "
                                         "from d_model / n_heads (Qwen3, gemma); None: d_model / n_heads")
-    qk_norm: bool = Field(default=False, description="RMSNorm over each query and key head (qwen3)")
+    qk_norm: hf_count.QKNorm = Field(default="none", description="RMSNorm over each query and key head "
+                                     "(qwen3: 'head') or over all of them (olmo2: 'whole')")
     norm: hf_count.Norm = Field(default="layernorm", description="the blocks' norm, as the activations count "
                        "it (autotune.estimate.activations.norm_bytes): transformers' RMSNorm keeps more")
     norm_readers: tuple[int, int] = Field(
         default=(1, 1), description="matmuls reading the attention's and the MLP's norm output "
                                     "(llama: q, k, v and gate, up): under autocast each keeps its own "
                                     "16-bit copy")
-    post_norms: bool = Field(default=False, description="a norm after the attention and the MLP too (gemma2)")
+    pre_norms: bool = Field(default=True, description="a norm before the attention and the MLP; olmo2 has "
+                            "none: q, k, v and gate, up read the residual stream itself")
+    post_norms: bool = Field(default=False, description="a norm after the attention and the MLP (gemma2, olmo2)")
+    clip_qkv: bool = Field(default=False, description="q, k and v clamped in place (olmo's clip_qkv): each "
+                           "clamp_ keeps a copy of its input")
+    rope_fp32: bool = Field(default=False, description="RoPE's cos and sin stay fp32 whatever the stream's "
+                            "dtype (olmo, olmo2: their rotary embedding does not cast them)")
     fused_qkv: bool = Field(default=False, description="q, k and v are views of one fused projection's "
                             "output (phi3): what they keep holds it whole")
     attention: Literal["fused", "eager"] = Field(
@@ -200,7 +207,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     """Parameter count and shape from a Hugging Face `config.json` (or the folder holding one),
     with `overrides` set over its fields (no download, no torch).
 
-    Exact for llama / mistral / qwen2 / qwen3 / gemma / gemma2 / phi3 (gated MLP, RMSNorm),
+    Exact for llama / mistral / qwen2 / qwen3 / gemma / gemma2 / phi3 / granite / olmo2 (gated
+    MLP, RMSNorm), olmo (gated MLP, LayerNorm without weights),
     mixtral / qwen2_moe / qwen3_moe (mixtures of experts: `params` all experts, the FLOPs those
     a token runs) and gpt2 / gpt_neox / opt (plain MLP, LayerNorm with bias), the fields a
     config leaves out at the defaults the worker's transformers fills
@@ -213,7 +221,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         name=str(cfg.get("_name_or_path") or c.model_type or where), params=c.params,
         unrouted_expert_params=c.unrouted_expert_params, n_layers=c.n_layers, d_model=c.d_model,
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
-        norm=c.norm, norm_readers=c.norm_readers, post_norms=c.model_type == "gemma2",
+        norm=c.norm, norm_readers=c.norm_readers, pre_norms=c.norm_places[0], post_norms=c.norm_places[1],
+        clip_qkv=c.clip_qkv, rope_fp32=c.rope_fp32,
         fused_qkv=c.fused_qkv, experts=c.experts, attention="eager" if c.eager else "fused",
         attn_softcap=c.softcap[0], logit_softcap=c.softcap[1],
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,

@@ -28,21 +28,34 @@ GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "ph
          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
-# Families that normalise each query and key head (q_norm, k_norm) before the rotary embedding.
-QK_NORM = {"qwen3", "qwen3_moe"}
+# Families that normalise the query and key (q_norm, k_norm) before the rotary embedding:
+# "head" each head apart (qwen3: RMSNorms head_dim wide), "whole" the whole projection (olmo2:
+# RMSNorms heads x head_dim and kv_heads x head_dim wide); "none" not at all.
+QKNorm = Literal["none", "head", "whole"]
+QK_NORM: dict[str, QKNorm] = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}
 # How a model normalises, as its activations count it (autotune.estimate.activations.norm_bytes):
 # "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT, gpt2 / opt /
 # gpt_neox); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
-# "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32.
-Norm = Literal["layernorm", "rmsnorm", "gemma_rmsnorm"]
-# Families whose modeling files normalise with an RMSNorm over an fp32 copy (LlamaRMSNorm and
-# its copies; gemma's keeps the normalised tensor fp32), measured in tests/test_hf_shape.py.
-# The approximate families keep the LayerNorm count: what they save is not measured.
-GEMMA_NORM = {"gemma", "gemma2"}
-RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe"} | GEMMA_NORM
+# "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32; "olmo2_rmsnorm" olmo2's, whose
+# normalised tensor stays fp32 too (it multiplies by the weight before casting back);
+# "olmo_layernorm" olmo's LayerNorm with no weight or bias, over an fp32 copy.
+Norm = Literal["layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_rmsnorm", "olmo_layernorm"]
+# The norm of each family whose modeling file is measured (tests/test_hf_shape.py): llama's
+# RMSNorm over an fp32 copy (LlamaRMSNorm and its copies), gemma's, olmo2's and olmo's. The
+# approximate families keep the LayerNorm count: what they save is not measured.
+RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite"}
+FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "gemma_rmsnorm",
+                                "gemma2": "gemma_rmsnorm", "olmo2": "olmo2_rmsnorm", "olmo": "olmo_layernorm"}
+# Where a family's blocks normalise (before, after each of the attention and the MLP); the
+# others before only. olmo2 normalises the sublayers' outputs: q, k, v and gate, up read the
+# residual stream itself.
+NORM_PLACES = {"gemma2": (True, True), "olmo2": (False, True)}
 # Families whose attention projections have no bias whatever attention_bias says (their
 # modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
 _UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
+# The exact families whose MLP reads mlp_bias (the others hard-code bias=False); a family
+# counted with the llama layout reads it as llama does.
+_BIASED_MLP = {"llama", "granite"}
 # The largest size field a config may set: a tensor dimension's int32 bound, far over any real
 # model's, and low enough that every count and FLOP figure made of them stays a finite float.
 MAX_HF_SIZE = 2**31 - 1
@@ -60,8 +73,11 @@ class HFCount(NamedTuple):
     n_heads: int
     n_kv_heads: int
     head_dim: int  # one attention head's width (a config's head_dim, else hidden / heads)
-    qk_norm: bool  # an RMSNorm over each query and key head (qwen3, qwen3_moe)
+    qk_norm: QKNorm  # an RMSNorm over each query and key head (qwen3, qwen3_moe) or all of them (olmo2)
     norm: Norm  # the blocks' norm as the activations count it (ModelShape.norm)
+    norm_places: tuple[bool, bool]  # norms before, after the attention and the MLP (NORM_PLACES)
+    clip_qkv: bool  # q, k and v clamped in place (olmo's clip_qkv)
+    rope_fp32: bool  # RoPE's cos and sin stay fp32 whatever the stream's dtype (olmo, olmo2)
     norm_readers: tuple[int, int]  # matmuls reading the attention's and the MLP's norm output
     fused_qkv: bool  # q, k and v are views of one qkv_proj output (phi3)
     # transformers' eager attention (gemma2: it refuses SDPA, which cannot soft-cap), and
@@ -217,17 +233,21 @@ def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: 
         attn += q_out + 2 * kv_out
     elif mt not in _UNBIASED_ATTENTION and cfg.get("attention_bias"):
         attn += q_out + 2 * kv_out + h
-    if mt in QK_NORM:
+    qk_norm = QK_NORM.get(mt, "none")
+    if qk_norm == "head":
         attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
+    elif qk_norm == "whole":
+        attn += q_out + kv_out  # q_norm, k_norm (RMSNorm over all heads)
     return attn
 
 
-def _gated_mlps(cfg: dict[str, Any], n_layers: int, h: int, ffn: int,
+def _gated_mlps(cfg: dict[str, Any], mt: str, n_layers: int, h: int, ffn: int,
                 moe: Experts | None) -> tuple[list[int], int]:
     """Each layer's MLP parameters (gate, up, down; a mixture: router, experts, shared expert and
     its gate) and the experts a token skips, summed over layers. Phi3's fused gate_up_proj is
     the same two matrices."""
-    dense = 3 * h * ffn + (2 * ffn + h if cfg.get("mlp_bias") else 0)
+    biased = cfg.get("mlp_bias") and (mt in _BIASED_MLP or mt not in hf.TYPE_DEFAULTS)
+    dense = 3 * h * ffn + (2 * ffn + h if biased else 0)
     if moe is None:
         return [dense] * n_layers, 0
     expert = 3 * h * moe.width
@@ -251,9 +271,11 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     moe = _experts(cfg, where, mt, L, ffn) if gated else None
     if gated:  # llama layout: RMSNorm (weight only), no biases but those the family has
         attn = _attention(cfg, mt, h, a, kv, head_dim)
-        mlps, unrouted = _gated_mlps(cfg, L, h, ffn, moe)
-        norms = (4 if mt == "gemma2" else 2) * h  # gemma2: pre and post the attention and the MLP
-        final_norm = h
+        mlps, unrouted = _gated_mlps(cfg, mt, L, h, ffn, moe)
+        # RMSNorm weights: two a layer at each place it normalises; olmo's LayerNorm has none.
+        weights = 0 if mt == "olmo" else h
+        norms = 2 * weights * sum(NORM_PLACES.get(mt, (True, False)))
+        final_norm = weights
     else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
         attn = h * 3 * h + 3 * h + h * h + h
         mlps, unrouted = [h * ffn + ffn + ffn * h + h] * L, 0
@@ -278,8 +300,9 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         model_type=mt, params=L * (attn + norms) + sum(mlps) + final_norm + emb + pos + head,
         unrouted_expert_params=unrouted, n_layers=L, d_model=h, n_heads=a, n_kv_heads=kv,
         # The plain layout splits the hidden size among its heads (a head_dim there is unread).
-        head_dim=head_dim if gated else h // a, qk_norm=gated and mt in QK_NORM,
-        norm="gemma_rmsnorm" if mt in GEMMA_NORM else "rmsnorm" if mt in RMSNORM else "layernorm",
+        head_dim=head_dim if gated else h // a, qk_norm=QK_NORM.get(mt, "none") if gated else "none",
+        norm=FAMILY_NORM.get(mt, "layernorm"), norm_places=NORM_PLACES.get(mt, (True, False)),
+        clip_qkv=mt == "olmo" and cfg.get("clip_qkv") is not None, rope_fp32=mt in ("olmo", "olmo2"),
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (1, 1),

@@ -54,6 +54,18 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
                  num_attention_heads=32, hidden_act="silu", max_position_embeddings=4096,
                  tie_word_embeddings=False),
+    # olmo and olmo2: llama's sizes over a 50304-word vocabulary; olmo's norms have no weights,
+    # olmo2's follow the attention and the MLP. granite: llama's, with scalar multipliers.
+    # Source: configuration_olmo.py, configuration_olmo2.py, configuration_granite.py, read 2026-12-07.
+    "olmo": dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                 tie_word_embeddings=False, attention_bias=False),
+    "olmo2": dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                  tie_word_embeddings=False, attention_bias=False),
+    "granite": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                    num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                    tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
     # Mixtures of experts: every layer's MLP (qwen*_moe: every decoder_sparse_step-th) is
     # num_experts MLPs of the expert width, num_experts_per_tok of them run for a token.
     "mixtral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
