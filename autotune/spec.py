@@ -183,7 +183,10 @@ class SweepSpec(_Spec):
     target: TargetSpec = Field(default_factory=lambda: TargetSpec(tokens=DEFAULT_TOKENS), description=(
         "How much training the long run does: tokens, steps, epochs or a loss; the bill is to it."))
     batch: BatchPolicy = Field(default_factory=BatchPolicy, description="A fixed global batch, or none.")
-    space: str = Field(default="default", description="Search space: a shipped name or a YAML path.")
+    space: str | dict[str, Any] = Field(default="default", description=(
+        "Search space: a shipped name, a YAML path, or the space itself, each dimension's "
+        "choices (`{num_gpus: [1, 2], micro_batch_size: [1, 2, 4]}`; the others at one choice "
+        "each, as in a file)."))
     trial: TrialSettings = Field(default_factory=TrialSettings, description="How each trial runs.")
     platforms: PlatformSpec = Field(default_factory=PlatformSpec, description="The catalog and offers priced.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description=(
@@ -353,7 +356,7 @@ def resolve_relative_paths(spec: SweepSpec, base: Path) -> SweepSpec:
         if str(base) not in folders:
             folders.append(str(base))
         updates["workload"] = wl.model_copy(update={"python_path": folders})
-    if Path(spec.space).suffix in (".yaml", ".yml"):
+    if isinstance(spec.space, str) and Path(spec.space).suffix in (".yaml", ".yml"):
         updates["space"] = absolute(spec.space)
     if spec.platforms.catalog:
         updates["platforms"] = spec.platforms.model_copy(

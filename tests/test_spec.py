@@ -181,3 +181,40 @@ def test_a_journal_url_with_credentials_is_not_made_a_path(tmp_path):
     spec = load_spec(_write(tmp_path, 'storage: "journal://u:topsecret@/tmp/x.log"\n'))
     assert spec.storage == "journal://u:topsecret@/tmp/x.log"
     assert load_spec(_write(tmp_path, "storage: journal://runs/s.log\n")).storage == f"journal://{tmp_path}/runs/s.log"
+
+
+# A spec may hold its space inline, as a mapping, instead of naming a file.
+INLINE_SPACE = {"num_gpus": [8], "micro_batch_size": [1, 2], "precision": ["bf16"], "zero_stage": [1, 3]}
+
+
+def test_an_inline_space_is_searched_as_the_same_space_in_a_file(cli, tmp_path):
+    import json
+
+    import yaml
+
+    from autotune.search.identity import study_identity
+
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(INLINE_SPACE))
+    base = {"workload": {"kind": "gpt", "preset": "1b"}, "seq_len": 2048, "target": {"tokens": 1e10}}
+    bills, identity = {}, {}
+    for name, space in (("file.yaml", "space.yaml"), ("inline.yaml", INLINE_SPACE)):
+        (tmp_path / name).write_text(yaml.safe_dump({**base, "space": space}))
+        code, out, err = cli("plan", str(tmp_path / name), "--gpu", "h100-sxm", "--json", "--top", "100")
+        assert code == 0, err
+        bills[name] = {b["config"] for b in json.loads(out)["bills"]}  # labels: "8x h100-sxm mb2 ... zero1"
+        identity[name] = study_identity(load_spec(tmp_path / name))
+    # the plan bills its configs and no others (mb 1-2 x ZeRO 1/3 on 8 GPUs), as from the file
+    assert bills["inline.yaml"] == bills["file.yaml"]
+    assert {(c.split()[2], c.split()[-1]) for c in bills["inline.yaml"]} == \
+        {("mb1", "zero1"), ("mb1", "zero3"), ("mb2", "zero1"), ("mb2", "zero3")}
+    # and a study begun with one resumes with the other: the same space
+    assert identity["inline.yaml"] == identity["file.yaml"]
+
+
+def test_a_typo_in_an_inline_space_is_one_error_naming_its_field_and_nothing_is_written(run_cli, tmp_path):
+    (tmp_path / "spec.yaml").write_text("space: {num_gpus: [1], micro_batch: [1, 2]}\nstudy: typo\n")
+    p = run_cli("sweep", "spec.yaml", "--trials", "1")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "spec.yaml: field `space.micro_batch`" in p.stderr and "did you mean 'micro_batch_size'" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["spec.yaml"]  # no study, no runs folder

@@ -64,7 +64,8 @@ def check_spec_files_inside(spec_file: Optional[Path]) -> None:
         return
     raw = load_yaml_file(spec_file, "spec") or {}
     workload = raw.get("workload") or {}
-    named = [("space", raw.get("space") if Path(str(raw.get("space"))).suffix in (".yaml", ".yml") else None),
+    space = raw.get("space")  # a shipped name or an inline mapping needs no file
+    named = [("space", space if isinstance(space, str) and Path(space).suffix in (".yaml", ".yml") else None),
              ("platforms.catalog", (raw.get("platforms") or {}).get("catalog")),
              ("workload.config_path", workload.get("config_path")),
              *[("workload.python_path", f) for f in workload.get("python_path") or []]]

@@ -43,7 +43,7 @@ def study_identity(spec: SweepSpec) -> dict[str, Any]:
 
     doc = {"workload": _workload(spec), "seq_len": spec.seq_len,
            "target": spec.target.model_dump(mode="json"), "batch": spec.batch.model_dump(mode="json"),
-           "space": load_space(spec.space).model_dump(mode="json")}
+           "space": load_space(spec.space, spec.source).model_dump(mode="json")}
     return json.loads(json.dumps(doc))  # as stored and read back: lists, not tuples
 
 

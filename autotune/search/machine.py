@@ -40,7 +40,7 @@ class MachineSpace:
         from autotune.search.space_file import load_space
 
         hw = local_hardware()
-        space = load_space(spec.space)
+        space = load_space(spec.space, spec.source)
         return cls(hw, restricted_space(spec, hw, space), unrestricted(space, _n_heads(spec)),
                    device_peak_flops(hw, catalog if catalog is not None else spec.platforms.catalog))
 
@@ -61,7 +61,7 @@ def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
     from autotune.search.space import capabilities_for, restrict
     from autotune.search.space_file import load_space
 
-    space = space if space is not None else load_space(spec.space)
+    space = space if space is not None else load_space(spec.space, spec.source)
     cc, lib = None, False
     if hw.device_kind is DeviceKind.cuda:
         from autotune.run.hardware import visible_compute_capability

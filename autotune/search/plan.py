@@ -163,7 +163,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     if not 0 < hfu <= 1:
         raise UserError(f"--mfu {hfu} is not in (0, 1]", fix="give a fraction, e.g. --mfu 0.35")
     model = model_of(spec)
-    space = load_space(spec.space)
+    space = load_space(spec.space, spec.source)
     types = plan_types(catalog, gpu_types, [p.value for p in space.precision])
     large = _beyond_one_node(model, catalog, types)
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}

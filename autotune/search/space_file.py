@@ -2,12 +2,14 @@
 the loader that names what is wrong with one, as autotune.search.space uses them.
 
     space = load_space("default")                # or a path to a YAML file; UserError if bad
+    space = load_space({"num_gpus": [1, 2]}, where="spec.yaml")   # a spec's inline `space:`
     space.zero_stage, space.fsdp                 # the choices it lists
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -69,7 +71,11 @@ def _shipped() -> list[str]:
     return sorted(f.stem for f in SPACES_DIR.glob("*.yaml"))
 
 
-def load_space(name_or_path: str) -> SearchSpace:
+def load_space(name_or_path: str | dict[str, Any], where: str | None = None) -> SearchSpace:
+    """A shipped space by name, a YAML file by path, or a spec's inline `space:` mapping
+    (`where`: the spec file it came from, which an error in it names)."""
+    if isinstance(name_or_path, dict):
+        return _inline_space(name_or_path, where or "spec")
     p = Path(name_or_path)
     if not p.suffix:
         p = SPACES_DIR / f"{name_or_path}.yaml"
@@ -88,3 +94,19 @@ def load_space(name_or_path: str) -> SearchSpace:
     except ValidationError as exc:
         raise UserError(format_validation_error(p, exc, SearchSpace),
                         fix="see autotune/data/search_spaces/default.yaml for the format") from None
+
+
+class _InSpec(BaseModel):
+    """A spec's inline space, validated where the spec holds it: an error names `space.<field>`."""
+
+    space: SearchSpace
+
+
+def _inline_space(data: dict[str, Any], where: str) -> SearchSpace:
+    try:
+        return _InSpec.model_validate({"space": data}).space
+    except ValidationError as exc:
+        raise UserError(format_validation_error(where, exc, _InSpec),
+                        fix="list each dimension's choices, e.g. `space: {num_gpus: [1, 2], "
+                            "micro_batch_size: [1, 2, 4]}` (every dimension: "
+                            "autotune/data/search_spaces/default.yaml)") from None
