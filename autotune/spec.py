@@ -238,6 +238,18 @@ class SweepSpec(_Spec):
                                  "workload.shape with a larger max_seq_len")
         return self
 
+    @field_validator("space", mode="before")
+    @classmethod
+    def _space_kind(cls, v: Any) -> Any:
+        # One message for what a space may be, not one per member of the union.
+        if not isinstance(v, (str, dict)):
+            raise ValueError("give a shipped space's name, a YAML file's path, or a mapping of "
+                             "each dimension's choices, e.g. {num_gpus: [1, 2], micro_batch_size: [1, 2, 4]}")
+        if isinstance(v, dict) and not v:
+            raise ValueError("the inline space lists no dimension: list the choices of at least "
+                             "one, e.g. {micro_batch_size: [1, 2, 4]}")
+        return v
+
     @field_validator("study")
     @classmethod
     def _safe_study(cls, v: str) -> str:

@@ -218,3 +218,17 @@ def test_a_typo_in_an_inline_space_is_one_error_naming_its_field_and_nothing_is_
     assert "spec.yaml: field `space.micro_batch`" in p.stderr and "did you mean 'micro_batch_size'" in p.stderr
     assert "Traceback" not in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["spec.yaml"]  # no study, no runs folder
+
+
+@pytest.mark.parametrize("written, says", [
+    ("[1, 2]", "a mapping of each dimension's choices"),
+    ("5", "a mapping of each dimension's choices"),
+    ("null", "a mapping of each dimension's choices"),
+    ("{}", "the inline space lists no dimension"),
+])
+def test_a_space_that_is_neither_a_name_nor_a_mapping_is_one_error(tmp_path, written, says):
+    with pytest.raises(UserError) as err:
+        load_spec(_write(tmp_path, f"space: {written}\n"))
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'spec.yaml'}: field `space`: ") and says in lines[0], lines
+    assert len([ln for ln in lines if "field `" in ln]) == 1  # one message, not one per kind it may be
