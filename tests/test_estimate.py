@@ -287,6 +287,38 @@ def test_cli_json_keys_and_fits(run_cli):
     assert r4.returncode == 0 and "host memory" in r4.stdout
 
 
+def test_a_config_that_does_not_fit_says_what_would_make_it_fit(cli):
+    """Each change `estimate --gpu` lists is one the user can run as typed, and estimated as
+    it says: fitting, with the total it shows (autotune.estimate.savers)."""
+    base = ["estimate", "--model", "7b", "--seq-len", "4096", "--micro-batch", "2", "--zero-stage", "2",
+            "--dp", "8", "--precision", "bf16", "--gpu", "a100-40gb"]
+    code, out, err = cli(*base, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["fits"] is False and doc["fits_with"], doc["fits_with"]
+    for change in doc["fits_with"]:
+        flags = change["flags"].split()
+        args = list(base)
+        for flag, value in zip(flags[::2], flags[1::2]):  # the change's flags over the config's
+            if flag in args:
+                args[args.index(flag) + 1] = value
+            else:
+                args += [flag, value]
+        code, out, err = cli(*args, "--json")
+        assert code == 0, err
+        again = json.loads(out)
+        assert again["fits"] is True and again["total_bytes"] == change["total_bytes"], change
+        assert again["host_bytes"] == change["host_bytes"]
+    code, out, _ = cli(*base)
+    assert "does not fit" in out and "it fits with any one of these" in out
+    assert doc["fits_with"][0]["flags"] in out
+    # Where no saver makes it fit (a 262,144-token sequence's checkpointed activations alone
+    # are over an L4's 24 GB), it says so and what is left.
+    code, out, _ = cli("estimate", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--heads", "32",
+                       "--vocab", "32000", "--seq-len", "262144", "--gpu", "l4")
+    assert code == 0 and "no memory saver tried makes it fit" in out
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--model", "nope"], "unknown model preset"),
     (["--params", "7e9", "--model", "7b"], "exactly one of"),

@@ -41,6 +41,7 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     from autotune.api.args import EstimateArgs
     from autotune.estimate.compute import flops_per_token, hardware_flops_per_token
     from autotune.estimate.memory import MemoryConfig, estimate_memory, recomputed_layers
+    from autotune.estimate.savers import fitting_changes
 
     a = EstimateArgs.checked(**{k: v for k, v in locals().items() if k in EstimateArgs.model_fields})
     seq_len, tp, offload, fsdp = a.seq_len, a.tp, a.offload.value, a.fsdp.value
@@ -88,7 +89,9 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
         # fit" (already over without them), never "fits" (None: not decided).
         over = est.total_bytes > usable
         doc.update(gpu=gpu, gpu_memory_bytes=gpu_mem, safety_margin=DEFAULT_SAFETY_MARGIN,
-                   fits=False if over else (None if est.activations_bytes is None else True))
+                   fits=False if over else (None if est.activations_bytes is None else True),
+                   # What would make it fit (autotune.estimate.savers); empty where it fits.
+                   fits_with=[c._asdict() for c in fitting_changes(shape, mcfg, usable)] if over else [])
     return doc
 
 

@@ -113,3 +113,18 @@ def print_estimate(doc: dict, gpu: str | None, con, config_text: str) -> None:
         verdict = "[green]fits[/]" if doc["fits"] else "[red]does not fit[/]"
         con.print(f"{gpu} ({_bytes_text(gpu_mem)}): {verdict} (total within {1 - DEFAULT_SAFETY_MARGIN:.0%} "
                   "of its memory, the rest kept for the uncalibrated overhead)")
+        if doc["fits"] is False:
+            print_fits_with(doc["fits_with"], con)
+
+
+def print_fits_with(changes: list[dict], con) -> None:
+    """What would make it fit (autotune.estimate.savers), each change with its estimate."""
+    if not changes:
+        con.print("no memory saver tried makes it fit (full checkpointing, micro-batch 1, sharding over "
+                  "up to 1,024 ranks, offload, and these together): a GPU with more memory, or tensor "
+                  "parallelism (--tp)")
+        return
+    con.print("it fits with any one of these (estimated):")
+    for c in changes:
+        host = f", {_bytes_text(c['host_bytes'])} in host memory" if c["host_bytes"] else ""
+        con.print(f"  {c['flags']}: {_bytes_text(c['total_bytes'])} per rank{host}", highlight=False)
