@@ -89,12 +89,14 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
             raise UserError(f"--pick {number}: trial {number} did not complete ({row['state']}, "
                             f"{row['status']}): there is no measured config to export",
                             fix="pick a completed trial (autotune report lists them)")
-        mine = [o for o in options if o["trial"] == number]
+        # A config's options are named by its first run; a later run of it (a re-measurement)
+        # is priced by them too, on all its runs.
+        mine = [o for o in options if o["trial"] == number or number in (o.get("runs") or ())]
         if offer is not None and not mine:
             raise UserError(f"--pick {number} --offer {offer}: trial {number} is not priced on that offer",
                             fix="drop --offer to take the trial's cheapest offer")
         option = min(mine, key=lambda o: (o["usd"], o["hours"]), default=None)
-        note = _headroom_note(doc["notes"], number)
+        note = _headroom_note(doc["notes"], option["trial"] if option is not None else number)
     row = next(t for t in doc["trials"] if t["number"] == number)
     try:
         cfg = TrialRecord.of(trials_by_number[number]).trial_config()

@@ -1,0 +1,58 @@
+"""`autotune export` on a study as a user has it after a short sweep: a pick by trial number
+that re-measured another trial's config.
+
+The sweep is the real sweep loop with a TrialRunner that measures nothing (the seam
+tests/test_fit.py uses): its tokens/s grow with the micro-batch."""
+
+from __future__ import annotations
+
+import optuna
+
+from autotune.contract import GPTShape, GPTWorkload, TrialResult, TrialStatus
+from autotune.contract.result import MemorySource
+from autotune.spec import SweepSpec
+
+SHAPE = GPTShape(n_layers=1, d_model=64, n_heads=2, vocab_size=512, max_seq_len=64)
+
+
+def _runner(cfg, trial_dir, on_start=None) -> TrialResult:
+    tps = 1000.0 * cfg.micro_batch_size / (cfg.micro_batch_size + 2) * (1.1 if cfg.num_gpus == 1 else 1.5)
+    return TrialResult(status=TrialStatus.ok, tokens_per_s=tps, wall_s=5.0, world_size=cfg.num_gpus,
+                       peak_mem_bytes=400 * 2**20, peak_mem_source=MemorySource.host_rss)
+
+
+def _study(tmp_path):
+    """(study, report document, trials by number) of a 4-trial sweep over 2 x 2 configs; its
+    last trials re-measure the leaders."""
+    from autotune.report.build import build_report
+    from autotune.search.study import DIRECTIONS
+    from autotune.search.sweep import run_sweep
+
+    space = tmp_path / "space.yaml"
+    space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [2, 4]\nprecision: [fp32]\ncheckpointing: [none]\n")
+    spec = SweepSpec.model_validate(dict(workload=GPTWorkload(preset=None, shape=SHAPE), seq_len=64,
+                                         space=str(space), budget=dict(trials=4)))
+    study = optuna.create_study(directions=DIRECTIONS, sampler=optuna.samplers.TPESampler(seed=0))
+    run_sweep(spec, study, 4, tmp_path / "runs", runner=_runner)
+    return study, build_report(study).model_dump(mode="json"), {t.number: t for t in study.get_trials()}
+
+
+def test_a_trial_that_re_measured_a_config_exports_with_that_configs_bill(tmp_path):
+    """`--pick N` for a trial that re-measured trial M's config: the config is priced (the
+    report's option for it rests on both runs), so its bill is that option's. Before, bill.md
+    said 'Not priced: no catalog offer matched this trial's hardware' and the terminal
+    'exported trial N (not priced)', of a trial the report priced."""
+    from autotune.report.export import plan_export, render
+
+    study, doc, trials = _study(tmp_path)
+    repeat = next(t for t in doc["trials"] if t["repeat_of"] is not None)
+    option = next(o for o in doc["options"] if repeat["number"] in o["runs"] and o["pareto"])
+    assert option["trial"] != repeat["number"]  # the option is named by the config's first run
+    plan = plan_export(doc, trials, str(repeat["number"]))
+    assert plan.trial == repeat["number"] and plan.option is not None
+    assert plan.option["usd"] == min(o["usd"] for o in doc["options"] if repeat["number"] in o["runs"])
+    bill = render(plan)["bill.md"]
+    assert "Not priced" not in bill, bill
+    assert f"Projected bill on **{plan.option['offer']}**" in bill, bill
+    runs = ", ".join(map(str, option["runs"]))
+    assert f"this config's {len(option['runs'])} runs (trials {runs})" in bill, bill
