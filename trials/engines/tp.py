@@ -9,7 +9,8 @@ attention output and MLP down projection row-parallel (Megatron-LM's split, Shoe
 2019): each rank holds 1/tp of those weights and of the heads, and one all-reduce per
 sublayer joins the partial outputs. Embeddings and LayerNorms stay replicated. Hugging Face
 models are split by their own `config.base_model_tp_plan` (Llama, Qwen2, ...: q/k/v, gate
-and up column-wise, o and down row-wise). The ranks of
+and up column-wise, o and down row-wise; Qwen3's per-head q/k norms whole on every rank, their
+gradients summed over the TP group). The ranks of
 one TP group must see the same tokens: rank 0 of the group broadcasts each micro-batch, as a
 Megatron data loader does. Gradients are averaged over the dp dimension once per optimizer
 step (one flat all-reduce, like DDP's buckets).
@@ -32,6 +33,12 @@ from trials.precision import autocast_dtype
 # Which linears of a GPT block are split, and how (torch.distributed.tensor.parallel styles).
 COLWISE = ("attn.qkv", "mlp.up")
 ROWWISE = ("attn.proj", "mlp.down")
+# The styles of a transformers `base_model_tp_plan` the worker runs: the column/row-wise split,
+# and a weight kept whole on every rank whose gradient is summed over the TP group (qwen3's
+# q_norm and k_norm: each rank normalises its own heads with them, so its gradient is a
+# partial sum; transformers names the style so in its qwen3 / qwen3_moe plans, 5.25.0).
+SPLIT_STYLES = ("colwise", "rowwise")
+SUMMED = "replicated_with_grad_allreduce"
 
 
 def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
@@ -53,7 +60,7 @@ def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
     else:
         raise UnsupportedConfig(
             f"tensor parallel is implemented for the built-in GPT and Hugging Face models with "
-            f"a column/row-wise `base_model_tp_plan` (Llama, Qwen2, ...), not "
+            f"a column/row-wise `base_model_tp_plan` (Llama, Qwen2, Qwen3, ...), not "
             f"{type(model).__name__}. To fix: set tp_degree 1 for this workload",
             workload_allows={"tp_degree": [1]})
     for name, width in widths.items():
@@ -69,9 +76,21 @@ def _hf_tp_plan(model: torch.nn.Module) -> dict[str, str] | None:
     plan = getattr(getattr(model, "config", None), "base_model_tp_plan", None)
     if not plan or not hasattr(model, "base_model"):
         return None
-    if any(style not in ("colwise", "rowwise") for style in plan.values()):
+    if any(style not in (*SPLIT_STYLES, SUMMED) for style in plan.values()):
         return None
     return dict(plan)
+
+
+def grad_summed_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The weights its TP plan keeps whole with their gradients summed over the TP group
+    (SUMMED), by the plan's module patterns (relative to `model.base_model`)."""
+    from fnmatch import fnmatchcase
+
+    patterns = [p for p, style in (_hf_tp_plan(model) or {}).items() if style == SUMMED]
+    if not patterns:
+        return []
+    return [param for name, module in model.base_model.named_modules()
+            if any(fnmatchcase(name, p) for p in patterns) for param in module.parameters(recurse=False)]
 
 
 def tp_plans(model: torch.nn.Module, tp: int) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
@@ -94,7 +113,7 @@ def tp_plans(model: torch.nn.Module, tp: int) -> list[tuple[torch.nn.Module, dic
         return [(block, {n: style[s]() for n, s in plan.items()}) for block in model.blocks]
     # transformers' attention reshapes with -1 heads, so local heads follow the shard width.
     plan = _hf_tp_plan(model) or {}
-    return [(model.base_model, {pattern: style[s]() for pattern, s in plan.items()})]
+    return [(model.base_model, {pattern: style[s]() for pattern, s in plan.items() if s in style})]
 
 
 def interleave_qkv(full: torch.Tensor, tp: int) -> torch.Tensor:
@@ -164,6 +183,7 @@ class TensorParallelEngine:
                                                 transforms=qkv_transforms(model, tp))
         self._activations = ActivationDtype(model)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.summed = grad_summed_params(model) if tp > 1 else []
         self.optimizers = self._optimizers()
         self.forward_model = model  # the whole model compiled, its DTensor shards traced
         if cfg.compile:
@@ -195,14 +215,24 @@ class TensorParallelEngine:
         return group_batch(batch, self.tp_group if self.tp > 1 else None, self.tp_src)
 
     def _average_over_dp(self) -> None:
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+        _all_reduce_grads([_local(p.grad) for p in self.params if p.grad is not None], self.dp_group, self.dp)
 
-        grads = [_local(p.grad) for p in self.params if p.grad is not None]
-        flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=self.dp_group)  # SUM: gloo has no AVG
-        flat.div_(self.dp)
-        for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
-            g.copy_(synced)
+    def _sum_over_tp(self) -> None:
+        """The SUMMED weights' gradients: each rank's share of the heads, summed."""
+        _all_reduce_grads([p.grad for p in self.summed if p.grad is not None], self.tp_group, 1)
+
+    def _summed_drift(self) -> float | None:
+        """The largest |w - w on the TP group's first rank| over the SUMMED weights; None
+        without any."""
+        if not self.summed:
+            return None
+        drift = torch.zeros((), device=self.device)
+        for p in self.summed:
+            first = p.detach().clone()
+            dist.broadcast(first, src=self.tp_src, group=self.tp_group)
+            drift = torch.maximum(drift, (p.detach() - first).abs().max().float())
+        dist.all_reduce(drift, op=dist.ReduceOp.MAX, group=self.tp_group)  # the group's, on every rank
+        return float(drift)
 
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
         accum = self.cfg.grad_accum_steps
@@ -217,6 +247,8 @@ class TensorParallelEngine:
             scaled.backward()
             total += loss.detach().float() / accum
             self.micro_steps += 1
+        if self.summed:
+            self._sum_over_tp()
         if self.dp_group is not None:
             self._average_over_dp()
         for optimizer in self.optimizers:
@@ -253,6 +285,11 @@ class TensorParallelEngine:
             "mesh_shape": list(self.mesh.shape),
             "tp_linear_weights": linears,
             "sharded_linears": sum(1 for v in linears.values() if v["dtensor"]),
+            # The weights kept whole with summed gradients (qwen3's q/k norms), and how far
+            # the TP group's copies are from its first rank's: 0.0 while each step sums
+            # their gradients (a rank stepping on its own share would drift).
+            "grad_summed_weights": len(self.summed),
+            "grad_summed_max_abs_diff": self._summed_drift(),
             "autocast_dtype": str(dtype) if dtype else None,
             "linear_output_dtype": self._activations.dtype,
             "loss_scaling": self.scaler is not None,
@@ -261,6 +298,19 @@ class TensorParallelEngine:
             **observe_params(self.raw_model),
             **_merged(observe_optimizer(o) for o in self.optimizers),
         }
+
+
+def _all_reduce_grads(grads: list[torch.Tensor], group, divisor: int) -> None:
+    """Sum `grads` over `group` in one flat all-reduce (like DDP's buckets), divided by
+    `divisor` (gloo has no AVG)."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat, group=group)
+    if divisor != 1:
+        flat.div_(divisor)
+    for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        g.copy_(synced)
 
 
 def group_batch(batch: Any, tp_group, tp_src: int) -> dict[str, torch.Tensor]:
