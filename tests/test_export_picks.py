@@ -1,5 +1,5 @@
 """`autotune export` on a study as a user has it after a short sweep: a pick by trial number
-that re-measured another trial's config.
+that re-measured another trial's config, and a --launcher other than the trial's.
 
 The sweep is the real sweep loop with a TrialRunner that measures nothing (the seam
 tests/test_fit.py uses): its tokens/s grow with the micro-batch."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import optuna
 
-from autotune.contract import GPTShape, GPTWorkload, TrialResult, TrialStatus
+from autotune.contract import GPTShape, GPTWorkload, Launcher, TrialResult, TrialStatus
 from autotune.contract.result import MemorySource
 from autotune.spec import SweepSpec
 
@@ -56,3 +56,22 @@ def test_a_trial_that_re_measured_a_config_exports_with_that_configs_bill(tmp_pa
     assert f"Projected bill on **{plan.option['offer']}**" in bill, bill
     runs = ", ".join(map(str, option["runs"]))
     assert f"this config's {len(option['runs'])} runs (trials {runs})" in bill, bill
+
+
+def test_a_launcher_other_than_the_trials_is_the_one_the_files_name(tmp_path):
+    """`--launcher accelerate` over a torchrun trial: launch.sh runs accelerate, and the config
+    line of launch.sh, bill.md and accelerate_config.yaml says so, with the trial's own. Before,
+    all three said 'launcher torchrun' above a script that launches accelerate."""
+    from autotune.report.export import plan_export, render
+
+    study, doc, trials = _study(tmp_path)
+    plan = plan_export(doc, trials, "cheapest", launcher=Launcher.accelerate)
+    assert plan.cfg.launcher is Launcher.torchrun
+    files = render(plan)
+    assert "-m accelerate.commands.launch" in files["launch.sh"]
+    said = "launcher accelerate (the trial ran under torchrun)"
+    for name in ("launch.sh", "bill.md", "accelerate_config.yaml"):
+        assert said in files[name] and "launcher torchrun" not in files[name], (name, files[name])
+    same = render(plan_export(doc, trials, "cheapest", launcher=Launcher.torchrun))
+    assert "launcher torchrun," in same["bill.md"] or "launcher torchrun." in same["bill.md"]
+    assert "the trial ran under" not in same["bill.md"]

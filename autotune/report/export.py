@@ -62,7 +62,7 @@ def render(plan: ExportPlan) -> dict[str, str]:
         if cfg.zero_stage > 0:
             files[DEEPSPEED_CONFIG] = json.dumps(export_deepspeed_config(cfg), indent=2, sort_keys=True) + "\n"
         header = (f"accelerate config written by `autotune export` (study {plan.study!r}, trial {plan.trial}).\n"
-                  f"{config_line(cfg)}\n"
+                  f"{config_line(cfg, plan.launcher)}\n"
                   f"Use: accelerate launch --config_file {ACCELERATE_CONFIG} train.py (or ./{LAUNCH_SCRIPT}).\n"
                   + ("deepspeed_config_file: ds_config.json less its optimizer (the script brings its own; bill.md)."
                      if cfg.zero_stage > 0 else

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.contract import DeviceKind, TrialConfig
+from autotune.contract import DeviceKind, Launcher, TrialConfig
 from autotune.format import fmt_bytes, fmt_hours, fmt_tokens, fmt_usd
 from autotune.report.export_plan import BILL_MD, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, ExportPlan
 from autotune.report.memory_fit import fit_lines
@@ -17,13 +17,17 @@ from autotune.report.schema import MemoryFitRow
 from autotune.report.sharding import sharding_bill_lines, sharding_label
 
 
-def config_line(cfg: TrialConfig) -> str:
+def config_line(cfg: TrialConfig, launcher: Launcher | None = None) -> str:
+    """The config in one line; `launcher`, the export's where it is not the trial's (--launcher)."""
+    ran = cfg.launcher.value
+    launched = (ran if launcher is None or launcher is cfg.launcher
+                else f"{launcher.value} (the trial ran under {ran})")
     return (f"{cfg.num_gpus * cfg.num_nodes} {'CPU rank(s)' if cfg.device is DeviceKind.cpu else 'GPU(s)'}"
             f" on {cfg.num_nodes} node(s), micro-batch {cfg.micro_batch_size} x accumulation "
             f"{cfg.grad_accum_steps} x {cfg.dp_degree} data-parallel = global batch "
             f"{cfg.global_batch_samples} samples ({cfg.global_batch_tokens} tokens), "
             f"{cfg.precision.value}, checkpointing {cfg.checkpointing.value}, "
-            f"{sharding_label(cfg)}, TP {cfg.tp_degree}, launcher {cfg.launcher.value}")
+            f"{sharding_label(cfg)}, TP {cfg.tp_degree}, launcher {launched}")
 
 
 def bill_line(plan: ExportPlan) -> str:
@@ -47,7 +51,7 @@ def _tokens_label(o: dict[str, Any]) -> str | None:
 def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
     cfg, o, t = plan.cfg, plan.option, plan.trial_row
     out = [f"# autotune export: study '{plan.study}', {plan.label}", "",
-           f"Config: {config_line(cfg)}.", ""]
+           f"Config: {config_line(cfg, plan.launcher)}.", ""]
     tps = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else "throughput not measured"
     mem = (f"peak memory {fmt_bytes(t['peak_mem_bytes'])} per rank ({t['peak_mem_source']})"
            if t.get("peak_mem_bytes") else "peak memory not measured")

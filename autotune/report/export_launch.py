@@ -73,7 +73,7 @@ def launch_script(plan: ExportPlan) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# Written by `autotune export`: study {plan.study!r}, {plan.label}.",
-        f"# {_one_line(config_line(cfg))}",
+        f"# {_one_line(config_line(cfg, plan.launcher))}",
         f"# {_one_line(bill_line(plan))}",
         "#",
         f"#   ./{LAUNCH_SCRIPT} train.py --my-args  # your training script, launched the same way",
