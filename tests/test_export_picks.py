@@ -1,5 +1,6 @@
 """`autotune export` on a study as a user has it after a short sweep: a pick by trial number
-that re-measured another trial's config, and a --launcher other than the trial's.
+that re-measured another trial's config, a --launcher other than the trial's, and the memory
+a bill says the runs fit under.
 
 The sweep is the real sweep loop with a TrialRunner that measures nothing (the seam
 tests/test_fit.py uses): its tokens/s grow with the micro-batch."""
@@ -7,6 +8,7 @@ tests/test_fit.py uses): its tokens/s grow with the micro-batch."""
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from autotune.contract import GPTShape, GPTWorkload, Launcher, TrialResult, TrialStatus
 from autotune.contract.result import MemorySource
@@ -21,9 +23,9 @@ def _runner(cfg, trial_dir, on_start=None) -> TrialResult:
                        peak_mem_bytes=400 * 2**20, peak_mem_source=MemorySource.host_rss)
 
 
-def _study(tmp_path):
+def _study(tmp_path, limit: int | None = None):
     """(study, report document, trials by number) of a 4-trial sweep over 2 x 2 configs; its
-    last trials re-measure the leaders."""
+    last trials re-measure the leaders. `limit`: the spec's memory limit per rank."""
     from autotune.report.build import build_report
     from autotune.search.study import DIRECTIONS
     from autotune.search.sweep import run_sweep
@@ -31,7 +33,8 @@ def _study(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("num_gpus: [1, 2]\nmicro_batch_size: [2, 4]\nprecision: [fp32]\ncheckpointing: [none]\n")
     spec = SweepSpec.model_validate(dict(workload=GPTWorkload(preset=None, shape=SHAPE), seq_len=64,
-                                         space=str(space), budget=dict(trials=4)))
+                                         space=str(space), budget=dict(trials=4),
+                                         memory=dict(limit_bytes_per_rank=limit)))
     study = optuna.create_study(directions=DIRECTIONS, sampler=optuna.samplers.TPESampler(seed=0))
     run_sweep(spec, study, 4, tmp_path / "runs", runner=_runner)
     return study, build_report(study).model_dump(mode="json"), {t.number: t for t in study.get_trials()}
@@ -75,3 +78,24 @@ def test_a_launcher_other_than_the_trials_is_the_one_the_files_name(tmp_path):
     same = render(plan_export(doc, trials, "cheapest", launcher=Launcher.torchrun))
     assert "launcher torchrun," in same["bill.md"] or "launcher torchrun." in same["bill.md"]
     assert "the trial ran under" not in same["bill.md"]
+
+
+@pytest.mark.parametrize("limit", [None, 2**30])
+def test_the_memory_a_bill_names_is_the_machines_unless_the_spec_set_a_limit(tmp_path, limit):
+    """Without a memory limit in the spec, the sweep's prescreen holds each trial to the
+    machine's own memory: the report names it as that (host RAM / n rank(s) on CPU) and bill.md
+    says so. Before, the report called it the 'per-rank limit of the sweep' and bill.md 'the
+    memory limit 23.5 GiB per rank', a limit nobody set. A spec's limit keeps its name."""
+    from autotune.report.export import plan_export, render
+
+    study, doc, trials = _study(tmp_path, limit)
+    plan = plan_export(doc, trials, "cheapest")
+    row, ranks = plan.trial_row, plan.cfg.num_gpus
+    bill = render(plan)["bill.md"]
+    assert row["memory_fit"] is not None, row
+    if limit is None:
+        assert row["mem_capacity_source"] == f"host RAM / {ranks} rank(s)", row
+        assert f"per rank (the machine's own: host RAM / {ranks} rank(s)); one more run" in bill, bill
+    else:
+        assert (row["mem_capacity_source"], row["mem_capacity_bytes"]) == ("per-rank limit of the sweep", limit)
+        assert "the memory limit 1.0 GiB per rank; one more run" in bill and "machine's own" not in bill, bill

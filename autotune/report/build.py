@@ -11,14 +11,11 @@ capacity for the headroom).
 
 from __future__ import annotations
 
-import json
-import socket
-from pathlib import Path
 from typing import Any
 
-from autotune.contract.trial_files import TrialFiles
 from autotune.errors import UserError
 from autotune.record import SweepRecord, TrialRecord
+from autotune.report.capacity import capacity as memory_capacity
 from autotune.report.labels import limits_set
 from autotune.report.memory_fit import memory_verdicts
 from autotune.report.neighbours import interference, interference_note, neighbours
@@ -64,37 +61,6 @@ def _measured_per_rank(rec: TrialRecord) -> tuple[int | None, str | None]:
     return None, None
 
 
-def _capacity(rec: TrialRecord, cfg: dict[str, Any]) -> tuple[int | None, str | None]:
-    """Memory one rank may use, and what that is: the study's per-rank limit when the sweep
-    stored one; else the GPU's memory, or on CPU the host's RAM shared by the ranks."""
-    pre = rec.memory_prescreen
-    if pre is not None and pre.limit_bytes:
-        return pre.limit_bytes, "per-rank limit of the sweep"
-    hw = rec.machine if rec.machine is not None else _result_hardware(rec)
-    ranks = max(1, int(cfg.get("num_gpus") or 1))
-    if hw.get("device_kind") == "cuda" and hw.get("device_memory_bytes"):
-        return int(hw["device_memory_bytes"]), f"device memory ({hw.get('device_name', '')})"
-    host_mem = hw.get("host_memory_bytes")
-    if host_mem is None and hw.get("hostname") and hw.get("hostname") == socket.gethostname():
-        import psutil  # the trial ran on this very host: its RAM is ours to read
-
-        host_mem = int(psutil.virtual_memory().total)
-    if host_mem:
-        return int(host_mem) // ranks, f"host RAM / {ranks} rank(s)"
-    return None, None
-
-
-def _result_hardware(rec: TrialRecord) -> dict[str, Any]:
-    """The hardware block of the trial's result.json, when its folder is on this machine."""
-    folder = rec.trial_dir
-    if not folder:
-        return {}
-    try:
-        return json.loads(TrialFiles(Path(folder)).result.read_text()).get("hardware") or {}
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
 def _slot_label(rec: TrialRecord) -> str | None:
     s = rec.slot
     if s is None:
@@ -108,7 +74,7 @@ def _trial_row(t, beside: list[int] | None = None) -> TrialRow:
     cfg = rec.config or {}
     queued = {**t.system_attrs.get("fixed_params", {}), **t.params} if t.state.name == "WAITING" else {}
     score = rec.score
-    capacity, capacity_source = _capacity(rec, cfg) if cfg else (None, None)
+    capacity, capacity_source = memory_capacity(rec, cfg) if cfg else (None, None)
     used, _ = _measured_per_rank(rec)
     predicted, predicted_basis = _predicted(rec)
     return TrialRow(

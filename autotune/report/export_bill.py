@@ -10,6 +10,7 @@ from typing import Any
 
 from autotune.contract import DeviceKind, Launcher, TrialConfig
 from autotune.format import fmt_bytes, fmt_hours, fmt_tokens, fmt_usd
+from autotune.report.capacity import SWEEP_LIMIT
 from autotune.report.export_plan import BILL_MD, DEEPSPEED_CONFIG, LAUNCH_SCRIPT, ExportPlan
 from autotune.report.memory_fit import fit_lines
 from autotune.report.optimizer import optimizer_notes
@@ -57,7 +58,10 @@ def bill_markdown(plan: ExportPlan, files: list[str]) -> str:
            if t.get("peak_mem_bytes") else "peak memory not measured")
     out += [f"Measured on {t.get('hardware') or 'unknown hardware'}: {tps}, {mem}.", ""]
     if t.get("memory_fit"):
-        out += fit_lines(MemoryFitRow(**t["memory_fit"]), t["config"], plan.headroom_note)
+        fit = MemoryFitRow(**t["memory_fit"])
+        own = (t.get("mem_capacity_source") if t.get("mem_capacity_bytes") == fit.limit_bytes
+               and t.get("mem_capacity_source") != SWEEP_LIMIT else None)
+        out += fit_lines(fit, t["config"], plan.headroom_note, machine=own)
     if o is not None and len(o.get("runs") or []) > 1 and o.get("tokens_per_s"):
         # The bill rests on every run of the config, this trial's among them.
         out += [f"The bill uses {o['tokens_per_s']:,.0f} tokens/s: the estimate over this config's "

@@ -47,19 +47,23 @@ def attach_fits(rows: list[TrialRow], fits) -> None:
                                           p_run=f.p_run, headroom=f.headroom)
 
 
-def fit_text(fit: MemoryFitRow) -> str:
-    """How the config's runs met the limit, and the long run's chance to fit under it."""
+def fit_text(fit: MemoryFitRow, machine: str | None = None) -> str:
+    """How the config's runs met the limit, and the long run's chance to fit under it;
+    `machine`, what the limit is where it is the machine's own memory, no smaller limit set
+    (a trial row's mem_capacity_source: autotune.report.capacity)."""
     ran = (f"{fit.oom_runs} of this config's {fit.runs} runs ran out of memory under" if fit.oom_runs
            else f"this config's {fit.runs} run{'s' if fit.runs != 1 else ''} peaked under")
-    return (f"{ran} the memory limit {fmt_bytes(fit.limit_bytes)} per rank; one more run (the long "
+    whose = f" (the machine's own: {machine})" if machine else ""
+    return (f"{ran} the memory limit {fmt_bytes(fit.limit_bytes)} per rank{whose}; one more run (the long "
             f"run) fits with {fit.p_run:.0%} chance")
 
 
-def fit_lines(fit: MemoryFitRow, config: dict[str, Any], note: str | None = None) -> list[str]:
+def fit_lines(fit: MemoryFitRow, config: dict[str, Any], note: str | None = None,
+              machine: str | None = None) -> list[str]:
     """bill.md's memory paragraph: the fit, and where the config lacks headroom, that the long
     run may run out of memory and what would give it some; `note`, the report's headroom note
-    on this pick (autotune.report.picks.with_headroom), after it."""
-    text = f"Memory: {fit_text(fit)}."
+    on this pick (autotune.report.picks.with_headroom), after it; `machine` as fit_text's."""
+    text = f"Memory: {fit_text(fit, machine)}."
     if not fit.headroom:
         text += " **Little headroom**: the long run may run out of memory."
         savers = "; or ".join(what_would_fit(config)[:2])
