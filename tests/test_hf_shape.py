@@ -455,3 +455,39 @@ def test_the_worker_and_the_estimate_take_the_flops_attention_width_alike(mt, ov
     assert m.attention_width == (128 if mt in ("qwen3", "gemma") else m.d_model)
     assert flops_per_token(m, 64) == model_flops_per_token(m.matmul_params, shape["n_layers"],
                                                            shape["attention_width"], 64)
+
+
+def test_the_families_run_at_tp_1_only_are_those_whose_plan_the_worker_does_not_run():
+    """hf_defaults.NO_TP copies what the installed transformers' plans and the worker's TP
+    styles decide (the controller imports neither)."""
+    from transformers import AutoConfig
+
+    from autotune.estimate.hf_defaults import NO_TP, TYPE_DEFAULTS
+    from trials.engines.tp import SPLIT_STYLES, SUMMED
+
+    for mt in TYPE_DEFAULTS:
+        plan = AutoConfig.for_model(mt).base_model_tp_plan
+        runs = bool(plan) and set(plan.values()) <= {*SPLIT_STYLES, SUMMED}
+        assert (mt not in NO_TP) == runs, (mt, plan and sorted(set(plan.values())))
+
+
+def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli, tmp_path):
+    import yaml
+
+    from autotune.contract import HardwareFingerprint
+    from autotune.search.machine import NO_TP_REASON, restricted_space
+    from autotune.spec import load_spec
+
+    space = {"num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "tp_degree": [1, 2]}
+    tps = {}
+    for mt in ("llama", "olmo2"):
+        path = tmp_path / f"{mt}.yaml"
+        path.write_text(yaml.safe_dump({"workload": {"kind": "hf", "model_type": mt, "config_overrides": WIDE_HEADS},
+                                        "seq_len": 64, "target": {"tokens": 1e9}, "space": space}))
+        code, out, err = cli("plan", str(path), "--gpu", "h100-sxm", "--json", "--top", "100")
+        assert code == 0, err
+        tps[mt] = {"tp2" in b["config"].split() for b in json.loads(out)["bills"]}
+        rs = restricted_space(load_spec(path), HardwareFingerprint(device_kind="cuda", device_count=8))
+        assert (rs.tp_degree, rs.why_dropped.get("tp_degree 2")) == (
+            ([1, 2], None) if mt == "llama" else ([1], NO_TP_REASON)), mt
+    assert tps == {"llama": {False, True}, "olmo2": {False}}

@@ -22,7 +22,7 @@ from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import attention_width, model_flops_per_token, utilization
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.errors import UserError, read_text_file
-from autotune.estimate import hf_count
+from autotune.estimate import hf_count, hf_defaults
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -74,6 +74,9 @@ class ModelShape(BaseModel):
                             "dtype (olmo, olmo2: their rotary embedding does not cast them)")
     fused_qkv: bool = Field(default=False, description="q, k and v are views of one fused projection's "
                             "output (phi3): what they keep holds it whole")
+    tp_split: bool = Field(default=True, description="the worker splits it by tensor parallelism; false "
+                           "for a Hugging Face family whose TP plan it does not run "
+                           "(autotune.estimate.hf_defaults.NO_TP): TP degree 1 only")
     attention: Literal["fused", "eager"] = Field(
         default="fused", description="the attention the worker's transformers runs: torch SDPA, or "
                                      "its eager_attention_forward (gemma2, which refuses SDPA): the "
@@ -133,8 +136,10 @@ class ModelShape(BaseModel):
     @property
     def tp_heads(self) -> int | None:
         """What every TP degree must divide: the attention and key/value heads alike (each
-        rank holds whole ones of both: a model with one key/value head runs no TP); None
-        where the heads are not known."""
+        rank holds whole ones of both: a model with one key/value head runs no TP), 1 for a
+        model the worker does not split (`tp_split`); None where the heads are not known."""
+        if not self.tp_split:
+            return 1
         if not self.n_heads:
             return None
         return math.gcd(self.n_heads, self.n_kv_heads or self.n_heads)
@@ -223,7 +228,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
         norm=c.norm, norm_readers=c.norm_readers, pre_norms=c.norm_places[0], post_norms=c.norm_places[1],
         clip_qkv=c.clip_qkv, rope_fp32=c.rope_fp32,
-        fused_qkv=c.fused_qkv, experts=c.experts, attention="eager" if c.eager else "fused",
+        fused_qkv=c.fused_qkv, tp_split=c.model_type not in hf_defaults.NO_TP, experts=c.experts,
+        attention="eager" if c.eager else "fused",
         attn_softcap=c.softcap[0], logit_softcap=c.softcap[1],
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,

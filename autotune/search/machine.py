@@ -71,7 +71,20 @@ def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
     reason = fp8_reason(hw, cc, lib)
     if reason and Precision.fp8 in rs.dropped.get("precision", []):
         rs.why_dropped["precision fp8"] = reason
+    for t in rs.dropped.get("tp_degree", []) if not _tp_split(spec) else []:
+        rs.why_dropped[f"tp_degree {t}"] = NO_TP_REASON
     return rs
+
+
+# Why a TP degree over 1 is left out for a model the worker does not split (ModelShape.tp_split).
+NO_TP_REASON = "the worker does not run this model's tensor-parallel plan"
+
+
+def _tp_split(spec: SweepSpec) -> bool:
+    from autotune.search.calibration import model_shape_for
+
+    model = model_shape_for(spec.workload)
+    return model is None or model.tp_split
 
 
 def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | None,

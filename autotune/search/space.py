@@ -193,7 +193,8 @@ def _runs_here(name: str, caps: Capabilities, compiled: list[bool]) -> str:
         return f"it runs ZeRO stages {', '.join(str(z) for z in sorted(caps.zero_stages))}"
     if name == "tp_degree":
         return ("TP degrees must divide the model's heads, be at most the largest num_gpus it runs, "
-                "and come with 0 in zero_stage; 1 always runs")
+                "and come with 0 in zero_stage (a Hugging Face model whose tensor-parallel plan the "
+                "worker does not run, e.g. olmo2, runs 1 only); 1 always runs")
     return "none runs here"
 
 
