@@ -99,3 +99,61 @@ def test_the_memory_a_bill_names_is_the_machines_unless_the_spec_set_a_limit(tmp
     else:
         assert (row["mem_capacity_source"], row["mem_capacity_bytes"]) == ("per-rank limit of the sweep", limit)
         assert "the memory limit 1.0 GiB per rank; one more run" in bill and "machine's own" not in bill, bill
+
+
+@pytest.mark.parametrize("below", ["max_usd", "deadline_hours", "both"])
+def test_limits_below_every_option_name_the_nearest_and_the_flag_value_that_lets_it_in(tmp_path, below):
+    """`export --pick cheapest` (and the report's note) under a --max-usd / --deadline-hours below
+    every option: the cheapest option's dollars, the soonest's hours and the flag value to
+    give, which then lets that option in. Before, export said only 'no option meets the
+    budget/deadline' and 'relax --max-usd / --deadline-hours', the report's note only the limits."""
+    import re
+
+    from autotune.errors import UserError
+    from autotune.format import fmt_hours, fmt_usd
+    from autotune.report.build import build_report
+    from autotune.report.export import plan_export
+
+    study, doc, trials = _study(tmp_path)
+    cheapest = min(doc["options"], key=lambda o: (o["usd"], o["hours"]))
+    soonest = min(doc["options"], key=lambda o: (o["hours"], o["usd"]))
+    limits = {"max_usd": cheapest["usd"] / 2, "deadline_hours": soonest["hours"] / 2}
+    if below != "both":
+        limits = {below: limits[below]}
+    low = build_report(study, **limits).model_dump(mode="json")
+    with pytest.raises(UserError) as exc:
+        plan_export(low, trials, "cheapest")
+    said = str(exc.value)
+    note = next(n for n in low["notes"] if n.startswith("no option meets the limits"))
+    for text in (said, note):
+        if "max_usd" in limits:
+            assert f"the cheapest option{' (also the soonest)' if below == 'both' else ''}, trial " \
+                   f"{cheapest['trial']} on {cheapest['offer']}, costs {fmt_usd(cheapest['usd'])}" in text, text
+        if below == "deadline_hours":
+            assert f"the soonest option, trial {soonest['trial']} on {soonest['offer']}, takes " \
+                   f"{fmt_hours(soonest['hours'], days_beside=True)}" in text, text
+    raised = {flag.replace("-", "_"): float(v) for flag, v in re.findall(r"--(max-usd|deadline-hours) (?:to )?([0-9.]+)", said)}
+    assert set(raised) == set(limits), said
+    plan = plan_export(build_report(study, **raised).model_dump(mode="json"), trials, "cheapest")
+    assert plan.option is not None and plan.option["usd"] == cheapest["usd"]
+
+
+def test_with_both_limits_the_flag_named_is_the_one_that_alone_lets_an_option_in():
+    """Budget and deadline both set, no option within both: where one limit alone keeps out
+    the nearest option, that flag is named (with the value), else both."""
+    from autotune.report.limits_miss import limits_miss
+
+    options = [dict(trial=1, offer="a", usd=10.0, hours=50.0), dict(trial=2, offer="b", usd=30.0, hours=5.0)]
+    figures, fix = limits_miss(options, max_usd=20.0, deadline_hours=10.0)  # 1 over time, 2 over budget
+    assert "within the deadline the cheapest option, trial 2 on b, costs $30.00" in figures, figures
+    assert "within the budget the soonest option, trial 1 on a, takes 50.0 h" in figures, figures
+    assert fix == ("raise --max-usd to 30.00 or more (the deadline kept), or raise --deadline-hours to 50.0 "
+                   "or more (the budget kept)")
+    figures, fix = limits_miss(options, max_usd=5.0, deadline_hours=1.0)
+    assert "the soonest, trial 2 on b, takes 5.0 h and costs $30.00" in figures, figures
+    assert fix == "raise both, e.g. --max-usd 10.00 --deadline-hours 50.0"
+    # rounded up, never below the figure: $1.234 needs 1.24, 0.123 h needs 0.13
+    assert limits_miss([dict(trial=0, offer="c", usd=1.234, hours=0.123)], 1.0, None)[1] == \
+        "raise --max-usd to 1.24 or more"
+    assert limits_miss([dict(trial=0, offer="c", usd=1.234, hours=0.123)], None, 0.1)[1] == \
+        "raise --deadline-hours to 0.13 or more"

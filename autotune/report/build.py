@@ -264,9 +264,14 @@ def _empty_notes(options: list[OptionRow], feasible: list[OptionRow], rows: list
     fits_note = nothing_fits_note(rows) if not feasible else None
     if fits_note:
         notes.append(fits_note)
-    if options and not feasible:
+    if options and not feasible:  # how near the nearest comes, and the flag that lets it in
+        from autotune.report.limits_miss import limits_miss
+
+        figures, fix = limits_miss([o.model_dump(include={"trial", "offer", "usd", "hours"}) for o in options],
+                                   limits.max_usd, limits.deadline_hours)
         notes.append(f"no option meets the limits ({limits_set(limits.max_usd, limits.deadline_hours)}): "
-                     "cheapest and fastest are empty; best_by_cost / best_by_time ignore the limits")
+                     f"{figures}; {fix}. cheapest and fastest are empty; best_by_cost / best_by_time "
+                     "ignore the limits")
     if any(o.sensitivity is None for o in options):
         notes.append("sensitivity (+30% time, one interruption) not available from pricing for "
                      "some options: shown as '-'")

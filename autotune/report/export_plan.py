@@ -116,15 +116,26 @@ def plan_export(doc: dict[str, Any], trials_by_number: dict[int, Any], pick: str
 
 
 def _no_pick_text(doc: dict[str, Any], options: list[dict[str, Any]]) -> str:
-    """Why nothing can be picked, in the report's words (autotune.report.labels.no_option_text)."""
+    """Why nothing can be picked, in the report's words (autotune.report.labels.no_option_text);
+    under limits, how near the nearest option comes (autotune.report.limits_miss)."""
     from autotune.report.labels import no_option_text
 
-    return no_option_text(doc) if not options else "no option meets the budget/deadline"
+    if not options:
+        return no_option_text(doc)
+    from autotune.report.labels import limits_set
+    from autotune.report.limits_miss import limits_miss
+
+    lim = doc["limits"]
+    figures, _ = limits_miss(options, lim["max_usd"], lim["deadline_hours"])
+    return f"no option meets the limits ({limits_set(lim['max_usd'], lim['deadline_hours'])}): {figures}"
 
 
 def _no_pick_fix(doc: dict[str, Any], options: list[dict[str, Any]]) -> str:
     if options:
-        return "relax --max-usd / --deadline-hours, or pick a trial number"
+        from autotune.report.limits_miss import limits_miss
+
+        lim = doc["limits"]
+        return f"{limits_miss(options, lim['max_usd'], lim['deadline_hours'])[1]}; or pick a trial number"
     if doc.get("offer_filter"):
         return "leave out --provider / --region, or pick a trial number"
     return "run more trials (autotune sweep), or pick a trial number"
