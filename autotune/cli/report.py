@@ -51,6 +51,10 @@ def report(
     from autotune.run.storage import resolve_storage
     from autotune.search.study import open_study
 
+    if out is not None:  # --out report.json: a file was meant, not a folder of that name
+        from autotune.report.out_path import refuse_file_name
+
+        refuse_file_name(out)
     # The optional report packages, checked before any work (nothing half-written).
     if html is not None:
         require_extra(("plotly",), "report", "report --html")
