@@ -54,3 +54,18 @@ def test_out_named_like_a_file_is_refused_and_nothing_is_written(stored, tmp_pat
         assert f"--html {name}" in said, said
     assert f"--out {name.rsplit('.', 1)[0]}/" in said, said
     assert list(tmp_path.iterdir()) == []
+
+
+def test_out_lists_each_file_it_wrote_by_its_path_from_here(stored, tmp_path):
+    """After `report --out DIR` the terminal said only 'wrote DIR'. Now it lists each file
+    written (report.html, report.json, the PNGs), relative to the current folder, as `autotune
+    export` lists its own; the list is exactly the folder's files."""
+    from autotune.report.files import MANIFEST
+
+    res = _report(stored, tmp_path, "--out", "rep")
+    assert res.returncode == 0, res.stderr
+    on_disk = sorted(p.name for p in (tmp_path / "rep").iterdir() if p.name != MANIFEST)
+    assert "report.html" in on_disk and "report.json" in on_disk and any(n.endswith(".png") for n in on_disk)
+    lines = res.stdout.splitlines()
+    start = lines.index(f"wrote {len(on_disk)} files into rep:")
+    assert lines[start + 1:] == [f"  {os.path.join('rep', n)}" for n in on_disk], res.stdout

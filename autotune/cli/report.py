@@ -63,20 +63,26 @@ def report(
     url = resolve_storage(storage, storage_file)
     doc = collect(open_study(url, check_study_name(study), create=False), max_usd=max_usd,
                   deadline_hours=deadline_hours, storage_url=url, providers=provider, regions=region)
-    if html is not None or out is not None:
-        _write(doc, html, out, force)
+    written = _write(doc, html, out, force) if html is not None or out is not None else []
     if as_json:
         print_json(doc)
     else:
+        from autotune.report.out_path import shown_path
+
         print_report(doc, console())
-        for path in ([html] if html else []) + ([out] if out else []):
-            console().print(f"wrote {path}")
+        if html is not None:
+            console().print(f"wrote {html}", markup=False)
+        if out is not None:  # each file, as `autotune export` lists its own
+            console().print(f"wrote {len(written)} files into {shown_path(written[0].parent)}:", markup=False)
+            for p in written:
+                console().print(f"  {shown_path(p)}", markup=False)
 
 
-def _write(doc: dict, html: Optional[Path], out: Optional[Path], force: bool) -> None:
+def _write(doc: dict, html: Optional[Path], out: Optional[Path], force: bool) -> list[Path]:
     """The --html page and the --out folder (autotune.report.files): both targets are checked
     before either is written, so a refusal leaves nothing half-written. The folder's path
-    first; what it holds once the names of its files are known."""
+    first; what it holds once the names of its files are known. Returns the folder's files
+    written (none without --out)."""
     from autotune.report.files import (
         REPORT,
         check_out_path,
@@ -97,5 +103,4 @@ def _write(doc: dict, html: Optional[Path], out: Optional[Path], force: bool) ->
         prepare_out_dir(out_dir, force, names=files, kind=REPORT)
     if html_path is not None:
         write_text_atomic(html_path, signed_page(render_html(doc)), "--html")
-    if out_dir is not None:
-        write_files(out_dir, files, kind=REPORT)
+    return write_files(out_dir, files, kind=REPORT) if out_dir is not None else []

@@ -1,11 +1,14 @@
-"""The --out folder of `autotune report` as a user names it: a name that reads as a file
-(report.json) is refused before anything is written.
+"""The --out folder of `autotune report` as a user names it and reads it back: a name that reads
+as a file (report.json) is refused before anything is written, and the files written are
+listed by their shortest path.
 
     refuse_file_name(Path("report.json"))   # UserError (exit 2): --out names a folder; what to write instead
+    shown_path(Path.cwd() / "report" / "report.html")   # "report/report.html"
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from autotune.errors import UserError
@@ -29,3 +32,13 @@ def refuse_file_name(out: Path, flag: str = "--out") -> None:
     raise UserError(f"{flag} {out} names a folder (report.html, report.json and the PNG plots go into it), "
                     f"not a {suffix} file; nothing was written", fix="; ".join(ways))
 
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the current folder where that is shorter, else as it is."""
+    text = str(path)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return text
+    return rel if len(rel) < len(text) else text
