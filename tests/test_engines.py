@@ -21,7 +21,8 @@ from tests.fixtures.engine_trials import CONFIGS, engine_trials
 # The fp16 trials last: where the CPU refuses fp16 they fail, which ends their pool, and the
 # trials before them in the same pool keep it.
 NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "single", "tp2",
-          "tp2_dp2", "hf_single", "hf_tp2", "qwen3_single", "qwen3_tp2", "torchrun", "zero3", "fsdp", "fsdp_knobs",
+          "tp2_dp2", "hf_single", "hf_tp2", "qwen3_single", "qwen3_tp2", "qwen3_fsdp_tp2",
+          "torchrun", "zero3", "fsdp", "fsdp_knobs",
           "fsdp_tp2_dp2", "zero_fp16", "fsdp_fp16"]
 
 
@@ -160,15 +161,19 @@ def test_tp2_splits_a_hugging_face_llama_by_its_own_plan(runs):
 def test_tp2_runs_qwen3_with_its_q_and_k_norms_whole_and_their_gradients_summed(runs):
     """Qwen3's plan keeps q_norm and k_norm whole on every rank (`replicated_with_grad_allreduce`):
     each rank normalises its own heads with them, so its gradient is a share, summed over the
-    TP group before the step. The copies stay equal on both ranks (unsummed they drift apart:
-    0.0021 after the trial's 4 steps) and training matches one unsplit rank."""
+    TP group before the step, by the TP engine and by FSDP2 over a TP split. The copies stay
+    equal on both ranks (unsummed they drift apart: 0.0021 after the trial's 4 steps) and
+    training matches one unsplit rank."""
     obs = ok(runs["qwen3_tp2"])
     assert obs["tp_linear_weights"]["model.layers.0.self_attn.q_proj"]["local_shape"] == [32, 64]
     assert obs["sharded_linears"] == 7 * 2
-    assert obs["grad_summed_weights"] == 2 * 2  # q_norm and k_norm of 2 layers
-    assert obs["grad_summed_max_abs_diff"] == 0.0
     ok(runs["qwen3_single"])
-    assert runs["qwen3_tp2"].final_loss == pytest.approx(runs["qwen3_single"].final_loss, rel=1e-5)
+    # The TP engine, and FSDP2 over the TP split (its 2-D mesh's engine), alike.
+    for name in ("qwen3_tp2", "qwen3_fsdp_tp2"):
+        obs = ok(runs[name])
+        assert obs["grad_summed_weights"] == 2 * 2, name  # q_norm and k_norm of 2 layers
+        assert obs["grad_summed_max_abs_diff"] == 0.0, name
+        assert runs[name].final_loss == pytest.approx(runs["qwen3_single"].final_loss, rel=1e-5), name
 
 
 def test_tp_with_data_parallel_on_a_2d_mesh(runs):

@@ -48,7 +48,7 @@ class FSDP2Engine:
                  init_module=None):
         from torch.distributed.device_mesh import init_device_mesh
 
-        from trials.engines.tp import apply_tp, check_tp_shape, qkv_transforms
+        from trials.engines.tp import apply_tp, check_tp_shape, grad_summed_params, qkv_transforms
 
         if fully_shard is None:
             raise UnsupportedConfig(f"FSDP2 needs torch >= 2.6 (torch.distributed.fsdp."
@@ -103,12 +103,12 @@ class FSDP2Engine:
             model, device, init_module, transforms=qkv_transforms(model, tp) if tp > 1 else None,
             param_device=torch.device("cpu") if "offload_policy" in kwargs else None)
         self._activations = ActivationDtype(model)
+        self.summed = grad_summed_params(model) if tp > 1 else []  # qwen3's q/k norms (tp.SUMMED)
         self.optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
-        self.optimizer_steps = 0
-        self.micro_steps = 0
+        self.optimizer_steps = self.micro_steps = 0
 
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
-        from trials.engines.tp import group_batch
+        from trials.engines.tp import group_batch, sum_over_tp
 
         accum = self.cfg.grad_accum_steps
         total = torch.zeros((), device=self.device)
@@ -120,12 +120,15 @@ class FSDP2Engine:
             (loss / accum).backward()
             total += loss.detach().float() / accum
             self.micro_steps += 1
+        sum_over_tp(self.summed, self.tp_group)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
         return total
 
     def observations(self) -> dict[str, Any]:
+        from trials.engines.tp import summed_drift
+
         dtype = autocast_dtype(self.cfg.precision)
         return {
             "engine": "fsdp2",
@@ -138,6 +141,8 @@ class FSDP2Engine:
             "mesh_shape": list(self.mesh.shape),
             "tp_degree": self.tp,
             "dp_degree": self.dp,
+            "grad_summed_weights": len(self.summed),
+            "grad_summed_max_abs_diff": summed_drift(self.summed, self.tp_group, self.tp_src, self.device),
             "linear_output_dtype": self._activations.dtype,
             "optimizer_steps": self.optimizer_steps,
             "micro_steps": self.micro_steps,

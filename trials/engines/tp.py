@@ -217,22 +217,6 @@ class TensorParallelEngine:
     def _average_over_dp(self) -> None:
         _all_reduce_grads([_local(p.grad) for p in self.params if p.grad is not None], self.dp_group, self.dp)
 
-    def _sum_over_tp(self) -> None:
-        """The SUMMED weights' gradients: each rank's share of the heads, summed."""
-        _all_reduce_grads([p.grad for p in self.summed if p.grad is not None], self.tp_group, 1)
-
-    def _summed_drift(self) -> float | None:
-        """The largest |w - w on the TP group's first rank| over the SUMMED weights; None
-        without any."""
-        if not self.summed:
-            return None
-        drift = torch.zeros((), device=self.device)
-        for p in self.summed:
-            first = p.detach().clone()
-            dist.broadcast(first, src=self.tp_src, group=self.tp_group)
-            drift = torch.maximum(drift, (p.detach() - first).abs().max().float())
-        dist.all_reduce(drift, op=dist.ReduceOp.MAX, group=self.tp_group)  # the group's, on every rank
-        return float(drift)
 
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
         accum = self.cfg.grad_accum_steps
@@ -247,8 +231,7 @@ class TensorParallelEngine:
             scaled.backward()
             total += loss.detach().float() / accum
             self.micro_steps += 1
-        if self.summed:
-            self._sum_over_tp()
+        sum_over_tp(self.summed, self.tp_group)
         if self.dp_group is not None:
             self._average_over_dp()
         for optimizer in self.optimizers:
@@ -285,11 +268,10 @@ class TensorParallelEngine:
             "mesh_shape": list(self.mesh.shape),
             "tp_linear_weights": linears,
             "sharded_linears": sum(1 for v in linears.values() if v["dtensor"]),
-            # The weights kept whole with summed gradients (qwen3's q/k norms), and how far
-            # the TP group's copies are from its first rank's: 0.0 while each step sums
-            # their gradients (a rank stepping on its own share would drift).
+            # The weights kept whole with summed gradients (qwen3's q/k norms) and how far the
+            # TP group's copies are apart (summed_drift).
             "grad_summed_weights": len(self.summed),
-            "grad_summed_max_abs_diff": self._summed_drift(),
+            "grad_summed_max_abs_diff": summed_drift(self.summed, self.tp_group, self.tp_src, self.device),
             "autocast_dtype": str(dtype) if dtype else None,
             "linear_output_dtype": self._activations.dtype,
             "loss_scaling": self.scaler is not None,
@@ -298,6 +280,30 @@ class TensorParallelEngine:
             **observe_params(self.raw_model),
             **_merged(observe_optimizer(o) for o in self.optimizers),
         }
+
+
+def sum_over_tp(summed: list[torch.nn.Parameter], tp_group) -> None:
+    """The SUMMED weights' gradients (grad_summed_params): each rank's share of the heads,
+    summed over the TP group; their local shards where FSDP2 shards them over dp (the ranks of
+    one TP group hold the same dp shard)."""
+    if summed:
+        _all_reduce_grads([_local(p.grad) for p in summed if p.grad is not None], tp_group, 1)
+
+
+def summed_drift(summed: list[torch.nn.Parameter], tp_group, tp_src: int, device: torch.device) -> float | None:
+    """The largest |w - w on the TP group's first rank| over the SUMMED weights (their local
+    shards), the group's on every rank: 0.0 while each step sums their gradients (a rank
+    stepping on its own share would drift); None without any."""
+    if not summed:
+        return None
+    drift = torch.zeros((), device=device)
+    for p in summed:
+        mine = _local(p.detach())
+        first = mine.clone()
+        dist.broadcast(first, src=tp_src, group=tp_group)
+        drift = torch.maximum(drift, (mine - first).abs().max().float())
+    dist.all_reduce(drift, op=dist.ReduceOp.MAX, group=tp_group)
+    return float(drift)
 
 
 def _all_reduce_grads(grads: list[torch.Tensor], group, divisor: int) -> None:
