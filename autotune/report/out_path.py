@@ -33,7 +33,6 @@ def refuse_file_name(out: Path, flag: str = "--out") -> None:
                     f"not a {suffix} file; nothing was written", fix="; ".join(ways))
 
 
-
 def shown_path(path: Path) -> str:
     """`path` relative to the current folder where that is shorter, else as it is."""
     text = str(path)
