@@ -475,7 +475,8 @@ def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli
     import yaml
 
     from autotune.contract import HardwareFingerprint
-    from autotune.search.machine import NO_TP_REASON, restricted_space
+    from autotune.estimate.compute import NO_TP_REASON
+    from autotune.search.machine import restricted_space
     from autotune.spec import load_spec
 
     space = {"num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "tp_degree": [1, 2]}
@@ -486,7 +487,10 @@ def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli
                                         "seq_len": 64, "target": {"tokens": 1e9}, "space": space}))
         code, out, err = cli("plan", str(path), "--gpu", "h100-sxm", "--json", "--top", "100")
         assert code == 0, err
-        tps[mt] = {"tp2" in b["config"].split() for b in json.loads(out)["bills"]}
+        doc = json.loads(out)
+        tps[mt] = {"tp2" in b["config"].split() for b in doc["bills"]}
+        # the plan says why, as the sweep does
+        assert any(NO_TP_REASON in a for a in doc["assumptions"]) == (mt == "olmo2"), doc["assumptions"]
         rs = restricted_space(load_spec(path), HardwareFingerprint(device_kind="cuda", device_count=8))
         assert (rs.tp_degree, rs.why_dropped.get("tp_degree 2")) == (
             ([1, 2], None) if mt == "llama" else ([1], NO_TP_REASON)), mt

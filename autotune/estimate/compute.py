@@ -36,6 +36,10 @@ class Dims(NamedTuple):
     vocab_size: int
 
 
+# Why TP > 1 is left out for a model the worker does not split (ModelShape.tp_split).
+NO_TP_REASON = "the worker does not run this model's tensor-parallel plan"
+
+
 class ModelShape(BaseModel):
     """What the estimates need to know about a decoder-only transformer.
 
@@ -132,6 +136,11 @@ class ModelShape(BaseModel):
         """Heads x head width: the queries' and the attention output's width, and that of the
         FLOPs attention term (autotune.contract.flops.attention_width)."""
         return attention_width(self.d_model, self.n_heads, self.head_width)
+
+    @property
+    def tp_why(self) -> str | None:
+        """Why TP > 1 is left out for it: where the worker does not split it (`tp_split`)."""
+        return None if self.tp_split else NO_TP_REASON
 
     @property
     def tp_heads(self) -> int | None:

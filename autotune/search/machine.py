@@ -41,17 +41,17 @@ class MachineSpace:
 
         hw = local_hardware()
         space = load_space(spec.space, spec.source)
-        return cls(hw, restricted_space(spec, hw, space), unrestricted(space, _n_heads(spec)),
+        return cls(hw, restricted_space(spec, hw, space), unrestricted(space, *_tp_limit(spec)),
                    device_peak_flops(hw, catalog if catalog is not None else spec.platforms.catalog))
 
 
-def _n_heads(spec: SweepSpec) -> int | None:
-    """What every TP degree must divide (ModelShape.tp_heads); None where the workload does
-    not say (an entry point)."""
+def _tp_limit(spec: SweepSpec) -> tuple[int | None, str | None]:
+    """What every TP degree must divide, and why the model leaves TP > 1 out (ModelShape.tp_heads,
+    tp_why); (None, None) where the workload gives no model (an entry point)."""
     from autotune.search.calibration import model_shape_for
 
     model = model_shape_for(spec.workload)
-    return model.tp_heads if model is not None else None
+    return (model.tp_heads, model.tp_why) if model is not None else (None, None)
 
 
 def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
@@ -67,24 +67,11 @@ def restricted_space(spec: SweepSpec, hw: HardwareFingerprint, space=None):
         from autotune.run.hardware import visible_compute_capability
 
         cc, lib = visible_compute_capability(), fp8_library_installed()
-    rs = restrict(space, capabilities_for(hw, spec.trial.threads_per_rank, cc, lib), _n_heads(spec))
+    rs = restrict(space, capabilities_for(hw, spec.trial.threads_per_rank, cc, lib), *_tp_limit(spec))
     reason = fp8_reason(hw, cc, lib)
     if reason and Precision.fp8 in rs.dropped.get("precision", []):
         rs.why_dropped["precision fp8"] = reason
-    for t in rs.dropped.get("tp_degree", []) if not _tp_split(spec) else []:
-        rs.why_dropped[f"tp_degree {t}"] = NO_TP_REASON
     return rs
-
-
-# Why a TP degree over 1 is left out for a model the worker does not split (ModelShape.tp_split).
-NO_TP_REASON = "the worker does not run this model's tensor-parallel plan"
-
-
-def _tp_split(spec: SweepSpec) -> bool:
-    from autotune.search.calibration import model_shape_for
-
-    model = model_shape_for(spec.workload)
-    return model is None or model.tp_split
 
 
 def fp8_reason(hw: HardwareFingerprint, compute_capability: tuple[int, int] | None,

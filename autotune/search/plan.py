@@ -169,7 +169,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
-    rs = unrestricted(space, model.tp_heads)
+    rs = unrestricted(space, model.tp_heads, model.tp_why)
     assumptions = _assumptions(model, rs, hfu, reach, spec.memory)
     if rs.dropped:  # as the sweep's start says which choices it cannot run
         assumptions.append("left out, as a sweep of this space leaves them out: " + rs.dropped_text())

@@ -133,7 +133,10 @@ def _precision_runs(p: Precision, caps: Capabilities, compiled: list[bool]) -> b
     return p in caps.precisions and (p is not Precision.fp8 or True in compiled)
 
 
-def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None) -> RestrictedSpace:
+def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None,
+             tp_why: str | None = None) -> RestrictedSpace:
+    """`n_heads`, `tp_why`: what every TP degree must divide, why the model leaves TP > 1 out
+    (ModelShape.tp_heads, tp_why)."""
     dropped: dict[str, list[Any]] = {}
 
     def keep(name: str, values: list[Any], ok) -> list[Any]:
@@ -156,7 +159,7 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None)
     tp = keep("tp_degree", space.tp_degree,
               lambda t: t <= max(num_gpus) and (caps.tensor_parallel or t == 1)
               and (n_heads is None or n_heads % t == 0) and (t == 1 or 0 in zero))
-    why = {}
+    why = {f"tp_degree {t}": tp_why for t in dropped.get("tp_degree", []) if tp_why and t > 1}
     if Precision.fp8 in dropped.get("precision", []) and Precision.fp8 in caps.precisions:
         why["precision fp8"] = FP8_NEEDS_COMPILE
     return RestrictedSpace(
@@ -268,10 +271,10 @@ ALL_CAPABILITIES = Capabilities(
     zero_stages=frozenset({0, 1, 2, 3}), tensor_parallel=True, offload=True)
 
 
-def unrestricted(space: SearchSpace, n_heads: int | None = None) -> RestrictedSpace:
+def unrestricted(space: SearchSpace, n_heads: int | None = None, tp_why: str | None = None) -> RestrictedSpace:
     """The space with every capability on: the same on every machine of a study (only the
     model shape, which the whole study shares, still removes TP degrees)."""
-    return restrict(space, ALL_CAPABILITIES, n_heads)
+    return restrict(space, ALL_CAPABILITIES, n_heads, tp_why)
 
 
 class _Chooser:
