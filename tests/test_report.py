@@ -205,8 +205,10 @@ def test_no_pick_says_how_near_the_options_come_and_points_to_the_report(study, 
     con = Console(width=200, file=io.StringIO(), record=True, highlight=False)
     print_summary(none, con, next_commands(spec, None, picked=False))
     text = con.export_text()
+    soonest = min(doc["options"], key=lambda o: (o["hours"], o["usd"]))
     assert (f"No pick: no option meets the limits: deadline {fmt_hours(fastest_h / 2)} (from flags); "
-            f"the fastest takes {fmt_hours(fastest_h)}.") in text
+            f"the soonest option, trial {soonest['trial']} on {soonest['offer']}, takes "
+            f"{fmt_hours(fastest_h, days_beside=True)}; raise --deadline-hours to ") in text
     assert "autotune export" not in text
     assert f"Next: autotune report --study {study.name} --storage {study.storage} --max-usd USD " \
            "--deadline-hours HOURS: the options under other limits" in text
@@ -214,8 +216,11 @@ def test_no_pick_says_how_near_the_options_come_and_points_to_the_report(study, 
                    max_usd=cheapest_usd / 2)
     con = Console(width=300, file=io.StringIO(), record=True, highlight=False)
     print_summary(both, con, [])
-    assert (f"the cheapest option costs {fmt_usd(cheapest_usd)}, the fastest takes "
-            f"{fmt_hours(fastest_h)}.") in con.export_text()
+    # neither limit alone lets an option in (the cheapest costs twice the budget, the soonest
+    # takes twice the deadline): both figures, and both flags
+    text = con.export_text()
+    assert f"costs {fmt_usd(cheapest_usd)}" in text and f"takes {fmt_hours(fastest_h, days_beside=True)}" in text
+    assert "raise both, e.g. --max-usd " in text and " --deadline-hours " in text
 
 
 def test_rich_report_names_the_decision(study, doc):

@@ -189,18 +189,15 @@ def _tail_lines(doc: dict[str, Any], width: int) -> list[tuple[str, str | None]]
 
 
 def _no_pick_text(doc: dict[str, Any]) -> str:
-    """Why nothing is recommended; under limits, how near the best options come to them."""
+    """Why nothing is recommended; under limits, how near the nearest options come to them and
+    the flag values that let one in (autotune.report.limits_miss, as the report's note says)."""
+    from autotune.report.limits_miss import limits_miss
+
     options, limits = doc["options"], doc["limits"]
     if not options:
         return no_option_text(doc)
-    near = []
-    usd = [o["usd"] for o in options if o.get("usd") is not None]
-    hours = [o["hours"] for o in options if o.get("hours") is not None]
-    if limits["max_usd"] is not None and usd:
-        near.append(f"the cheapest option costs {fmt_usd(min(usd))}")
-    if limits["deadline_hours"] is not None and hours:
-        near.append(f"the fastest takes {fmt_hours(min(hours))}")
-    return f"no option meets the limits: {_limits_line(limits)}" + (f"; {', '.join(near)}" if near else "")
+    figures, fix = limits_miss(options, limits["max_usd"], limits["deadline_hours"])
+    return f"no option meets the limits: {_limits_line(limits)}; {figures}; {fix}"
 
 
 def scaling_line(doc: dict[str, Any]) -> str | None:
