@@ -21,7 +21,7 @@ from tests.fixtures.engine_trials import CONFIGS, engine_trials
 # The fp16 trials last: where the CPU refuses fp16 they fail, which ends their pool, and the
 # trials before them in the same pool keep it.
 NEEDED = ["deepspeed", "zero1_bf16", "zero2_offload", "zero3_offload", "single", "tp2",
-          "tp2_dp2", "hf_single", "hf_tp2", "qwen3_single", "qwen3_tp2", "qwen3_fsdp_tp2",
+          "tp2_dp2", "hf_single", "hf_tp2", "qwen3_single", "qwen3_tp2", "qwen3_fsdp_tp2", "qwen2_moe_tp2",
           "torchrun", "zero3", "fsdp", "fsdp_knobs",
           "fsdp_tp2_dp2", "zero_fp16", "fsdp_fp16"]
 
@@ -174,6 +174,20 @@ def test_tp2_runs_qwen3_with_its_q_and_k_norms_whole_and_their_gradients_summed(
         assert obs["grad_summed_weights"] == 2 * 2, name  # q_norm and k_norm of 2 layers
         assert obs["grad_summed_max_abs_diff"] == 0.0, name
         assert runs[name].final_loss == pytest.approx(runs["qwen3_single"].final_loss, rel=1e-5), name
+
+
+@pytest.mark.parametrize("name", ["hf_tp2", "qwen3_tp2", "qwen2_moe_tp2"])
+def test_the_estimate_counts_the_parameters_a_tp_rank_holds(runs, name):
+    """A TP rank holds what its model's plan splits, halved, and the rest whole: embeddings,
+    LM head, norms, row-parallel biases and a mixture's experts, router and shared expert,
+    which transformers' plans leave out (ModelShape.tp_local_params). Counted from the
+    config as `estimate` and `plan` count it, it equals what rank 0 of the real trial holds."""
+    from autotune.estimate.compute import model_from_workload
+
+    shape = model_from_workload(CONFIGS[name].workload)
+    obs = ok(runs[name])
+    assert obs["param_elements_total"] == shape.params
+    assert obs["param_elements_local"] == shape.tp_local_params(2)
 
 
 def test_tp_with_data_parallel_on_a_2d_mesh(runs):

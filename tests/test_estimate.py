@@ -319,6 +319,26 @@ def test_a_config_that_does_not_fit_says_what_would_make_it_fit(cli):
     assert code == 0 and "no memory saver tried makes it fit" in out
 
 
+def test_at_tp_above_1_the_estimate_lists_and_notes_only_what_the_worker_runs(cli, tmp_path):
+    """The worker runs tensor parallelism with DDP or FSDP2, never with ZeRO
+    (trials/engines/deepspeed.py ZERO_WITH_TP), and splits only the models whose plan it runs
+    (ModelShape.tp_why): at --tp 2 what would make a config fit shards with FSDP2, and an
+    estimate of ZeRO with TP, or of TP of such a model, says a sweep does not run it."""
+    code, out, err = cli("estimate", "--model", "7b", "--seq-len", "4096", "--tp", "2", "--gpu", "a100-40gb",
+                         "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["fits"] is False and doc["fits_with"] and doc["notes"] == []
+    assert [c for c in doc["fits_with"] if "--fsdp full_shard" in c["flags"]]
+    assert not [c for c in doc["fits_with"] if "--zero-stage" in c["flags"]], doc["fits_with"]
+    code, out, err = cli("estimate", "--model", "7b", "--tp", "2", "--zero-stage", "1", "--json")
+    assert code == 0 and [n for n in json.loads(out)["notes"] if "not with ZeRO" in n], out
+    gpt2 = tmp_path / "config.json"
+    gpt2.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}))
+    code, out, err = cli("estimate", "--model", str(gpt2), "--tp", "2")
+    assert code == 0 and "tp 2: the worker does not run this model's tensor-parallel plan" in out, out
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--model", "nope"], "unknown model preset"),
     (["--params", "7e9", "--model", "7b"], "exactly one of"),

@@ -70,6 +70,7 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
     if gpu and a.precision.value == "fp8" and not _catalog_gpu(gpu).peak_flops("fp8"):
         doc["notes"].append(f"the catalog sources no fp8 peak for {gpu}: fp8 training runs on GPUs of compute "
                             "capability 8.9 and later (a sweep there leaves fp8 out; so does `plan`)")
+    doc["notes"] += _tp_notes(shape, tp, a.zero_stage)
     doc.update(
         model=shape.name, model_source=shape.source, model_params=shape.params,
         engine=str(mcfg.resolved_engine),
@@ -93,6 +94,17 @@ def estimate(model: str | None = None, params: float | str | None = None, layers
                    # What would make it fit (autotune.estimate.savers); empty where it fits.
                    fits_with=[c._asdict() for c in fitting_changes(shape, mcfg, usable)] if over else [])
     return doc
+
+
+def _tp_notes(shape, tp: int, zero_stage: int) -> list[str]:
+    """Where the worker would not run the tensor parallelism estimated (a sweep leaves it out)."""
+    if tp <= 1:
+        return []
+    notes = [f"tp {tp}: {shape.tp_why}; a sweep runs this model at tp 1"] if shape.tp_why else []
+    if zero_stage:
+        notes.append("autotune's worker runs tensor parallelism with DDP or FSDP2, not with ZeRO, so a "
+                     "sweep never pairs them: --fsdp full_shard shards the states with it")
+    return notes
 
 
 def _flops_rule(shape) -> str:

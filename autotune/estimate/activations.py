@@ -181,8 +181,8 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       (`read_bytes`); `post_norms` (gemma2, olmo2) adds a norm after the attention and the MLP,
       whose fp32 input copy and fp32 normalised tensor are kept (its output joins the stream;
       measured on the worker's gemma2 and olmo2 in all three layouts, tests/test_hf_shape.py);
-      a mixture of `experts` (`expert_bytes`, in place of the MLP: tensor parallelism of a
-      mixture is not measured, so it is counted whole on every rank);
+      a mixture of `experts` (`expert_bytes`, in place of the MLP: transformers' TP plans
+      leave the experts out, so every TP rank runs them whole);
     - split by TP: Q, K, V and the attention output (`attention_bytes`: heads x `head_dim`
       wide, default h / a); the MLP hidden tensors (GELU: input and output; SwiGLU: gate,
       its activation, up, product);

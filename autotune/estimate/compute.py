@@ -106,6 +106,13 @@ class ModelShape(BaseModel):
     source: str = ""
     block_params: int | None = Field(
         default=None, description="parameters of one repeated block (FSDP2 gathers a block at a time)")
+    tp_split_params: int | None = Field(
+        default=None, ge=0,
+        description="parameters the tensor-parallel plan splits, over all blocks (attention and dense "
+                    "MLP matrices; a mixture's experts and router stay whole on every rank); None: "
+                    "every repeated block whole (block_params x n_layers)")
+    block_tp_split_params: int | None = Field(
+        default=None, ge=0, description="those of them in the largest block; None: all of it")
     max_seq_len: int | None = Field(
         default=None, description="the longest sequence the model takes (learned positions, or a "
                                   "config's max_position_embeddings); None where not known")
@@ -154,15 +161,26 @@ class ModelShape(BaseModel):
         return math.gcd(self.n_heads, self.n_kv_heads or self.n_heads)
 
     def tp_local_params(self, tp_degree: int) -> float:
-        """Parameters one tensor-parallel rank holds: the repeated blocks split `tp_degree`
-        ways, the rest (embeddings, LM head, final norm) whole on every rank, as
-        trials/engines/tp.py splits the built-in GPT and Hugging Face models (the blocks' own
-        norms and row-parallel biases, also whole, are a rounding error). Without the block
-        size, the whole model split (a lower bound)."""
-        if tp_degree <= 1 or not self.block_params or not self.n_layers:
+        """Parameters one tensor-parallel rank holds: what the plan splits (`tp_split_params`)
+        `tp_degree` ways, the rest (embeddings, LM head, norms, row-parallel biases, a mixture's
+        experts) whole on every rank, as trials/engines/tp.py splits the built-in GPT and
+        Hugging Face models. Where the split is not counted, the repeated blocks split whole;
+        without the block size, the whole model split (a lower bound)."""
+        if tp_degree <= 1:
+            return float(self.params)
+        if self.tp_split_params is not None:
+            return self.params - self.tp_split_params * (1 - 1 / tp_degree)
+        if not self.block_params or not self.n_layers:
             return self.params / tp_degree
         split = min(self.params, self.n_layers * self.block_params)
         return split / tp_degree + (self.params - split)
+
+    def tp_block_params(self, tp_degree: int) -> float:
+        """One tensor-parallel rank's share of the largest repeated block (`block_params`,
+        which must be known): its split part (`block_tp_split_params`) `tp_degree` ways."""
+        block = float(self.block_params or 0)
+        split = block if self.block_tp_split_params is None else self.block_tp_split_params
+        return block - split * (1 - 1 / max(1, tp_degree))
 
     @property
     def active_params(self) -> int:
@@ -246,7 +264,8 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         # "config" names a config given as fields (a spec's model_type): said once, not twice.
         source=f"Hugging Face {where if isinstance(path_or_dict, dict) else 'config ' + where} "
                f"({c.model_type or 'unknown type'}; {c.how})",
-        block_params=c.block_params, max_seq_len=c.max_seq_len,
+        block_params=c.block_params, tp_split_params=c.tp_split[0], block_tp_split_params=c.tp_split[1],
+        max_seq_len=c.max_seq_len,
     )
 
 

@@ -92,6 +92,7 @@ class HFCount(NamedTuple):
     lookup_params: int
     largest_layer_params: int
     block_params: int  # the largest decoder layer's
+    tp_split: tuple[int, int]  # parameters a TP plan splits: over all blocks, in the largest (_tp_split)
     max_seq_len: int | None
     how: str
 
@@ -225,36 +226,51 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
                    bool(cfg.get("norm_topk_prob")), False)
 
 
-def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: int) -> int:
-    """One gated-family attention block's parameters: q, k, v, o and their biases, q/k norms."""
+def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: int) -> tuple[int, int]:
+    """One gated-family attention block's parameters (q, k, v, o and their biases, q/k norms),
+    and those a tensor-parallel plan splits: q, k, v with their biases (column-wise) and o
+    (row-wise); o's bias and the q/k norms stay whole on every rank."""
     q_out, kv_out = a * head_dim, kv * head_dim
-    attn = h * q_out + 2 * h * kv_out + q_out * h  # phi3's fused qkv_proj is the same three
+    split = h * q_out + 2 * h * kv_out + q_out * h  # phi3's fused qkv_proj is the same three
+    whole = 0
     if mt == "qwen2" or (mt == "qwen2_moe" and cfg.get("qkv_bias")):  # q/k/v biases, o none
-        attn += q_out + 2 * kv_out
+        split += q_out + 2 * kv_out
     elif mt not in _UNBIASED_ATTENTION and cfg.get("attention_bias"):
-        attn += q_out + 2 * kv_out + h
+        split, whole = split + q_out + 2 * kv_out, h
     qk_norm = QK_NORM.get(mt, "none")
     if qk_norm == "head":
-        attn += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
+        whole += 2 * head_dim  # q_norm, k_norm (RMSNorm over head_dim)
     elif qk_norm == "whole":
-        attn += q_out + kv_out  # q_norm, k_norm (RMSNorm over all heads)
-    return attn
+        whole += q_out + kv_out  # q_norm, k_norm (RMSNorm over all heads)
+    return split + whole, split
 
 
 def _gated_mlps(cfg: dict[str, Any], mt: str, n_layers: int, h: int, ffn: int,
-                moe: Experts | None) -> tuple[list[int], int]:
+                moe: Experts | None) -> tuple[list[int], int, list[int]]:
     """Each layer's MLP parameters (gate, up, down; a mixture: router, experts, shared expert and
-    its gate) and the experts a token skips, summed over layers. Phi3's fused gate_up_proj is
-    the same two matrices."""
+    its gate), the experts a token skips, summed over layers, and each layer's parameters a
+    tensor-parallel plan splits: a dense MLP's gate and up with their biases (column-wise) and
+    down (row-wise; its bias whole). transformers' plans (5.25) name no expert, router or
+    shared expert, so a sparse layer's MLP stays whole on every rank. Phi3's fused
+    gate_up_proj is the same two matrices."""
     biased = cfg.get("mlp_bias") and (mt in _BIASED_MLP or mt not in hf.TYPE_DEFAULTS)
-    dense = 3 * h * ffn + (2 * ffn + h if biased else 0)
+    dense_split = 3 * h * ffn + (2 * ffn if biased else 0)
+    dense = dense_split + (h if biased else 0)
     if moe is None:
-        return [dense] * n_layers, 0
+        return [dense] * n_layers, 0, [dense_split] * n_layers
     expert = 3 * h * moe.width
     shared = 3 * h * moe.shared_width + h if moe.shared_width else 0  # + its 1-wide sigmoid gate
     sparse = moe.experts * h + moe.experts * expert + shared  # router: one logit per expert
     mlps = [sparse if s else dense for s in moe.sparse]
-    return mlps, sum(moe.sparse) * (moe.experts - moe.top_k) * expert
+    splits = [0 if s else dense_split for s in moe.sparse]
+    return mlps, sum(moe.sparse) * (moe.experts - moe.top_k) * expert, splits
+
+
+def _tp_split(n_layers: int, attn_split: int, mlps: list[int], mlp_splits: list[int]) -> tuple[int, int]:
+    """(parameters a tensor-parallel plan splits over all blocks, those of the largest block)."""
+    largest = max(range(n_layers), key=mlps.__getitem__) if n_layers else 0
+    return (n_layers * attn_split + sum(mlp_splits),
+            attn_split + (mlp_splits[largest] if n_layers else 0))
 
 
 def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
@@ -270,15 +286,16 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
     moe = _experts(cfg, where, mt, L, ffn) if gated else None
     if gated:  # llama layout: RMSNorm (weight only), no biases but those the family has
-        attn = _attention(cfg, mt, h, a, kv, head_dim)
-        mlps, unrouted = _gated_mlps(cfg, mt, L, h, ffn, moe)
+        attn, attn_split = _attention(cfg, mt, h, a, kv, head_dim)
+        mlps, unrouted, mlp_splits = _gated_mlps(cfg, mt, L, h, ffn, moe)
         # RMSNorm weights: two a layer at each place it normalises; olmo's LayerNorm has none.
         weights = 0 if mt == "olmo" else h
         norms = 2 * weights * sum(NORM_PLACES.get(mt, (True, False)))
         final_norm = weights
     else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
-        attn = h * 3 * h + 3 * h + h * h + h
-        mlps, unrouted = [h * ffn + ffn + ffn * h + h] * L, 0
+        attn_split = h * 3 * h + 3 * h + h * h  # qkv and its bias column-wise, proj row-wise
+        attn, mlp_splits = attn_split + h, [h * ffn + ffn + ffn * h] * L
+        mlps, unrouted = [split + h for split in mlp_splits], 0
         norms = 2 * 2 * h
         final_norm = 0 if mt == "opt" and cfg.get("do_layer_norm_before") is False else 2 * h
     emb = V * h
@@ -313,7 +330,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
                  mt == "gemma2" and cfg.get("final_logit_softcapping", 30.0) is not None),
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
-        block_params=attn + max(mlps) + norms,
+        block_params=attn + max(mlps) + norms, tp_split=_tp_split(L, attn_split, mlps, mlp_splits),
         # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
         # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
         max_seq_len=hf_size(cfg, where, *hf.POSITIONS), how=how)

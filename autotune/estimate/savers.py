@@ -31,8 +31,9 @@ class Change(NamedTuple):
 
 
 def _shard(cfg: MemoryConfig) -> dict[str, Any]:
-    """Sharding every state: FSDP2 full_shard where the config runs FSDP2, else ZeRO-3."""
-    return {"fsdp": "full_shard"} if cfg.fsdp.value != "none" else {"zero_stage": 3}
+    """Sharding every state: FSDP2 full_shard where the config runs FSDP2 or tensor parallelism
+    (the worker runs ZeRO without TP only: trials/engines/deepspeed.py ZERO_WITH_TP), else ZeRO-3."""
+    return {"fsdp": "full_shard"} if cfg.fsdp.value != "none" or cfg.tp_degree > 1 else {"zero_stage": 3}
 
 
 def _tried(cfg: MemoryConfig) -> list[list[dict[str, Any]]]:

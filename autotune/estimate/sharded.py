@@ -44,7 +44,7 @@ def gathered_params_bytes(model: ModelShape, cfg: Any, w_pp: float, compute_byte
         c = 4.0 if cfg.precision is Precision.fp32 else float(compute_bytes)
         if cfg.fsdp is FSDPMode.shard_grad_op or not model.block_params or not model.n_layers:
             return psi * c
-        block = model.block_params / cfg.tp_degree
+        block = model.tp_block_params(cfg.tp_degree)
         root = max(0.0, psi - model.n_layers * block)
         return min(psi, root + 2 * block) * c
     largest = (model.largest_layer_params or 0) / cfg.tp_degree
@@ -92,7 +92,7 @@ def fsdp2_transients(model: ModelShape, cfg: Any, compute_bytes: int) -> tuple[f
     # for the reduce-scatter under mixed precision) until they are reduce-scattered, and the
     # root's (embeddings, LM head) from the LM head's backward to the end.
     if model.block_params and model.n_layers:
-        block = model.block_params / cfg.tp_degree
+        block = model.tp_block_params(cfg.tp_degree)
         root = max(0.0, psi - model.n_layers * block)
         mixed = cfg.precision is not Precision.fp32
         buckets = (root + block) * (4.0 + (compute_bytes if mixed else 0.0))
