@@ -287,6 +287,40 @@ def _plan_1b_comm_s(cli, tmp_path, monkeypatch, space: dict, global_batch: int, 
             for b in json.loads(out)["bills"]}
 
 
+def test_a_tp_rank_is_planned_to_compute_what_the_plan_splits_and_the_rest_whole(cli, tmp_path, monkeypatch):
+    """Each TP rank runs its share of the split matrices and attention heads, and the LM head and
+    a mixture's routed experts whole (transformers' plans leave them out: tests/test_engines.py
+    counts what a rank holds). The plan assumed tp x the speed of one GPU: for this mixture it
+    billed TP 2 faster than two data-parallel GPUs, where each TP rank computes 82% of a token."""
+    import re
+
+    from autotune.estimate.compute import model_from_hf_config, tp_rank_flops_share
+
+    moe = {"model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 3072, "moe_intermediate_size": 768,
+           "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64,
+           "num_experts": 16, "num_experts_per_tok": 4, "vocab_size": 32000}
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "moe.json").write_text(json.dumps(moe))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({
+        "num_gpus": [2], "micro_batch_size": [1], "precision": ["bf16"], "checkpointing": ["none"],
+        "zero_stage": [0], "tp_degree": [1, 2], "offload": ["none"]}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "hf", "config_path": "moe.json"}, "seq_len": 2048, "target": {"tokens": 1e10},
+        "batch": {"global_batch_samples": 8}, "space": "space.yaml"}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json", "--top", "50")
+    assert code == 0, err
+    compute_s = {}
+    for b in json.loads(out)["bills"]:
+        coll, step = map(float, re.search(r"([\d.]+) s of collectives per ([\d.]+) s step", b["throughput_basis"]).groups())
+        compute_s["tp2" in b["config"]] = step - coll
+    share = tp_rank_flops_share(model_from_hf_config(moe), 2048, 2)
+    assert share == pytest.approx(0.82, abs=0.01)
+    # One TP-2 replica runs 8 micro-batches a step, each of 2 data-parallel ranks 4.
+    assert compute_s[True] / compute_s[False] == pytest.approx(8 * share / 4, rel=0.02)
+    dense = model_from_hf_config({**moe, "model_type": "qwen3"})
+    assert 0.5 < tp_rank_flops_share(dense, 2048, 2) < 0.6  # its LM head whole on each rank
+
+
 def test_the_plan_offers_no_tp_degree_a_models_key_value_heads_refuse(cli, tmp_path, monkeypatch):
     # Each TP rank holds whole key/value heads: a model with one runs no TP. The plan bounded
     # TP by the attention heads alone and billed TP 2, which the sweep would never launch.

@@ -343,3 +343,22 @@ def mfu(tokens_per_s: float, flops_per_token_: float, num_devices: int,
         device_peak_flops: float | None) -> float | None:
     """Model FLOPs utilisation (`autotune.contract.flops.utilization`)."""
     return utilization(tokens_per_s, flops_per_token_, num_devices, device_peak_flops)
+
+
+def tp_rank_flops_share(model: ModelShape, seq_len: int, tp_degree: int) -> float:
+    """The share of a token's FLOPs one of `tp_degree` tensor-parallel ranks computes: what the
+    plan splits (its matrices, `tp_split_params`, and the attention core over the rank's
+    heads) 1/tp of it, the rest whole on every rank (the LM head; a mixture's routed experts,
+    router and shared expert, which transformers' plans leave out). Applied to the hardware
+    FLOPs, recomputation included (the LM head, never re-run, makes it a little low there)."""
+    total = flops_per_token(model, seq_len)
+    if tp_degree <= 1 or not total:
+        return 1.0
+    if model.tp_split_params is not None:
+        split = model.tp_split_params
+    elif model.block_params and model.n_layers:  # the built-in GPT: its blocks, whole
+        split = model.n_layers * model.block_params - model.unrouted_expert_params
+    else:  # without the shapes: the whole model split
+        return 1 / tp_degree
+    split_flops = model_flops_per_token(split, model.n_layers, model.attention_width, seq_len)
+    return 1 - min(1.0, split_flops / total) * (1 - 1 / tp_degree)

@@ -36,6 +36,7 @@ from autotune.estimate.compute import (
     flops_per_token,
     hardware_flops_per_token,
     model_from_workload,
+    tp_rank_flops_share,
 )
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, grad_bytes_per_param, link_for, tp_bytes
@@ -307,9 +308,11 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
         return
     t.fits.setdefault(gpu, set()).add(c["num_gpus"])
     hw_fpt = hardware_flops_per_token(p.model, seq, c["checkpointing"].value)
-    # One data-parallel replica (tp GPUs) runs its micro-batches at hfu x tp x peak.
-    compute_s = (c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt
-                 / (p.hfu * peak * c["tp_degree"] * speedup))
+    # Each of a data-parallel replica's tp GPUs runs its share of the micro-batches' FLOPs at
+    # hfu x peak: what the TP plan splits, 1/tp of it, and the rest whole (tp_rank_flops_share).
+    share = tp_rank_flops_share(p.model, seq, c["tp_degree"])
+    split_text = f"({share:.0%} of them on each TP rank) " if c["tp_degree"] > 1 else ""
+    compute_s = c["micro_batch_size"] * seq * c["grad_accum_steps"] * hw_fpt * share / (p.hfu * peak * speedup)
     label = _label(c, gpu)
     dp = c["num_gpus"] // c["tp_degree"]
     for o in p.catalog.offers_for(gpu, c["num_gpus"]):
@@ -328,7 +331,7 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
                 f"per node between {nodes} nodes" if nodes > 1 else (g.interconnect or "one node"))
         rate = (f"{p.hfu:.0%} of {gpu} bf16 peak x {speedup:g} for fp8+compile (torchao)"
                 if speedup != 1.0 else f"{p.hfu:.0%} of {gpu} {prec.value} peak")
-        basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token "
+        basis = (f"estimated: {rate} on {hw_fpt:.3g} FLOPs/token {split_text}"
                  f"(MFU {mfu:.1%} of the {'bf16' if speedup != 1.0 else prec.value} peak), "
                  f"{cs:.3g} s of collectives per {step:.3g} s step over "
                  f"{over}, memory {mem / 1e9:.1f} GB of {cap / 1e9:g} GB"
