@@ -177,17 +177,23 @@ def test_tp2_runs_qwen3_with_its_q_and_k_norms_whole_and_their_gradients_summed(
 
 
 @pytest.mark.parametrize("name", ["hf_tp2", "qwen3_tp2", "qwen2_moe_tp2"])
-def test_the_estimate_counts_the_parameters_a_tp_rank_holds(runs, name):
+def test_the_estimate_counts_the_parameters_and_activations_a_tp_rank_holds(runs, name):
     """A TP rank holds what its model's plan splits, halved, and the rest whole: embeddings,
     LM head, norms, row-parallel biases and a mixture's experts, router and shared expert,
     which transformers' plans leave out (ModelShape.tp_local_params). Counted from the
-    config as `estimate` and `plan` count it, it equals what rank 0 of the real trial holds."""
+    config as `estimate` and `plan` count it, it equals what rank 0 of the real trial holds;
+    so do the activations it keeps (the attention's and a dense MLP's split tensors by the
+    rank's heads and width, the rest whole; tests/test_hf_shape.py pins them at TP 1)."""
     from autotune.estimate.compute import model_from_workload
+    from autotune.estimate.memory import MemoryConfig, activation_parts
 
     shape = model_from_workload(CONFIGS[name].workload)
     obs = ok(runs[name])
     assert obs["param_elements_total"] == shape.params
     assert obs["param_elements_local"] == shape.tp_local_params(2)
+    parts = activation_parts(shape, MemoryConfig.from_trial_config(CONFIGS[name]))
+    assert parts is not None
+    assert obs["activation_saved_bytes"] == parts["kept"] + parts["kept_logits"]
 
 
 def test_tp_with_data_parallel_on_a_2d_mesh(runs):
