@@ -406,7 +406,9 @@ def section(docs: list[dict]) -> str:
         again = reused(d["trials"])
         ran = [r for r in d["trials"] if r["status"] not in (None, "prescreened") and r not in again]
         oom = [r for r in ran if r["status"] == "oom"]
-        lines.append(f"### `{d['case']}` ({d['context']['date_utc']}, commit `{d['context']['git_commit']}`)")
+        ctx = d["context"]
+        machine = f", {ctx['machine']}" if ctx.get("machine") else ""
+        lines.append(f"### `{d['case']}` ({ctx['date_utc']}, commit `{ctx['git_commit']}`{machine})")
         lines.append("")
         if d["case"].startswith("default"):
             p = {k: f"{statistics.median(v) / MiB:,.0f}" for k, v in d["peaks_bytes"].items()}

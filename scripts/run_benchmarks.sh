@@ -127,7 +127,7 @@ done
     echo "benchmark's sizes; figures show that the scripts work, not what the tool achieves."
   fi
   echo
-  echo "Machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
+  echo "This invocation's machine: $("$PY" -c 'import sys; sys.path.insert(0, "scripts"); from bench_common import machine_line; from autotune.run.hardware import local_hardware; print(machine_line(local_hardware()))')"
   echo "This invocation ran: ${ONLY:-nothing (document reassembled)} ($(( $(date +%s) - STARTED )) s); other sections are from earlier runs when their dates differ."
   echo
   for name in search search_matrix resample headroom race_block level real_limit search_big search_ds search_ds_heldout search_cpu40 search_mem search_gpt390 fit_priors side_by_side deepspeed_tuner noise noise_levers overhead fidelity memory scale pool pool_scale observations; do
