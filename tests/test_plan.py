@@ -423,3 +423,52 @@ def test_plan_shows_configs_it_cannot_tell_apart_on_one_line(cli, tmp_path, monk
     assert lines[1].strip().startswith("the same estimate with zero1; zero2; fp16; fp16 zero1; +1 more")
     # Each line shown is another bill: no two lines the same offer at the same price.
     assert len({(ln.split(" on ")[1].split()[0], ln.split("  $")[1].split()[0]) for ln in ranked}) == 3
+
+
+@pytest.mark.parametrize("space,global_batch,first", [
+    # 7b at seq 4096 (140 GB on one GPU): ZeRO-3 over 8 GPUs, as of this test's writing.
+    ({"num_gpus": [1], "micro_batch_size": [1]}, 8, ("`zero_stage: [0, 3]`", "`num_gpus: [1, ")),
+    # TP 2: FSDP2 shards with it (the worker runs no ZeRO with TP), over dp x tp GPUs (8).
+    ({"num_gpus": [2], "micro_batch_size": [4], "tp_degree": [2]}, 64,
+     ("`fsdp: [none, full_shard]`", "`num_gpus: [2, ")),
+])
+def test_when_no_config_fits_the_plan_names_the_space_choices_that_make_one_fit(
+        cli, tmp_path, monkeypatch, space, global_batch, first):
+    """The plan said only "add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the
+    space": now the changes `autotune estimate --gpu` finds for the smallest config, as the
+    space's lists to type, each with its estimate per GPU. Typed into the space file, the
+    first one is billed, at that estimate; the offload one loads, and the plan says it leaves
+    offload out."""
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    space = {"precision": ["bf16"], "checkpointing": ["none"], "zero_stage": [0], "offload": ["none"], **space}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "gpt", "preset": "7b"}, "seq_len": 4096, "target": {"tokens": 1e10},
+        "batch": {"global_batch_samples": global_batch}, "space": "space.yaml"}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "a100-40gb")
+    assert code == 0, err  # the plan says why it bills nothing; it does not fail
+    text = " ".join(out.split())
+    assert "no config fits in memory (the smallest needs: a100-40gb" in text and "ZeRO-3 or activation" not in text
+    changes = re.findall(r"((?:`[^`]+`(?: and )?)+) \(an estimated ([\d.]+) GB per GPU([^)]*)\)",
+                         text.split("To fix: add to the space, for a100-40gb (36 GB usable): ", 1)[1])
+    assert changes and all(part in changes[0][0] for part in first), text
+    assert "tp_degree" not in space or "zero_stage" not in " ".join(c[0] for c in changes), text
+    offload = [c for c in changes if "`offload: [none, optimizer+params]`" in c[0]]
+    assert offload and re.match(r", \d+ GB of host memory each; the plan leaves offload out", offload[0][2]), text
+
+    def planned(change: str) -> dict:
+        typed = dict(space)
+        for snippet in re.findall(r"`([^`]+)`", change):
+            typed.update(yaml.safe_load(snippet))
+        (tmp_path / "space.yaml").write_text(yaml.safe_dump(typed))
+        code, out, err = cli("plan", "spec.yaml", "--gpu", "a100-40gb", "--json", "--top", "50")
+        assert code == 0, err
+        return json.loads(out)
+
+    doc = planned(changes[0][0])
+    assert doc["bills"] and doc["why_none"] is None, doc["why_none"]
+    assert any(f"memory {changes[0][1]} GB of 40 GB" in b["throughput_basis"] for b in doc["bills"])
+    doc = planned(offload[0][0])
+    assert any(a.startswith("offload configs left out") for a in doc["assumptions"])

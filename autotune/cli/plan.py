@@ -102,7 +102,7 @@ def print_plan(spec_file, result, catalog, fastest, top: int, c) -> None:
         c.print(f"price of {result.bills[0].offer}: {bill_price(result.bills[0])}",
                 soft_wrap=True, markup=False)
     else:
-        c.print(result.why_none, soft_wrap=True)
+        c.print(result.why_none, soft_wrap=True, markup=False)  # its `[...]` are the space's lists
     for line in offer_notes(result.bills[:top] + fastest[: min(top, 5)]):
         c.print(f"[dim]{line}[/]", soft_wrap=True)
     c.print(price_used_note(catalog, _priced(result, top)), soft_wrap=True, markup=False)

@@ -44,11 +44,12 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
+from autotune.search.plan_fits import memory_config, space_changes
 from autotune.search.plan_memory import MEMORY_MARGIN, capacity, margin_counts, spec_fix, spec_memory, usable
 from autotune.search.plan_types import plan_types
 from autotune.search.score import job_from_model
 from autotune.search.space import RestrictedSpace, enumerate_configs, unrestricted
-from autotune.search.space_file import load_space
+from autotune.search.space_file import SearchSpace, load_space
 from autotune.spec import MemorySpec, SweepSpec
 
 # The stated default: torchtitan's Llama 3.1 8B FSDP runs on 8 and 128 H100 reach 33-39% MFU
@@ -133,6 +134,7 @@ class _Tally:
 
     fits: dict[str, set[int]] = field(default_factory=dict)  # GPU type -> counts that fit
     smallest_mem: dict[str, float] = field(default_factory=dict)  # GPU type -> least memory needed
+    smallest_cfg: dict[str, MemoryConfig] = field(default_factory=dict)  # GPU type -> that config's knobs
     no_network: dict[str, set[str]] = field(default_factory=dict)  # GPU type -> offers, link unknown
     bills: list[Bill] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
@@ -187,8 +189,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
         notes.insert(0, f"{tally.over_spec_memory} (config, GPU type) pair(s) fit the GPU's memory but not "
                         f"{spec_memory(spec.memory, exact=True)}: not planned, as a sweep would not launch them")
     why = None if within else _no_limits_met(spec, over) if over else _why_none(
-        catalog, types, tally, [gpu for gpu, counts in large.items() if not counts],
-        model.params * STATE_BYTES_PER_PARAM, spec.memory)
+        catalog, types, tally, [gpu for gpu, counts in large.items() if not counts], model, spec.memory, space)
     return PlanResult(rank(within), tally.skipped, tally.configs, tally.not_fitting, assumptions, why,
                       rank(over), notes)
 
@@ -264,10 +265,8 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
     prec: Precision = c["precision"]
     dp = c["num_gpus"] // c["tp_degree"]
     key = tuple(sorted((k, str(v)) for k, v in c.items()))
+    mcfg = memory_config(c, seq)
     if key not in p.mem_cache:
-        mcfg = MemoryConfig(seq_len=seq, micro_batch_size=c["micro_batch_size"], precision=prec,
-                            checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
-                            dp_degree=dp, tp_degree=c["tp_degree"], fsdp=c["fsdp"])
         p.mem_cache[key] = estimate_memory(model, mcfg).total_bytes
     gbt = c["micro_batch_size"] * c["grad_accum_steps"] * dp * seq
     if gbt not in p.tokens_cache:
@@ -285,10 +284,11 @@ def _plan_config(p: _Planning, c: dict[str, Any]) -> None:
                                    c["grad_accum_steps"]))
     job = job_from_model(model.params, prec is not Precision.fp32, "adamw", tokens, p.spec.target.dataset_tokens)
     for gpu in p.types:
-        _plan_on_gpu(p, c, gpu, p.mem_cache[key], tokens, comm, job)
+        _plan_on_gpu(p, c, gpu, (p.mem_cache[key], mcfg), tokens, comm, job)
 
 
-def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: float, comm, job) -> None:
+def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, memory: tuple[int, MemoryConfig], tokens: float,
+                 comm, job) -> None:
     """The config's throughput on one GPU type from the stated fraction of its peak, and its
     bill on every offer of that type that rents its GPU count."""
     prec: Precision = c["precision"]
@@ -299,7 +299,9 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
     if not g.peak_flops(prec.value) or not peak or not g.memory_bytes:
         return  # fp8 on Ampere, or a GPU without sourced peaks
     t.configs += 1
-    t.smallest_mem[gpu] = min(t.smallest_mem.get(gpu, mem), mem)
+    mem, mcfg = memory
+    if mem < t.smallest_mem.get(gpu, float("inf")):  # the config whose changes why_none names
+        t.smallest_mem[gpu], t.smallest_cfg[gpu] = mem, mcfg
     cap = capacity(g.memory_bytes, p.spec.memory.limit_bytes_per_rank)
     if mem > cap * usable(p.spec.memory):
         t.not_fitting += 1
@@ -343,11 +345,12 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, mem: int, tokens: fl
             t.skipped.append(Skipped(o.name, f"{label}: {exc}"))
 
 
-def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: list[str], state_bytes: float,
-              memory: MemorySpec) -> str:
+def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: list[str], model: ModelShape,
+              memory: MemorySpec, space: SearchSpace) -> str:
     """Why no config got a bill, and what to add, as a UserError's text. `single_node`: the
     types whose nodes cannot hold the training state and that no offer sells beyond a node;
-    `memory`: the spec's memory limit and margin."""
+    `memory`: the spec's memory limit and margin; `space`: the space planned."""
+    state_bytes = model.params * STATE_BYTES_PER_PARAM
     configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
         why = (f"{', '.join(types)} {'lacks' if len(types) == 1 else 'lack'} sourced peaks or memory"
@@ -369,9 +372,10 @@ def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: li
         least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of {room[gpu] / 1e9:,.0f} GB usable"
                           for gpu in sorted(smallest_mem))
         spec_limit = f"; {spec_memory(memory)} caps every GPU" if tally.over_spec_memory else ""
+        changes = space_changes(model, tally.smallest_cfg, room, space)
         return str(UserError(f"no config fits in memory (the smallest needs: {least}){spec_limit}",
-                             fix="add more GPUs (num_gpus), ZeRO-3 or activation checkpointing to the "
-                                 "space, or a GPU type with more memory"
+                             fix=(f"{changes}; or plan on" if changes else "add more GPUs (num_gpus), ZeRO-3 or "
+                                  "activation checkpointing to the space, or") + " a GPU type with more memory"
                                  + (spec_fix(memory) if spec_limit else "")
                                  + "; `autotune estimate` shows where the memory goes"))
     parts, fixes = [], []

@@ -1,0 +1,76 @@
+"""What `autotune plan` says to add to the search space when none of its configs fits a GPU:
+the memory savers that make the smallest config fit (autotune.estimate.savers.fitting_changes,
+what `autotune estimate --gpu` lists as flags), as the space's lists with the new choices in.
+
+    mcfg = memory_config(c, seq_len=4096)     # a plan config's memory knobs
+    space_changes(model, {"a100-40gb": mcfg}, {"a100-40gb": 36e9}, space)
+    # "add to the space, for a100-40gb (36 GB usable): `zero_stage: [0, 3]` and
+    #  `num_gpus: [1, 8]` (an estimated 32.5 GB per GPU), or ..."; None where nothing fits
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.estimate.compute import ModelShape
+from autotune.estimate.memory import MemoryConfig
+from autotune.estimate.savers import FLAGS, Change, fitting_changes
+from autotune.search.space_file import SearchSpace
+
+# The estimate's flag -> the space dimension it sets; --dp becomes num_gpus (dp x tp).
+DIMENSION_OF_FLAG = {flag: "num_gpus" if knob == "dp_degree" else knob for knob, flag in FLAGS.items()}
+# Why an offload change is said apart: the plan bills no offload config (its host transfers
+# and CPU optimizer step have no analytic model), so only a sweep measures it.
+OFFLOAD_NOTE = "the plan leaves offload out: a sweep measures it"
+
+
+def memory_config(c: dict[str, Any], seq_len: int) -> MemoryConfig:
+    """The memory knobs of one of the plan's configs (autotune.search.plan's per-config dict)."""
+    return MemoryConfig(seq_len=seq_len, micro_batch_size=c["micro_batch_size"], precision=c["precision"],
+                        checkpointing=c["checkpointing"], zero_stage=c["zero_stage"],
+                        dp_degree=c["num_gpus"] // c["tp_degree"], tp_degree=c["tp_degree"], fsdp=c["fsdp"])
+
+
+def space_additions(change: Change, tp_degree: int) -> dict[str, Any]:
+    """The space dimensions a change sets and their new choice: `--zero-stage 3 --dp 4` at TP 2
+    -> {"zero_stage": 3, "num_gpus": 8}."""
+    words = change.flags.split()
+    out: dict[str, Any] = {}
+    for flag, value in zip(words[::2], words[1::2]):
+        dim = DIMENSION_OF_FLAG[flag]
+        out[dim] = int(value) * (tp_degree if dim == "num_gpus" else 1) if value.isdigit() else value
+    return out
+
+
+def _with_choice(space: SearchSpace, dim: str, value: Any) -> str:
+    """`dim: [...]`: the space's choices of `dim` with `value` among them, as YAML."""
+    choices = [getattr(v, "value", v) for v in getattr(space, dim)]
+    if value not in choices:
+        choices = sorted(choices + [value]) if isinstance(value, int) else choices + [value]
+    return f"`{dim}: [{', '.join(str(v) for v in choices)}]`"
+
+
+def _said(change: Change, tp_degree: int, space: SearchSpace) -> str:
+    """One change as the space's lists to type, with its estimate per GPU."""
+    added = space_additions(change, tp_degree)
+    lists = " and ".join(_with_choice(space, dim, v) for dim, v in added.items())
+    host_gb = change.host_bytes / 1e9
+    offloaded = f", {host_gb:,.0f} GB of host memory each; {OFFLOAD_NOTE}" if "offload" in added else ""
+    return f"{lists} (an estimated {change.total_bytes / 1e9:,.1f} GB per GPU{offloaded})"
+
+
+def space_changes(model: ModelShape, smallest: dict[str, MemoryConfig], usable_bytes: dict[str, float],
+                  space: SearchSpace) -> str | None:
+    """What to add to `space` so that its smallest config on each GPU type (`smallest`) fits
+    that type's `usable_bytes`, changes the plan can bill first; None where no change fits."""
+    said: dict[str, list[str]] = {}  # what to add -> the GPU types it fits (one line for types alike)
+    for gpu in sorted(smallest):
+        mcfg = smallest[gpu]
+        changes = fitting_changes(model, mcfg, int(usable_bytes[gpu]))
+        # Stable: the changes the plan bills before the offload ones only a sweep measures.
+        changes.sort(key=lambda ch: "--offload" in ch.flags)
+        if changes:
+            key = f"{usable_bytes[gpu] / 1e9:,.0f} GB usable): " + ", or ".join(
+                _said(ch, mcfg.tp_degree, space) for ch in changes)
+            said.setdefault(key, []).append(gpu)
+    return "; ".join(f"add to the space, for {' and '.join(gpus)} ({text}" for text, gpus in said.items()) or None
