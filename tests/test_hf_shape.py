@@ -458,17 +458,23 @@ def test_the_worker_and_the_estimate_take_the_flops_attention_width_alike(mt, ov
 
 
 def test_the_families_run_at_tp_1_only_are_those_whose_plan_the_worker_does_not_run():
-    """hf_defaults.NO_TP copies what the installed transformers' plans and the worker's TP
-    styles decide (the controller imports neither)."""
+    """hf_defaults.NO_TP, TP_GATHERED and TP_EMBEDDING copy what the installed transformers'
+    plans and the worker's TP styles decide (the controller imports neither)."""
     from transformers import AutoConfig
 
-    from autotune.estimate.hf_defaults import NO_TP, TYPE_DEFAULTS
-    from trials.engines.tp import SPLIT_STYLES, SUMMED
+    from autotune.estimate.hf_defaults import NO_TP, TP_EMBEDDING, TP_GATHERED, TYPE_DEFAULTS
+    from trials.engines.tp import GATHERED, SPLIT_STYLES, SUMMED
 
     for mt in TYPE_DEFAULTS:
         plan = AutoConfig.for_model(mt).base_model_tp_plan
         runs = bool(plan) and set(plan.values()) <= {*SPLIT_STYLES, SUMMED}
         assert (mt not in NO_TP) == runs, (mt, plan and sorted(set(plan.values())))
+        # ... and what the estimate reads of the plan: which outputs it gathers (the attention's
+        # projections, the MLP's), and whether it splits the embedding.
+        gathered = {p.split(".")[-2] for p, style in (plan or {}).items() if style in GATHERED}
+        assert TP_GATHERED.get(mt, (False, False)) == (
+            bool(gathered & {"self_attn", "attention"}), "mlp" in gathered), (mt, plan)
+        assert (mt in TP_EMBEDDING) == any(s == "embedding_rowwise" for s in (plan or {}).values()), mt
 
 
 def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli, tmp_path):
@@ -481,7 +487,7 @@ def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli
 
     space = {"num_gpus": [8], "micro_batch_size": [1], "precision": ["bf16"], "tp_degree": [1, 2]}
     tps = {}
-    for mt in ("llama", "olmo2"):
+    for mt in ("llama", "opt"):
         path = tmp_path / f"{mt}.yaml"
         path.write_text(yaml.safe_dump({"workload": {"kind": "hf", "model_type": mt, "config_overrides": WIDE_HEADS},
                                         "seq_len": 64, "target": {"tokens": 1e9}, "space": space}))
@@ -490,8 +496,8 @@ def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli
         doc = json.loads(out)
         tps[mt] = {"tp2" in b["config"].split() for b in doc["bills"]}
         # the plan says why, as the sweep does
-        assert any(NO_TP_REASON in a for a in doc["assumptions"]) == (mt == "olmo2"), doc["assumptions"]
+        assert any(NO_TP_REASON in a for a in doc["assumptions"]) == (mt == "opt"), doc["assumptions"]
         rs = restricted_space(load_spec(path), HardwareFingerprint(device_kind="cuda", device_count=8))
         assert (rs.tp_degree, rs.why_dropped.get("tp_degree 2")) == (
             ([1, 2], None) if mt == "llama" else ([1], NO_TP_REASON)), mt
-    assert tps == {"llama": {False, True}, "olmo2": {False}}
+    assert tps == {"llama": {False, True}, "opt": {False}}

@@ -319,6 +319,12 @@ def test_a_tp_rank_is_planned_to_compute_what_the_plan_splits_and_the_rest_whole
     assert compute_s[True] / compute_s[False] == pytest.approx(8 * share / 4, rel=0.02)
     dense = model_from_hf_config({**moe, "model_type": "qwen3"})
     assert 0.5 < tp_rank_flops_share(dense, 2048, 2) < 0.6  # its LM head whole on each rank
+    # olmo2's plan gathers q, k and v whole: every rank runs the attention over all heads.
+    olmo2 = model_from_hf_config({**moe, "model_type": "olmo2"})
+    split_heads = olmo2.model_copy(update={"tp_gathered": (False, False)})
+    whole_core = 12 * 8 * 1024 * 2048 / 2 / (6 * olmo2.matmul_params + 12 * 8 * 1024 * 2048)
+    assert olmo2.tp_gathered == (True, False)
+    assert tp_rank_flops_share(olmo2, 2048, 2) == pytest.approx(tp_rank_flops_share(split_heads, 2048, 2) + whole_core)
 
 
 def test_the_plan_offers_no_tp_degree_a_models_key_value_heads_refuse(cli, tmp_path, monkeypatch):

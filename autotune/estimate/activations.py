@@ -167,7 +167,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False, fused_qkv: bool = False,
                            experts: Experts | None = None, eager_kernel: EagerKernel = "korthikanti",
-                           softcap: bool = False) -> float:
+                           softcap: bool = False, tp_gathered: tuple[bool, bool] = (False, False)) -> float:
     """Bytes one transformer layer keeps for backward, counted tensor by tensor.
 
     With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
@@ -201,23 +201,33 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     pre = [norm_bytes(norm, r, c, k) if pre_norms else (read_bytes(r, c, k), 0) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
-    split = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv,
-                            clip_qkv=clip_qkv)
+    attn = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv,
+                           clip_qkv=clip_qkv)
+    mlp = 0
     if experts is not None:
         unsplit += expert_bytes(s * b, h, experts, c, r)
     else:
-        split += s * b * f * c * (4 if gated_mlp else 2)
+        mlp = s * b * f * c * (4 if gated_mlp else 2)
     if attention == "eager" and eager_kernel == "transformers":
-        split += eager_scores_bytes(s, b, a, kv, head_dim or h // a, c, softcap=softcap)
+        attn += eager_scores_bytes(s, b, a, kv, head_dim or h // a, c, softcap=softcap)
     elif attention == "eager":
-        split += a * s * s * b * (c + ((1 + c) if dropout else 0))
+        attn += a * s * s * b * (c + ((1 + c) if dropout else 0))
     elif attention == "fused":
-        split += 4 * a * s * b
+        attn += 4 * a * s * b
     # Gemma's norms keep their 1 + weight in fp32, whole on every rank (h wide, per norm).
     ones = 4 * h * (4 if post_norms else 2) if norm == "gemma_rmsnorm" else 0
     if sequence_parallel:
-        return (unsplit + split) / t + ones
-    return unsplit + split / t + ones
+        return (unsplit + attn + mlp) / t + ones
+    # A part whose split output the plan gathers (tp_gathered) runs whole on every rank, and the
+    # row-wise linear after it splits its whole input and keeps its own 1/t share for backward:
+    # in place of that input where the input was its own tensor (phi3's .contiguous() attention
+    # output, the MLP product), besides it where it is a view of SDPA's output, which SDPA keeps
+    # (the llama layout's). Measured on tiny olmo2 and phi3 TP-2 trials (tests/test_engines.py).
+    gather_attn, gather_mlp = tp_gathered if t > 1 else (False, False)
+    q_width = a * (head_dim or h // a)
+    own = (q_width / t - (q_width if fused_qkv else 0) if gather_attn else 0) + (f / t - f if gather_mlp else 0)
+    whole = (attn if gather_attn else 0) + (mlp if gather_mlp else 0)
+    return unsplit + whole + (attn + mlp - whole) / t + s * b * c * own + ones
 
 
 def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1,
@@ -287,7 +297,7 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
             residual_bytes=r, compute_bytes=c, attention=cfg.attention or model.attention,
             dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv,
             experts=experts, eager_kernel="transformers" if model.attention == "eager" else "korthikanti",
-            softcap=model.attn_softcap)
+            softcap=model.attn_softcap, tp_gathered=model.tp_gathered)
 
     if moe is None:
         return [layer(None)] * dims.n_layers

@@ -113,6 +113,10 @@ class ModelShape(BaseModel):
                     "every repeated block whole (block_params x n_layers)")
     block_tp_split_params: int | None = Field(
         default=None, ge=0, description="those of them in the largest block; None: all of it")
+    tp_gathered: tuple[bool, bool] = Field(
+        default=(False, False), description="(attention, MLP): the TP plan gathers the split "
+                                            "projections' output whole on every rank, so what follows "
+                                            "runs whole (hf_defaults.TP_GATHERED)")
     max_seq_len: int | None = Field(
         default=None, description="the longest sequence the model takes (learned positions, or a "
                                   "config's max_position_embeddings); None where not known")
@@ -265,6 +269,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         source=f"Hugging Face {where if isinstance(path_or_dict, dict) else 'config ' + where} "
                f"({c.model_type or 'unknown type'}; {c.how})",
         block_params=c.block_params, tp_split_params=c.tp_split[0], block_tp_split_params=c.tp_split[1],
+        tp_gathered=hf_defaults.TP_GATHERED.get(c.model_type, (False, False)),
         max_seq_len=c.max_seq_len,
     )
 
@@ -360,5 +365,7 @@ def tp_rank_flops_share(model: ModelShape, seq_len: int, tp_degree: int) -> floa
         split = model.n_layers * model.block_params - model.unrouted_expert_params
     else:  # without the shapes: the whole model split
         return 1 / tp_degree
-    split_flops = model_flops_per_token(split, model.n_layers, model.attention_width, seq_len)
+    # A gathered attention (tp_gathered) runs its core over all heads on every rank.
+    attention = None if model.tp_gathered[0] else model.attention_width
+    split_flops = model_flops_per_token(split, model.n_layers, attention, seq_len)
     return 1 - min(1.0, split_flops / total) * (1 - 1 / tp_degree)

@@ -266,10 +266,12 @@ def _gated_mlps(cfg: dict[str, Any], mt: str, n_layers: int, h: int, ffn: int,
     return mlps, sum(moe.sparse) * (moe.experts - moe.top_k) * expert, splits
 
 
-def _tp_split(n_layers: int, attn_split: int, mlps: list[int], mlp_splits: list[int]) -> tuple[int, int]:
-    """(parameters a tensor-parallel plan splits over all blocks, those of the largest block)."""
+def _tp_split(n_layers: int, attn_split: int, mlps: list[int], mlp_splits: list[int],
+              embedding: int) -> tuple[int, int]:
+    """(parameters a tensor-parallel plan splits: the blocks' and a split `embedding`'s, those
+    of the largest block)."""
     largest = max(range(n_layers), key=mlps.__getitem__) if n_layers else 0
-    return (n_layers * attn_split + sum(mlp_splits),
+    return (n_layers * attn_split + sum(mlp_splits) + embedding,
             attn_split + (mlp_splits[largest] if n_layers else 0))
 
 
@@ -330,7 +332,8 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
                  mt == "gemma2" and cfg.get("final_logit_softcapping", 30.0) is not None),
         vocab_size=V, ffn_hidden=token_ffn, gated_mlp=gated, tied_embeddings=tied,
         lookup_params=pos + (0 if tied else emb), largest_layer_params=largest,
-        block_params=attn + max(mlps) + norms, tp_split=_tp_split(L, attn_split, mlps, mlp_splits),
+        block_params=attn + max(mlps) + norms, tp_split=_tp_split(
+            L, attn_split, mlps, mlp_splits, emb if mt in hf.TP_EMBEDDING else 0),
         # As a trial refuses (trials/workloads/hf.py, check_positions); None for a family
         # outside autotune.estimate.hf_defaults without the field (only transformers knows it).
         max_seq_len=hf_size(cfg, where, *hf.POSITIONS), how=how)

@@ -10,7 +10,8 @@ attention output and MLP down projection row-parallel (Megatron-LM's split, Shoe
 sublayer joins the partial outputs. Embeddings and LayerNorms stay replicated. Hugging Face
 models are split by their own `config.base_model_tp_plan` (Llama, Qwen2, ...: q/k/v, gate
 and up column-wise, o and down row-wise; Qwen3's per-head q/k norms whole on every rank, their
-gradients summed over the TP group). The ranks of
+gradients summed over the TP group; OLMo-2's q/k/v and Phi-3's fused projections split and
+gathered whole, GPT-NeoX's embedding split by vocabulary rows: SPLIT_STYLES). The ranks of
 one TP group must see the same tokens: rank 0 of the group broadcasts each micro-batch, as a
 Megatron data loader does. Gradients are averaged over the dp dimension once per optimizer
 step (one flat all-reduce, like DDP's buckets).
@@ -33,12 +34,18 @@ from trials.precision import autocast_dtype
 # Which linears of a GPT block are split, and how (torch.distributed.tensor.parallel styles).
 COLWISE = ("attn.qkv", "mlp.up")
 ROWWISE = ("attn.proj", "mlp.down")
-# The styles of a transformers `base_model_tp_plan` the worker runs: the column/row-wise split,
-# and a weight kept whole on every rank whose gradient is summed over the TP group (qwen3's
-# q_norm and k_norm: each rank normalises its own heads with them, so its gradient is a
-# partial sum; transformers names the style so in its qwen3 / qwen3_moe plans, 5.25.0).
-SPLIT_STYLES = ("colwise", "rowwise")
+# The styles of a transformers `base_model_tp_plan` the worker runs (names as in transformers
+# 5.25.0's plans): the column/row-wise split; a column-wise split whose output is gathered
+# whole on every rank (olmo2's q/k/v, whose norms run over all heads; phi3's fused qkv and
+# gate_up, which the model splits by position after); a row-wise split of an input that
+# arrives whole (olmo2's and phi3's o, phi3's down); the embedding split by vocabulary rows
+# (gpt_neox's embed_in). And a weight kept whole on every rank whose gradient is summed over
+# the TP group (qwen3's q_norm and k_norm: each rank normalises its own heads with them, so its
+# gradient is a partial sum).
+SPLIT_STYLES = ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input", "embedding_rowwise")
 SUMMED = "replicated_with_grad_allreduce"
+# The styles whose output is gathered whole: what follows them runs whole on every rank.
+GATHERED = ("colwise_gather_output",)
 
 
 def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
@@ -60,7 +67,8 @@ def check_tp_shape(model: torch.nn.Module, tp: int, world_size: int) -> None:
     else:
         raise UnsupportedConfig(
             f"tensor parallel is implemented for the built-in GPT and Hugging Face models with "
-            f"a column/row-wise `base_model_tp_plan` (Llama, Qwen2, Qwen3, ...), not "
+            f"a `base_model_tp_plan` of the styles {', '.join(SPLIT_STYLES)} (Llama, Qwen3, "
+            f"OLMo-2, Phi-3, GPT-NeoX, ...), not "
             f"{type(model).__name__}. To fix: set tp_degree 1 for this workload",
             workload_allows={"tp_degree": [1]})
     for name, width in widths.items():
@@ -97,12 +105,17 @@ def tp_plans(model: torch.nn.Module, tp: int) -> list[tuple[torch.nn.Module, dic
     """(module, parallelize_module plan) pairs that split `model` `tp` ways. A model with
     real weights gets the GPT's qkv rows interleaved here; a meta-built one when it is
     materialised (`qkv_transforms`, after parallelize_module)."""
+    from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     from trials.workloads.gpt import GPT
     from trials.workloads.materialize import has_meta_tensors
 
-    style = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    style = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel,
+             "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
+             # torch's RowwiseParallel splits an nn.Embedding by rows (vocabulary) as well.
+             "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate()),
+             "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate())}
     if isinstance(model, GPT):
         plan = {**{n: "colwise" for n in COLWISE}, **{n: "rowwise" for n in ROWWISE}}
         if not has_meta_tensors(model):
