@@ -69,3 +69,18 @@ def test_out_lists_each_file_it_wrote_by_its_path_from_here(stored, tmp_path):
     lines = res.stdout.splitlines()
     start = lines.index(f"wrote {len(on_disk)} files into rep:")
     assert lines[start + 1:] == [f"  {os.path.join('rep', n)}" for n in on_disk], res.stdout
+
+
+def test_export_lists_its_files_by_their_path_from_here_too(stored, tmp_path):
+    """`autotune export --out launch` listed each file by its absolute path, where `report
+    --out` lists them from the current folder (autotune.report.out_path.shown_path): now alike."""
+    from autotune.report.files import MANIFEST
+
+    res = subprocess.run([sys.executable, "-m", "autotune.cli", "export", "--study", "out", "--storage", stored,
+                          "--pick", "cheapest", "--out", "launch"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    on_disk = sorted(p.name for p in (tmp_path / "launch").iterdir() if p.name != MANIFEST)
+    assert "launch.sh" in on_disk
+    listed = [line for line in res.stdout.splitlines() if line.startswith("  ")]
+    assert listed == [f"  {os.path.join('launch', n)}" for n in on_disk], res.stdout

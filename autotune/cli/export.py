@@ -92,6 +92,8 @@ def export(
 
         con.print(f"[yellow]little memory headroom:[/] {fit_text(MemoryFitRow(**fit))} (bill.md says "
                   "what would give it some)")
-    for p in paths:
-        con.print(f"  {p}")
+    from autotune.report.out_path import shown_path
+
+    for p in paths:  # as `autotune report --out` lists its files: from here where that is shorter
+        con.print(f"  {shown_path(p)}", markup=False, highlight=False)
     con.print(f"run: {shlex.quote(str(out / 'launch.sh'))} train.py ...   (the bill: {out / BILL_MD})")
