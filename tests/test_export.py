@@ -298,7 +298,27 @@ def test_fsdp2_export_runs_under_accelerate_launch(tmp_path_factory, tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     check = json.loads((res / "result.json").read_text())
     assert check["status"] == "ok" and check["observations"]["engine"] == "fsdp2"
+    # ... and it ends with one line: the check's figures beside the sweep's (autotune.report.check_line)
+    said = run.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"launch.sh --check: ok: {check['tokens_per_s']:,.0f} tokens/s, "), said
+    assert f"x the sweep's {trial['tokens_per_s']:,.0f}" in said and said.endswith(f"result: {res / 'result.json'}")
     assert check["observations"]["param_elements_local"] * 2 == check["observations"]["param_elements_total"]
+
+
+def test_the_check_line_says_why_a_check_failed_or_that_no_result_came(tmp_path):
+    """`launch.sh --check` ends with one line (autotune.report.check_line): a failed check by its
+    status and the first line of its error, a launcher that ended before the worker wrote a
+    result by its exit code. (The ok line is checked on a real --check above.)"""
+    from autotune.contract import TrialResult, TrialStatus
+    from autotune.report.check_line import check_line
+
+    path = tmp_path / "result.json"
+    assert check_line(path, 3) == (f"launch.sh --check: no result: the launcher exited 3 before autotune's "
+                                   f"worker wrote {path} (its output is above)")
+    path.write_text(TrialResult(status=TrialStatus.oom, error_type="OutOfMemoryError",
+                                error="CUDA out of memory. Tried to allocate 2.00 GiB\ntraceback").model_dump_json())
+    assert check_line(path, 1, 1000.0, 2**30) == (
+        f"launch.sh --check: oom: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; result: {path}")
 
 
 def test_export_errors_exit_2_and_write_nothing(tmp_path_factory, tmp_path):

@@ -126,7 +126,7 @@ def launch_script(plan: ExportPlan) -> str:
                               f"$HERE/{DEEPSPEED_CONFIG}" if cfg.zero_stage > 0 else None,
                               f"$HERE/{FSDP_CONFIG}" if cfg.fsdp is not FSDPMode.none else None)
     lines += _check_lines()
-    return "\n".join(lines + _launcher_lines(plan)) + "\n"
+    return "\n".join(lines + _with_check_line(plan, _launcher_lines(plan))) + "\n"
 
 
 def _usage_lines(plan: ExportPlan) -> list[str]:
@@ -160,7 +160,8 @@ def _usage_lines(plan: ExportPlan) -> list[str]:
         ["       PYTHON=/path/to/python ", _ME, f" train.py ...   (default: {plan.python})"],
         ["       ", _ME, " --check   autotune's worker runs the measured trial, to check the setup:"],
         [f"                 it writes {CHECK_RESULT} and fatal.rank*.log into the current"],
-        ["                 folder (AUTOTUNE_RESULT=dir/result.json: into dir/ instead)"],
+        ["                 folder (AUTOTUNE_RESULT=dir/result.json: into dir/ instead), and ends"],
+        ["                 with one line: its tokens/s and peak memory beside the sweep's"],
         ["multi-node: set NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT) on every node"
          + ("; DEEPSPEED_HOSTFILE" if plan.launcher is Launcher.deepspeed else "")],
     ]
@@ -181,15 +182,36 @@ def _check_lines() -> list[str]:
     the user's script; it writes its result where AUTOTUNE_RESULT says (the working folder's
     CHECK_RESULT by default), and its ranks' fatal logs beside it."""
     return [
+        'CHECK=""',
         'if [ "$#" -eq 1 ] && [ "$1" = --check ]; then',
         "  # autotune's own worker, a few steps of the measured trial: checks the setup end to end.",
+        "  CHECK=1",
         f'  RESULT="${{AUTOTUNE_RESULT:-$PWD/{CHECK_RESULT}}}"',
+        '  case "$RESULT" in /*) ;; *) RESULT="$PWD/$RESULT" ;; esac',
         '  echo "launch.sh --check: autotune\'s worker runs the measured trial; its result: $RESULT" >&2',
         "  # From / : a folder named trials/ in the working folder would shadow autotune's worker.",
         '  WORKER="$(cd / && "$PYTHON" -c \'import trials.worker as w; print(w.__file__)\')"',
         '  set -- "$WORKER" --config "$AUTOTUNE_TRIAL_CONFIG" --result "$RESULT"',
         "fi",
         "",
+    ]
+
+
+def _with_check_line(plan: ExportPlan, launch: list[str]) -> list[str]:
+    """The launcher's lines, its command (the last) run as a child under --check, whose end
+    prints one line: the worker's result beside the sweep's figures (autotune.report.check_line,
+    from / so that a folder named autotune/ here cannot shadow it)."""
+    command = launch[-1].removeprefix("exec ")
+    row = plan.trial_row
+    sweep = " ".join(shlex.quote(str(row.get(k) or "")) for k in ("tokens_per_s", "peak_mem_bytes"))
+    return launch[:-1] + [
+        'if [ -n "$CHECK" ]; then',
+        "  code=0",
+        f"  {command} || code=$?",
+        f'  (cd / && "$PYTHON" -m autotune.report.check_line "$RESULT" "$code" {sweep}) || true',
+        '  exit "$code"',
+        "fi",
+        launch[-1],
     ]
 
 
