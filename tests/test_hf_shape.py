@@ -262,6 +262,10 @@ WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_positio
 # after the sublayers and over all of q's and k's heads; granite its scalar multipliers (kept by
 # no one). olmo's and olmo2's end token in the vocabulary.
 FAMILIES = {"gemma2": {"sliding_window": 16},
+            "gpt2": {"n_inner": 128, "bos_token_id": 0, "eos_token_id": 0,
+                     "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+            "gpt_neox": {"intermediate_size": 128},
+            "opt": {"ffn_dim": 128, "dropout": 0.0},
             "olmo": {"clip_qkv": 8.0, "eos_token_id": 0},
             "olmo2": {"eos_token_id": 0},
             "granite": {"embedding_multiplier": 12.0, "residual_multiplier": 0.22,
@@ -278,6 +282,19 @@ FAMILIES = {"gemma2": {"sliding_window": 16},
 # The three ways a trial holds a 16-bit step's tensors, as the estimate names them (precision,
 # MemoryConfig.engine): fp32; bf16 autocast over fp32 weights (DDP, TP, accelerate: an fp32
 # residual stream); bf16 weights (DeepSpeed bf16, FSDP2's bf16 gathers: all 16-bit).
+# The plain LayerNorm families (gpt2, gpt_neox, opt) read no head_dim, key/value heads or
+# intermediate_size of llama's: the same sizes by their own fields (FAMILIES), heads of 16.
+PLAIN = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256,
+         "max_position_embeddings": 128}
+
+
+def _fields(mt: str, overrides: dict | None = None) -> dict:
+    """The config fields the activation tests build `mt` from: WIDE_HEADS (PLAIN for gpt2,
+    gpt_neox and opt), FAMILIES' and `overrides`."""
+    return {**(PLAIN if mt in ("gpt2", "gpt_neox", "opt") else WIDE_HEADS), **FAMILIES.get(mt, {}),
+            **(overrides or {})}
+
+
 LAYOUTS = {"fp32": ("fp32", "ddp"), "autocast": ("bf16", "ddp"), "bf16": ("bf16", "deepspeed")}
 
 
@@ -288,13 +305,16 @@ def _saved_bytes(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict 
     `activation_saved_bytes` counts them, in a LAYOUTS layout; and its config. Under autocast
     the meter also sees each matmul's bf16 copy of its weight, which the estimate counts as
     the weight cache (memory.py's weight_cache_bytes), not as activations: left out here
-    (2 bytes a Linear weight element; not with checkpointing, whose recomputed casts it misses)."""
+    (2 bytes a Linear weight element; not with checkpointing, whose recomputed casts it misses).
+    gpt2's Conv1D (transformers.pytorch_utils) is no nn.Linear, but its torch.addmm(bias, x,
+    weight) is autocast's too: the weight's bf16 copy is cached and kept alike, 2 bytes an
+    element of its weight, which the weight cache counts (every parameter): left out too."""
     import torch
 
     from trials.measure import SavedTensorMeter
     from trials.workloads import hf
 
-    wl = HFWorkload(model_type=mt, config_overrides={**WIDE_HEADS, **FAMILIES.get(mt, {}), **(overrides or {})})
+    wl = HFWorkload(model_type=mt, config_overrides=_fields(mt, overrides))
     model, config = hf.build_hf_model(wl)
     if checkpointing:
         hf.apply_checkpointing(model, config, *checkpointing)
@@ -305,10 +325,10 @@ def _saved_bytes(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict 
     with SavedTensorMeter(model) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         model(input_ids=ids, labels=ids).loss.backward()
     casts = 0
-    if autocast:  # nn.Linear weights, and a mixture's router weight (F.linear); not the experts'
+    if autocast:  # nn.Linear weights, a mixture's router weight (F.linear), gpt2's Conv1D (addmm)
         assert not checkpointing
-        casts = 2 * sum(m.weight.numel() for m in model.modules()
-                        if isinstance(m, torch.nn.Linear) or type(m).__name__.endswith("TopKRouter"))
+        casts = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
+                        or type(m).__name__.endswith("TopKRouter") or type(m).__name__ == "Conv1D")
     return meter.saved_bytes - casts, config
 
 
@@ -319,7 +339,7 @@ def _estimated(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict | 
 
     precision, engine = LAYOUTS[layout]
     mode, every = checkpointing or ("none", 1)
-    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {}), **(overrides or {})})
+    m = model_from_hf_config({"model_type": mt, **_fields(mt, overrides)})
     cfg = MemoryConfig(seq_len=s, micro_batch_size=b, precision=precision, engine=engine,
                        checkpointing=mode, checkpoint_every=every)
     parts = activation_parts(m, cfg)
@@ -343,10 +363,15 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     logits: before, counted as SDPA, 29.9% under. olmo's weightless LayerNorm (fp32 mean and
     1/std, clip_qkv's copies of q, k, v), olmo2's norms after the sublayers and over all heads,
     granite's RMSNorm were counted as approximate LayerNorms: 17.1% (olmo, clipped), 29.6%
-    (olmo2) and 11.8% (granite) under."""
+    (olmo2) and 11.8% (granite) under. gpt2, gpt_neox and opt (dropout off, FAMILIES) keep
+    transformers' nn.LayerNorm's mean and 1/std, their ids, targets and learned positions (gpt2,
+    opt) or partial-rotary cos and sin (gpt_neox), gpt2's gelu_new's five tensors, opt's relu's
+    one, gpt_neox's rotated q and k besides its fused qkv and a copy of its attention output,
+    and its parallel residual's input once (hf_count.PlainLayout): before, by Korthikanti's
+    LayerNorm count, 28.9% (gpt2), 12.4% (gpt_neox) under and 14.2% (opt) over."""
     s, b = 64, 2
     saved, config = _saved_bytes(mt, s, b)
-    m = model_from_hf_config({"model_type": mt, **WIDE_HEADS, **FAMILIES.get(mt, {})})
+    m = model_from_hf_config({"model_type": mt, **_fields(mt)})
     # The estimate's `attention` default is the one the worker runs: SDPA (fused), gemma2 eager.
     assert config._attn_implementation == {"fused": "sdpa", "eager": "eager"}[m.attention]
     assert (m.attention == "eager") == (mt == "gemma2")
@@ -355,7 +380,8 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
     qk_norm = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}.get(mt, "none")
-    assert (m.head_width, m.attention_width, m.qk_norm) == (32, 128, qk_norm)
+    plain = mt in ("gpt2", "gpt_neox", "opt")  # PLAIN: heads split the hidden size
+    assert (m.head_width, m.attention_width, m.qk_norm) == ((16, 64) if plain else (32, 128)) + (qk_norm,)
 
 
 @pytest.mark.parametrize("mt,layout", [(mt, layout) for mt in ("llama", "gemma", "qwen3", *FAMILIES)
@@ -371,14 +397,18 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
     more times. Before these were counted (autocast / bf16 weights): phi3 13.8% / 14.9%,
     mixtral 37.5% / 11.6%, qwen2_moe 28.7% / 11.8%, qwen3_moe 19.2% / 13.0% under; gemma2
     (eager attention, soft-capped) 31.9% / 33.7% under; olmo (clipped)
-    14.2% / 23.8%, olmo2 38.2% / 46.6%, granite 16.5% / 18.9% under."""
+    14.2% / 23.8%, olmo2 38.2% / 46.6%, granite 16.5% / 18.9% under; by Korthikanti's
+    LayerNorm count gpt2 24.1% / 26.4% under, gpt_neox 6.1% / 11.3% under, opt 1.3% under /
+    12.0% over (opt's q, k, v read its norm apart: three bf16 copies under autocast). gpt2's
+    Conv1D weight casts are the weight cache's (_saved_bytes)."""
     s, b = 64, 2
     parts = _estimated(mt, s, b, layout)
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout)[0]
 
 
 @pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2",
-                                                                         "olmo", "olmo2")
+                                                                         "olmo", "olmo2", "gpt2", "gpt_neox",
+                                                                         "opt")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
@@ -387,13 +417,15 @@ def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     inputs, which the meter does not see: the estimate keeps them (they stay in memory).
     qwen2_moe's layer 1 is dense among sparse ones (FAMILIES): the estimate keeps the layer
     the worker keeps (before, every layer counted alike). olmo's and olmo2's cos and sin stay
-    fp32 (their rotary embedding does not cast them)."""
+    fp32 (their rotary embedding does not cast them). gpt2 and opt have no RoPE; gpt_neox's
+    cos and sin are its partial rotary's, 4 wide (a quarter of its heads' 16)."""
     s, b = 64, 2
     three = {"num_hidden_layers": 3}
     parts = _estimated(mt, s, b, layout, three, (mode, 2))
     saved = _saved_bytes(mt, s, b, layout, three, (mode, 2))[0]
     fp32_rope = layout == "fp32" or mt in ("olmo", "olmo2")
-    rope = 2 * s * WIDE_HEADS["head_dim"] * (4 if fp32_rope else 2) if mode == "full" else 0
+    width = {"gpt2": 0, "opt": 0, "gpt_neox": 4}.get(mt, WIDE_HEADS["head_dim"])
+    rope = 2 * s * width * (4 if fp32_rope else 2) if mode == "full" else 0
     assert parts["kept"] + parts["kept_logits"] - rope == saved
     assert parts["recompute_transient"] > 0
 

@@ -66,11 +66,17 @@ def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int
     output. Measured with trials.measure.SavedTensorMeter on the worker's build
     (tests/test_hf_shape.py), per element of the hidden size: fp32 12 (LayerNorm 8, olmo 8);
     bf16 autocast 8 + 2 x readers (LayerNorm 6, olmo 4 + 2 x readers); bf16 weights 8 (gemma
-    and olmo2 10; LayerNorm 4, olmo 6); and 4 bytes per token for the 1/rms (olmo 8)."""
+    and olmo2 10; LayerNorm 4, olmo 6); and 4 bytes per token for the 1/rms (olmo 8).
+    transformers' nn.LayerNorm (gpt2, gpt_neox, opt: "hf_layernorm") keeps LayerNorm's input
+    and output and a mean and 1/std per token in the dtype it runs in: fp32 (8 bytes) in fp32
+    and under autocast (which runs it in fp32); under bf16 weights 4 on CPU, as measured
+    (CUDA's kernel keeps them in fp32: 4 bytes a token more, not measured here)."""
     r, c = residual_bytes, compute_bytes
     output = read_bytes(r, c, readers)
     if norm == "layernorm":
         return r + output, 0
+    if norm == "hf_layernorm":
+        return r + output, 2 * r
     if norm == "olmo_layernorm":
         return 4 + output, 8
     normed = 4 if norm in ("gemma_rmsnorm", "olmo2_rmsnorm") else r
@@ -167,7 +173,8 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
                            attention: Attention = "eager", dropout: bool = True,
                            sequence_parallel: bool = False, fused_qkv: bool = False,
                            experts: Experts | None = None, eager_kernel: EagerKernel = "korthikanti",
-                           softcap: bool = False, tp_gathered: tuple[bool, bool] = (False, False)) -> float:
+                           softcap: bool = False, tp_gathered: tuple[bool, bool] = (False, False),
+                           mlp_kept: int = 2, parallel_residual: bool = False) -> float:
     """Bytes one transformer layer keeps for backward, counted tensor by tensor.
 
     With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
@@ -184,8 +191,9 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       a mixture of `experts` (`expert_bytes`, in place of the MLP: transformers' TP plans
       leave the experts out, so every TP rank runs them whole);
     - split by TP: Q, K, V and the attention output (`attention_bytes`: heads x `head_dim`
-      wide, default h / a); the MLP hidden tensors (GELU: input and output; SwiGLU: gate,
-      its activation, up, product);
+      wide, default h / a); the MLP hidden tensors (GELU: input and output, or `mlp_kept`
+      of them, hf_count.PlainLayout; SwiGLU: gate, its activation, up, product);
+    - `parallel_residual` (gpt_neox): both norms read the layer's input, kept once;
     - attention core: eager stores the softmax output (+ dropout mask and output), as
       Korthikanti counts it, or with `eager_kernel="transformers"` what transformers' eager
       attention keeps (`eager_scores_bytes`, `softcap` its tanh; no dropout);
@@ -201,13 +209,14 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     pre = [norm_bytes(norm, r, c, k) if pre_norms else (read_bytes(r, c, k), 0) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
+    unsplit -= sbh * r if parallel_residual else 0
     attn = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv,
                            clip_qkv=clip_qkv)
     mlp = 0
     if experts is not None:
         unsplit += expert_bytes(s * b, h, experts, c, r)
     else:
-        mlp = s * b * f * c * (4 if gated_mlp else 2)
+        mlp = s * b * f * c * (4 if gated_mlp else mlp_kept)
     if attention == "eager" and eager_kernel == "transformers":
         attn += eager_scores_bytes(s, b, a, kv, head_dim or h // a, c, softcap=softcap)
     elif attention == "eager":
@@ -267,11 +276,17 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
     stream's dtype, fp32 in olmo and olmo2 (`rope_fp32`), one pair shared by every layer), the
     int64 token ids (the embedding's) and targets (the loss's), the loss's fp32 token count;
     gemma: the final norm's fp32 1 + weight and the embedding scale (in the weights' dtype).
-    Whole on every TP rank. The LayerNorm models keep their
-    figures (the built-in GPT's are pinned in tests/test_estimate.py)."""
+    Whole on every TP rank. gpt2 / gpt_neox / opt (`ModelShape.plain`): the ids, targets and
+    count, gpt_neox's partial-rotary cos and sin (`rope_width` wide), and a learned position
+    embedding's int64 ids (gpt2: one row for the batch; opt: one per sequence). The built-in
+    GPT keeps its figures (pinned in tests/test_estimate.py)."""
     if model.norm == "layernorm":
         return 0
-    kept = 2 * s * (model.head_width or 0) * (4 if model.rope_fp32 else residual_bytes) + 2 * s * b * 8 + 4
+    plain = model.plain
+    rope = plain.rope_width if plain else model.head_width or 0
+    kept = 2 * s * rope * (4 if model.rope_fp32 else residual_bytes) + 2 * s * b * 8 + 4
+    if plain and plain.positions != "none":
+        kept += 8 * s * (b if plain.positions == "batch" else 1)
     if model.norm == "gemma_rmsnorm":
         kept += 4 * (model.d_model or 0) + residual_bytes
     return kept
@@ -297,7 +312,9 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
             residual_bytes=r, compute_bytes=c, attention=cfg.attention or model.attention,
             dropout=cfg.dropout, sequence_parallel=cfg.sequence_parallel, fused_qkv=model.fused_qkv,
             experts=experts, eager_kernel="transformers" if model.attention == "eager" else "korthikanti",
-            softcap=model.attn_softcap, tp_gathered=model.tp_gathered)
+            softcap=model.attn_softcap, tp_gathered=model.tp_gathered,
+            mlp_kept=model.plain.mlp_kept if model.plain else 2,
+            parallel_residual=bool(model.plain and model.plain.parallel_residual))
 
     if moe is None:
         return [layer(None)] * dims.n_layers

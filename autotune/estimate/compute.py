@@ -92,6 +92,10 @@ class ModelShape(BaseModel):
     experts: hf_count.Experts | None = Field(
         default=None, description="a mixture of experts' MLP (its sparse layers, experts, top-k, shared "
                                   "expert), as its activations count it; None: a dense MLP")
+    plain: hf_count.PlainLayout | None = Field(
+        default=None, description="what a Hugging Face gpt2 / gpt_neox / opt keeps beyond the LayerNorm "
+                                  "count (its activation, positions, rotary width, parallel residual); "
+                                  "set only from their configs: None for the built-in GPT")
     vocab_size: int | None = None
     ffn_hidden: int | None = None
     gated_mlp: bool = False
@@ -261,7 +265,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         clip_qkv=c.clip_qkv, rope_fp32=c.rope_fp32,
         fused_qkv=c.fused_qkv, tp_split=c.model_type not in hf_defaults.NO_TP, experts=c.experts,
         attention="eager" if c.eager else "fused",
-        attn_softcap=c.softcap[0], logit_softcap=c.softcap[1],
+        attn_softcap=c.softcap[0], logit_softcap=c.softcap[1], plain=c.plain,
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,

@@ -16,6 +16,7 @@ count into a ModelShape (`model_from_hf_config`).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +28,8 @@ from autotune.estimate import hf_defaults as hf
 GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
+# The plain families whose activations are measured (PlainLayout); gpt_neo is not.
+MEASURED_PLAIN = ("gpt2", "gpt_neox", "opt")
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 # Families that normalise the query and key (q_norm, k_norm) before the rotary embedding:
 # "head" each head apart (qwen3: RMSNorms head_dim wide), "whole" the whole projection (olmo2:
@@ -34,18 +37,21 @@ MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 QKNorm = Literal["none", "head", "whole"]
 QK_NORM: dict[str, QKNorm] = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}
 # How a model normalises, as its activations count it (autotune.estimate.activations.norm_bytes):
-# "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT, gpt2 / opt /
-# gpt_neox); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
+# "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT);
+# "hf_layernorm" transformers' nn.LayerNorm (gpt2 / gpt_neox / opt), its mean and 1/std per
+# token besides (PlainLayout); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
 # "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32; "olmo2_rmsnorm" olmo2's, whose
 # normalised tensor stays fp32 too (it multiplies by the weight before casting back);
 # "olmo_layernorm" olmo's LayerNorm with no weight or bias, over an fp32 copy.
-Norm = Literal["layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_rmsnorm", "olmo_layernorm"]
+Norm = Literal["layernorm", "hf_layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_rmsnorm", "olmo_layernorm"]
 # The norm of each family whose modeling file is measured (tests/test_hf_shape.py): llama's
-# RMSNorm over an fp32 copy (LlamaRMSNorm and its copies), gemma's, olmo2's and olmo's. The
-# approximate families keep the LayerNorm count: what they save is not measured.
+# RMSNorm over an fp32 copy (LlamaRMSNorm and its copies), gemma's, olmo2's, olmo's and the
+# plain families' nn.LayerNorm. The approximate families keep the LayerNorm count: what they
+# save is not measured.
 RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite"}
 FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "gemma_rmsnorm",
-                                "gemma2": "gemma_rmsnorm", "olmo2": "olmo2_rmsnorm", "olmo": "olmo_layernorm"}
+                                "gemma2": "gemma_rmsnorm", "olmo2": "olmo2_rmsnorm", "olmo": "olmo_layernorm",
+                                **dict.fromkeys(MEASURED_PLAIN, "hf_layernorm")}
 # Where a family's blocks normalise (before, after each of the attention and the MLP); the
 # others before only. olmo2 normalises the sublayers' outputs: q, k, v and gate, up read the
 # residual stream itself.
@@ -85,6 +91,7 @@ class HFCount(NamedTuple):
     eager: bool
     softcap: tuple[bool, bool]
     experts: Experts | None  # a mixture of experts' MLP (None: dense)
+    plain: PlainLayout | None  # what gpt2 / gpt_neox / opt keep apart from llama's layout
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
     gated_mlp: bool
@@ -112,6 +119,46 @@ class Experts(NamedTuple):
     dense_width: int
     normalise: bool
     fp32_weights: bool
+
+
+class PlainLayout(NamedTuple):
+    """What the plain LayerNorm families (gpt2, gpt_neox, opt) keep for backward beyond the
+    llama layout's count, read from transformers 5.25.0's modeling files and measured with
+    trials.measure.SavedTensorMeter (tests/test_hf_shape.py). `mlp_kept`: tensors ffn wide the
+    MLP's activation keeps (opt's relu its output, which fc2 reads: 1; gelu its input and
+    output: 2; gpt2's gelu_new, 0.5 x (1 + tanh(...)) in Python: its input, the tanh, x / 2,
+    1 + tanh and the output: 5). `rope_width`: gpt_neox's partial rotary cos and sin width
+    (2 x ceil(head_dim x partial_rotary_factor / 2); 0 without RoPE). `positions`: the int64
+    ids a learned position embedding keeps: "shared" one row for the batch (gpt2's wpe),
+    "batch" one per sequence (opt's, offset by 2), "none". `parallel_residual`: the attention
+    and the MLP normalise the same input (gpt_neox's use_parallel_residual), kept once.
+    Beside it (HFCount): opt's q_proj, k_proj and v_proj read its norm apart (norm_readers 3);
+    gpt_neox counts as phi3's fused_qkv (q and k rotated into new tensors, v a view of the
+    fused query_key_value output, the attention output copied before dense)."""
+
+    mlp_kept: int
+    rope_width: int
+    positions: Literal["none", "shared", "batch"]
+    parallel_residual: bool
+
+
+# Tensors ffn wide a plain MLP's activation keeps (PlainLayout.mlp_kept); 2 for another.
+_ACT_KEPT = {"relu": 1, "gelu": 2, "gelu_pytorch_tanh": 2, "gelu_new": 5}
+
+
+def _plain(cfg: dict[str, Any], mt: str, h: int, a: int) -> PlainLayout:
+    """PlainLayout of a gpt2 / gpt_neox / opt config (their transformers 5.25.0 defaults where a
+    field is left out). gpt_neox's rotary embedding reads a head_dim its attention does not."""
+    act = cfg.get("hidden_act" if mt == "gpt_neox" else "activation_function",
+                  {"gpt2": "gelu_new", "gpt_neox": "gelu", "opt": "relu"}.get(mt))
+    rope = 0
+    if mt == "gpt_neox":
+        rp = cfg.get("rope_parameters") or {}
+        factor = cfg.get("rotary_pct", rp.get("partial_rotary_factor", 0.25))
+        rope = 2 * math.ceil(int((cfg.get("head_dim") or h // a) * factor) / 2)
+    return PlainLayout(mlp_kept=_ACT_KEPT.get(str(act), 2), rope_width=rope,
+                       positions={"gpt2": "shared", "opt": "batch"}.get(mt, "none"),  # type: ignore[arg-type]
+                       parallel_residual=mt == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)))
 
 
 def read_hf_config(path_or_dict: str | Path | dict[str, Any],
@@ -324,8 +371,9 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         clip_qkv=mt == "olmo" and cfg.get("clip_qkv") is not None, rope_fp32=mt in ("olmo", "olmo2"),
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
-        norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (1, 1),
-        fused_qkv=mt == "phi3", experts=moe, eager=mt == "gemma2",
+        norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
+        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, eager=mt == "gemma2",
+        plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None,
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
         # hf_defaults, whose table would fill a null field too).
         softcap=(mt == "gemma2" and cfg.get("attn_logit_softcapping", 50.0) is not None,
