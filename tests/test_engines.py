@@ -177,7 +177,7 @@ def test_tp2_runs_qwen3_with_its_q_and_k_norms_whole_and_their_gradients_summed(
         assert runs[name].final_loss == pytest.approx(runs["qwen3_single"].final_loss, rel=1e-5), name
 
 
-@pytest.mark.parametrize("name", ["hf_tp2", "qwen3_tp2", "qwen2_moe_tp2", "olmo2_2", "phi3_2"])
+@pytest.mark.parametrize("name", ["hf_tp2", "qwen3_tp2", "qwen2_moe_tp2", "olmo2_2", "phi3_2", "gpt_neox_2"])
 def test_the_estimate_counts_the_parameters_and_activations_a_tp_rank_holds(runs, name):
     """A TP rank holds what its model's plan splits, halved, and the rest whole: embeddings,
     LM head, norms, row-parallel biases and a mixture's experts, router and shared expert,
@@ -202,9 +202,8 @@ def test_tp2_runs_the_plans_that_gather_outputs_or_split_the_embedding(runs, mt)
     """olmo2's plan gathers q, k and v whole (its norms run over all heads) and splits o's whole
     input; phi3's gathers its fused qkv and gate_up; gpt_neox's splits the embedding by
     vocabulary rows (trials/engines/tp.py SPLIT_STYLES). Each rank holds its shards, as the
-    estimate counts them, and training matches one unsplit rank. (gpt_neox's activations at
-    TP 1 are not exact: its LayerNorm layout is counted by Korthikanti's rule, so they are
-    compared for olmo2 and phi3 only, above.)"""
+    estimate counts them (and keeps the activations it counts, above), and training matches
+    one unsplit rank."""
     from autotune.estimate.compute import model_from_workload
 
     obs = ok(runs[f"{mt}_2"])
