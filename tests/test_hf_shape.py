@@ -341,7 +341,7 @@ def _estimated(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict | 
     mode, every = checkpointing or ("none", 1)
     m = model_from_hf_config({"model_type": mt, **_fields(mt, overrides)})
     cfg = MemoryConfig(seq_len=s, micro_batch_size=b, precision=precision, engine=engine,
-                       checkpointing=mode, checkpoint_every=every)
+                       checkpointing=mode, checkpoint_every=every, device="cpu")  # as measured
     parts = activation_parts(m, cfg)
     assert parts is not None
     return parts
@@ -533,3 +533,99 @@ def test_a_model_the_worker_does_not_split_is_planned_and_swept_at_tp_1_only(cli
         assert (rs.tp_degree, rs.why_dropped.get("tp_degree 2")) == (
             ([1, 2], None) if mt == "llama" else ([1], NO_TP_REASON)), mt
     assert tps == {"llama": {False, True}, "opt": {False}}
+
+
+# gpt2's and opt's dropout at their transformers 5.25.0 defaults (FAMILIES sets it to 0): the
+# worker builds the config as it is, so a trial trains with these on.
+DEFAULT_DROPOUT = {"gpt2": {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}, "opt": {"dropout": 0.1}}
+
+
+def test_the_dropout_fields_read_are_the_installed_transformers_defaults():
+    """autotune.estimate.dropout reads each family's dropout fields at the defaults of the
+    installed transformers' config classes (the controller imports neither), and
+    DEFAULT_DROPOUT is gpt2's and opt's default."""
+    from transformers import CONFIG_MAPPING
+
+    from autotune.estimate.dropout import FIELDS, LLAMA_FIELDS, Dropouts, dropouts_of
+    from autotune.estimate.hf_defaults import TYPE_DEFAULTS
+
+    for mt in TYPE_DEFAULTS:
+        installed = CONFIG_MAPPING[mt]()
+        for field in FIELDS.get(mt, LLAMA_FIELDS):
+            assert field is None or getattr(installed, field[0]) == field[1], (mt, field)
+    for mt, fields in DEFAULT_DROPOUT.items():
+        assert {k: getattr(CONFIG_MAPPING[mt](), k) for k in fields} == fields
+    assert dropouts_of({}, "gpt2") == Dropouts(True, True, True)
+    assert dropouts_of({}, "opt") == Dropouts(False, True, False)
+    assert dropouts_of({"attention_dropout": 0.1}, "llama") == Dropouts(False, False, True)
+
+
+@pytest.mark.parametrize("mt,layout", [(mt, layout) for mt in DEFAULT_DROPOUT for layout in LAYOUTS])
+def test_gpt2_and_opt_at_their_default_dropout_keep_what_the_estimate_counts(mt, layout):
+    """On CPU each dropout keeps its noise in its input's dtype (gpt2's embedding's in the
+    stream's, the blocks' in the compute dtype), and gpt2's attention dropout sends torch's SDPA
+    down its math path, which keeps fp32 q, k, v, scores, noise and dropped scores: to the byte
+    (autotune.estimate.dropout). Before, the estimate left dropout out, as at dropout 0: gpt2
+    1,388,036 / 847,364 / 762,884 bytes against 2,334,212 / 1,826,308 / 1,725,444 kept (fp32,
+    bf16 autocast, bf16 weights), opt 864,260 / 651,268 / 501,252 against 995,332 / 716,804 /
+    566,788."""
+    s, b = 64, 2
+    parts = _estimated(mt, s, b, layout, DEFAULT_DROPOUT[mt])
+    assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout, DEFAULT_DROPOUT[mt])[0]
+    # A config that leaves the fields out is estimated at the same defaults.
+    bare = {k: v for k, v in _fields(mt).items() if k not in DEFAULT_DROPOUT[mt]}
+    from autotune.estimate.compute import model_from_hf_config as from_config
+
+    assert from_config({"model_type": mt, **bare}).dropouts == from_config(
+        {"model_type": mt, **_fields(mt, DEFAULT_DROPOUT[mt])}).dropouts != from_config(
+        {"model_type": mt, **_fields(mt)}).dropouts
+
+
+@pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in DEFAULT_DROPOUT
+                                            for layout in ("fp32", "bf16") for mode in ("selective", "full")])
+def test_the_dropout_terms_follow_checkpointing(mt, layout, mode):
+    """A recomputed layer keeps its input only, not its masks nor SDPA's math path's scores;
+    gpt2's embedding dropout's mask stays (3 layers, every 2nd recomputed)."""
+    s, b = 64, 2
+    on = {**DEFAULT_DROPOUT[mt], "num_hidden_layers": 3}
+    parts = _estimated(mt, s, b, layout, on, (mode, 2))
+    assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout, on, (mode, 2))[0]
+
+
+@pytest.mark.parametrize("mt,overrides", [("opt", {"attention_dropout": 0.1}),
+                                          ("gpt_neox", {"hidden_dropout": 0.1, "attention_dropout": 0.1}),
+                                          ("llama", {"attention_dropout": 0.1}),
+                                          ("phi3", {"attention_dropout": 0.1, "resid_pdrop": 0.1}),
+                                          ("qwen3", {"attention_dropout": 0.1}),
+                                          ("gemma2", {"attention_dropout": 0.1})])
+def test_a_config_that_sets_attention_dropout_is_counted_on_its_attention_path(mt, overrides):
+    """attention_dropout (0.0 by default in these families) is passed to SDPA in training: on
+    CPU its math path keeps the scores (grouped K and V repeated to every query head, phi3's and
+    gpt_neox's fused qkv no longer kept whole); gemma2's eager attention keeps the noise and the
+    dropped probabilities. gpt_neox's hidden_dropout and phi3's resid_pdrop keep masks too."""
+    s, b = 64, 2
+    for layout in LAYOUTS:
+        parts = _estimated(mt, s, b, layout, overrides)
+        assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout, overrides)[0], layout
+
+
+def test_on_cuda_dropout_keeps_a_bool_mask_and_sdpa_no_scores():
+    """Read from torch 2.13, not measured (no GPU here): on CUDA native_dropout keeps a 1-byte
+    mask and flash / memory-efficient SDPA take dropout_p without materialising the scores; a
+    trial's MemoryConfig is on its own device, `estimate` and `plan` on CUDA."""
+    from autotune.contract import DeviceKind, TrialConfig
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+
+    s, b, h = 64, 2, PLAIN["hidden_size"]
+    kept = {}
+    for fields in ({}, DEFAULT_DROPOUT["gpt2"]):
+        m = model_from_hf_config({"model_type": "gpt2", **_fields("gpt2", fields)})
+        parts = activation_parts(m, MemoryConfig(seq_len=s, micro_batch_size=b, precision="fp32"))
+        assert parts is not None
+        kept[bool(fields)] = parts["kept"]
+    masks = 1 + 2 * PLAIN["num_hidden_layers"]  # the embedding's, two a block
+    assert kept[True] - kept[False] == masks * s * b * h * 1
+    assert MemoryConfig().device == "cuda"
+    for device in DeviceKind:
+        trial = TrialConfig(device=device, micro_batch_size=b)
+        assert MemoryConfig.from_trial_config(trial).device == device.value

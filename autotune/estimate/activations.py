@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from autotune.contract import Checkpointing, Precision
+from autotune.estimate.dropout import Device, dropout_layer_bytes, dropout_model_bytes
 
 if TYPE_CHECKING:
     from autotune.estimate.compute import ModelShape
@@ -33,6 +34,7 @@ class ActivationConfig(Protocol):
     sequence_parallel: bool
     attention: Attention | None  # None: the model's (ModelShape.attention)
     dropout: bool
+    device: Device  # what dropout keeps differs (autotune.estimate.dropout)
 
     @property
     def resolved_engine(self) -> str: ...
@@ -174,7 +176,8 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
                            sequence_parallel: bool = False, fused_qkv: bool = False,
                            experts: Experts | None = None, eager_kernel: EagerKernel = "korthikanti",
                            softcap: bool = False, tp_gathered: tuple[bool, bool] = (False, False),
-                           mlp_kept: int = 2, parallel_residual: bool = False) -> float:
+                           mlp_kept: int = 2, parallel_residual: bool = False,
+                           dropout_extra: tuple[int, int] = (0, 0)) -> float:
     """Bytes one transformer layer keeps for backward, counted tensor by tensor.
 
     With Korthikanti's assumptions (16-bit everything, dropout, eager attention, 4h MLP)
@@ -194,6 +197,8 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
       wide, default h / a); the MLP hidden tensors (GELU: input and output, or `mlp_kept`
       of them, hf_count.PlainLayout; SwiGLU: gate, its activation, up, product);
     - `parallel_residual` (gpt_neox): both norms read the layer's input, kept once;
+    - `dropout_extra`: what a Hugging Face config's dropouts keep beyond the count without
+      them (autotune.estimate.dropout.dropout_layer_bytes: not split by TP, split by heads);
     - attention core: eager stores the softmax output (+ dropout mask and output), as
       Korthikanti counts it, or with `eager_kernel="transformers"` what transformers' eager
       attention keeps (`eager_scores_bytes`, `softcap` its tanh; no dropout);
@@ -209,7 +214,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     pre = [norm_bytes(norm, r, c, k) if pre_norms else (read_bytes(r, c, k), 0) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
-    unsplit -= sbh * r if parallel_residual else 0
+    unsplit += dropout_extra[0] - (sbh * r if parallel_residual else 0)
     attn = attention_bytes(s * b, a, kv, head_dim or h // a, c, qk_norm=qk_norm, fused_qkv=fused_qkv,
                            clip_qkv=clip_qkv)
     mlp = 0
@@ -223,6 +228,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
         attn += a * s * s * b * (c + ((1 + c) if dropout else 0))
     elif attention == "fused":
         attn += 4 * a * s * b
+    attn += dropout_extra[1]
     # Gemma's norms keep their 1 + weight in fp32, whole on every rank (h wide, per norm).
     ones = 4 * h * (4 if post_norms else 2) if norm == "gemma_rmsnorm" else 0
     if sequence_parallel:
@@ -301,6 +307,10 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
         return None
     c, r = dtype_bytes(cfg.precision), stream_bytes(cfg)
     moe = model.experts
+    hd = model.head_width or dims.d_model // dims.n_heads
+    extra = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
+                                model.n_kv_heads or dims.n_heads, hd, c, cfg.device, r=r, fused_qkv=model.fused_qkv,
+                                eager=(cfg.attention or model.attention) == "eager")
 
     def layer(experts: Experts | None) -> float:
         return layer_activation_bytes(
@@ -314,7 +324,7 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
             experts=experts, eager_kernel="transformers" if model.attention == "eager" else "korthikanti",
             softcap=model.attn_softcap, tp_gathered=model.tp_gathered,
             mlp_kept=model.plain.mlp_kept if model.plain else 2,
-            parallel_residual=bool(model.plain and model.plain.parallel_residual))
+            parallel_residual=bool(model.plain and model.plain.parallel_residual), dropout_extra=extra)
 
     if moe is None:
         return [layer(None)] * dims.n_layers
@@ -347,6 +357,7 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     kept = sum(kept_input if i in rec else x for i, x in enumerate(layers))
     per_element, per_token = norm_bytes(model.norm, r, c)  # the final norm: the LM head reads it
     kept += s * b * (h * per_element + per_token) + model_level_bytes(model, s, b, r)
+    kept += dropout_model_bytes(model.dropouts, s * b, h, r, cfg.device)
     # Logits: the fp32 log-softmax output is kept for backward, and the backward of the loss
     # holds its gradient and the logits' gradient at once: 3 fp32 copies. Whole on every TP
     # rank: the LM head is not split (trials/engines/tp.py splits the blocks only).

@@ -23,6 +23,7 @@ from autotune.contract.flops import attention_width, model_flops_per_token, util
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.errors import UserError, read_text_file
 from autotune.estimate import hf_count, hf_defaults
+from autotune.estimate.dropout import Dropouts
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -96,6 +97,9 @@ class ModelShape(BaseModel):
         default=None, description="what a Hugging Face gpt2 / gpt_neox / opt keeps beyond the LayerNorm "
                                   "count (its activation, positions, rotary width, parallel residual); "
                                   "set only from their configs: None for the built-in GPT")
+    dropouts: Dropouts = Field(default=Dropouts(), description="the dropouts a Hugging Face config turns "
+                               "on (autotune.estimate.dropout: their masks, SDPA's path); none for the "
+                               "built-in GPT (MemoryConfig.dropout is Korthikanti's count)")
     vocab_size: int | None = None
     ffn_hidden: int | None = None
     gated_mlp: bool = False
@@ -265,7 +269,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         clip_qkv=c.clip_qkv, rope_fp32=c.rope_fp32,
         fused_qkv=c.fused_qkv, tp_split=c.model_type not in hf_defaults.NO_TP, experts=c.experts,
         attention="eager" if c.eager else "fused",
-        attn_softcap=c.softcap[0], logit_softcap=c.softcap[1], plain=c.plain,
+        attn_softcap=c.softcap[0], logit_softcap=c.softcap[1], plain=c.plain, dropouts=c.dropouts,
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,
         gated_mlp=c.gated_mlp, tied_embeddings=c.tied_embeddings, lookup_params=c.lookup_params,
         largest_layer_params=c.largest_layer_params,

@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 from autotune.contract import HFWorkload
 from autotune.errors import UserError, read_text_file
 from autotune.estimate import hf_defaults as hf
+from autotune.estimate.dropout import Dropouts, dropouts_of
 
 # Families by MLP style: gated (gate, up, down; RMSNorm) or plain (up, down; LayerNorm, biases).
 GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
@@ -92,6 +93,7 @@ class HFCount(NamedTuple):
     softcap: tuple[bool, bool]
     experts: Experts | None  # a mixture of experts' MLP (None: dense)
     plain: PlainLayout | None  # what gpt2 / gpt_neox / opt keep apart from llama's layout
+    dropouts: Dropouts  # the dropouts the config turns on (autotune.estimate.dropout)
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
     gated_mlp: bool
@@ -373,7 +375,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
         fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, eager=mt == "gemma2",
-        plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None,
+        plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None, dropouts=dropouts_of(cfg, mt),
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
         # hf_defaults, whose table would fill a null field too).
         softcap=(mt == "gemma2" and cfg.get("attn_logit_softcapping", 50.0) is not None,

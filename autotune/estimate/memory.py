@@ -32,6 +32,7 @@ from autotune.estimate.activations import (  # noqa: F401 (re-exported: the acti
     recomputed_layers,
 )
 from autotune.estimate.compute import ModelShape
+from autotune.estimate.dropout import Device
 from autotune.estimate.sharded import deepspeed_transients, fsdp2_transients, gathered_params_bytes
 
 Engine = Literal["ddp", "deepspeed", "fsdp2"]
@@ -63,6 +64,9 @@ class MemoryConfig(TrainingKnobs):
     engine: Engine | None = None
     attention: Attention | None = None
     dropout: bool = False
+    # Where it runs: what a Hugging Face config's dropout keeps differs (autotune.estimate.dropout).
+    # cuda by default: `estimate` and `plan` estimate GPUs; a trial's is its own (from_trial_config).
+    device: Device = "cuda"
     sequence_parallel: bool = False
     compile: bool = Field(default=False, description="torch.compile on: the estimate keeps the "
                           "eager activation model (an upper bound: Inductor's fusions save fewer "
@@ -78,7 +82,8 @@ class MemoryConfig(TrainingKnobs):
     def from_trial_config(cls, cfg: TrialConfig) -> "MemoryConfig":
         knobs = cfg.model_dump(include=set(TrainingKnobs.model_fields))
         engine = engine_for(cfg.zero_stage, cfg.tp_degree, cfg.launcher, cfg.fsdp)
-        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine), compile=cfg.compile)
+        return cls(**knobs, dp_degree=cfg.dp_degree, engine=memory_layout(engine), compile=cfg.compile,
+                   device=cfg.device.value)
 
 
 def memory_layout(engine: EngineKind) -> Engine:
