@@ -339,8 +339,9 @@ def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int]
     too) and `logits` (the loss's buffers at their peak).
 
     The built-in GPT and Hugging Face models train with torch SDPA (`attention="fused"`; gemma2
-    with transformers' eager attention, `ModelShape.attention`) and no dropout, so
-    Korthikanti's 5as/h term and the dropout masks are not kept: with fused
+    with transformers' eager attention, `ModelShape.attention`), so Korthikanti's 5as/h term is
+    not kept, and with their config's dropout (the built-in GPT none; gpt2 and opt on by default:
+    what it keeps, autotune.estimate.dropout): with fused
     attention, the paper's selective recompute (recompute the attention core) saves nothing
     more, which is why autotune's `selective` means "recompute every k-th block whole".
     A recomputed block keeps only its input, and during backward one block at a time holds
