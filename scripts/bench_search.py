@@ -123,6 +123,9 @@ BENCHES: dict[str, dict[str, Any]] = {
 SHIPPED = "autotune sweep (as shipped)"
 
 
+_REAL_PROBES: dict[str, Any] = {}
+
+
 def as_truth_machine(b: dict[str, Any]) -> None:
     """Replays see the machine their truth was measured on: this process's hardware
     fingerprint (autotune.run.hardware.local_hardware) reports a CPU truth's bf16 (the bench's
@@ -132,6 +135,9 @@ def as_truth_machine(b: dict[str, Any]) -> None:
     import autotune.contract.hardware as host
     import autotune.run.hardware as hwmod
 
+    # The real probes, kept so that a CPU bench replayed after a CUDA one in this process (as
+    # bench_matrix's twice-budget replays follow h200's) sees this machine again.
+    real = _REAL_PROBES.setdefault("probes", (hwmod._nvml_gpus, hwmod.host_fingerprint))
     if b.get("device") == "cuda":
         hw = truth_hardware(Path(b["cache"]))
         if hw is None:
@@ -144,6 +150,7 @@ def as_truth_machine(b: dict[str, Any]) -> None:
         hwmod.host_fingerprint = lambda: hw
         host.cpu_bf16 = lambda: hw.cpu_bf16
     else:
+        hwmod._nvml_gpus, hwmod.host_fingerprint = real
         host.cpu_bf16 = lambda: b["cpu_bf16"]
     hwmod.local_hardware.cache_clear()
 
@@ -235,7 +242,11 @@ def summarize(reps: list[br.Replay], truths: list[bt.Truth]) -> dict[str, Any]:
                     break
             reach_n.append(n)
             reach_s.append(secs)
+        # The chance a run of the pick runs out of memory (its judged runs' share), over the seeds
+        # with a pick: a pick right by its median peak may still stop its long run.
+        oom = [t.oom_share.get(p, 0.0) for p, t in zip(pick, truths) if p is not None]
         out[metric] = {"right": sum(right), "no_pick": sum(p is None for p in pick),
+                       "pick_oom_share_mean": sum(oom) / len(oom) if oom else None,
                        "regret_median": percentile(regret, 50),
                        "regret_max": max(regret), "reach_trials": percentile(reach_n, 50),
                        "reach_trial_s": percentile(reach_s, 50),

@@ -500,6 +500,9 @@ class Truth:
     hours: dict[str, float]
     best_usd: float
     best_hours: float
+    # Each config's share of its judged runs that ran out of memory: the chance a run of it does
+    # (0.0 without a limit); what a pick's long run risks, which its median peak does not say.
+    oom_share: dict[str, float] = field(default_factory=dict)
 
     def within(self, key: str, metric: str, tol: float) -> bool:
         v = getattr(self, metric).get(key)
@@ -507,16 +510,19 @@ class Truth:
 
 
 def truth_for(table: dict[str, Entry], seed: int, holdout: bool) -> Truth:
-    usd, hours = {}, {}
+    usd, hours, oom_share = {}, {}, {}
     for e in table.values():
+        judged = e.split(seed, holdout)[1]
+        oom_share[e.key] = sum(m.oom for m in judged) / len(judged) if judged else 0.0
         if e.oom:
             continue
         t = _Scored()
-        _aggregate(t, e.split(seed, holdout)[1])
+        _aggregate(t, judged)
         if t.hours is not None:
             usd[e.key], hours[e.key] = t.usd, t.hours
     # Where no config fits, the optima are infinite and no pick is right (bench_search).
-    return Truth(usd, hours, min(usd.values(), default=math.inf), min(hours.values(), default=math.inf))
+    return Truth(usd, hours, min(usd.values(), default=math.inf), min(hours.values(), default=math.inf),
+                 oom_share)
 
 
 # ---------------------------------------------------------------------------------------

@@ -105,6 +105,10 @@ def test_a_truth_measured_on_a_gpu_replays_as_that_gpu(tmp_path, monkeypatch, tr
     assert {v["fsdp"].value if hasattr(v["fsdp"], "value") else v["fsdp"] for _, v in configs} == {"none", "full_shard"}
     cfg = bt.trial_config(configs[0][1], spec, ms, seed=0)
     assert cfg.device is DeviceKind.cuda and cfg.workload.preset == "1b" and cfg.seq_len == 2048
+    # A CPU bench replayed next in the same process (bench_matrix's twice-budget replays follow
+    # h200's) sees this machine again: it stopped with "no choice of `num_gpus` (2) can run".
+    _, _, _, ms, _ = bs.bench_space("ds")
+    assert (local_hardware().device_kind, ms.hardware.device_count) == (here.device_kind, here.device_count)
 
 
 def test_a_gpu_bench_without_its_truth_says_how_to_measure_it(tmp_path, monkeypatch, capsys,
