@@ -31,6 +31,8 @@ VARIANTS = {
 # Stands in for Python: records the argv it was launched with, outside the working folder.
 STUB_PYTHON = """#!/usr/bin/env bash
 if [ "$1" = -c ]; then echo /stub/trials/worker.py; exit 0; fi  # launch.sh --check asks for the worker
+# ... and after the launcher, has autotune say its result (autotune.report.check_line)
+if [ "$2" = autotune.report.check_line ]; then printf '%s\\n' "$@" > "$STUB_ARGV.check"; exit 0; fi
 printf '%s\\n' "$@" > "$STUB_ARGV"
 """
 
@@ -111,6 +113,9 @@ def test_a_script_and_check_still_reach_the_launcher(tmp_path, variant):
     else:
         assert got[start:] == ["train.py", "--lr", "1e-3", "--help"]
     got = launched("--check")
+    result = str(tmp_path / "cwd" / "autotune_check_result.json")
     assert got[got.index("/stub/trials/worker.py"):] == [
-        "/stub/trials/worker.py", "--config", str(launch.parent / "trial_config.json"),
-        "--result", str(tmp_path / "cwd" / "autotune_check_result.json")]
+        "/stub/trials/worker.py", "--config", str(launch.parent / "trial_config.json"), "--result", result]
+    # then the line that says the result, with the launcher's exit code (no sweep figures here)
+    said = Path(f"{argv}.check").read_text().splitlines()
+    assert said == ["-m", "autotune.report.check_line", result, "0", "", ""], said
