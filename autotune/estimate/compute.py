@@ -180,12 +180,18 @@ class ModelShape(BaseModel):
         without the block size, the whole model split (a lower bound)."""
         if tp_degree <= 1:
             return float(self.params)
+        split = self.tp_split_total
+        return self.params / tp_degree if split is None else self.params - split * (1 - 1 / tp_degree)
+
+    @property
+    def tp_split_total(self) -> int | None:
+        """The parameters a TP plan splits: `tp_split_params` where counted, else the repeated
+        blocks whole (the built-in GPT, a model known by its shapes); None without the blocks."""
         if self.tp_split_params is not None:
-            return self.params - self.tp_split_params * (1 - 1 / tp_degree)
+            return self.tp_split_params
         if not self.block_params or not self.n_layers:
-            return self.params / tp_degree
-        split = min(self.params, self.n_layers * self.block_params)
-        return split / tp_degree + (self.params - split)
+            return None
+        return min(self.params, self.n_layers * self.block_params)
 
     def tp_block_params(self, tp_degree: int) -> float:
         """One tensor-parallel rank's share of the largest repeated block (`block_params`,
@@ -367,11 +373,8 @@ def tp_rank_flops_share(model: ModelShape, seq_len: int, tp_degree: int) -> floa
     total = flops_per_token(model, seq_len)
     if tp_degree <= 1 or not total:
         return 1.0
-    if model.tp_split_params is not None:
-        split = model.tp_split_params
-    elif model.block_params and model.n_layers:  # the built-in GPT: its blocks, whole
-        split = model.n_layers * model.block_params - model.unrouted_expert_params
-    else:  # without the shapes: the whole model split
+    split = model.tp_split_total
+    if split is None:  # without the shapes: the whole model split
         return 1 / tp_degree
     # A gathered attention (tp_gathered) runs its core over all heads on every rank.
     attention = None if model.tp_gathered[0] else model.attention_width

@@ -35,15 +35,15 @@ def check_line(result_path: Path, exit_code: int, sweep_tokens_per_s: float | No
         why = (result.error or "").strip().splitlines()
         reason = f"{result.error_type}: {why[0]}" if why else (result.error_type or "no reason given")
         return f"{PREFIX} {result.status.value}: {reason}; result: {result_path}"
-    parts = [f"{PREFIX} ok"]
+    said = []
     if result.tokens_per_s:
         ratio = (f", {result.tokens_per_s / sweep_tokens_per_s:.2f}x the sweep's {sweep_tokens_per_s:,.0f}"
                  if sweep_tokens_per_s else "")
-        parts.append(f"{result.tokens_per_s:,.0f} tokens/s{ratio}")
+        said.append(f"{result.tokens_per_s:,.0f} tokens/s{ratio}")
     if result.peak_mem_bytes:
         sweep = f" (the sweep's {fmt_bytes(sweep_peak_bytes)})" if sweep_peak_bytes else ""
-        parts.append(f"peak {fmt_bytes(result.peak_mem_bytes)} per rank{sweep}")
-    return ": ".join(parts[:2]) + "".join(f"; {p}" for p in parts[2:]) + f"; result: {result_path}"
+        said.append(f"peak {fmt_bytes(result.peak_mem_bytes)} per rank{sweep}")
+    return f"{PREFIX} ok: " + "; ".join([*said, f"result: {result_path}"])
 
 
 def main(argv: list[str] | None = None) -> int:
