@@ -434,6 +434,8 @@ def test_plan_shows_configs_it_cannot_tell_apart_on_one_line(cli, tmp_path, monk
 @pytest.mark.parametrize("space,global_batch,first", [
     # 7b at seq 4096 (140 GB on one GPU): ZeRO-3 over 8 GPUs, as of this test's writing.
     ({"num_gpus": [1], "micro_batch_size": [1]}, 8, ("`zero_stage: [0, 3]`", "`num_gpus: [1, ")),
+    # A global batch of 12 splits over 12 ranks, not 8: the plan bills only counts that split it.
+    ({"num_gpus": [1], "micro_batch_size": [1]}, 12, ("`zero_stage: [0, 3]`", "`num_gpus: [1, 12]`")),
     # TP 2: FSDP2 shards with it (the worker runs no ZeRO with TP), over dp x tp GPUs (8).
     ({"num_gpus": [2], "micro_batch_size": [4], "tp_degree": [2]}, 64,
      ("`fsdp: [none, full_shard]`", "`num_gpus: [2, ")),
@@ -478,3 +480,35 @@ def test_when_no_config_fits_the_plan_names_the_space_choices_that_make_one_fit(
     assert any(f"memory {changes[0][1]} GB of 40 GB" in b["throughput_basis"] for b in doc["bills"])
     doc = planned(offload[0][0])
     assert any(a.startswith("offload configs left out") for a in doc["assumptions"])
+
+
+def test_the_space_changes_name_only_gpu_counts_the_global_batch_and_the_offers_allow():
+    """A sharding change ran over the config's ranks doubled (8 for the 7b at seq 4096 on 36 GB),
+    which a global batch of 12 cannot split, and up to 1,024 GPUs whatever the catalog sold.
+    Now the fewest ranks that split the global batch, within the most GPUs an offer sells;
+    where only more would fit, the change says so."""
+    from autotune.estimate.compute import model_from_preset
+    from autotune.estimate.memory import MemoryConfig
+    from autotune.search.plan_fits import dp_choices, space_changes
+    from autotune.search.space_file import SearchSpace
+
+    mcfg = MemoryConfig(seq_len=4096, micro_batch_size=1, precision="bf16", checkpointing="none",
+                        zero_stage=0, dp_degree=1, tp_degree=1, fsdp="none")
+    assert dp_choices(mcfg, 12, 64)(1) == [1, 2, 3, 4, 6, 12]
+    assert dp_choices(mcfg, 12, 64)(8) == []  # 12 samples do not split into micro-batches of 8
+    assert dp_choices(mcfg, None, 64)(1) == [1, 2, 4, 8, 16, 32, 64]
+    space = SearchSpace.model_validate({"precision": ["bf16"], "checkpointing": ["none"], "zero_stage": [0],
+                                        "offload": ["none"], "num_gpus": [1], "micro_batch_size": [1]})
+    model, gpu = model_from_preset("7b"), "a100-40gb"
+
+    def said(usable_gb: float, global_batch: int | None, most: int) -> str:
+        return space_changes(model, {gpu: mcfg}, {gpu: usable_gb * 1e9}, space, global_batch, {gpu: most}) or ""
+
+    assert "`num_gpus: [1, 8]`" in said(36, None, 64) and "`num_gpus: [1, 12]`" in said(36, 12, 64)
+    # Within 4 GPUs only offloading fits 36 GB: no ZeRO-3 over more GPUs than an offer sells.
+    capped = said(36, 12, 4)
+    assert "num_gpus" not in capped and "`offload: [none, optimizer+params]`" in capped, capped
+    # At 6 GB nothing fits on 4; the change over 6 GPUs is named, with what it needs.
+    assert said(6, 12, 4).endswith("(more GPUs than any a100-40gb offer sells, 4 at most: add a multi-node "
+                                   "offer with --catalog FILE)")
+    assert "`num_gpus: [1, 6]`" in said(6, 12, 4) and "offer sells" not in said(6, 12, 8)

@@ -10,7 +10,7 @@ Estimates, as the rest of `estimate` is: a sweep measures what really fits.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from pydantic import ValidationError
 
@@ -63,28 +63,45 @@ def _flags(cfg: MemoryConfig, changed: MemoryConfig) -> str:
     return " ".join(f"{flag} {after[k]}" for k, flag in FLAGS.items() if after[k] != before[k])
 
 
-def fitting_changes(shape: ModelShape, cfg: MemoryConfig, usable_bytes: int) -> list[Change]:
+# The data-parallel degrees a sharding change may use at a micro-batch, fewest first (a plan's
+# global batch admits only its divisors: autotune.search.plan_fits).
+DpChoices = Callable[[int], list[int]]
+
+
+def doubling(start: int, most: int = MAX_DP) -> list[int]:
+    """`start`, doubled up to `most`: the ranks a sharding change is tried over by default."""
+    out = []
+    while start <= most:
+        out.append(start)
+        start *= 2
+    return out
+
+
+def fitting_changes(shape: ModelShape, cfg: MemoryConfig, usable_bytes: int,
+                    dp_choices: DpChoices | None = None) -> list[Change]:
     """The changes whose estimate fits `usable_bytes` per rank, from the first round of
-    _tried that has any (the fewest changes at once); empty where none does."""
+    _tried that has any (the fewest changes at once); empty where none does. A sharding change
+    runs over the fewest ranks of `dp_choices(micro_batch)` that fit (default: the config's,
+    doubled up to MAX_DP)."""
+    choices = dp_choices or (lambda _micro: doubling(cfg.dp_degree))
     for changes in _tried(cfg):
-        found = [c for c in (_fitting(shape, cfg, u, usable_bytes) for u in changes) if c and c.flags]
+        found = [c for c in (_fitting(shape, cfg, u, usable_bytes, choices) for u in changes) if c and c.flags]
         if found:
             return list(dict.fromkeys(found))  # two changes that come to one config: one line
     return []
 
 
-def _fitting(shape: ModelShape, cfg: MemoryConfig, update: dict[str, Any], usable_bytes: int) -> Change | None:
+def _fitting(shape: ModelShape, cfg: MemoryConfig, update: dict[str, Any], usable_bytes: int,
+             dp_choices: DpChoices) -> Change | None:
     """`update` applied to `cfg`, if it fits; a sharding one over the fewest data-parallel
-    ranks (the config's, doubled up to MAX_DP) where it does."""
+    ranks of `dp_choices` where it does."""
     sharded = "zero_stage" in update or "fsdp" in update
-    dp = cfg.dp_degree
-    while True:
+    micro = update.get("micro_batch_size", cfg.micro_batch_size)
+    for dp in dp_choices(micro) if sharded else [cfg.dp_degree]:
         got = _estimate(shape, cfg, {**update, "dp_degree": dp} if sharded else update)
         if got is None:
             return None
         changed, est = got
         if est.total_bytes <= usable_bytes:
             return Change(_flags(cfg, changed), est.total_bytes, est.host_bytes)
-        if not sharded or dp * 2 > MAX_DP:
-            return None
-        dp *= 2
+    return None

@@ -189,7 +189,7 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
         notes.insert(0, f"{tally.over_spec_memory} (config, GPU type) pair(s) fit the GPU's memory but not "
                         f"{spec_memory(spec.memory, exact=True)}: not planned, as a sweep would not launch them")
     why = None if within else _no_limits_met(spec, over) if over else _why_none(
-        catalog, types, tally, [gpu for gpu, counts in large.items() if not counts], model, spec.memory, space)
+        catalog, types, tally, [gpu for gpu, counts in large.items() if not counts], model, spec, space)
     return PlanResult(rank(within), tally.skipped, tally.configs, tally.not_fitting, assumptions, why,
                       rank(over), notes)
 
@@ -346,10 +346,11 @@ def _plan_on_gpu(p: _Planning, c: dict[str, Any], gpu: str, memory: tuple[int, M
 
 
 def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: list[str], model: ModelShape,
-              memory: MemorySpec, space: SearchSpace) -> str:
+              spec: SweepSpec, space: SearchSpace) -> str:
     """Why no config got a bill, and what to add, as a UserError's text. `single_node`: the
     types whose nodes cannot hold the training state and that no offer sells beyond a node;
-    `memory`: the spec's memory limit and margin; `space`: the space planned."""
+    `spec`: its memory limit and margin, and global batch; `space`: the space planned."""
+    memory = spec.memory
     state_bytes = model.params * STATE_BYTES_PER_PARAM
     configs, fits, smallest_mem, no_network = tally.configs, tally.fits, tally.smallest_mem, tally.no_network
     if not types or not configs:
@@ -372,7 +373,8 @@ def _why_none(catalog: Catalog, types: list[str], tally: _Tally, single_node: li
         least = ", ".join(f"{gpu} {smallest_mem[gpu] / 1e9:,.0f} GB of {room[gpu] / 1e9:,.0f} GB usable"
                           for gpu in sorted(smallest_mem))
         spec_limit = f"; {spec_memory(memory)} caps every GPU" if tally.over_spec_memory else ""
-        changes = space_changes(model, tally.smallest_cfg, room, space)
+        most = {gpu: max((o.max_gpus for o in catalog.offers_for(gpu)), default=0) for gpu in smallest_mem}
+        changes = space_changes(model, tally.smallest_cfg, room, space, spec.batch.global_batch_samples, most)
         return str(UserError(f"no config fits in memory (the smallest needs: {least}){spec_limit}",
                              fix=(f"{changes}; or plan on" if changes else "add more GPUs (num_gpus), ZeRO-3 or "
                                   "activation checkpointing to the space, or") + " a GPU type with more memory"

@@ -3,9 +3,15 @@ the memory savers that make the smallest config fit (autotune.estimate.savers.fi
 what `autotune estimate --gpu` lists as flags), as the space's lists with the new choices in.
 
     mcfg = memory_config(c, seq_len=4096)     # a plan config's memory knobs
-    space_changes(model, {"a100-40gb": mcfg}, {"a100-40gb": 36e9}, space)
+    space_changes(model, {"a100-40gb": mcfg}, {"a100-40gb": 36e9}, space,
+                  global_batch_samples=8, most_gpus={"a100-40gb": 64})
     # "add to the space, for a100-40gb (36 GB usable): `zero_stage: [0, 3]` and
     #  `num_gpus: [1, 8]` (an estimated 32.5 GB per GPU), or ..."; None where nothing fits
+
+A GPU count it names is one the plan can bill: the global batch splits over its data-parallel
+ranks at a micro-batch of the change (a global batch of 12 takes ZeRO-3 over 12 GPUs where 8
+would fit), and some offer of the type sells that many; where only more GPUs than any offer
+sells would fit, it says so.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any
 
 from autotune.estimate.compute import ModelShape
 from autotune.estimate.memory import MemoryConfig
-from autotune.estimate.savers import FLAGS, Change, fitting_changes
+from autotune.estimate.savers import FLAGS, MAX_DP, Change, doubling, fitting_changes
 from autotune.search.space_file import SearchSpace
 
 # The estimate's flag -> the space dimension it sets; --dp becomes num_gpus (dp x tp).
@@ -59,18 +65,39 @@ def _said(change: Change, tp_degree: int, space: SearchSpace) -> str:
     return f"{lists} (an estimated {change.total_bytes / 1e9:,.1f} GB per GPU{offloaded})"
 
 
+def dp_choices(mcfg: MemoryConfig, global_batch_samples: int | None, most_dp: int):
+    """The data-parallel degrees a sharding change of `mcfg` may use at a micro-batch, fewest
+    first: those that split the global batch (autotune.search.space.suggest: samples = micro x
+    dp x accumulation), from the config's own up to `most_dp`; without a global batch, the
+    config's doubled."""
+    def at(micro: int) -> list[int]:
+        if global_batch_samples is None:
+            return doubling(mcfg.dp_degree, most_dp)
+        per_rank = global_batch_samples // micro if global_batch_samples % micro == 0 else 0
+        return [dp for dp in range(mcfg.dp_degree, min(per_rank, most_dp) + 1) if per_rank % dp == 0]
+    return at
+
+
 def space_changes(model: ModelShape, smallest: dict[str, MemoryConfig], usable_bytes: dict[str, float],
-                  space: SearchSpace) -> str | None:
+                  space: SearchSpace, global_batch_samples: int | None = None,
+                  most_gpus: dict[str, int] | None = None) -> str | None:
     """What to add to `space` so that its smallest config on each GPU type (`smallest`) fits
-    that type's `usable_bytes`, changes the plan can bill first; None where no change fits."""
+    that type's `usable_bytes`, changes the plan can bill first; None where no change fits.
+    `most_gpus`: the most GPUs an offer of each type sells (the catalog's; none: no cap)."""
     said: dict[str, list[str]] = {}  # what to add -> the GPU types it fits (one line for types alike)
     for gpu in sorted(smallest):
-        mcfg = smallest[gpu]
-        changes = fitting_changes(model, mcfg, int(usable_bytes[gpu]))
+        mcfg, usable = smallest[gpu], int(usable_bytes[gpu])
+        most = (most_gpus or {}).get(gpu) or MAX_DP * mcfg.tp_degree
+        changes = fitting_changes(model, mcfg, usable, dp_choices(mcfg, global_batch_samples, most // mcfg.tp_degree))
+        beyond = ""
+        if not changes and most < MAX_DP * mcfg.tp_degree:  # only more GPUs than any offer sells would do
+            changes = fitting_changes(model, mcfg, usable, dp_choices(mcfg, global_batch_samples, MAX_DP))
+            beyond = (f" (more GPUs than any {gpu} offer sells, {most} at most: add a multi-node offer "
+                      f"with --catalog FILE)")
         # Stable: the changes the plan bills before the offload ones only a sweep measures.
         changes.sort(key=lambda ch: "--offload" in ch.flags)
         if changes:
             key = f"{usable_bytes[gpu] / 1e9:,.0f} GB usable): " + ", or ".join(
-                _said(ch, mcfg.tp_degree, space) for ch in changes)
+                _said(ch, mcfg.tp_degree, space) for ch in changes) + beyond
             said.setdefault(key, []).append(gpu)
     return "; ".join(f"add to the space, for {' and '.join(gpus)} ({text}" for text, gpus in said.items()) or None
