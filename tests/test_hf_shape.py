@@ -55,6 +55,12 @@ COUNTED_APART = {
     "olmo2": [{**SMALL, "head_dim": 24, "attention_bias": True, "eos_token_id": 0}],
     "granite": [{**SMALL, "attention_bias": True, "mlp_bias": True, "embedding_multiplier": 12.0,
                  "residual_multiplier": 0.22, "attention_multiplier": 0.0078125, "logits_scaling": 8.0}],
+    # gpt_oss: biased q/k/v/o, a sink per head, a biased router, experts with biases (counted as
+    # a dense llama before: gpt-oss-20b's 20.9B parameters as 2.39B).
+    "gpt_oss": [{**SMALL, "intermediate_size": 40, "num_local_experts": 4, "num_experts_per_tok": 2,
+                 "head_dim": 24},
+                {**SMALL, "num_experts": 3, "num_experts_per_tok": 1, "attention_bias": False,
+                 "tie_word_embeddings": True}],
 }
 
 
@@ -218,7 +224,8 @@ def _routed_params(wl: HFWorkload) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("mt,overrides", [("mixtral", {}), ("qwen2_moe", {}), ("qwen3_moe", {}),
-                                          ("mixtral", COUNTED_APART["mixtral"][0])])
+                                          ("mixtral", COUNTED_APART["mixtral"][0]),
+                                          ("gpt_oss", COUNTED_APART["gpt_oss"][0])])
 def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_token_runs(mt, overrides):
     """`params` (what memory holds) is every expert; the FLOPs per token count the top-k experts
     a token is routed to (and the router, the shared expert), not all of them: Mixtral-8x7B's
@@ -234,8 +241,10 @@ def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_to
         assert (m.params, m.active_params) == (46_702_792_704, 12_879_925_248)
     active = m.active_params - m.lookup_params
     s = 1024
-    # PaLM's 12 L H Q s, H heads of width Q (these families' heads split the hidden size).
-    assert m.n_heads and m.attention_width == m.n_heads * (m.head_width or 0) == m.d_model
+    # PaLM's 12 L H Q s, H heads of width Q (mixtral's and qwen*_moe's heads split the hidden
+    # size; gpt_oss's are head_dim wide).
+    assert m.n_heads and m.attention_width == m.n_heads * (m.head_width or 0)
+    assert m.attention_width == (m.n_heads * overrides["head_dim"] if mt == "gpt_oss" else m.d_model)
     attention = 12 * m.n_layers * m.attention_width * s
     assert flops_per_token(m, s) == 6 * active + attention
     # Full recompute re-runs the blocks' forward (the LM head and final norm are no block's),
@@ -244,6 +253,32 @@ def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_to
     blocks = active - m.vocab_size * m.d_model - m.d_model
     assert hardware_flops_per_token(m, s, "full") == pytest.approx(
         6 * active + attention + blocks / active * (2 * active + attention / 3), rel=1e-12)
+
+
+# gpt-oss-20b's config.json (openai/gpt-oss-20b), the fields the count reads.
+GPT_OSS_20B = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+               "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 32,
+               "num_experts_per_tok": 4, "vocab_size": 201088, "tie_word_embeddings": False,
+               "attention_bias": True}
+
+
+def test_gpt_oss_20b_counts_its_experts_and_trains_with_eager_attention():
+    """gpt-oss-20b holds 20.9B parameters (the worker's meta build of its config.json: 20,914,757,184),
+    4.19B of them run per token; transformers 5.25's gpt_oss refuses SDPA, so the worker trains
+    it with eager attention, which keeps the s x s scores. Before: a dense llama of 2,392,806,720
+    parameters (approximate) with SDPA's activations, which said it fit one H100 at seq 4096."""
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+    from trials.workloads import hf
+
+    m = model_from_hf_config(GPT_OSS_20B)
+    assert (m.params, m.active_params) == (20_914_757_184, 4_187_440_704)
+    assert "exact count" in m.source and "approximate" in m.source  # its activations
+    _, config = hf.build_hf_model(HFWorkload(model_type="gpt_oss", config_overrides=COUNTED_APART["gpt_oss"][0]),
+                                  meta=True)
+    assert config._attn_implementation == "eager" == m.attention
+    cfg = MemoryConfig(seq_len=4096, micro_batch_size=1, precision="bf16")
+    eager, fused = (activation_parts(m.model_copy(update={"attention": a}), cfg) for a in ("eager", "fused"))
+    assert eager and fused and eager["kept"] > fused["kept"] + 24 * 64 * 4096 * 4096 * 2
 
 
 # Heads wider than hidden / heads: 4 heads of 32 over a 64 hidden, as Qwen3-0.6B's 16 heads of

@@ -15,7 +15,8 @@ from autotune.estimate.dropout import Device, dropout_layer_bytes, dropout_model
 
 if TYPE_CHECKING:
     from autotune.estimate.compute import ModelShape
-    from autotune.estimate.hf_count import Experts, Norm, QKNorm
+    from autotune.estimate.hf_count import Norm, QKNorm
+    from autotune.estimate.hf_fields import Experts
 
 Attention = Literal["fused", "eager", "recompute"]
 # Whose eager attention: Korthikanti's (16-bit softmax, dropout) or transformers' (gemma2's).

@@ -8,7 +8,8 @@ transformers import (the CLI stays free of both).
 Exact for the families in autotune.estimate.hf_defaults (their unset fields at the defaults
 the worker's transformers fills), counted from what each family's modeling file defines:
 transformers 5.25.0, `transformers/models/<family>/modeling_<family>.py`, read 2026-12-07.
-tests/test_hf_shape.py pins each count to the model the worker builds. Any other family is
+tests/test_hf_shape.py pins each count to the model the worker builds; the families outside
+the llama layout's blocks (autotune.estimate.hf_moe.FAMILIES) count theirs there. Any other family is
 counted with the llama layout and says it is approximate. `autotune.estimate.compute` turns the
 count into a ModelShape (`model_from_hf_config`).
 """
@@ -23,11 +24,14 @@ from typing import Any, Literal, NamedTuple
 from autotune.contract import HFWorkload
 from autotune.errors import UserError, read_text_file
 from autotune.estimate import hf_defaults as hf
+from autotune.estimate import hf_moe
 from autotune.estimate.dropout import Dropouts, dropouts_of
+from autotune.estimate.hf_fields import Experts, hf_size, set_name
 
 # Families by MLP style: gated (gate, up, down; RMSNorm) or plain (up, down; LayerNorm, biases).
 GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
-         "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe"}
+         "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe",
+         "gpt_oss"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 # The plain families whose activations are measured (PlainLayout); gpt_neo is not.
 MEASURED_PLAIN = ("gpt2", "gpt_neox", "opt")
@@ -57,15 +61,16 @@ FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "g
 # others before only. olmo2 normalises the sublayers' outputs: q, k, v and gate, up read the
 # residual stream itself.
 NORM_PLACES = {"gemma2": (True, True), "olmo2": (False, True)}
+# Families the worker trains with transformers' eager attention, which keeps the s x s scores:
+# their modeling files (5.25.0) refuse SDPA (gemma2: it cannot soft-cap; gpt_oss: its attention
+# sinks; GptOssPreTrainedModel._supports_sdpa = False).
+EAGER = frozenset({"gemma2", "gpt_oss"})
 # Families whose attention projections have no bias whatever attention_bias says (their
 # modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
 _UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
 # The exact families whose MLP reads mlp_bias (the others hard-code bias=False); a family
 # counted with the llama layout reads it as llama does.
 _BIASED_MLP = {"llama", "granite"}
-# The largest size field a config may set: a tensor dimension's int32 bound, far over any real
-# model's, and low enough that every count and FLOP figure made of them stays a finite float.
-MAX_HF_SIZE = 2**31 - 1
 _SHAPE_FIELDS = (hf.HIDDEN, hf.LAYERS, hf.HEADS, ("vocab_size",))
 
 
@@ -104,23 +109,6 @@ class HFCount(NamedTuple):
     tp_split: tuple[int, int]  # parameters a TP plan splits: over all blocks, in the largest (_tp_split)
     max_seq_len: int | None
     how: str
-
-
-class Experts(NamedTuple):
-    """A mixture-of-experts MLP: `experts` experts `width` wide, `top_k` run per token, a shared
-    expert of `shared_width` (0: none), in the layers `sparse` marks (the others a dense MLP
-    `dense_width` wide). `normalise`: the router rescales each token's top-k weights to sum to
-    1 (mixtral always, qwen*_moe where norm_topk_prob); `fp32_weights`: the routing weights
-    stay fp32 (mixtral; qwen*_moe casts them back to the router logits' dtype)."""
-
-    experts: int
-    top_k: int
-    width: int
-    shared_width: int
-    sparse: tuple[bool, ...]
-    dense_width: int
-    normalise: bool
-    fp32_weights: bool
 
 
 class PlainLayout(NamedTuple):
@@ -188,27 +176,6 @@ def read_hf_config(path_or_dict: str | Path | dict[str, Any],
     return cfg, where
 
 
-def _set_name(cfg: dict[str, Any], *names: str) -> str | None:
-    """The first of `names` the config sets (to something other than null)."""
-    return next((n for n in names if cfg.get(n) is not None), None)
-
-
-def hf_size(cfg: dict[str, Any], where: str, *names: str, least: int = 1) -> int | None:
-    """The first of `names` the config sets, as an int; None when none is. A value that is not
-    a whole number from `least` to MAX_HF_SIZE (0, -100, "x", 1e300, true) is a UserError naming it."""
-    name = _set_name(cfg, *names)
-    if name is None:
-        return None
-    v = cfg[name]
-    whole = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
-    if not whole or not least <= v <= MAX_HF_SIZE:
-        raise UserError(f"{where}: field `{name}` is {json.dumps(v, default=str)}, not a whole number "
-                        f"from {least} to {MAX_HF_SIZE:,}",
-                        fix=f"set `{name}` to a {'positive' if least else 'non-negative'} integer in the "
-                            "config (or in the spec's workload.config_overrides, where it is set there)")
-    return int(v)
-
-
 def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, int, int, int, int]:
     """Hidden size, layers, attention heads, vocabulary, key/value heads and head width of a
     config, each checked (hf_size); the heads must divide what the layout splits among them:
@@ -222,13 +189,13 @@ def _hf_dims(cfg: dict[str, Any], where: str, gated: bool) -> tuple[int, int, in
     h, L, a, V = (v or 0 for v in dims.values())
     kv = hf_size(cfg, where, *hf.KV_HEADS) or a
     head_dim = hf_size(cfg, where, "head_dim")
-    heads = _set_name(cfg, *_SHAPE_FIELDS[2])
+    heads = set_name(cfg, *_SHAPE_FIELDS[2])
     if not gated and h % a:
-        raise UserError(f"{where}: `{_set_name(cfg, *_SHAPE_FIELDS[0])}` {h} is not divisible by `{heads}` {a}",
+        raise UserError(f"{where}: `{set_name(cfg, *_SHAPE_FIELDS[0])}` {h} is not divisible by `{heads}` {a}",
                         fix="give a head count that divides the hidden size")
     if gated and a % kv:
         raise UserError(f"{where}: `{heads}` {a} is not divisible by "
-                        f"`{_set_name(cfg, *hf.KV_HEADS)}` {kv}",
+                        f"`{set_name(cfg, *hf.KV_HEADS)}` {kv}",
                         fix="give a key/value head count that divides the attention heads")
     return h, L, a, V, kv, head_dim or h // a
 
@@ -241,10 +208,12 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
     if model_type not in hf.TYPE_DEFAULTS:
         return "approximate: counted with the llama layout" + (
             "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
+    # hf_moe's families: their parameters exact; what their attention and experts keep unmeasured.
+    rest = "; activations approximate (counted as the llama layout's)" if model_type in hf_moe.FAMILIES else ""
     if not filled:
-        return "exact count"
+        return "exact count" + rest
     named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
-    return f"exact count; {named} at transformers' {model_type} defaults"
+    return f"exact count; {named} at transformers' {model_type} defaults" + rest
 
 
 def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) -> Experts | None:
@@ -324,6 +293,17 @@ def _tp_split(n_layers: int, attn_split: int, mlps: list[int], mlp_splits: list[
             attn_split + (mlp_splits[largest] if n_layers else 0))
 
 
+def _gated_blocks(cfg: dict[str, Any], where: str, mt: str, d: hf_moe.Dims) -> hf_moe.Blocks:
+    """The attention and MLPs of a gated config: the llama layout's (with its family's experts,
+    biases and q/k norms), or those of a family of autotune.estimate.hf_moe."""
+    if mt in hf_moe.FAMILIES:
+        return hf_moe.count_blocks(cfg, where, mt, d)
+    moe = _experts(cfg, where, mt, d.layers, d.ffn)
+    attn, attn_split = _attention(cfg, mt, d.hidden, d.heads, d.kv_heads, d.head_dim)
+    mlps, unrouted, mlp_splits = _gated_mlps(cfg, mt, d.layers, d.hidden, d.ffn, moe)
+    return hf_moe.Blocks(attn, attn_split, mlps, mlp_splits, unrouted, moe, d.head_dim)
+
+
 def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     """The parameters and shape of the model a config (read_hf_config) builds; `where` names
     it in errors. The fields it leaves out are at its family's defaults (hf_defaults)."""
@@ -335,10 +315,10 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     how = _how_counted(mt, filled, ffn_set is not None)
     ffn = ffn_set if ffn_set is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
-    moe = _experts(cfg, where, mt, L, ffn) if gated else None
+    moe = None
     if gated:  # llama layout: RMSNorm (weight only), no biases but those the family has
-        attn, attn_split = _attention(cfg, mt, h, a, kv, head_dim)
-        mlps, unrouted, mlp_splits = _gated_mlps(cfg, mt, L, h, ffn, moe)
+        attn, attn_split, mlps, mlp_splits, unrouted, moe, head_dim = _gated_blocks(
+            cfg, where, mt, hf_moe.Dims(L, h, a, kv, head_dim, ffn))
         # RMSNorm weights: two a layer at each place it normalises; olmo's LayerNorm has none.
         weights = 0 if mt == "olmo" else h
         norms = 2 * weights * sum(NORM_PLACES.get(mt, (True, False)))
@@ -374,7 +354,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
-        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, eager=mt == "gemma2",
+        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, eager=mt in EAGER,
         plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None, dropouts=dropouts_of(cfg, mt),
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
         # hf_defaults, whose table would fill a null field too).

@@ -82,6 +82,12 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                       max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,
                       decoder_sparse_step=1, moe_intermediate_size=768, num_experts_per_tok=8,
                       num_experts=128),
+    # gpt_oss: every layer's MLP is num_local_experts experts intermediate_size wide, biased, as
+    # its attention is (attention_bias). Source: configuration_gpt_oss.py, read 2026-12-07.
+    "gpt_oss": dict(num_hidden_layers=36, num_local_experts=128, vocab_size=201088, hidden_size=2880,
+                    intermediate_size=2880, head_dim=64, num_attention_heads=64, num_key_value_heads=8,
+                    tie_word_embeddings=False, hidden_act="silu", max_position_embeddings=131072,
+                    num_experts_per_tok=4, attention_bias=True),
 }
 
 # The names one field goes by across families (transformers' `attribute_map`: gpt2's n_embd is
@@ -97,7 +103,8 @@ ALIASES: tuple[tuple[str, ...], ...] = (HIDDEN, LAYERS, HEADS, FFN, POSITIONS, K
 # The expert count's two names, one field in mixtral and qwen3_moe (their attribute_map);
 # qwen2_moe reads num_experts alone (a num_local_experts there is an unread extra field).
 EXPERTS = ("num_local_experts", "num_experts")
-TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "qwen3_moe": (EXPERTS,)}
+TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "qwen3_moe": (EXPERTS,),
+                                                         "gpt_oss": (EXPERTS,)}
 
 
 # The families of the table the worker runs at tensor-parallel degree 1 only: their
@@ -112,8 +119,9 @@ NO_TP = frozenset({"gpt2", "opt"})
 # activations and the attention's FLOPs are not split. Pinned to the plans as NO_TP is.
 TP_GATHERED: dict[str, tuple[bool, bool]] = {"olmo2": (True, False), "phi3": (True, True)}
 # The families whose plan splits the input embedding by vocabulary rows (`embedding_rowwise`:
-# gpt_neox's embed_in; its LM head, embed_out, stays whole). Pinned as NO_TP is.
-TP_EMBEDDING = frozenset({"gpt_neox"})
+# gpt_neox's embed_in; its LM head, embed_out, stays whole; gpt_oss's embed_tokens, the one
+# module its plan names: its blocks run whole on every rank). Pinned as NO_TP is.
+TP_EMBEDDING = frozenset({"gpt_neox", "gpt_oss"})
 
 
 def names(field: str, model_type: str = "") -> tuple[str, ...]:
