@@ -61,6 +61,21 @@ COUNTED_APART = {
                  "head_dim": 24},
                 {**SMALL, "num_experts": 3, "num_experts_per_tok": 1, "attention_bias": False,
                  "tie_word_embeddings": True}],
+    # deepseek_v2 / v3: multi-head latent attention (a plain q_proj where q_lora_rank is null,
+    # else q_a_proj, its norm and q_b_proj), dense first layers, routed and shared experts
+    # (counted as a dense llama before: DeepSeek-V3's 671B parameters as 38.6B).
+    "deepseek_v2": [{**SMALL, "num_hidden_layers": 3, "intermediate_size": 88, "q_lora_rank": None,
+                     "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
+                     "n_routed_experts": 5, "n_shared_experts": 2, "moe_intermediate_size": 24,
+                     "num_experts_per_tok": 2, "first_k_dense_replace": 1, "mlp_bias": True},
+                    {**SMALL, "q_lora_rank": 20, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                     "qk_rope_head_dim": 4, "v_head_dim": 8, "num_experts": 4, "n_shared_experts": 1,
+                     "moe_intermediate_size": 16, "num_experts_per_tok": 2, "attention_bias": True}],
+    "deepseek_v3": [{**SMALL, "num_hidden_layers": 3, "num_key_value_heads": 4, "intermediate_size": 88,
+                     "q_lora_rank": 20, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                     "v_head_dim": 12, "n_routed_experts": 8, "n_group": 2, "topk_group": 1,
+                     "n_shared_experts": 1, "moe_intermediate_size": 24, "num_experts_per_tok": 2,
+                     "first_k_dense_replace": 1, "attention_bias": True}],
 }
 
 
@@ -142,6 +157,8 @@ def test_a_config_that_leaves_sizes_out_counts_the_model_its_defaults_build():
                  {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 32})
         # phi3's default pad and end tokens (32000) must lie in the vocabulary to build it.
         tokens = {"pad_token_id": 0, "eos_token_id": 0} if mt == "phi3" else {}
+        # deepseek_v3's default key/value heads are its 128 heads'.
+        tokens |= {"num_key_value_heads": 32} if mt == "deepseek_v3" else {}
         for overrides in ({}, {**sizes, "vocab_size": 100, **tokens}):
             wl = HFWorkload(model_type=mt, config_overrides=overrides)
             m = model_from_workload(wl)
@@ -169,7 +186,10 @@ def test_the_shipped_defaults_are_the_installed_transformers_defaults():
                                                        "qkv_bias", "num_experts", "num_local_experts",
                                                        "num_experts_per_tok", "moe_intermediate_size",
                                                        "shared_expert_intermediate_size",
-                                                       "decoder_sparse_step"}
+                                                       "decoder_sparse_step", "q_lora_rank", "kv_lora_rank",
+                                                       "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                       "n_routed_experts", "n_shared_experts",
+                                                       "first_k_dense_replace"}
     assert set(COUNTED_APART) <= set(TYPE_DEFAULTS)
     for mt, table in TYPE_DEFAULTS.items():
         params = inspect.signature(CONFIG_MAPPING[mt].__init__).parameters
@@ -225,7 +245,9 @@ def _routed_params(wl: HFWorkload) -> tuple[int, int]:
 
 @pytest.mark.parametrize("mt,overrides", [("mixtral", {}), ("qwen2_moe", {}), ("qwen3_moe", {}),
                                           ("mixtral", COUNTED_APART["mixtral"][0]),
-                                          ("gpt_oss", COUNTED_APART["gpt_oss"][0])])
+                                          ("gpt_oss", COUNTED_APART["gpt_oss"][0]),
+                                          ("deepseek_v2", {**COUNTED_APART["deepseek_v2"][0], "first_k_dense_replace": 0}),
+                                          ("deepseek_v3", {**COUNTED_APART["deepseek_v3"][0], "first_k_dense_replace": 0})])
 def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_token_runs(mt, overrides):
     """`params` (what memory holds) is every expert; the FLOPs per token count the top-k experts
     a token is routed to (and the router, the shared expert), not all of them: Mixtral-8x7B's
@@ -244,7 +266,10 @@ def test_a_mixture_of_experts_holds_all_its_experts_and_computes_with_those_a_to
     # PaLM's 12 L H Q s, H heads of width Q (mixtral's and qwen*_moe's heads split the hidden
     # size; gpt_oss's are head_dim wide).
     assert m.n_heads and m.attention_width == m.n_heads * (m.head_width or 0)
-    assert m.attention_width == (m.n_heads * overrides["head_dim"] if mt == "gpt_oss" else m.d_model)
+    # deepseek's multi-head latent attention: the mean of its scores' and weighted sum's widths.
+    mla = (overrides.get("qk_nope_head_dim", 0) + overrides.get("qk_rope_head_dim", 0) + overrides.get("v_head_dim", 0)) // 2
+    assert m.attention_width == {"gpt_oss": m.n_heads * overrides.get("head_dim", 0),
+                                 "deepseek_v2": m.n_heads * mla, "deepseek_v3": m.n_heads * mla}.get(mt, m.d_model)
     attention = 12 * m.n_layers * m.attention_width * s
     assert flops_per_token(m, s) == 6 * active + attention
     # Full recompute re-runs the blocks' forward (the LM head and final norm are no block's),
@@ -279,6 +304,31 @@ def test_gpt_oss_20b_counts_its_experts_and_trains_with_eager_attention():
     cfg = MemoryConfig(seq_len=4096, micro_batch_size=1, precision="bf16")
     eager, fused = (activation_parts(m.model_copy(update={"attention": a}), cfg) for a in ("eager", "fused"))
     assert eager and fused and eager["kept"] > fused["kept"] + 24 * 64 * 4096 * 4096 * 2
+
+
+# DeepSeek-V3's and DeepSeek-V2-Lite's config.json, the fields the count reads.
+MLA = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+       "tie_word_embeddings": False}
+DEEPSEEK_V3 = {**MLA, "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+               "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+               "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+               "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "vocab_size": 129280}
+DEEPSEEK_V2_LITE = {**MLA, "model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+                    "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+                    "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2,
+                    "num_experts_per_tok": 6, "first_k_dense_replace": 1, "q_lora_rank": None,
+                    "vocab_size": 102400}
+
+
+@pytest.mark.parametrize("cfg,params", [(DEEPSEEK_V3, 671_026_404_352), (DEEPSEEK_V2_LITE, 15_706_484_224)])
+def test_deepseek_counts_its_latent_attention_and_experts(cfg, params):
+    """The worker's meta builds of DeepSeek-V3's and DeepSeek-V2-Lite's configs hold these
+    parameters (a q_lora_rank of null is a plain q_proj, not the default's low-rank query), and
+    the worker runs neither at TP > 1 (their plans' mla_kv_a_proj). Before: dense llamas of
+    38.6B and 2.69B parameters."""
+    m = model_from_hf_config(cfg)
+    assert m.params == params and "exact count" in m.source
+    assert m.tp_why is not None
 
 
 # Heads wider than hidden / heads: 4 heads of 32 over a 64 hidden, as Qwen3-0.6B's 16 heads of
@@ -505,7 +555,9 @@ def test_qk_norm_keeps_an_fp32_input_and_a_16_bit_output_under_autocast():
 
 
 @pytest.mark.parametrize("mt,overrides", [("qwen3", WIDE_HEADS), ("gemma", WIDE_HEADS),
-                                          ("llama", {**WIDE_HEADS, "head_dim": 16}), ("gpt2", GPT2)])
+                                          ("llama", {**WIDE_HEADS, "head_dim": 16}), ("gpt2", GPT2),
+                                          ("deepseek_v2", COUNTED_APART["deepseek_v2"][0]),
+                                          ("deepseek_v3", COUNTED_APART["deepseek_v3"][0])])
 def test_the_worker_and_the_estimate_take_the_flops_attention_width_alike(mt, overrides):
     """12 L H Q s (PaLM, Appendix B), H heads of width Q: the worker's MFU (its build's
     `shape_of`) and the estimate use one width, heads x head_dim, the hidden size where the
@@ -519,7 +571,9 @@ def test_the_worker_and_the_estimate_take_the_flops_attention_width_alike(mt, ov
     shape = hf.shape_of(config)
     m = model_from_hf_config({"model_type": mt, **overrides})
     assert shape is not None and shape["attention_width"] == m.attention_width
-    assert m.attention_width == (128 if mt in ("qwen3", "gemma") else m.d_model)
+    # deepseek: heads x the mean of qk_nope + qk_rope (12) and v_head (12), not transformers'
+    # head_dim (qk_rope, 4: the RoPE's).
+    assert m.attention_width == {"qwen3": 128, "gemma": 128, "deepseek_v2": 48, "deepseek_v3": 48}.get(mt, m.d_model)
     assert flops_per_token(m, 64) == model_flops_per_token(m.matmul_params, shape["n_layers"],
                                                            shape["attention_width"], 64)
 

@@ -25,6 +25,13 @@ def attention_width(d_model: int | None, n_heads: int | None, head_dim: int | No
     return d_model
 
 
+def mla_head_width(qk_nope: int, qk_rope: int, v_head: int) -> int:
+    """The head width Q of multi-head latent attention (DeepSeek-V2 / V3) in PaLM's 12 L H Q s:
+    its scores' matmul runs qk_nope + qk_rope wide, its weighted sum v_head wide, so Q is their
+    mean (192 and 128: 160; transformers' config says head_dim = qk_rope, 64, the RoPE's)."""
+    return (qk_nope + qk_rope + v_head) // 2
+
+
 def attention_flops_per_token(n_layers: int | None, attn_width: int | None, seq_len: int) -> float:
     """12 * L * (H * Q) * s: attention scores and weighted sum, forward + backward, at full
     (non-causal) cost, as in PaLM (Chowdhery et al. 2022, Appendix B: 12 L H Q T, H heads of

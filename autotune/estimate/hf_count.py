@@ -31,7 +31,7 @@ from autotune.estimate.hf_fields import Experts, hf_size, set_name
 # Families by MLP style: gated (gate, up, down; RMSNorm) or plain (up, down; LayerNorm, biases).
 GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "phi3", "olmo", "olmo2",
          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe",
-         "gpt_oss"}
+         "gpt_oss", "deepseek_v3"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
 # The plain families whose activations are measured (PlainLayout); gpt_neo is not.
 MEASURED_PLAIN = ("gpt2", "gpt_neox", "opt")

@@ -88,6 +88,22 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
                     intermediate_size=2880, head_dim=64, num_attention_heads=64, num_key_value_heads=8,
                     tie_word_embeddings=False, hidden_act="silu", max_position_embeddings=131072,
                     num_experts_per_tok=4, attention_bias=True),
+    # deepseek_v2 / deepseek_v3: multi-head latent attention (q and key/value low-rank
+    # projections), routed and shared experts after first_k_dense_replace dense layers (v2's
+    # num_experts_per_tok defaults to None: left out, the count takes 1). Source:
+    # configuration_deepseek_v2.py, configuration_deepseek_v3.py, read 2026-12-07.
+    "deepseek_v2": dict(vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                        num_attention_heads=32, hidden_act="silu", max_position_embeddings=2048,
+                        tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                        first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536, n_routed_experts=64,
+                        n_shared_experts=2, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                        moe_intermediate_size=1407),
+    "deepseek_v3": dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                        n_shared_experts=1, n_routed_experts=256, kv_lora_rank=512, q_lora_rank=1536,
+                        qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, num_experts_per_tok=8,
+                        first_k_dense_replace=3, hidden_act="silu", max_position_embeddings=4096,
+                        tie_word_embeddings=False, attention_bias=False),
 }
 
 # The names one field goes by across families (transformers' `attribute_map`: gpt2's n_embd is
@@ -104,15 +120,19 @@ ALIASES: tuple[tuple[str, ...], ...] = (HIDDEN, LAYERS, HEADS, FFN, POSITIONS, K
 # qwen2_moe reads num_experts alone (a num_local_experts there is an unread extra field).
 EXPERTS = ("num_local_experts", "num_experts")
 TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "qwen3_moe": (EXPERTS,),
-                                                         "gpt_oss": (EXPERTS,)}
+                                                         "gpt_oss": (EXPERTS,),
+                                                         # their attribute_map: n_routed_experts
+                                                         "deepseek_v2": (("n_routed_experts", "num_experts"),),
+                                                         "deepseek_v3": (("n_routed_experts",
+                                                                          "num_local_experts"),)}
 
 
 # The families of the table the worker runs at tensor-parallel degree 1 only: their
 # `base_model_tp_plan` (transformers 5.25.0, read 2026-12-07) is missing (gpt2, opt) or uses
-# styles trials/engines/tp.py does not run (none today). tests/test_hf_shape.py pins the set
-# to the installed transformers' plans and the worker's styles. A family outside the table is
-# left to its first trial (refused with the reason, then not tried again).
-NO_TP = frozenset({"gpt2", "opt"})
+# styles trials/engines/tp.py does not run (deepseek_v2 / v3: `mla_kv_a_proj`).
+# tests/test_hf_shape.py pins the set to the installed transformers' plans and the worker's
+# styles. A family outside the table is left to its first trial (refused with the reason, then not tried again).
+NO_TP = frozenset({"gpt2", "opt", "deepseek_v2", "deepseek_v3"})
 # The families whose plan gathers a split output whole on every rank (`colwise_gather_output`,
 # transformers 5.25.0, read 2026-12-07), as (attention, MLP): olmo2's q/k/v (its norms run
 # over all heads), phi3's fused qkv and gate_up. What follows runs whole on every rank: its
@@ -122,6 +142,11 @@ TP_GATHERED: dict[str, tuple[bool, bool]] = {"olmo2": (True, False), "phi3": (Tr
 # gpt_neox's embed_in; its LM head, embed_out, stays whole; gpt_oss's embed_tokens, the one
 # module its plan names: its blocks run whole on every rank). Pinned as NO_TP is.
 TP_EMBEDDING = frozenset({"gpt_neox", "gpt_oss"})
+
+
+# Fields whose null a config keeps (the constructor takes None as set): deepseek's q_lora_rank
+# null is a plain q_proj (DeepSeek-V2-Lite), not the default 1536-wide low-rank query.
+KEEPS_NULL = frozenset({"q_lora_rank"})
 
 
 def names(field: str, model_type: str = "") -> tuple[str, ...]:
@@ -136,5 +161,6 @@ def with_type_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     not in the table unchanged."""
     model_type = str(cfg.get("model_type", "")).lower()
     defaults = TYPE_DEFAULTS.get(model_type, {})
-    filled = [f for f in defaults if all(cfg.get(n) is None for n in names(f, model_type))]
+    filled = [f for f in defaults if all(cfg.get(n) is None if f not in KEEPS_NULL else n not in cfg
+                                         for n in names(f, model_type))]
     return {**cfg, **{f: defaults[f] for f in filled}}, filled

@@ -1,5 +1,6 @@
 """Parameter count of the blocks of the mixture-of-experts families whose layout is not llama's:
-gpt_oss (biased attention with sinks; experts with biases; a biased router).
+gpt_oss (biased attention with sinks; experts with biases; a biased router) and deepseek_v2 /
+deepseek_v3 (multi-head latent attention; routed and shared experts after dense first layers).
 
     blocks = count_blocks(cfg, "config.json", "gpt_oss", Dims(24, 2880, 64, 8, 64, 2880))
     blocks.attn, blocks.mlps[0], blocks.unrouted      # one layer's attention, MLP; experts skipped
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from autotune.contract.flops import mla_head_width
 from autotune.errors import UserError
 from autotune.estimate.hf_fields import Experts, hf_size
 
-FAMILIES = frozenset({"gpt_oss"})
+FAMILIES = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
+# The expert count's names in the deepseek configs (their attribute_map, 5.25.0).
+DEEPSEEK_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts")
 
 
 class Dims(NamedTuple):
@@ -74,6 +78,59 @@ def _gpt_oss(cfg: dict[str, Any], where: str, d: Dims) -> Blocks:
                   d.head_dim)
 
 
+def _mla(cfg: dict[str, Any], where: str, d: Dims) -> tuple[int, int, int]:
+    """DeepseekV2Attention / DeepseekV3Attention (5.25.0): q_proj (hidden to heads x qk_head)
+    where q_lora_rank is null, else q_a_proj (biased where attention_bias), q_a_layernorm and
+    q_b_proj; kv_a_proj_with_mqa (to kv_lora_rank + qk_rope, biased where attention_bias),
+    kv_a_layernorm, kv_b_proj (to heads x (qk_nope + v_head)) and o_proj (biased where
+    attention_bias). Returns (parameters, those the TP plan splits, the FLOPs head width)."""
+    nope, rope, v = (hf_size(cfg, where, n) or 0 for n in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    kv_rank = hf_size(cfg, where, "kv_lora_rank") or 0
+    q_rank = hf_size(cfg, where, "q_lora_rank")
+    h, a, bias = d.hidden, d.heads, bool(cfg.get("attention_bias"))
+    q_out = a * (nope + rope)
+    q_split = (q_rank or h) * q_out  # q_proj, else q_b_proj: column-wise
+    q = q_split if q_rank is None else h * q_rank + bias * q_rank + q_rank + q_split
+    kv_b = kv_rank * a * (nope + v)  # column-wise
+    kv_a = h * (kv_rank + rope) + bias * (kv_rank + rope) + kv_rank
+    o = a * v * h  # row-wise; its bias whole
+    return q + kv_a + kv_b + o + bias * h, q_split + kv_b + o, mla_head_width(nope, rope, v)
+
+
+def _deepseek(cfg: dict[str, Any], where: str, mt: str, d: Dims) -> Blocks:
+    """deepseek_v2 / deepseek_v3 (5.25.0): MLA attention (_mla); the first first_k_dense_replace
+    layers a dense MLP intermediate_size wide, the others a DeepseekV*Moe: a router (a weight per
+    expert; v3's e_score_correction_bias is a buffer, no parameter), n_routed_experts experts
+    and shared experts, one MLP n_shared_experts x moe_intermediate_size wide, each expert
+    moe_intermediate_size wide. v2's MLPs (dense and shared) are biased where mlp_bias; v3's
+    never. moe_layer_freq is read by neither modeling file. The plan (5.25.0) splits the dense
+    and shared MLPs, but its `mla_kv_a_proj` style is not the worker's: NO_TP."""
+    h, L = d.hidden, d.layers
+    attn, attn_split, head_dim = _mla(cfg, where, d)
+    count = hf_size(cfg, where, *DEEPSEEK_EXPERTS, least=0) or 0
+    width = hf_size(cfg, where, "moe_intermediate_size") or d.ffn
+    shared_width = (hf_size(cfg, where, "n_shared_experts", least=0) or 0) * width
+    first_dense = hf_size(cfg, where, "first_k_dense_replace", least=0) or 0
+    bias = mt == "deepseek_v2" and bool(cfg.get("mlp_bias"))
+
+    def mlp(f: int) -> tuple[int, int]:  # a gated MLP f wide, and what the plan splits of it
+        return 3 * h * f + bias * (2 * f + h), 3 * h * f + bias * 2 * f
+
+    dense, dense_split = mlp(d.ffn)
+    if not count:  # the modeling file builds a DeepseekV*Moe all the same; a dense model here
+        return Blocks(attn, attn_split, [dense] * L, [dense_split] * L, 0, None, head_dim)
+    top_k = _top_k(cfg, where, count, "num_experts_per_tok")
+    sparse = tuple(i >= first_dense for i in range(L))
+    shared, shared_split = mlp(shared_width)
+    moe_mlp = count * h + count * 3 * h * width + shared
+    moe = Experts(count, top_k, width, shared_width, sparse, d.ffn, bool(cfg.get("norm_topk_prob")), True)
+    return Blocks(attn, attn_split, [moe_mlp if s else dense for s in sparse],
+                  [shared_split if s else dense_split for s in sparse],
+                  sum(sparse) * (count - top_k) * 3 * h * width, moe, head_dim)
+
+
 def count_blocks(cfg: dict[str, Any], where: str, model_type: str, dims: Dims) -> Blocks:
     """The blocks of a config of one of FAMILIES (its unset fields at the family's defaults)."""
-    return _gpt_oss(cfg, where, dims)
+    if model_type == "gpt_oss":
+        return _gpt_oss(cfg, where, dims)
+    return _deepseek(cfg, where, model_type, dims)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from autotune.contract import HFWorkload
-from autotune.contract.flops import attention_width
+from autotune.contract.flops import attention_width, mla_head_width
 from trials.errors import UnsupportedConfig
 
 
@@ -197,7 +197,12 @@ def shape_of(config: Any) -> dict[str, int] | None:
         return None
     heads = getattr(config, "num_attention_heads", None)
     # A head_dim transformers reads (llama-layout families); gpt2 / gpt_neox / opt have none.
-    width = attention_width(int(d_model), heads, getattr(config, "head_dim", None))
+    # Multi-head latent attention (deepseek_v2 / v3, whose head_dim is the RoPE's): its scores'
+    # and weighted sum's widths (mla_head_width).
+    head_dim = getattr(config, "head_dim", None)
+    if getattr(config, "kv_lora_rank", None) and getattr(config, "v_head_dim", None):
+        head_dim = mla_head_width(config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim)
+    width = attention_width(int(d_model), heads, head_dim)
     return {"n_layers": int(n_layers), "d_model": int(d_model), "attention_width": int(width or d_model)}
 
 
