@@ -38,7 +38,7 @@ class Dims(NamedTuple):
 
 
 # Why TP > 1 is left out for a model the worker does not split (ModelShape.tp_split).
-NO_TP_REASON = "the worker does not run this model's tensor-parallel plan"
+NO_TP_REASON = "the worker does not run this model's tensor-parallel plan, or the plan splits no block"
 
 
 class ModelShape(BaseModel):

@@ -128,20 +128,21 @@ TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "
 
 
 # The families of the table the worker runs at tensor-parallel degree 1 only: their
-# `base_model_tp_plan` (transformers 5.25.0, read 2026-12-07) is missing (gpt2, opt) or uses
-# styles trials/engines/tp.py does not run (deepseek_v2 / v3: `mla_kv_a_proj`).
+# `base_model_tp_plan` (transformers 5.25.0, read 2026-12-07) is missing (gpt2, opt), uses
+# styles trials/engines/tp.py does not run (deepseek_v2 / v3: `mla_kv_a_proj`), or splits no
+# block (gpt_oss: its embedding only; every rank would run every block whole, so TP 2 holds
+# and computes what one GPU does, on two).
 # tests/test_hf_shape.py pins the set to the installed transformers' plans and the worker's
 # styles. A family outside the table is left to its first trial (refused with the reason, then not tried again).
-NO_TP = frozenset({"gpt2", "opt", "deepseek_v2", "deepseek_v3"})
+NO_TP = frozenset({"gpt2", "opt", "deepseek_v2", "deepseek_v3", "gpt_oss"})
 # The families whose plan gathers a split output whole on every rank (`colwise_gather_output`,
 # transformers 5.25.0, read 2026-12-07), as (attention, MLP): olmo2's q/k/v (its norms run
 # over all heads), phi3's fused qkv and gate_up. What follows runs whole on every rank: its
 # activations and the attention's FLOPs are not split. Pinned to the plans as NO_TP is.
 TP_GATHERED: dict[str, tuple[bool, bool]] = {"olmo2": (True, False), "phi3": (True, True)}
-# The families whose plan splits the input embedding by vocabulary rows (`embedding_rowwise`:
-# gpt_neox's embed_in; its LM head, embed_out, stays whole; gpt_oss's embed_tokens, the one
-# module its plan names: its blocks run whole on every rank). Pinned as NO_TP is.
-TP_EMBEDDING = frozenset({"gpt_neox", "gpt_oss"})
+# The families run at TP whose plan splits the input embedding by vocabulary rows
+# (`embedding_rowwise`: gpt_neox's embed_in; its LM head, embed_out, stays whole). Pinned as NO_TP is.
+TP_EMBEDDING = frozenset({"gpt_neox"})
 
 
 # Fields whose null a config keeps (the constructor takes None as set): deepseek's q_lora_rank
