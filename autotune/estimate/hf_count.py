@@ -222,7 +222,7 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
     intermediate_size; qwen*_moe's every decoder_sparse_step-th layer not in mlp_only_layers,
     its experts moe_intermediate_size wide (the other layers a dense intermediate_size MLP)."""
     if mt not in MOE:
-        return None
+        return None if mt in hf.TYPE_DEFAULTS else _unknown_experts(cfg, where, n_layers, ffn)
     count = hf_size(cfg, where, *hf.names("num_experts", mt), least=0) or 0
     top_k = hf_size(cfg, where, "num_experts_per_tok") or 1
     if not count:
@@ -242,6 +242,30 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
     return Experts(count, top_k, width, shared,
                    tuple(i not in dense and (i + 1) % step == 0 for i in range(n_layers)), ffn,
                    bool(cfg.get("norm_topk_prob")), False)
+
+
+# What a config of a family outside the table may call its experts (olmoe, granitemoe, llama4,
+# glm4_moe, ernie4_5_moe, ...; transformers 5.25.0's config classes): their count, the experts a
+# token runs.
+_UNKNOWN_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+_UNKNOWN_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")
+
+
+def _unknown_experts(cfg: dict[str, Any], where: str, n_layers: int, ffn: int) -> Experts | None:
+    """A family outside the table that sets more than one expert: counted as llama-layout
+    experts, moe_intermediate_size (else the MLP width) wide, a shared expert where
+    n_shared_experts (moe_num_shared_experts) or shared_expert_intermediate_size says, the first
+    first_k_dense_replace (moe_layer_start_index) layers dense: approximate, as its attention
+    is (before, one dense MLP a layer: OLMoE-1B-7B's 64 experts counted as one)."""
+    count = hf_size(cfg, where, *_UNKNOWN_EXPERTS, least=0) or 0
+    if count < 2:
+        return None
+    top_k = min(hf_size(cfg, where, *_UNKNOWN_TOP_K) or 1, count)
+    width = hf_size(cfg, where, "moe_intermediate_size") or ffn
+    shared = ((hf_size(cfg, where, "n_shared_experts", "moe_num_shared_experts", least=0) or 0) * width
+              or hf_size(cfg, where, "shared_expert_intermediate_size", least=0) or 0)
+    dense = hf_size(cfg, where, "first_k_dense_replace", "moe_layer_start_index", least=0) or 0
+    return Experts(count, top_k, width, shared, tuple(i >= dense for i in range(n_layers)), ffn, True, False)
 
 
 def _attention(cfg: dict[str, Any], mt: str, h: int, a: int, kv: int, head_dim: int) -> tuple[int, int]:
@@ -277,7 +301,8 @@ def _gated_mlps(cfg: dict[str, Any], mt: str, n_layers: int, h: int, ffn: int,
     if moe is None:
         return [dense] * n_layers, 0, [dense_split] * n_layers
     expert = 3 * h * moe.width
-    shared = 3 * h * moe.shared_width + h if moe.shared_width else 0  # + its 1-wide sigmoid gate
+    # + qwen2_moe's 1-wide sigmoid gate on the shared expert
+    shared = 3 * h * moe.shared_width + (h if mt == "qwen2_moe" else 0) if moe.shared_width else 0
     sparse = moe.experts * h + moe.experts * expert + shared  # router: one logit per expert
     mlps = [sparse if s else dense for s in moe.sparse]
     splits = [0 if s else dense_split for s in moe.sparse]
