@@ -276,3 +276,17 @@ def test_a_hugging_face_models_key_value_heads_bound_its_tp_degrees(tmp_path, kv
     rs = restricted_space(load_spec(tmp_path / "spec.yaml"), CPU2)
     assert rs.tp_degree == tp_degrees
     assert rs.dropped.get("tp_degree", []) == ([2] if kv_heads == 1 else [])
+
+
+def test_choices_left_out_for_one_reason_say_it_once():
+    """`autotune plan` of gpt-oss-20b printed the same reason after each TP degree: "tp_degree 2
+    (the worker does not run ...), 4 (the worker does not run ...), 8 (...)". Values that share a
+    reason now say it once; values without one, or with another, keep their place."""
+    from autotune.search.space import unrestricted
+
+    space = SearchSpace.model_validate({"num_gpus": [8], "tp_degree": [1, 2, 4, 8]})
+    why = "the worker does not run this model's tensor-parallel plan"
+    assert unrestricted(space, 1, why).dropped_text() == f"tp_degree 2, 4, 8 ({why})"  # tp_heads 1: TP 1 only
+    rs = unrestricted(space, 6)  # 6 heads: TP 4 and 8 do not divide them, no reason given
+    rs.why_dropped["tp_degree 8"] = "another reason"
+    assert rs.dropped_text() == "tp_degree 4, 8 (another reason)"

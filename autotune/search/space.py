@@ -86,13 +86,16 @@ class RestrictedSpace:
 
     def dropped_text(self) -> str:
         """The choices left out, as the sweep's "not offered" line and the plan show them:
-        `num_gpus 4, 8; precision fp8 (why)`."""
-        def shown(name: str, v: Any) -> str:
-            text = str(getattr(v, "value", v))
-            why = self.why_dropped.get(f"{name} {text}")
-            return f"{text} ({why})" if why else text
+        `num_gpus 4, 8; precision fp8 (why)`; values that share a reason say it once
+        (`tp_degree 2, 4, 8 (why)`)."""
+        def shown(name: str, vs: list[Any]) -> str:
+            groups: dict[str | None, list[str]] = {}  # reason -> its values, in their order
+            for v in vs:
+                text = str(getattr(v, "value", v))
+                groups.setdefault(self.why_dropped.get(f"{name} {text}"), []).append(text)
+            return ", ".join(", ".join(texts) + (f" ({why})" if why else "") for why, texts in groups.items())
 
-        return "; ".join(f"{k} {', '.join(shown(k, v) for v in vs)}" for k, vs in self.dropped.items())
+        return "; ".join(f"{k} {shown(k, vs)}" for k, vs in self.dropped.items())
 
     def compile_choices(self) -> list[bool]:
         """Eager only where every precision left is fp8 would leave nothing to run."""
