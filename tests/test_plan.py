@@ -512,3 +512,26 @@ def test_the_space_changes_name_only_gpu_counts_the_global_batch_and_the_offers_
     assert said(6, 12, 4).endswith("(more GPUs than any a100-40gb offer sells, 4 at most: add a multi-node "
                                    "offer with --catalog FILE)")
     assert "`num_gpus: [1, 6]`" in said(6, 12, 4) and "offer sells" not in said(6, 12, 8)
+
+
+def test_the_multi_node_counts_the_plan_adds_are_those_the_global_batch_splits_over(cli, tmp_path, monkeypatch):
+    """The default space adds multi-node GPU counts for a model beyond one node; DeepSeek-V3
+    (TP 1 only) at a global batch of 64 got 128-512 GPUs too, which no micro-batch splits it
+    over, and the plan stopped with "no micro-batch in [1, 2, 4, 8, 16] meets global batch 64
+    with 128 data-parallel ranks" (exit 2). Now those counts are left out, and it says so."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dsv3.json").write_text(json.dumps({
+        "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 256,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "vocab_size": 129280, "tie_word_embeddings": False, "hidden_act": "silu"}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "workload": {"kind": "hf", "config_path": "dsv3.json"}, "seq_len": 4096, "target": {"tokens": 1e10},
+        "batch": {"global_batch_samples": 64}, "space": "default"}))
+    code, out, err = cli("plan", "spec.yaml", "--gpu", "h100-sxm", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert any("also tries 16, 32, 64 GPUs" in a for a in doc["assumptions"]), doc["assumptions"]
+    assert any(a.startswith("left out of the multi-node GPU counts: 128, 256, 512: the global batch (64 samples)")
+               for a in doc["assumptions"]), doc["assumptions"]

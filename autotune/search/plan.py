@@ -44,7 +44,7 @@ from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
 from autotune.pricing.target import tokens_to_target
-from autotune.search.plan_fits import memory_config, space_changes
+from autotune.search.plan_fits import memory_config, space_changes, split_counts
 from autotune.search.plan_memory import MEMORY_MARGIN, capacity, margin_counts, spec_fix, spec_memory, usable
 from autotune.search.plan_types import plan_types
 from autotune.search.score import job_from_model
@@ -170,10 +170,12 @@ def plan(spec: SweepSpec, catalog: Catalog, hfu: float = DEFAULT_HFU,
     types = plan_types(catalog, gpu_types, [p.value for p in space.precision])
     large = _beyond_one_node(model, catalog, types)
     reach = {gpu: counts for gpu, counts in large.items() if counts} if spec.space == "default" else {}
+    reach, unsplit = split_counts(reach, unrestricted(space, model.tp_heads, model.tp_why),
+                                  spec.batch.global_batch_samples)
     if reach:
         space = space.model_copy(update={"num_gpus": sorted(set(space.num_gpus).union(*reach.values()))})
     rs = unrestricted(space, model.tp_heads, model.tp_why)
-    assumptions = _assumptions(model, rs, hfu, reach, spec.memory)
+    assumptions = _assumptions(model, rs, hfu, reach, spec.memory) + unsplit
     if rs.dropped:  # as the sweep's start says which choices it cannot run
         assumptions.append("left out, as a sweep of this space leaves them out: " + rs.dropped_text())
     p = _Planning(spec, catalog, model, types, hfu, _Tally())

@@ -21,6 +21,7 @@ from typing import Any
 from autotune.estimate.compute import ModelShape
 from autotune.estimate.memory import MemoryConfig
 from autotune.estimate.savers import FLAGS, MAX_DP, Change, doubling, fitting_changes
+from autotune.search.space import RestrictedSpace
 from autotune.search.space_file import SearchSpace
 
 # The estimate's flag -> the space dimension it sets; --dp becomes num_gpus (dp x tp).
@@ -76,6 +77,30 @@ def dp_choices(mcfg: MemoryConfig, global_batch_samples: int | None, most_dp: in
         per_rank = global_batch_samples // micro if global_batch_samples % micro == 0 else 0
         return [dp for dp in range(mcfg.dp_degree, min(per_rank, most_dp) + 1) if per_rank % dp == 0]
     return at
+
+
+def split_counts(reach: dict[str, list[int]], rs: RestrictedSpace,
+                 global_batch_samples: int | None) -> tuple[dict[str, list[int]], list[str]]:
+    """The multi-node GPU counts the plan adds to the default space (`reach`: GPU type -> counts)
+    that the global batch splits over at every TP degree of the space (`rs`, restricted to what
+    the model runs) that divides them, at some micro-batch: the space's configs could not be
+    listed with the others (autotune.search.space.suggest: DeepSeek-V3, TP 1 only, at a global
+    batch of 64 on 128 GPUs), and a note on those left out."""
+    if global_batch_samples is None:
+        return reach, []
+
+    def splits(n: int) -> bool:
+        return all(any(global_batch_samples % (mb * (n // tp)) == 0 for mb in rs.micro_batch_size)
+                   for tp in rs.tp_choices(n))
+
+    kept = {gpu: [n for n in counts if splits(n)] for gpu, counts in reach.items()}
+    gone = sorted({n for counts in reach.values() for n in counts if not splits(n)})
+    if not gone:
+        return kept, []
+    return {gpu: counts for gpu, counts in kept.items() if counts}, [
+        f"left out of the multi-node GPU counts: {', '.join(map(str, gone))}: the global batch "
+        f"({global_batch_samples} samples) does not split over their data-parallel ranks at every TP "
+        f"degree (raise batch.global_batch_samples to plan on them)"]
 
 
 def space_changes(model: ModelShape, smallest: dict[str, MemoryConfig], usable_bytes: dict[str, float],
