@@ -297,13 +297,13 @@ def test_gpt_oss_20b_counts_its_experts_and_trains_with_eager_attention():
 
     m = model_from_hf_config(GPT_OSS_20B)
     assert (m.params, m.active_params) == (20_914_757_184, 4_187_440_704)
-    assert "exact count" in m.source and "approximate" in m.source  # its activations
+    assert "exact count" in m.source and "approximate" not in m.source  # its activations too
     _, config = hf.build_hf_model(HFWorkload(model_type="gpt_oss", config_overrides=COUNTED_APART["gpt_oss"][0]),
                                   meta=True)
     assert config._attn_implementation == "eager" == m.attention
     cfg = MemoryConfig(seq_len=4096, micro_batch_size=1, precision="bf16")
-    eager, fused = (activation_parts(m.model_copy(update={"attention": a}), cfg) for a in ("eager", "fused"))
-    assert eager and fused and eager["kept"] > fused["kept"] + 24 * 64 * 4096 * 4096 * 2
+    parts = activation_parts(m, cfg)  # autocast over fp32 weights: fp32 softmax over s + 1, a bf16 copy
+    assert parts and parts["kept"] > 24 * 64 * 4096 * (4097 * 4 + 4096 * 2)
 
 
 # DeepSeek-V3's and DeepSeek-V2-Lite's config.json, the fields the count reads.
@@ -345,8 +345,12 @@ WIDE_HEADS = {**SMALL, "intermediate_size": 128, "vocab_size": 256, "max_positio
 # K/V heads (repeat_kv copies them), its sliding window shorter than the sequence, and its four
 # norms a layer; olmo its weightless LayerNorm and clip_qkv's in-place clamps; olmo2 its norms
 # after the sublayers and over all of q's and k's heads; granite its scalar multipliers (kept by
-# no one). olmo's and olmo2's end token in the vocabulary.
+# no one). olmo's and olmo2's end token in the vocabulary. gpt_oss its eager attention with
+# sinks, its sliding window (every other layer) shorter than the sequence, its biased router and
+# clamped swiglu experts.
 FAMILIES = {"gemma2": {"sliding_window": 16},
+            "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48,
+                        "sliding_window": 8},
             "gpt2": {"n_inner": 128, "bos_token_id": 0, "eos_token_id": 0,
                      "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
             "gpt_neox": {"intermediate_size": 128},
@@ -453,14 +457,16 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     opt) or partial-rotary cos and sin (gpt_neox), gpt2's gelu_new's five tensors, opt's relu's
     one, gpt_neox's rotated q and k besides its fused qkv and a copy of its attention output,
     and its parallel residual's input once (hf_count.PlainLayout): before, by Korthikanti's
-    LayerNorm count, 28.9% (gpt2), 12.4% (gpt_neox) under and 14.2% (opt) over."""
+    LayerNorm count, 28.9% (gpt2), 12.4% (gpt_neox) under and 14.2% (opt) over. gpt_oss's sink
+    attention, fp32-normalised norms and clamped swiglu experts (autotune.estimate.family_layers):
+    before, counted as the llama layout with gemma2's eager scores, 20.0% under."""
     s, b = 64, 2
     saved, config = _saved_bytes(mt, s, b)
     m = model_from_hf_config({"model_type": mt, **_fields(mt)})
     # The estimate's `attention` default is the one the worker runs: SDPA (fused), gemma2 eager.
     assert config._attn_implementation == {"fused": "sdpa", "eager": "eager"}[m.attention]
-    assert (m.attention == "eager") == (mt == "gemma2")
-    if mt.endswith(("_moe", "mixtral")):  # what the experts run: expert_bytes counts grouped_mm
+    assert (m.attention == "eager") == (mt in ("gemma2", "gpt_oss"))
+    if mt.endswith(("_moe", "mixtral", "gpt_oss")):  # what the experts run: expert_bytes counts grouped_mm
         assert config._experts_implementation == "grouped_mm"
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
@@ -484,8 +490,8 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
     (eager attention, soft-capped) 31.9% / 33.7% under; olmo (clipped)
     14.2% / 23.8%, olmo2 38.2% / 46.6%, granite 16.5% / 18.9% under; by Korthikanti's
     LayerNorm count gpt2 24.1% / 26.4% under, gpt_neox 6.1% / 11.3% under, opt 1.3% under /
-    12.0% over (opt's q, k, v read its norm apart: three bf16 copies under autocast). gpt2's
-    Conv1D weight casts are the weight cache's (_saved_bytes)."""
+    12.0% over (opt's q, k, v read its norm apart: three bf16 copies under autocast); gpt_oss
+    21.3% / 10.2% under. gpt2's Conv1D weight casts are the weight cache's (_saved_bytes)."""
     s, b = 64, 2
     parts = _estimated(mt, s, b, layout)
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes(mt, s, b, layout)[0]
@@ -493,7 +499,7 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
 
 @pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2",
                                                                          "olmo", "olmo2", "gpt2", "gpt_neox",
-                                                                         "opt")
+                                                                         "opt", "gpt_oss")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
@@ -503,13 +509,14 @@ def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     qwen2_moe's layer 1 is dense among sparse ones (FAMILIES): the estimate keeps the layer
     the worker keeps (before, every layer counted alike). olmo's and olmo2's cos and sin stay
     fp32 (their rotary embedding does not cast them). gpt2 and opt have no RoPE; gpt_neox's
-    cos and sin are its partial rotary's, 4 wide (a quarter of its heads' 16)."""
+    cos and sin are its partial rotary's, 4 wide (a quarter of its heads' 16); gpt_oss's half a
+    head (its rotary embedding does not repeat the frequencies)."""
     s, b = 64, 2
     three = {"num_hidden_layers": 3}
     parts = _estimated(mt, s, b, layout, three, (mode, 2))
     saved = _saved_bytes(mt, s, b, layout, three, (mode, 2))[0]
     fp32_rope = layout == "fp32" or mt in ("olmo", "olmo2")
-    width = {"gpt2": 0, "opt": 0, "gpt_neox": 4}.get(mt, WIDE_HEADS["head_dim"])
+    width = {"gpt2": 0, "opt": 0, "gpt_neox": 4, "gpt_oss": 16}.get(mt, WIDE_HEADS["head_dim"])
     rope = 2 * s * width * (4 if fp32_rope else 2) if mode == "full" else 0
     assert parts["kept"] + parts["kept_logits"] - rope == saved
     assert parts["recompute_transient"] > 0
@@ -527,6 +534,25 @@ def test_gemma2_without_soft_capping_keeps_no_tanh(layout):
     assert parts["kept"] + parts["kept_logits"] == _saved_bytes("gemma2", s, b, layout, off)[0]
     capped = _estimated("gemma2", s, b, layout)
     assert capped["kept"] > parts["kept"] and capped["kept_logits"] > parts["kept_logits"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gpt_oss_keeps_its_sink_scores_whole_whatever_its_sliding_window(layout):
+    """gpt_oss's eager attention keeps, per query head and token, the softmax over its s scores
+    and its sink (s + 1 wide, in the weights' dtype: the sinks are a parameter), the max's index
+    and, where that dtype is not the compute dtype (autocast), a copy of the s scores: on every
+    layer, its sliding window (layer 0 here, 8 tokens of 16) masking the scores, not shortening
+    them; its norms keep their normalised tensor in fp32 (as olmo2's), its RoPE's cos and sin
+    are half a head wide, its experts keep their clamped swiglu's five tensors and a fourth row
+    order (the biases' expert ids). Before, counted as the llama layout with gemma2's eager
+    scores: 21.8% (fp32), 24.5% (autocast), 25.5% (bf16 weights) under."""
+    s, b = 16, 2
+    window = {"sliding_window": 8}
+    parts = _estimated("gpt_oss", s, b, layout, window)
+    saved = _saved_bytes("gpt_oss", s, b, layout, window)
+    assert saved[1].layer_types[0] == "sliding_attention" and s > 8
+    assert parts["kept"] + parts["kept_logits"] == saved[0]
+    assert saved[0] == _saved_bytes("gpt_oss", s, b, layout, {"sliding_window": 64})[0]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

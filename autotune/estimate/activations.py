@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from autotune.contract import Checkpointing, Precision
+from autotune.estimate import family_layers
 from autotune.estimate.dropout import Device, dropout_layer_bytes, dropout_model_bytes
 
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
     if model.norm == "layernorm":
         return 0
     plain = model.plain
-    rope = plain.rope_width if plain else model.head_width or 0
+    rope = plain.rope_width if plain else model.layout.rope_width if model.layout else model.head_width or 0
     kept = 2 * s * rope * (4 if model.rope_fp32 else residual_bytes) + 2 * s * b * 8 + 4
     if plain and plain.positions != "none":
         kept += 8 * s * (b if plain.positions == "batch" else 1)
@@ -309,6 +310,10 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
     c, r = dtype_bytes(cfg.precision), stream_bytes(cfg)
     moe = model.experts
     hd = model.head_width or dims.d_model // dims.n_heads
+    if model.layout is not None:  # an hf_moe family: its own attention and MLP (family_layers)
+        z = family_layers.Sizes(cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
+                                model.n_kv_heads or dims.n_heads, hd, r, c)
+        return [float(family_layer_bytes(model, z, bool(moe and moe.sparse[i]))) for i in range(dims.n_layers)]
     extra = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
                                 model.n_kv_heads or dims.n_heads, hd, c, cfg.device, r=r, fused_qkv=model.fused_qkv,
                                 eager=(cfg.attention or model.attention) == "eager")
@@ -331,6 +336,17 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
         return [layer(None)] * dims.n_layers
     sparse, dense = layer(moe), layer(None)
     return [sparse if moe.sparse[i] else dense for i in range(dims.n_layers)]
+
+
+def family_layer_bytes(model: ModelShape, z: family_layers.Sizes, sparse: bool) -> int:
+    """Bytes one layer of an autotune.estimate.hf_moe family (`model.layout`) keeps: its two
+    norms (`norm_bytes`, read by the matmuls family_layers.norm_readers names) and its attention
+    and MLP (family_layers.block_bytes), with the attention the worker runs (gpt_oss: eager,
+    whatever the config's `attention` says). TP 1 only (hf_defaults.NO_TP)."""
+    assert model.layout is not None
+    norms = [norm_bytes(model.norm, z.r, z.c, k) for k in family_layers.norm_readers(model.layout, sparse)]
+    return (sum(z.s * z.b * (z.h * e + n) for e, n in norms)
+            + family_layers.block_bytes(model.layout, z, model.experts if sparse else None))
 
 
 def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int] | None:

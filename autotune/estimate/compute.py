@@ -22,7 +22,7 @@ from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
 from autotune.contract.flops import attention_width, model_flops_per_token, utilization
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.errors import UserError, read_text_file
-from autotune.estimate import hf_count, hf_defaults
+from autotune.estimate import hf_count, hf_defaults, hf_moe
 from autotune.estimate.dropout import Dropouts
 
 Recompute = Literal["none", "selective", "full"]
@@ -93,6 +93,8 @@ class ModelShape(BaseModel):
     experts: hf_count.Experts | None = Field(
         default=None, description="a mixture of experts' MLP (its sparse layers, experts, top-k, shared "
                                   "expert), as its activations count it; None: a dense MLP")
+    layout: hf_moe.Layout | None = Field(default=None, description="what the layers of a family outside the "
+                                         "llama layout keep (autotune.estimate.family_layers)")
     plain: hf_count.PlainLayout | None = Field(
         default=None, description="what a Hugging Face gpt2 / gpt_neox / opt keeps beyond the LayerNorm "
                                   "count (its activation, positions, rotary width, parallel residual); "
@@ -274,7 +276,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, qk_norm=c.qk_norm,
         norm=c.norm, norm_readers=c.norm_readers, pre_norms=c.norm_places[0], post_norms=c.norm_places[1],
         clip_qkv=c.clip_qkv, rope_fp32=c.rope_fp32,
-        fused_qkv=c.fused_qkv, tp_split=c.model_type not in hf_defaults.NO_TP, experts=c.experts,
+        fused_qkv=c.fused_qkv, tp_split=c.model_type not in hf_defaults.NO_TP, experts=c.experts, layout=c.layout,
         attention="eager" if c.eager else "fused",
         attn_softcap=c.softcap[0], logit_softcap=c.softcap[1], plain=c.plain, dropouts=c.dropouts,
         vocab_size=c.vocab_size, ffn_hidden=c.ffn_hidden,

@@ -45,8 +45,8 @@ QK_NORM: dict[str, QKNorm] = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "wh
 # "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT);
 # "hf_layernorm" transformers' nn.LayerNorm (gpt2 / gpt_neox / opt), its mean and 1/std per
 # token besides (PlainLayout); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
-# "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32; "olmo2_rmsnorm" olmo2's, whose
-# normalised tensor stays fp32 too (it multiplies by the weight before casting back);
+# "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32; "olmo2_rmsnorm" olmo2's (and
+# gpt_oss's), whose normalised tensor stays fp32 too (it multiplies by the weight before casting back);
 # "olmo_layernorm" olmo's LayerNorm with no weight or bias, over an fp32 copy.
 Norm = Literal["layernorm", "hf_layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_rmsnorm", "olmo_layernorm"]
 # The norm of each family whose modeling file is measured (tests/test_hf_shape.py): llama's
@@ -55,7 +55,8 @@ Norm = Literal["layernorm", "hf_layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_r
 # save is not measured.
 RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite"}
 FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "gemma_rmsnorm",
-                                "gemma2": "gemma_rmsnorm", "olmo2": "olmo2_rmsnorm", "olmo": "olmo_layernorm",
+                                "gemma2": "gemma_rmsnorm", "olmo": "olmo_layernorm",
+                                **dict.fromkeys(("olmo2", "gpt_oss"), "olmo2_rmsnorm"),
                                 **dict.fromkeys(MEASURED_PLAIN, "hf_layernorm")}
 # Where a family's blocks normalise (before, after each of the attention and the MLP); the
 # others before only. olmo2 normalises the sublayers' outputs: q, k, v and gate, up read the
@@ -97,6 +98,7 @@ class HFCount(NamedTuple):
     eager: bool
     softcap: tuple[bool, bool]
     experts: Experts | None  # a mixture of experts' MLP (None: dense)
+    layout: hf_moe.Layout | None  # what an hf_moe family's layers keep (None: the llama layout's)
     plain: PlainLayout | None  # what gpt2 / gpt_neox / opt keep apart from llama's layout
     dropouts: Dropouts  # the dropouts the config turns on (autotune.estimate.dropout)
     vocab_size: int
@@ -209,7 +211,8 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
         return "approximate: counted with the llama layout" + (
             "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
     # hf_moe's families: their parameters exact; what their attention and experts keep unmeasured.
-    rest = "; activations approximate (counted as the llama layout's)" if model_type in hf_moe.FAMILIES else ""
+    rest = "; activations approximate (counted as the llama layout's)" if model_type in (
+        hf_moe.FAMILIES - hf_moe.MEASURED) else ""
     if not filled:
         return "exact count" + rest
     named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
@@ -340,9 +343,9 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
     how = _how_counted(mt, filled, ffn_set is not None)
     ffn = ffn_set if ffn_set is not None else 4 * h
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gpt2", "opt", "gpt_neo")))
-    moe = None
+    moe = layout = None
     if gated:  # llama layout: RMSNorm (weight only), no biases but those the family has
-        attn, attn_split, mlps, mlp_splits, unrouted, moe, head_dim = _gated_blocks(
+        attn, attn_split, mlps, mlp_splits, unrouted, moe, head_dim, layout = _gated_blocks(
             cfg, where, mt, hf_moe.Dims(L, h, a, kv, head_dim, ffn))
         # RMSNorm weights: two a layer at each place it normalises; olmo's LayerNorm has none.
         weights = 0 if mt == "olmo" else h
@@ -379,7 +382,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
-        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, eager=mt in EAGER,
+        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, layout=layout, eager=mt in EAGER,
         plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None, dropouts=dropouts_of(cfg, mt),
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
         # hf_defaults, whose table would fill a null field too).

@@ -20,6 +20,9 @@ from autotune.errors import UserError
 from autotune.estimate.hf_fields import Experts, hf_size
 
 FAMILIES = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
+# Those whose activations autotune.estimate.family_layers counts as autograd keeps them (measured
+# in tests/test_hf_shape.py); the others' are counted as the llama layout's, approximate.
+MEASURED = frozenset({"gpt_oss"})
 # The expert count's names in the deepseek configs (their attribute_map, 5.25.0).
 DEEPSEEK_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts")
 
@@ -36,10 +39,27 @@ class Dims(NamedTuple):
     ffn: int
 
 
+class Layout(NamedTuple):
+    """What a family's layers keep for backward depends on beyond the llama layout's sizes
+    (autotune.estimate.family_layers): its `family`, the width of its RoPE's cos and sin
+    (gpt_oss: half a head, its rotary embedding does not repeat the frequencies; deepseek:
+    qk_rope_head_dim), and deepseek's latent attention: q_lora_rank (None: a plain q_proj),
+    kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim."""
+
+    family: str
+    rope_width: int
+    q_rank: int | None = None
+    kv_rank: int = 0
+    nope: int = 0
+    rope: int = 0
+    v_dim: int = 0
+
+
 class Blocks(NamedTuple):
     """One layer's attention parameters and those a TP plan splits, each layer's MLP parameters
-    and its TP-split ones, the experts a token skips (summed over layers), the mixture, and the
-    head width the FLOPs attention term takes (`ModelShape.head_dim`)."""
+    and its TP-split ones, the experts a token skips (summed over layers), the mixture, the
+    head width the FLOPs attention term takes (`ModelShape.head_dim`) and the family's Layout
+    (None: the llama layout's)."""
 
     attn: int
     attn_split: int
@@ -48,6 +68,7 @@ class Blocks(NamedTuple):
     unrouted: int
     experts: Experts | None
     head_dim: int
+    layout: Layout | None = None
 
 
 def _top_k(cfg: dict[str, Any], where: str, count: int, *names: str) -> int:
@@ -75,7 +96,7 @@ def _gpt_oss(cfg: dict[str, Any], where: str, d: Dims) -> Blocks:
     mlp = count * h + count + count * expert
     moe = Experts(count, top_k, d.ffn, 0, (True,) * d.layers, d.ffn, True, False)
     return Blocks(attn, 0, [mlp] * d.layers, [0] * d.layers, d.layers * (count - top_k) * expert, moe,
-                  d.head_dim)
+                  d.head_dim, Layout("gpt_oss", d.head_dim // 2))
 
 
 def _mla(cfg: dict[str, Any], where: str, d: Dims) -> tuple[int, int, int]:
