@@ -783,3 +783,26 @@ def test_a_mixture_of_a_family_the_count_does_not_know_counts_its_experts(mt):
     assert m is not None and "approximate" in m.source and "mixture of experts: 8 experts" in m.source, m
     assert m.params == pytest.approx(_worker_shape(wl)[0], rel=rel)
     assert m.active_params < m.params
+
+
+def test_the_families_trained_with_eager_attention_are_those_transformers_gives_no_sdpa():
+    """The estimate counted the s x s scores for gemma2 (and gpt_oss) only; gpt_neo, bloom, mpt
+    and every other causal LM whose transformers model does not support SDPA train eagerly too
+    (from_config's default falls back), and their estimate kept no scores at all. hf_defaults.EAGER
+    is pinned to the installed transformers' auto mapping (the families with attention)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from autotune.estimate.hf_defaults import ATTENTION_FREE, EAGER
+
+    no_sdpa = {mt for mt, cls in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()
+               if not getattr(getattr(transformers, cls), "_supports_sdpa", False)}
+    assert EAGER == no_sdpa - ATTENTION_FREE and ATTENTION_FREE <= no_sdpa
+    # gpt_neo at seq 512: its eager scores (a x s x s per layer) are most of what a layer keeps.
+    cfg = {"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "vocab_size": 100,
+           "attention_types": [[["global", "local"], 1]], "max_position_embeddings": 512}
+    from autotune.estimate.memory import MemoryConfig, estimate_memory
+
+    m = model_from_hf_config(cfg)
+    mem = estimate_memory(m, MemoryConfig(seq_len=512, micro_batch_size=1, precision="fp32"))
+    assert m.attention == "eager" and (mem.activations_bytes or 0) > 2 * 4 * 512 * 512 * 4, mem

@@ -62,10 +62,6 @@ FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "g
 # others before only. olmo2 normalises the sublayers' outputs: q, k, v and gate, up read the
 # residual stream itself.
 NORM_PLACES = {"gemma2": (True, True), "olmo2": (False, True)}
-# Families the worker trains with transformers' eager attention, which keeps the s x s scores:
-# their modeling files (5.25.0) refuse SDPA (gemma2: it cannot soft-cap; gpt_oss: its attention
-# sinks; GptOssPreTrainedModel._supports_sdpa = False).
-EAGER = frozenset({"gemma2", "gpt_oss"})
 # Families whose attention projections have no bias whatever attention_bias says (their
 # modeling files hard-code bias=False); qwen2 / qwen2_moe bias q, k and v (qkv_bias) only.
 _UNBIASED_ATTENTION = {"mistral", "mixtral", "phi3"}
@@ -382,7 +378,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
-        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, layout=layout, eager=mt in EAGER,
+        fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, layout=layout, eager=mt in hf.EAGER,
         plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None, dropouts=dropouts_of(cfg, mt),
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in
         # hf_defaults, whose table would fill a null field too).

@@ -165,3 +165,18 @@ def with_type_defaults(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     filled = [f for f in defaults if all(cfg.get(n) is None if f not in KEEPS_NULL else n not in cfg
                                          for n in names(f, model_type))]
     return {**cfg, **{f: defaults[f] for f in filled}}, filled
+
+
+# Families the worker trains with eager attention, which keeps the s x s scores: their
+# PreTrainedModel (transformers 5.25.0, read 2026-12-07) does not support SDPA, so from_config
+# falls back to eager (gemma2: SDPA cannot soft-cap; gpt_oss: its attention sinks; gpt_neo,
+# bloom, mpt: their own attention code). The causal LMs of transformers' auto mapping without
+# `_supports_sdpa`, less those with no attention (ATTENTION_FREE); tests/test_hf_shape.py pins
+# both. gemma2's and gpt_oss's scores are counted to the byte; another family's with
+# transformers' eager_attention_forward's count (approximate: before, none at all).
+ATTENTION_FREE = frozenset({"falcon_mamba", "mamba", "mamba2", "rwkv", "xlstm"})
+EAGER = frozenset({
+    "big_bird", "bigbird_pegasus", "bloom", "cpmant", "deepseek_v4", "flint", "gemma2", "git", "got_ocr2",
+    "gpt_neo", "gpt_neox_japanese", "gpt_oss", "granite_swa", "granitemoe_swa", "hy_v4", "inkling2_loop_text",
+    "inkling2_text", "megatron-bert", "mimo_v2_flash", "mpt", "mvp", "openai-gpt", "prophetnet", "reformer",
+    "rembert", "roformer", "trocr", "vaultgemma", "xglm", "xlm", "xlnet"})
