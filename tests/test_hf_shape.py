@@ -411,13 +411,22 @@ def _saved_bytes(mt: str, s: int, b: int, layout: str = "fp32", overrides: dict 
         model = model.to(torch.bfloat16)
     ids = torch.randint(0, WIDE_HEADS["vocab_size"], (b, s), generator=torch.Generator().manual_seed(0))
     autocast = layout == "autocast"
-    with SavedTensorMeter(model) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+    held: list = []  # what the meter saw, kept alive to backward: a freed storage's address, reused
+    # by a later tensor, would count once (deepseek's router frees in the forward what only chose
+    # its groups: `_dead_router_bytes`)
+
+    class Holding(SavedTensorMeter):
+        def _pack(self, t):
+            held.append(t)
+            return super()._pack(t)
+
+    with Holding(model) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         model(input_ids=ids, labels=ids).loss.backward()
     casts = 0
     if autocast:  # nn.Linear weights, a mixture's router weight (F.linear), gpt2's Conv1D (addmm)
         assert not checkpointing
         casts = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)
-                        or type(m).__name__.endswith("TopKRouter") or type(m).__name__ == "Conv1D")
+                        or type(m).__name__.lower().endswith("topkrouter") or type(m).__name__ == "Conv1D")
     return meter.saved_bytes - casts, config
 
 
@@ -553,6 +562,87 @@ def test_gpt_oss_keeps_its_sink_scores_whole_whatever_its_sliding_window(layout)
     assert saved[1].layer_types[0] == "sliding_attention" and s > 8
     assert parts["kept"] + parts["kept_logits"] == saved[0]
     assert saved[0] == _saved_bytes("gpt_oss", s, b, layout, {"sliding_window": 64})[0]
+
+
+# deepseek at sizes that exercise its latent attention (q_lora_rank 20 for v3, a plain q_proj for
+# v2; kv_lora_rank 16; qk_nope 8 + qk_rope 4 against v_head 8: unequal, as in the real models'
+# 192 and 128), a dense first layer, v3's grouped sigmoid router (2 groups, 1 chosen) and v2's
+# greedy softmax one, and shared experts.
+DEEPSEEK_SIZES = {
+    "deepseek_v3": {"num_key_value_heads": 4, "num_hidden_layers": 3, "q_lora_rank": 20, "kv_lora_rank": 16,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "head_dim": 4,
+                    "n_routed_experts": 8, "n_group": 2, "topk_group": 1, "n_shared_experts": 1,
+                    "moe_intermediate_size": 24, "num_experts_per_tok": 2, "first_k_dense_replace": 1},
+    "deepseek_v2": {"num_key_value_heads": 4, "num_hidden_layers": 3, "q_lora_rank": None, "kv_lora_rank": 16,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "head_dim": 4,
+                    "n_routed_experts": 5, "n_shared_experts": 2, "moe_intermediate_size": 24,
+                    "num_experts_per_tok": 2, "first_k_dense_replace": 1}}
+EQUAL_WIDTHS = {"v_head_dim": 12}  # qk_nope + qk_rope: torch's CPU flash kernel
+
+
+def _dead_router_bytes(config, s: int, b: int, checkpointing: tuple[str, int] | None) -> int:
+    """What deepseek's router saves only to choose its groups (v3 always, v2 where topk_method is
+    group_limited_greedy): its top-k's outputs carry no gradient, so their graph, and what it
+    saved, is freed in the forward. The meter (kept alive by _saved_bytes) counts it: v3 the
+    int64 indices of the top 2 per group and of the chosen groups, and the bool mask per expert;
+    v2 the group max's and the chosen groups' indices. In the sparse layers not recomputed."""
+    v3 = config.model_type == "deepseek_v3"
+    if not v3 and config.topk_method != "group_limited_greedy":
+        return 0
+    per = s * b * ((16 if v3 else 8) * config.n_group + 8 * config.topk_group + (config.n_routed_experts if v3 else 0))
+    mode, every = checkpointing or ("none", 1)
+    recomputed = {"none": range(0), "full": range(99), "selective": range(0, 99, every)}[mode]
+    return per * sum(1 for i in range(config.num_hidden_layers)
+                     if i >= config.first_k_dense_replace and i not in recomputed)
+
+
+@pytest.mark.parametrize("mt,overrides,layout,mode", [
+    *[(mt, {}, layout, mode) for mt in DEEPSEEK_SIZES for layout in LAYOUTS for mode in (None, "selective", "full")
+      if not (mode and layout == "autocast")],
+    *[(mt, EQUAL_WIDTHS, layout, None) for mt in DEEPSEEK_SIZES for layout in LAYOUTS],
+    *[("deepseek_v2", {"topk_method": "group_limited_greedy", "n_group": 5, "topk_group": 2, "q_lora_rank": 20},
+       layout, None) for layout in LAYOUTS],
+    *[("deepseek_v3", {"norm_topk_prob": False, "n_group": 4, "topk_group": 2, "q_lora_rank": None},
+       layout, None) for layout in LAYOUTS]])
+def test_deepseek_activations_are_what_autograd_keeps(mt, overrides, layout, mode):
+    """deepseek's latent attention and experts (autotune.estimate.family_layers: mla_bytes,
+    deepseek_mlp_bytes), to the byte on CPU in each layout and checkpointing mode: its low-rank
+    RMSNorms, torch SDPA's math kernel where v_head_dim is not qk_nope + qk_rope (fp32 copies
+    of Q, K, V and the fp32 s x s softmax, whatever the layout) and the CPU flash kernel where
+    it is (Q, K, kv_b_proj's output, the output twice, the log-sum-exp), v3's sigmoid router in
+    the logits' dtype, v2's fp32 softmax, grouped_mm experts and shared experts; its norms
+    llama's RMSNorm (before: counted as LayerNorm), v2's RoPE one complex64 freqs_cis. Before,
+    counted as the llama layout at a head width of (qk_nope + qk_rope + v_head) / 2, under what
+    autograd keeps here (unequal widths): at seq 16 v3 20.1% (fp32), 21.8% (autocast), 38.2%
+    (bf16 weights), v2 15.6%, 18.8%, 34.1%; selective 16.7% / 32.7% (v3), 13.0% / 29.1% (v2);
+    full 10.7% / 14.2%; at seq 64 up to 47.7% (v3) and 44.5% (v2). Full checkpointing: RoPE's
+    cos and sin are held by the checkpoints (the estimate keeps them)."""
+    s, b = 16, 2
+    fields = {**DEEPSEEK_SIZES[mt], **overrides}
+    ck = (mode, 2) if mode else None
+    saved, config = _saved_bytes(mt, s, b, layout, fields, ck)
+    parts = _estimated(mt, s, b, layout, fields, ck)
+    m = model_from_hf_config({"model_type": mt, **_fields(mt, fields)})
+    assert m.layout is not None
+    rope = 2 * s * m.layout.rope_width * (4 if layout == "fp32" or mt == "deepseek_v2" else 2) if mode == "full" else 0
+    assert config._attn_implementation == "sdpa"
+    assert parts["kept"] + parts["kept_logits"] - rope == saved - _dead_router_bytes(config, s, b, ck)
+    assert "approximate" not in m.source
+
+
+def test_deepseek_unequal_head_widths_keep_the_scores():
+    """Where v_head_dim is not qk_nope + qk_rope (DEEPSEEK_SIZES: 12 and 8) torch's CPU SDPA runs
+    its math kernel and keeps the fp32 s x s softmax: the activations grow with s squared, by
+    4 bytes a score (4 heads x s x s x b a layer) beyond the rest, which grows with s."""
+    mt, b = "deepseek_v3", 2
+    short, long_ = (_estimated(mt, s, b, "bf16", DEEPSEEK_SIZES[mt])["kept"] for s in (16, 32))
+    eq_short, eq_long = (_estimated(mt, s, b, "bf16", {**DEEPSEEK_SIZES[mt], **EQUAL_WIDTHS})["kept"]
+                         for s in (16, 32))
+    scores = 3 * 4 * 4 * b * (32 * 32 - 2 * 16 * 16)  # 3 layers: the quadratic part of 4 bytes a score
+    assert (long_ - 2 * short) - (eq_long - 2 * eq_short) == scores
+    saved = _saved_bytes(mt, 32, b, "bf16", DEEPSEEK_SIZES[mt])
+    assert long_ + _estimated(mt, 32, b, "bf16", DEEPSEEK_SIZES[mt])["kept_logits"] == \
+        saved[0] - _dead_router_bytes(saved[1], 32, b, None)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

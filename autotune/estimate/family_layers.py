@@ -8,6 +8,8 @@ fp32, bf16 autocast over fp32 weights and bf16 weights.
     norm_readers(layout, sparse=True)                    # (3, 1): q, k, v; the router
     block_bytes(layout, sizes, experts)                  # bytes, the norms left out
 
+gpt_oss: sink_attention_bytes, gpt_oss_expert_bytes; deepseek_v2 / deepseek_v3: mla_bytes (torch
+2.13's CPU SDPA kernels, as measured; CUDA counted alike: hf_moe.CUDA_NOTE), deepseek_mlp_bytes.
 autotune.estimate.activations adds the norms (norm_bytes, with these readers), the model-level
 tensors (RoPE's cos and sin `Layout.rope_width` wide) and checkpointing. These families run
 at TP 1 only (hf_defaults.NO_TP): nothing here is split.
@@ -37,8 +39,12 @@ class Sizes(NamedTuple):
 
 def norm_readers(layout: Layout, sparse: bool) -> tuple[int, int]:
     """Matmuls reading the attention's and the MLP's norm output (under autocast each keeps its
-    own 16-bit copy): gpt_oss's q, k and v; its router (the experts gather rows of it)."""
-    return 3, 1
+    own 16-bit copy): gpt_oss's q, k and v; its router (the experts gather rows of it).
+    deepseek's q_proj (or q_a_proj) and kv_a_proj_with_mqa; a dense MLP's gate and up, a sparse
+    one's router and its shared expert's gate and up (built, and reading, with no shared expert)."""
+    if layout.family == "gpt_oss":
+        return 3, 1
+    return 2, 3 if sparse else 2
 
 
 def sink_attention_bytes(z: Sizes) -> int:
@@ -71,7 +77,61 @@ def gpt_oss_expert_bytes(tokens: int, h: int, moe: Experts, c: int, e: int) -> i
     return router + 4 * 8 * rows + 4 * moe.experts + rows * (e * (2 * h + 7 * moe.width) + c)
 
 
+def mla_bytes(layout: Layout, z: Sizes) -> int:
+    """DeepseekV2Attention / DeepseekV3Attention under torch SDPA on CPU (torch 2.13): each
+    low-rank RMSNorm (q_a_layernorm, kv_a_layernorm) keeps its fp32 input (in fp32 the
+    projection's output itself: kv_a_layernorm's input is a slice of kv_a_proj_with_mqa's,
+    which it keeps whole, rope included), its fp32 1/rms per token, the normalised tensor and
+    its output in the compute dtype; RoPE keeps only its cos and sin (the model's); the input
+    to o_proj (a x v_head_dim a token). SDPA's kernel follows the head widths: where v_head_dim
+    is qk_nope + qk_rope the CPU flash kernel keeps Q (the cat of nope and rope) and K (a x qk
+    a token), V (a view: kv_b_proj's output whole, a x (qk_nope + v_head)), its output (then
+    copied before o_proj) in the compute dtype and an fp32 log-sum-exp per head and token; else
+    (the real models: 192 and 128) the math kernel, which on CPU runs 16-bit inputs in fp32,
+    keeps fp32 copies of the scaled Q and K and of V and the fp32 softmax of the s x s scores."""
+    t, a, c = z.s * z.b, z.a, z.c
+    qk, v = layout.nope + layout.rope, layout.v_dim
+    q = t * (layout.q_rank * (4 + 2 * c) + 4) if layout.q_rank else 0
+    kv = t * (layout.kv_rank * (4 + 2 * c) + 4 + (layout.rope * 4 if c == 4 else 0))
+    if qk == v:
+        core = t * a * c * (2 * qk + layout.nope + 3 * v) + 4 * a * t
+    else:
+        core = 4 * (t * a * (2 * qk + v) + a * z.s * t) + t * a * v * c
+    return q + kv + core
+
+
+def deepseek_mlp_bytes(layout: Layout, z: Sizes, moe: Experts | None) -> int:
+    """A dense DeepseekV*MLP keeps gate, its SiLU, up and their product (compute dtype). A
+    DeepseekV*Moe: the router runs F.linear on fp32 copies of its input and weight (under bf16
+    weights both are new tensors, kept; under autocast the matmul's 16-bit copy is the norm's
+    reader); v3 keeps its sigmoid scores (in the logits' dtype: fp32, bf16 under autocast), the
+    int64 top-k indices, and where norm_topk_prob the gathered weights and their sum; v2 its
+    fp32 softmax and top-k indices (group_limited_greedy: and a bool mask per expert). What
+    only chooses the groups (v3's top-2 per group, both group top-k's indices, v3's mask) feeds
+    no gradient: its graph is freed in the forward, after SavedTensorMeter saw it (counted in
+    tests/test_hf_shape.py apart). The float64 routed_scaling_factor (8 bytes) reaches no
+    saved-tensor hook: not counted. The grouped_mm experts (in
+    the weights' dtype) keep three int64 row orders, int32 offsets per expert, the gathered
+    rows, gate_up, the SiLU, the product, the down output and the routing weight per row (the
+    router's dtype); the shared expert a dense MLP's four tensors, n_shared x width wide."""
+    t, c = z.s * z.b, z.c
+    if moe is None:
+        return 4 * t * layout.dense_width * c
+    k, e = moe.top_k, moe.experts
+    rd = (c if z.r != c else 4) if layout.family == "deepseek_v3" else 4
+    router = t * (e * rd + 8 * k) + ((t + e) * z.h * 4 if z.r != 4 else 0)
+    if layout.groups and layout.family == "deepseek_v2":
+        router += t * e  # the mask of the groups left out (masked_fill: its output is the weights')
+    if moe.normalise and layout.family == "deepseek_v3":
+        router += t * (k + 1) * rd
+    rows = t * k
+    experts = 3 * 8 * rows + 4 * e + rows * (z.r * (2 * z.h + 4 * moe.width) + rd)
+    return router + experts + 4 * t * moe.shared_width * c
+
+
 def block_bytes(layout: Layout, z: Sizes, experts: Experts | None) -> int:
     """Bytes one layer keeps beyond its two norms; `experts` None for a dense layer."""
+    if layout.family != "gpt_oss":
+        return mla_bytes(layout, z) + deepseek_mlp_bytes(layout, z, experts)
     assert experts is not None  # every gpt_oss layer is sparse
     return sink_attention_bytes(z) + gpt_oss_expert_bytes(z.s * z.b, z.h, experts, z.c, z.r)

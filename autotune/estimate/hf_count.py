@@ -53,7 +53,8 @@ Norm = Literal["layernorm", "hf_layernorm", "rmsnorm", "gemma_rmsnorm", "olmo2_r
 # RMSNorm over an fp32 copy (LlamaRMSNorm and its copies), gemma's, olmo2's, olmo's and the
 # plain families' nn.LayerNorm. The approximate families keep the LayerNorm count: what they
 # save is not measured.
-RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite"}
+RMSNORM = {"llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite",
+           "deepseek_v2", "deepseek_v3"}
 FAMILY_NORM: dict[str, Norm] = {**dict.fromkeys(RMSNORM, "rmsnorm"), "gemma": "gemma_rmsnorm",
                                 "gemma2": "gemma_rmsnorm", "olmo": "olmo_layernorm",
                                 **dict.fromkeys(("olmo2", "gpt_oss"), "olmo2_rmsnorm"),
@@ -86,7 +87,7 @@ class HFCount(NamedTuple):
     norm: Norm  # the blocks' norm as the activations count it (ModelShape.norm)
     norm_places: tuple[bool, bool]  # norms before, after the attention and the MLP (NORM_PLACES)
     clip_qkv: bool  # q, k and v clamped in place (olmo's clip_qkv)
-    rope_fp32: bool  # RoPE's cos and sin stay fp32 whatever the stream's dtype (olmo, olmo2)
+    rope_fp32: bool  # RoPE's cos and sin stay fp32 whatever the stream's dtype (olmo, olmo2; deepseek_v2 complex64)
     norm_readers: tuple[int, int]  # matmuls reading the attention's and the MLP's norm output
     fused_qkv: bool  # q, k and v are views of one qkv_proj output (phi3)
     # transformers' eager attention (gemma2: it refuses SDPA, which cannot soft-cap), and
@@ -208,7 +209,7 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
             "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
     # hf_moe's families: their parameters exact; what their attention and experts keep unmeasured.
     rest = "; activations approximate (counted as the llama layout's)" if model_type in (
-        hf_moe.FAMILIES - hf_moe.MEASURED) else ""
+        hf_moe.FAMILIES - hf_moe.MEASURED) else hf_moe.CUDA_NOTE.get(model_type, "")
     if not filled:
         return "exact count" + rest
     named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
@@ -374,7 +375,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         # The plain layout splits the hidden size among its heads (a head_dim there is unread).
         head_dim=head_dim if gated else h // a, qk_norm=QK_NORM.get(mt, "none") if gated else "none",
         norm=FAMILY_NORM.get(mt, "layernorm"), norm_places=NORM_PLACES.get(mt, (True, False)),
-        clip_qkv=mt == "olmo" and cfg.get("clip_qkv") is not None, rope_fp32=mt in ("olmo", "olmo2"),
+        clip_qkv=mt == "olmo" and cfg.get("clip_qkv") is not None, rope_fp32=mt in ("olmo", "olmo2", "deepseek_v2"),
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
         norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),

@@ -22,7 +22,16 @@ from autotune.estimate.hf_fields import Experts, hf_size
 FAMILIES = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
 # Those whose activations autotune.estimate.family_layers counts as autograd keeps them (measured
 # in tests/test_hf_shape.py); the others' are counted as the llama layout's, approximate.
-MEASURED = frozenset({"gpt_oss"})
+MEASURED = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
+# deepseek's activations are measured on CPU (family_layers.mla_bytes). Which SDPA kernel CUDA runs
+# where v_head_dim is not qk_nope + qk_rope (the real models) was not read from torch 2.13's own
+# source (the installed wheel has no CUDA kernels' checks): public copies of sdp_utils.cpp let the
+# memory-efficient kernel take a value narrower than the query (flash needs them equal), which
+# would keep no s x s scores; unconfirmed for 2.13, so CUDA is counted as CPU, and says so.
+_CUDA_DEEPSEEK = ("; activations on CUDA counted as on CPU (SDPA's math kernel, s x s scores kept, "
+                  "where v_head_dim is not qk_nope + qk_rope): CUDA's kernel choice not read from "
+                  "torch 2.13's source, not measured")
+CUDA_NOTE = dict.fromkeys(("deepseek_v2", "deepseek_v3"), _CUDA_DEEPSEEK)
 # The expert count's names in the deepseek configs (their attribute_map, 5.25.0).
 DEEPSEEK_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts")
 
@@ -42,9 +51,11 @@ class Dims(NamedTuple):
 class Layout(NamedTuple):
     """What a family's layers keep for backward depends on beyond the llama layout's sizes
     (autotune.estimate.family_layers): its `family`, the width of its RoPE's cos and sin
-    (gpt_oss: half a head, its rotary embedding does not repeat the frequencies; deepseek:
-    qk_rope_head_dim), and deepseek's latent attention: q_lora_rank (None: a plain q_proj),
-    kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim."""
+    (gpt_oss: half a head, its rotary embedding does not repeat the frequencies; deepseek_v3:
+    qk_rope_head_dim; deepseek_v2: half of it, `_mla_layout`), and deepseek's latent attention:
+    q_lora_rank (None: a plain q_proj), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+    v_head_dim; its dense MLPs' width and its router's groups: n_group and topk_group (0: v2's
+    greedy top-k, no group chosen first)."""
 
     family: str
     rope_width: int
@@ -53,6 +64,9 @@ class Layout(NamedTuple):
     nope: int = 0
     rope: int = 0
     v_dim: int = 0
+    dense_width: int = 0
+    groups: int = 0
+    group_top: int = 0
 
 
 class Blocks(NamedTuple):
@@ -118,6 +132,25 @@ def _mla(cfg: dict[str, Any], where: str, d: Dims) -> tuple[int, int, int]:
     return q + kv_a + kv_b + o + bias * h, q_split + kv_b + o, mla_head_width(nope, rope, v)
 
 
+def _mla_layout(cfg: dict[str, Any], where: str, mt: str, ffn: int) -> Layout:
+    """The sizes family_layers reads of a deepseek config. Its router's groups: v3 always picks
+    topk_group of n_group groups first (its config's defaults 8 and 4); v2 only where
+    topk_method is "group_limited_greedy" (its default "greedy" picks none)."""
+    nope, rope, v, kv_rank = (hf_size(cfg, where, n) or 0 for n in (
+        "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"))
+    groups, group_top = hf_size(cfg, where, "n_group"), hf_size(cfg, where, "topk_group")
+    if mt == "deepseek_v3":
+        groups, group_top = groups or 8, group_top or 4
+    elif cfg.get("topk_method") == "group_limited_greedy":
+        groups, group_top = groups or 1, group_top or 1
+    else:
+        groups = group_top = 0
+    # v2's RoPE is one complex64 freqs_cis, s x qk_rope / 2: as much as an fp32 cos and sin half
+    # as wide (hf_count's rope_fp32).
+    width = rope // 2 if mt == "deepseek_v2" else rope
+    return Layout(mt, width, hf_size(cfg, where, "q_lora_rank"), kv_rank, nope, rope, v, ffn, groups, group_top)
+
+
 def _deepseek(cfg: dict[str, Any], where: str, mt: str, d: Dims) -> Blocks:
     """deepseek_v2 / deepseek_v3 (5.25.0): MLA attention (_mla); the first first_k_dense_replace
     layers a dense MLP intermediate_size wide, the others a DeepseekV*Moe: a router (a weight per
@@ -128,6 +161,7 @@ def _deepseek(cfg: dict[str, Any], where: str, mt: str, d: Dims) -> Blocks:
     and shared MLPs, but its `mla_kv_a_proj` style is not the worker's: NO_TP."""
     h, L = d.hidden, d.layers
     attn, attn_split, head_dim = _mla(cfg, where, d)
+    layout = _mla_layout(cfg, where, mt, d.ffn)
     count = hf_size(cfg, where, *DEEPSEEK_EXPERTS, least=0) or 0
     width = hf_size(cfg, where, "moe_intermediate_size") or d.ffn
     shared_width = (hf_size(cfg, where, "n_shared_experts", least=0) or 0) * width
@@ -139,15 +173,18 @@ def _deepseek(cfg: dict[str, Any], where: str, mt: str, d: Dims) -> Blocks:
 
     dense, dense_split = mlp(d.ffn)
     if not count:  # the modeling file builds a DeepseekV*Moe all the same; a dense model here
-        return Blocks(attn, attn_split, [dense] * L, [dense_split] * L, 0, None, head_dim)
+        return Blocks(attn, attn_split, [dense] * L, [dense_split] * L, 0, None, head_dim, layout)
     top_k = _top_k(cfg, where, count, "num_experts_per_tok")
     sparse = tuple(i >= first_dense for i in range(L))
     shared, shared_split = mlp(shared_width)
     moe_mlp = count * h + count * 3 * h * width + shared
-    moe = Experts(count, top_k, width, shared_width, sparse, d.ffn, bool(cfg.get("norm_topk_prob")), True)
+    # norm_topk_prob unset: v3's config defaults it to True (its router renormalises), v2's router
+    # never reads it (configuration_deepseek_v3.py, modeling_deepseek_v2.py, 5.25.0).
+    normalise = bool(cfg.get("norm_topk_prob", mt == "deepseek_v3"))
+    moe = Experts(count, top_k, width, shared_width, sparse, d.ffn, normalise, True)
     return Blocks(attn, attn_split, [moe_mlp if s else dense for s in sparse],
                   [shared_split if s else dense_split for s in sparse],
-                  sum(sparse) * (count - top_k) * 3 * h * width, moe, head_dim)
+                  sum(sparse) * (count - top_k) * 3 * h * width, moe, head_dim, layout)
 
 
 def count_blocks(cfg: dict[str, Any], where: str, model_type: str, dims: Dims) -> Blocks:
