@@ -896,3 +896,27 @@ def test_the_families_trained_with_eager_attention_are_those_transformers_gives_
     m = model_from_hf_config(cfg)
     mem = estimate_memory(m, MemoryConfig(seq_len=512, micro_batch_size=1, precision="fp32"))
     assert m.attention == "eager" and (mem.activations_bytes or 0) > 2 * 4 * 512 * 512 * 4, mem
+
+
+@pytest.mark.parametrize("mt", sorted(DEEPSEEK_SIZES))
+def test_deepseek_on_cuda_is_counted_with_the_kernel_that_keeps_no_scores(mt):
+    """On CPU the real models' widths (value narrower than query and key) run SDPA's math kernel,
+    which keeps the s x s scores (measured above). On CUDA PyTorch runs the memory-efficient
+    kernel there (sdp_utils.cpp: flash needs q, k and v equally wide, memory-efficient only q
+    and k), which keeps none: counted so, read and not measured (the label says it). Counting
+    CUDA as CPU put DeepSeek-V3 at seq 4096, mb 1, bf16 at 768.9 GiB of activations, about
+    three times what CUDA keeps."""
+    from autotune.estimate.memory import MemoryConfig, activation_parts
+
+    m = model_from_hf_config({"model_type": mt, **_fields(mt, DEEPSEEK_SIZES[mt])})
+    assert "memory-efficient kernel" in m.source
+
+    def kept(s: int, device: str) -> int:
+        parts = activation_parts(m, MemoryConfig(seq_len=s, micro_batch_size=2, precision="bf16", device=device))
+        assert parts is not None
+        return parts["kept"]
+
+    # Growth with the sequence: linear on CUDA (its second difference 0), quadratic on CPU.
+    assert kept(192, "cuda") - 2 * kept(128, "cuda") + kept(64, "cuda") == 0
+    assert kept(192, "cpu") - 2 * kept(128, "cpu") + kept(64, "cpu") > 0
+    assert kept(64, "cuda") < kept(64, "cpu")

@@ -313,7 +313,8 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
     if model.layout is not None:  # an hf_moe family: its own attention and MLP (family_layers)
         z = family_layers.Sizes(cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
                                 model.n_kv_heads or dims.n_heads, hd, r, c)
-        return [float(family_layer_bytes(model, z, bool(moe and moe.sparse[i]))) for i in range(dims.n_layers)]
+        return [float(family_layer_bytes(model, z, bool(moe and moe.sparse[i]), cfg.device))
+                for i in range(dims.n_layers)]
     extra = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
                                 model.n_kv_heads or dims.n_heads, hd, c, cfg.device, r=r, fused_qkv=model.fused_qkv,
                                 eager=(cfg.attention or model.attention) == "eager")
@@ -338,15 +339,16 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
     return [sparse if moe.sparse[i] else dense for i in range(dims.n_layers)]
 
 
-def family_layer_bytes(model: ModelShape, z: family_layers.Sizes, sparse: bool) -> int:
+def family_layer_bytes(model: ModelShape, z: family_layers.Sizes, sparse: bool, device: Device = "cuda") -> int:
     """Bytes one layer of an autotune.estimate.hf_moe family (`model.layout`) keeps: its two
     norms (`norm_bytes`, read by the matmuls family_layers.norm_readers names) and its attention
     and MLP (family_layers.block_bytes), with the attention the worker runs (gpt_oss: eager,
-    whatever the config's `attention` says). TP 1 only (hf_defaults.NO_TP)."""
+    whatever the config's `attention` says; deepseek: SDPA's kernel on `device`). TP 1 only
+    (hf_defaults.NO_TP)."""
     assert model.layout is not None
     norms = [norm_bytes(model.norm, z.r, z.c, k) for k in family_layers.norm_readers(model.layout, sparse)]
     return (sum(z.s * z.b * (z.h * e + n) for e, n in norms)
-            + family_layers.block_bytes(model.layout, z, model.experts if sparse else None))
+            + family_layers.block_bytes(model.layout, z, model.experts if sparse else None, device))
 
 
 def activation_parts(model: ModelShape, cfg: ActivationConfig) -> dict[str, int] | None:

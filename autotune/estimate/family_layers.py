@@ -9,7 +9,7 @@ fp32, bf16 autocast over fp32 weights and bf16 weights.
     block_bytes(layout, sizes, experts)                  # bytes, the norms left out
 
 gpt_oss: sink_attention_bytes, gpt_oss_expert_bytes; deepseek_v2 / deepseek_v3: mla_bytes (torch
-2.13's CPU SDPA kernels, as measured; CUDA counted alike: hf_moe.CUDA_NOTE), deepseek_mlp_bytes.
+2.13's CPU SDPA kernels, as measured; CUDA's read: hf_moe.CUDA_NOTE), deepseek_mlp_bytes.
 autotune.estimate.activations adds the norms (norm_bytes, with these readers), the model-level
 tensors (RoPE's cos and sin `Layout.rope_width` wide) and checkpointing. These families run
 at TP 1 only (hf_defaults.NO_TP): nothing here is split.
@@ -77,7 +77,7 @@ def gpt_oss_expert_bytes(tokens: int, h: int, moe: Experts, c: int, e: int) -> i
     return router + 4 * 8 * rows + 4 * moe.experts + rows * (e * (2 * h + 7 * moe.width) + c)
 
 
-def mla_bytes(layout: Layout, z: Sizes) -> int:
+def mla_bytes(layout: Layout, z: Sizes, device: str = "cpu") -> int:
     """DeepseekV2Attention / DeepseekV3Attention under torch SDPA on CPU (torch 2.13): each
     low-rank RMSNorm (q_a_layernorm, kv_a_layernorm) keeps its fp32 input (in fp32 the
     projection's output itself: kv_a_layernorm's input is a slice of kv_a_proj_with_mqa's,
@@ -88,12 +88,17 @@ def mla_bytes(layout: Layout, z: Sizes) -> int:
     a token), V (a view: kv_b_proj's output whole, a x (qk_nope + v_head)), its output (then
     copied before o_proj) in the compute dtype and an fp32 log-sum-exp per head and token; else
     (the real models: 192 and 128) the math kernel, which on CPU runs 16-bit inputs in fp32,
-    keeps fp32 copies of the scaled Q and K and of V and the fp32 softmax of the s x s scores."""
+    keeps fp32 copies of the scaled Q and K and of V and the fp32 softmax of the s x s scores.
+    On CUDA (`device`) no kernel keeps the scores: flash where the widths are equal, else the
+    memory-efficient kernel, which takes a value narrower than the query (PyTorch's CUDA
+    sdp_utils.cpp: check_head_dim_size_flash needs q, k and v equally wide,
+    check_head_dim_size_mem_efficient only q and k; read, not measured), each keeping Q, K, V,
+    its output and a log-sum-exp per head and token as the CPU flash kernel does."""
     t, a, c = z.s * z.b, z.a, z.c
     qk, v = layout.nope + layout.rope, layout.v_dim
     q = t * (layout.q_rank * (4 + 2 * c) + 4) if layout.q_rank else 0
     kv = t * (layout.kv_rank * (4 + 2 * c) + 4 + (layout.rope * 4 if c == 4 else 0))
-    if qk == v:
+    if qk == v or device == "cuda":
         core = t * a * c * (2 * qk + layout.nope + 3 * v) + 4 * a * t
     else:
         core = 4 * (t * a * (2 * qk + v) + a * z.s * t) + t * a * v * c
@@ -129,9 +134,9 @@ def deepseek_mlp_bytes(layout: Layout, z: Sizes, moe: Experts | None) -> int:
     return router + experts + 4 * t * moe.shared_width * c
 
 
-def block_bytes(layout: Layout, z: Sizes, experts: Experts | None) -> int:
-    """Bytes one layer keeps beyond its two norms; `experts` None for a dense layer."""
+def block_bytes(layout: Layout, z: Sizes, experts: Experts | None, device: str = "cpu") -> int:
+    """Bytes one layer keeps beyond its two norms on `device`; `experts` None for a dense layer."""
     if layout.family != "gpt_oss":
-        return mla_bytes(layout, z) + deepseek_mlp_bytes(layout, z, experts)
+        return mla_bytes(layout, z, device) + deepseek_mlp_bytes(layout, z, experts)
     assert experts is not None  # every gpt_oss layer is sparse
     return sink_attention_bytes(z) + gpt_oss_expert_bytes(z.s * z.b, z.h, experts, z.c, z.r)

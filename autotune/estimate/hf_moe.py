@@ -23,14 +23,13 @@ FAMILIES = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
 # Those whose activations autotune.estimate.family_layers counts as autograd keeps them (measured
 # in tests/test_hf_shape.py); the others' are counted as the llama layout's, approximate.
 MEASURED = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
-# deepseek's activations are measured on CPU (family_layers.mla_bytes). Which SDPA kernel CUDA runs
-# where v_head_dim is not qk_nope + qk_rope (the real models) was not read from torch 2.13's own
-# source (the installed wheel has no CUDA kernels' checks): public copies of sdp_utils.cpp let the
-# memory-efficient kernel take a value narrower than the query (flash needs them equal), which
-# would keep no s x s scores; unconfirmed for 2.13, so CUDA is counted as CPU, and says so.
-_CUDA_DEEPSEEK = ("; activations on CUDA counted as on CPU (SDPA's math kernel, s x s scores kept, "
-                  "where v_head_dim is not qk_nope + qk_rope): CUDA's kernel choice not read from "
-                  "torch 2.13's source, not measured")
+# deepseek's activations are measured on CPU (family_layers.mla_bytes). On CUDA, where v_head_dim
+# is not qk_nope + qk_rope (the real models: 128 and 192), SDPA runs its memory-efficient
+# kernel, which keeps no s x s scores: PyTorch's CUDA sdp_utils.cpp (check_head_dim_size_flash
+# needs q, k and v equally wide, check_head_dim_size_mem_efficient only q and k), read in public
+# copies of the source, read 2026-12-07 (the installed CPU wheel has none); no GPU here to check it.
+_CUDA_DEEPSEEK = ("; on CUDA its attention is counted as SDPA's memory-efficient kernel keeps it "
+                  "(read from PyTorch's sdp_utils.cpp, not measured)")
 CUDA_NOTE = dict.fromkeys(("deepseek_v2", "deepseek_v3"), _CUDA_DEEPSEEK)
 # The expert count's names in the deepseek configs (their attribute_map, 5.25.0).
 DEEPSEEK_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts")
