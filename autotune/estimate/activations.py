@@ -339,7 +339,7 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
     return [sparse if moe.sparse[i] else dense for i in range(dims.n_layers)]
 
 
-def family_layer_bytes(model: ModelShape, z: family_layers.Sizes, sparse: bool, device: Device = "cuda") -> int:
+def family_layer_bytes(model: ModelShape, z: family_layers.Sizes, sparse: bool, device: Device) -> int:
     """Bytes one layer of an autotune.estimate.hf_moe family (`model.layout`) keeps: its two
     norms (`norm_bytes`, read by the matmuls family_layers.norm_readers names) and its attention
     and MLP (family_layers.block_bytes), with the attention the worker runs (gpt_oss: eager,

@@ -261,8 +261,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
 
     Exact for llama / mistral / qwen2 / qwen3 / gemma / gemma2 / phi3 / granite / olmo2 (gated
     MLP, RMSNorm), olmo (gated MLP, LayerNorm without weights),
-    mixtral / qwen2_moe / qwen3_moe / gpt_oss (mixtures of experts: `params` all experts, the
-    FLOPs those a token runs; gpt_oss's blocks counted in autotune.estimate.hf_moe) and gpt2 /
+    mixtral / qwen2_moe / qwen3_moe / gpt_oss / deepseek_v2 / deepseek_v3 (mixtures of experts:
+    `params` all experts, the FLOPs those a token runs; the last three's blocks counted in
+    autotune.estimate.hf_moe) and gpt2 /
     gpt_neox / opt (plain MLP, LayerNorm with bias), the fields a
     config leaves out at the defaults the worker's transformers fills
     (autotune.estimate.hf_defaults); other families are counted with the llama layout and

@@ -6,7 +6,7 @@ fp32, bf16 autocast over fp32 weights and bf16 weights.
 
     sizes = Sizes(s=4096, b=1, h=2880, a=64, kv=8, hd=64, r=2, c=2)
     norm_readers(layout, sparse=True)                    # (3, 1): q, k, v; the router
-    block_bytes(layout, sizes, experts)                  # bytes, the norms left out
+    block_bytes(layout, sizes, experts, "cuda")          # bytes, the norms left out
 
 gpt_oss: sink_attention_bytes, gpt_oss_expert_bytes; deepseek_v2 / deepseek_v3: mla_bytes (torch
 2.13's CPU SDPA kernels, as measured; CUDA's read: hf_moe.CUDA_NOTE), deepseek_mlp_bytes.
@@ -77,7 +77,7 @@ def gpt_oss_expert_bytes(tokens: int, h: int, moe: Experts, c: int, e: int) -> i
     return router + 4 * 8 * rows + 4 * moe.experts + rows * (e * (2 * h + 7 * moe.width) + c)
 
 
-def mla_bytes(layout: Layout, z: Sizes, device: str = "cpu") -> int:
+def mla_bytes(layout: Layout, z: Sizes, device: str) -> int:
     """DeepseekV2Attention / DeepseekV3Attention under torch SDPA on CPU (torch 2.13): each
     low-rank RMSNorm (q_a_layernorm, kv_a_layernorm) keeps its fp32 input (in fp32 the
     projection's output itself: kv_a_layernorm's input is a slice of kv_a_proj_with_mqa's,
@@ -134,7 +134,7 @@ def deepseek_mlp_bytes(layout: Layout, z: Sizes, moe: Experts | None) -> int:
     return router + experts + 4 * t * moe.shared_width * c
 
 
-def block_bytes(layout: Layout, z: Sizes, experts: Experts | None, device: str = "cpu") -> int:
+def block_bytes(layout: Layout, z: Sizes, experts: Experts | None, device: str) -> int:
     """Bytes one layer keeps beyond its two norms on `device`; `experts` None for a dense layer."""
     if layout.family != "gpt_oss":
         return mla_bytes(layout, z, device) + deepseek_mlp_bytes(layout, z, experts)

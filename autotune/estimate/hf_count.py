@@ -207,9 +207,8 @@ def _how_counted(model_type: str, filled: list[str], ffn_stated: bool) -> str:
     if model_type not in hf.TYPE_DEFAULTS:
         return "approximate: counted with the llama layout" + (
             "" if ffn_stated else ", MLP width not in the config, taken as 4 x hidden")
-    # hf_moe's families: their parameters exact; what their attention and experts keep unmeasured.
-    rest = "; activations approximate (counted as the llama layout's)" if model_type in (
-        hf_moe.FAMILIES - hf_moe.MEASURED) else hf_moe.CUDA_NOTE.get(model_type, "")
+    # deepseek's CUDA attention is read, not measured (hf_moe.CUDA_NOTE).
+    rest = hf_moe.CUDA_NOTE.get(model_type, "")
     if not filled:
         return "exact count" + rest
     named = ", ".join(filled[:3]) + (f" and {len(filled) - 3} more" if len(filled) > 3 else "")
@@ -224,12 +223,9 @@ def _experts(cfg: dict[str, Any], where: str, mt: str, n_layers: int, ffn: int) 
     if mt not in MOE:
         return None if mt in hf.TYPE_DEFAULTS else _unknown_experts(cfg, where, n_layers, ffn)
     count = hf_size(cfg, where, *hf.names("num_experts", mt), least=0) or 0
-    top_k = hf_size(cfg, where, "num_experts_per_tok") or 1
     if not count:
         return None
-    if top_k > count:
-        raise UserError(f"{where}: `num_experts_per_tok` {top_k} is more than the {count} experts",
-                        fix="route each token to at most as many experts as the model has")
+    top_k = hf_moe.top_k_of(cfg, where, count, "num_experts_per_tok")
     if mt == "mixtral":
         return Experts(count, top_k, ffn, 0, (True,) * n_layers, ffn, True, True)
     step = hf_size(cfg, where, "decoder_sparse_step") or 1
@@ -260,7 +256,7 @@ def _unknown_experts(cfg: dict[str, Any], where: str, n_layers: int, ffn: int) -
     count = hf_size(cfg, where, *_UNKNOWN_EXPERTS, least=0) or 0
     if count < 2:
         return None
-    top_k = min(hf_size(cfg, where, *_UNKNOWN_TOP_K) or 1, count)
+    top_k = hf_moe.top_k_of(cfg, where, count, *_UNKNOWN_TOP_K)
     width = hf_size(cfg, where, "moe_intermediate_size") or ffn
     shared = ((hf_size(cfg, where, "n_shared_experts", "moe_num_shared_experts", least=0) or 0) * width
               or hf_size(cfg, where, "shared_expert_intermediate_size", least=0) or 0)

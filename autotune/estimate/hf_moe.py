@@ -20,9 +20,6 @@ from autotune.errors import UserError
 from autotune.estimate.hf_fields import Experts, hf_size
 
 FAMILIES = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
-# Those whose activations autotune.estimate.family_layers counts as autograd keeps them (measured
-# in tests/test_hf_shape.py); the others' are counted as the llama layout's, approximate.
-MEASURED = frozenset({"gpt_oss", "deepseek_v2", "deepseek_v3"})
 # deepseek's activations are measured on CPU (family_layers.mla_bytes). On CUDA, where v_head_dim
 # is not qk_nope + qk_rope (the real models: 128 and 192), SDPA runs its memory-efficient
 # kernel, which keeps no s x s scores: PyTorch's CUDA sdp_utils.cpp (check_head_dim_size_flash
@@ -84,7 +81,7 @@ class Blocks(NamedTuple):
     layout: Layout | None = None
 
 
-def _top_k(cfg: dict[str, Any], where: str, count: int, *names: str) -> int:
+def top_k_of(cfg: dict[str, Any], where: str, count: int, *names: str) -> int:
     """The experts a token runs (1 where the config leaves it out), at most `count`."""
     top_k = hf_size(cfg, where, *names) or 1
     if top_k > count:
@@ -104,7 +101,7 @@ def _gpt_oss(cfg: dict[str, Any], where: str, d: Dims) -> Blocks:
     if cfg.get("attention_bias", True):
         attn += q + 2 * kv + h
     count = hf_size(cfg, where, "num_local_experts", "num_experts") or 1
-    top_k = _top_k(cfg, where, count, "num_experts_per_tok")
+    top_k = top_k_of(cfg, where, count, "num_experts_per_tok")
     expert = 3 * h * d.ffn + 2 * d.ffn + h
     mlp = count * h + count + count * expert
     moe = Experts(count, top_k, d.ffn, 0, (True,) * d.layers, d.ffn, True, False)
@@ -173,7 +170,7 @@ def _deepseek(cfg: dict[str, Any], where: str, mt: str, d: Dims) -> Blocks:
     dense, dense_split = mlp(d.ffn)
     if not count:  # the modeling file builds a DeepseekV*Moe all the same; a dense model here
         return Blocks(attn, attn_split, [dense] * L, [dense_split] * L, 0, None, head_dim, layout)
-    top_k = _top_k(cfg, where, count, "num_experts_per_tok")
+    top_k = top_k_of(cfg, where, count, "num_experts_per_tok")
     sparse = tuple(i >= first_dense for i in range(L))
     shared, shared_split = mlp(shared_width)
     moe_mlp = count * h + count * 3 * h * width + shared
