@@ -10,7 +10,7 @@ A limit is a quantile of the configs' measured peaks (each config's median peak 
 `autotune.search.calibration.measured_peak_bytes` defines a peak), so "0.2" means: a device
 where only a fifth of the space's configs fit. The baselines come from the shipped
 `autotune.search.strategy.baseline_params` (the benchmark calls the shipped code), and the
-distance to the optimum counts the shipped local moves (`autotune.search.space.neighbours`:
+distance to the optimum counts the shipped local moves (`autotune.search.space_walk.neighbours`:
 one dimension to its adjacent choice).
 """
 
@@ -93,11 +93,11 @@ def optimum_key(table, metric: str = "usd") -> str | None:
 
 
 def moves_away(table, start: list[str], goal: str, ms, spec) -> int | None:
-    """The fewest shipped local moves (autotune.search.space.neighbours) from any of `start`
+    """The fewest shipped local moves (autotune.search.space_walk.neighbours) from any of `start`
     to `goal`, through configs of the table; None if unreachable."""
     from bench_truth import config_key
 
-    from autotune.search.space import neighbours
+    from autotune.search.space_walk import neighbours
 
     dist = {k: 0 for k in start}
     todo = deque(start)

@@ -103,7 +103,7 @@ def make_spec(args):
 
 def enumerate_space(rs, global_batch_samples: int | None) -> list[tuple[dict, dict]]:
     """All (optuna params, TrialConfig values) pairs `suggest` can return, depth first."""
-    from autotune.search.space import enumerate_configs
+    from autotune.search.space_walk import enumerate_configs
 
     return enumerate_configs(rs, global_batch_samples)
 

@@ -18,8 +18,9 @@ import pytest
 from autotune.contract import HardwareFingerprint, Precision, TrialConfig
 from autotune.pricing.load import load_catalog
 from autotune.search.score import with_compile
-from autotune.search.space import capabilities_for, enumerate_configs, restrict, steps
+from autotune.search.space import capabilities_for, restrict
 from autotune.search.space_file import SearchSpace, load_space
+from autotune.search.space_walk import enumerate_configs, steps
 from tests.fixtures.bills import bill_of
 
 REPO = Path(__file__).resolve().parent.parent

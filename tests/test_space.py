@@ -151,7 +151,7 @@ def _key(v):
 
 
 def test_enumeration_lists_exactly_what_random_suggestions_reach():
-    from autotune.search.space import enumerate_configs
+    from autotune.search.space_walk import enumerate_configs
 
     rs = restrict(load_space("default"), capabilities_for(CPU2))
     listed = enumerate_configs(rs, 8)
@@ -168,7 +168,7 @@ def test_enumeration_lists_exactly_what_random_suggestions_reach():
 
 
 def test_neighbours_move_one_dimension_one_choice():
-    from autotune.search.space import neighbours
+    from autotune.search.space_walk import neighbours
 
     rs = restrict(SearchSpace(num_gpus=[1, 2], micro_batch_size=[1, 2, 4, 8],
                               precision=[Precision.fp32, Precision.bf16], zero_stage=[0, 1, 2],
@@ -287,6 +287,50 @@ def test_choices_left_out_for_one_reason_say_it_once():
     space = SearchSpace.model_validate({"num_gpus": [8], "tp_degree": [1, 2, 4, 8]})
     why = "the worker does not run this model's tensor-parallel plan"
     assert unrestricted(space, 1, why).dropped_text() == f"tp_degree 2, 4, 8 ({why})"  # tp_heads 1: TP 1 only
-    rs = unrestricted(space, 6)  # 6 heads: TP 4 and 8 do not divide them, no reason given
-    rs.why_dropped["tp_degree 8"] = "another reason"
-    assert rs.dropped_text() == "tp_degree 4, 8 (another reason)"
+    rs = unrestricted(space, 6)  # 6 heads: TP 4 and 8 do not divide them
+    heads = "each TP rank holds whole attention and key/value heads: TP must divide the model's 6"
+    assert rs.dropped_text() == f"tp_degree 4, 8 ({heads})"
+    rs.why_dropped["tp_degree 4"] = "another reason"
+    assert rs.dropped_text() == f"tp_degree 4 (another reason), 8 ({heads})"
+
+
+def test_the_sweep_says_what_this_machine_leaves_out_apart_from_what_the_model_or_the_space_does(tmp_path):
+    """A TP degree the model's heads cannot split, or one the space's ZeRO stages rule out, was
+    listed as "not offered on this machine", with no reason: another machine would leave it
+    out too. Now the machine's line keeps what the machine leaves out, and a second line names
+    the rest with its reason."""
+    import io
+    import json
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from autotune.cli.sweep import _header
+    from autotune.search.machine import restricted_space
+    from autotune.spec import load_spec
+
+    space = SearchSpace.model_validate({"num_gpus": [1, 2, 4], "tp_degree": [1, 2, 4], "zero_stage": [0]})
+    rs = restrict(space, capabilities_for(CPU2), n_heads=3)  # 3 heads: no TP 2; 4 ranks: not here
+    heads = "each TP rank holds whole attention and key/value heads: TP must divide the model's 3"
+    assert rs.dropped_text(machine=True) == "num_gpus 4; tp_degree 4"
+    assert rs.dropped_text(machine=False) == f"tp_degree 2 ({heads})"
+    assert rs.dropped_text() == f"num_gpus 4; tp_degree 2 ({heads}), 4"
+    zero3 = restrict(SearchSpace.model_validate({"num_gpus": [2], "tp_degree": [1, 2], "zero_stage": [3]}),
+                     capabilities_for(CPU2))
+    assert zero3.dropped_text(machine=False) == (
+        "tp_degree 2 (TP runs at ZeRO stage 0 only, which the space's zero_stage does not list)")
+    assert zero3.dropped_text(machine=True) == ""
+
+    # The sweep's start, from a real spec: a Llama with 3 heads on this 2-rank CPU machine.
+    (tmp_path / "llama.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 48, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 3, "vocab_size": 512}))
+    (tmp_path / "space.yaml").write_text("num_gpus: [1, 2, 4]\ntp_degree: [1, 2, 4]\nzero_stage: [0]\n")
+    (tmp_path / "spec.yaml").write_text("workload: {kind: hf, config_path: llama.json}\nspace: space.yaml\n")
+    spec = load_spec(tmp_path / "spec.yaml")
+    session = SimpleNamespace(hardware=CPU2, restricted=restricted_space(spec, CPU2), spec=spec, measured_before=0)
+    out = io.StringIO()
+    _header(Console(file=out, width=200), session, "sqlite:///x.db", 3)
+    lines = out.getvalue().splitlines()
+    assert "  not offered on this machine: num_gpus 4; tp_degree 4" in lines, lines
+    assert f"  left out by the model or the space: tp_degree 2 ({heads})" in lines, lines

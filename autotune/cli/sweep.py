@@ -170,8 +170,10 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
                else "its config lacks the sizes: hidden_size, num_hidden_layers, num_attention_heads, vocab_size")
         con.print(f"  memory prescreen off: the workload gives no model shape to predict memory from ({why}); "
                   "every config is launched and measured", soft_wrap=True, markup=False)
-    if rs.dropped:
-        con.print("  not offered on this machine: " + rs.dropped_text(), soft_wrap=True, markup=False)
+    for line, text in (("not offered on this machine", rs.dropped_text(machine=True)),
+                       ("left out by the model or the space", rs.dropped_text(machine=False))):
+        if text:
+            con.print(f"  {line}: {text}", soft_wrap=True, markup=False)
     prebuild(session, lambda m: con.print(f"  {m}", soft_wrap=True))
 
 

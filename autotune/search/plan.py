@@ -48,8 +48,9 @@ from autotune.search.plan_fits import memory_config, space_changes, split_counts
 from autotune.search.plan_memory import MEMORY_MARGIN, capacity, margin_counts, spec_fix, spec_memory, usable
 from autotune.search.plan_types import plan_types
 from autotune.search.score import job_from_model
-from autotune.search.space import RestrictedSpace, enumerate_configs, unrestricted
+from autotune.search.space import RestrictedSpace, unrestricted
 from autotune.search.space_file import SearchSpace, load_space
+from autotune.search.space_walk import enumerate_configs
 from autotune.spec import MemorySpec, SweepSpec
 
 # The stated default: torchtitan's Llama 3.1 8B FSDP runs on 8 and 128 H100 reach 33-39% MFU
@@ -84,10 +85,9 @@ def model_of(spec: SweepSpec) -> ModelShape:
 
 
 def _configs(rs: RestrictedSpace, global_batch_samples: int | None):
-    """Every config a sweep of this space could launch (autotune.search.space.enumerate_configs,
-    the sweep's own rules: FSDP2 at stage 0, TP without ZeRO, the batch's accumulation), less
-    offload (see the assumptions); compile only where it decides (fp8), as the FLOPs model has
-    no compile speed-up otherwise."""
+    """Every config a sweep of this space could launch (space_walk.enumerate_configs, the sweep's
+    own rules: FSDP2 at stage 0, TP without ZeRO, the batch's accumulation), less offload (see the
+    assumptions); compile only where it decides (fp8): the FLOPs model has no compile speed-up."""
     seen = set()
     for _, v in enumerate_configs(rs, global_batch_samples) or []:
         if v["offload"] is not Offload.none:

@@ -362,7 +362,7 @@ class FitRule:
         config when the space can be listed, else the neighbours of those measured."""
         from autotune.search.fit import Candidate
         from autotune.search.objective import trial_config_for
-        from autotune.search.space import neighbours
+        from autotune.search.space_walk import neighbours
 
         ms, spec = self.ctx.machine, self.ctx.spec
         gb = spec.batch.global_batch_samples
@@ -387,7 +387,7 @@ class FitRule:
         """Keys of the configs waiting in the queue (baselines, moves, other workers' probes)."""
         from optuna.trial import TrialState
 
-        from autotune.search.space import params_for
+        from autotune.search.space_walk import params_for
 
         ms, gb = self.ctx.machine, self.ctx.spec.batch.global_batch_samples
         out = set()

@@ -83,19 +83,24 @@ class RestrictedSpace:
     # Why a dropped choice is left out, where the choice alone does not say: by "name value"
     # ("precision fp8": "runs only compiled ..."); shown beside it by dropped_text().
     why_dropped: dict[str, str] = field(default_factory=dict)
+    # The dropped choices ("name value") that the model or the space itself leaves out, not
+    # this machine: another machine would leave them out too (the sweep says them apart).
+    not_machine: set[str] = field(default_factory=set)
 
-    def dropped_text(self) -> str:
-        """The choices left out, as the sweep's "not offered" line and the plan show them:
+    def dropped_text(self, machine: bool | None = None) -> str:
+        """The choices left out, as the sweep's start and the plan show them:
         `num_gpus 4, 8; precision fp8 (why)`; values that share a reason say it once
-        (`tp_degree 2, 4, 8 (why)`)."""
+        (`tp_degree 2, 4, 8 (why)`). `machine`: True, only those this machine leaves out;
+        False, only those the model or the space does (`not_machine`); None, all."""
         def shown(name: str, vs: list[Any]) -> str:
             groups: dict[str | None, list[str]] = {}  # reason -> its values, in their order
             for v in vs:
                 text = str(getattr(v, "value", v))
-                groups.setdefault(self.why_dropped.get(f"{name} {text}"), []).append(text)
+                if machine is None or (f"{name} {text}" in self.not_machine) != machine:
+                    groups.setdefault(self.why_dropped.get(f"{name} {text}"), []).append(text)
             return ", ".join(", ".join(texts) + (f" ({why})" if why else "") for why, texts in groups.items())
 
-        return "; ".join(f"{k} {shown(k, vs)}" for k, vs in self.dropped.items())
+        return "; ".join(f"{k} {text}" for k, vs in self.dropped.items() if (text := shown(k, vs)))
 
     def compile_choices(self) -> list[bool]:
         """Eager only where every precision left is fp8 would leave nothing to run."""
@@ -162,11 +167,12 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None,
     tp = keep("tp_degree", space.tp_degree,
               lambda t: t <= max(num_gpus) and (caps.tensor_parallel or t == 1)
               and (n_heads is None or n_heads % t == 0) and (t == 1 or 0 in zero))
-    why = {f"tp_degree {t}": tp_why for t in dropped.get("tp_degree", []) if tp_why and t > 1}
+    why = _tp_not_machine(dropped.get("tp_degree", []), caps, max(num_gpus), n_heads, tp_why, zero)
     if Precision.fp8 in dropped.get("precision", []) and Precision.fp8 in caps.precisions:
         why["precision fp8"] = FP8_NEEDS_COMPILE
     return RestrictedSpace(
         why_dropped=why,
+        not_machine=set(why),
         num_gpus=num_gpus,
         micro_batch_size=list(space.micro_batch_size),
         grad_accum_steps=list(space.grad_accum_steps),
@@ -179,6 +185,24 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None,
         fsdp=keep("fsdp", space.fsdp, lambda f: caps.fsdp or f is FSDPMode.none),
         compile=compiled,
     )
+
+
+def _tp_not_machine(gone: list[int], caps: Capabilities, most_ranks: int, n_heads: int | None,
+                    tp_why: str | None, zero: list[int]) -> dict[str, str]:
+    """Why the model or the space leaves out each TP degree in `gone` that this machine could
+    run (more ranks than it runs, or no TP at all here, is the machine's reason): {"tp_degree t": why}."""
+    why = {}
+    for t in gone:
+        if t > most_ranks or not caps.tensor_parallel:
+            continue
+        if tp_why:
+            why[f"tp_degree {t}"] = tp_why
+        elif n_heads is not None and n_heads % t:
+            why[f"tp_degree {t}"] = (f"each TP rank holds whole attention and key/value heads: "
+                                     f"TP must divide the model's {n_heads}")
+        else:  # restrict's last condition: TP > 1 at ZeRO stage 0 only
+            why[f"tp_degree {t}"] = "TP runs at ZeRO stage 0 only, which the space's zero_stage does not list"
+    return why
 
 
 def _runs_here(name: str, caps: Capabilities, compiled: list[bool]) -> str:
@@ -278,121 +302,3 @@ def unrestricted(space: SearchSpace, n_heads: int | None = None, tp_why: str | N
     """The space with every capability on: the same on every machine of a study (only the
     model shape, which the whole study shares, still removes TP degrees)."""
     return restrict(space, ALL_CAPABILITIES, n_heads, tp_why)
-
-
-class _Chooser:
-    """Stands in for an Optuna trial: answers each suggestion with the wanted value (or the
-    closest allowed choice) and records the parameter names used."""
-
-    def __init__(self, wanted: dict[str, Any]):
-        self.wanted = {k: getattr(v, "value", v) for k, v in wanted.items()}
-        self.params: dict[str, Any] = {}
-
-    def suggest_within(self, name: str, choices: list[Any], _full: list[Any]) -> Any:
-        want = self.wanted.get(name)
-        if want in choices:
-            value = want
-        elif isinstance(want, int) and all(isinstance(c, int) for c in choices):
-            value = min(choices, key=lambda c: (abs(c - want), c))
-        else:
-            value = choices[0]
-        self.params[name] = value
-        return value
-
-
-def params_for(wanted: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-               full: RestrictedSpace | None = None, num_nodes: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(Optuna params, TrialConfig values) of the config closest to `wanted` on this machine,
-    on `num_nodes` nodes."""
-    chooser = _Chooser(wanted)
-    values = suggest(chooser, rs, global_batch_samples, full, num_nodes)
-    return chooser.params, values
-
-
-class _PathTrial:
-    """Answers each suggestion along a fixed path of allowed-choice indices (for enumeration)."""
-
-    def __init__(self, path: list[int]):
-        self.path, self.depth = path, 0
-        self.arity: list[int] = []
-        self.params: dict[str, Any] = {}
-
-    def suggest_within(self, name: str, choices: list[Any], _full: list[Any]) -> Any:
-        i = self.path[self.depth] if self.depth < len(self.path) else 0
-        self.arity.append(len(choices))
-        self.depth += 1
-        self.params[name] = choices[i]
-        return choices[i]
-
-
-def enumerate_configs(rs: RestrictedSpace, global_batch_samples: int | None = None,
-                      full: RestrictedSpace | None = None, limit: int | None = None,
-                      num_nodes: int = 1) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
-    """Every (Optuna params, TrialConfig values) pair `suggest` can return on `num_nodes` nodes,
-    depth first in the space's order; None when there are more than `limit` (a space too large
-    to list)."""
-    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    stack: list[list[int]] = [[]]
-    while stack:
-        path = stack.pop()
-        t = _PathTrial(path)
-        values = suggest(t, rs, global_batch_samples, full, num_nodes)
-        if len(path) < len(t.arity):  # an unexplored decision: branch on it
-            stack.extend(path + [i] for i in reversed(range(t.arity[len(path)])))
-            continue
-        out.append((t.params, values))
-        if limit is not None and len(out) > limit:
-            return None
-    return out
-
-
-# The dimensions a local move changes, one at a time, to the next choice up or down.
-_STEP_DIMS = ("num_gpus", "tp_degree", "micro_batch_size", "grad_accum_steps", "precision",
-              "checkpointing", "zero_stage", "offload", "fsdp", "compile")
-
-
-def neighbours(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-               full: RestrictedSpace | None = None, num_nodes: int = 1) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The configs one step away from `values`: one dimension moved to the adjacent choice of
-    this machine's list (the others kept where still valid, e.g. accumulation re-derived for a
-    fixed global batch), as (Optuna params, TrialConfig values), without `values` itself."""
-    return [(params, moved) for _, _, params, moved in steps(values, rs, global_batch_samples, full, num_nodes)]
-
-
-def steps(values: dict[str, Any], rs: RestrictedSpace, global_batch_samples: int | None = None,
-          full: RestrictedSpace | None = None,
-          num_nodes: int = 1) -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
-    """`neighbours` as (dimension, direction -1 or +1, Optuna params, TrialConfig values)."""
-    plain = {"fsdp": "none", "compile": False, **{k: getattr(v, "value", v) for k, v in values.items()}}
-    lists: dict[str, list[Any]] = {"num_gpus": rs.num_gpus, "tp_degree": rs.tp_choices(int(plain["num_gpus"])),
-             "micro_batch_size": rs.micro_batch_size, "grad_accum_steps": rs.grad_accum_steps,
-             "precision": [p.value for p in rs.precision_choices(bool(plain["compile"]))],
-             "compile": [c for c in rs.compile_choices()
-                         if c or Precision(plain["precision"]) is not Precision.fp8],
-             "checkpointing": [c.value for c in rs.checkpointing], "zero_stage": rs.zero_stage,
-             "offload": [o.value for o in rs.offload_choices(int(plain["zero_stage"]),
-                                                             FSDPMode(plain.get("fsdp", "none")))],
-             "fsdp": [f.value for f in rs.fsdp_choices(int(plain["zero_stage"]),
-                                                       Precision(plain["precision"]))]}
-    out: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = []
-    seen = {_values_key(values)}
-    for dim in _STEP_DIMS:
-        choices = lists[dim]
-        if plain[dim] not in choices:
-            continue
-        i = choices.index(plain[dim])
-        for j in (i - 1, i + 1):
-            if not 0 <= j < len(choices):
-                continue
-            params, moved = params_for({**plain, dim: choices[j]}, rs, global_batch_samples, full, num_nodes)
-            k = _values_key(moved)
-            if k not in seen:
-                seen.add(k)
-                out.append((dim, j - i, params, moved))
-    return out
-
-
-def _values_key(values: dict[str, Any]) -> tuple:
-    defaults = {"compile": False}
-    return tuple(str(getattr(v, "value", v)) for v in
-                 (values.get(k, defaults.get(k, "none")) for k in _STEP_DIMS))

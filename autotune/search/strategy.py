@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from autotune.search.context import SweepContext
 
 # Proposals in a row that launch nothing (reused, prescreened) before a sweep gives up on a
-# space it cannot list (autotune.search.space.enumerate_configs caps the listing).
+# space it cannot list (autotune.search.space_walk.enumerate_configs caps the listing).
 MAX_IDLE_PROPOSALS = 50
 # After the baselines, every second launched trial is a local move and the others are TPE's:
 # TPE models the whole space, the moves try what is next to the best configs measured
@@ -57,7 +57,7 @@ def baseline_params(ms: MachineSpace, global_batch_samples: int | None,
     batch) the largest is taken: more samples per optimizer step, for the same tokens. The
     precision that runs fastest on this machine (`autotune.search.machine.preferred_precision`).
     On `num_nodes` nodes (a fixed global batch is met over all of them)."""
-    from autotune.search.space import params_for
+    from autotune.search.space_walk import params_for
 
     rs = ms.restricted
     prefer = preferred_precision(ms.hardware)
@@ -126,7 +126,7 @@ class LocalMoves:
     settled on a region it knows) or one the memory prescreen holds back (TPE proposes those
     again and again: they carry no objective values to learn from), the sweep queues an
     untried neighbour (one dimension moved to the adjacent choice:
-    `autotune.search.space.neighbours`, in a seeded random order) of the best config that has
+    `autotune.search.space_walk.neighbours`, in a seeded random order) of the best config that has
     one left: the Pareto front first, then the next front. A single measurement is noisy
     (docs/benchmarks.md: runs of one config differ by tens of percent on a shared CPU), so the
     runner-up's neighbours matter as much as the incumbent's. TPE keeps re-proposing its
@@ -179,7 +179,7 @@ class LocalMoves:
         fitting), so a step that improved on a measured neighbour, or moved away from one
         that failed, is continued first in the same direction (a pattern search), before the
         other neighbours in a seeded random order."""
-        from autotune.search.space import steps
+        from autotune.search.space_walk import steps
 
         trials = study.get_trials(deepcopy=False)
         tried = self.tried(trials) | self.queued
@@ -226,8 +226,8 @@ class LocalMoves:
     def listed(self, num_nodes: int | None = None) -> list:
         """Every (Optuna params, TrialConfig values) of this machine's space on `num_nodes` nodes
         (default: the spec's first choice), listed once; [] when the space is too large to list
-        (autotune.search.space.enumerate_configs)."""
-        from autotune.search.space import enumerate_configs
+        (autotune.search.space_walk.enumerate_configs)."""
+        from autotune.search.space_walk import enumerate_configs
 
         n = self.spec.launcher.num_nodes[0] if num_nodes is None else num_nodes
         if n not in self._listed:
