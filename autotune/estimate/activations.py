@@ -292,7 +292,8 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
         return 0
     plain = model.plain
     rope = plain.rope_width if plain else model.layout.rope_width if model.layout else model.head_width or 0
-    kept = 2 * s * rope * (4 if model.rope_fp32 else residual_bytes) + 2 * s * b * 8 + 4
+    # ids s x b; targets: the loss's padded, shifted labels flattened: a view of s + 1 at micro-batch 1, a copy above
+    kept = 2 * s * rope * (4 if model.rope_fp32 else residual_bytes) + 8 * (s * b + (s + 1 if b == 1 else s * b)) + 4
     if plain and plain.positions != "none":
         kept += 8 * s * (b if plain.positions == "batch" else 1)
     if model.norm == "gemma_rmsnorm":

@@ -88,7 +88,8 @@ def mla_bytes(layout: Layout, z: Sizes, device: str) -> int:
     a token), V (a view: kv_b_proj's output whole, a x (qk_nope + v_head)), its output (then
     copied before o_proj) in the compute dtype and an fp32 log-sum-exp per head and token; else
     (the real models: 192 and 128) the math kernel, which on CPU runs 16-bit inputs in fp32,
-    keeps fp32 copies of the scaled Q and K and of V and the fp32 softmax of the s x s scores.
+    keeps fp32 copies of the scaled Q and K and of V (in fp32 at micro-batch 1, a view of
+    kv_b_proj's output whole) and the fp32 softmax of the s x s scores.
     On CUDA (`device`) no kernel keeps the scores: flash where the widths are equal, else the
     memory-efficient kernel, which takes a value narrower than the query (PyTorch's CUDA
     sdp_utils.cpp: check_head_dim_size_flash needs q, k and v equally wide,
@@ -100,8 +101,9 @@ def mla_bytes(layout: Layout, z: Sizes, device: str) -> int:
     kv = t * (layout.kv_rank * (4 + 2 * c) + 4 + (layout.rope * 4 if c == 4 else 0))
     if qk == v or device == "cuda":
         core = t * a * c * (2 * qk + layout.nope + 3 * v) + 4 * a * t
-    else:
-        core = 4 * (t * a * (2 * qk + v) + a * z.s * t) + t * a * v * c
+    else:  # in fp32 at micro-batch 1 the kernel's V is a view: kv_b_proj's output whole
+        v_kept = layout.nope + v if c == 4 and z.b == 1 else v
+        core = 4 * (t * a * (2 * qk + v_kept) + a * z.s * t) + t * a * v * c
     return q + kv + core
 
 
