@@ -159,6 +159,8 @@ def test_a_config_that_leaves_sizes_out_counts_the_model_its_defaults_build():
         tokens = {"pad_token_id": 0, "eos_token_id": 0} if mt == "phi3" else {}
         # deepseek_v3's default key/value heads are its 128 heads'.
         tokens |= {"num_key_value_heads": 32} if mt == "deepseek_v3" else {}
+        # gpt_neo's attention_types name one kind per layer: as many as its layers.
+        tokens |= {"attention_types": [[["global", "local"], 1]]} if mt == "gpt_neo" else {}
         for overrides in ({}, {**sizes, "vocab_size": 100, **tokens}):
             wl = HFWorkload(model_type=mt, config_overrides=overrides)
             m = model_from_workload(wl)
@@ -353,6 +355,8 @@ FAMILIES = {"gemma2": {"sliding_window": 16},
                         "sliding_window": 8},
             "gpt2": {"n_inner": 128, "bos_token_id": 0, "eos_token_id": 0,
                      "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+            "gpt_neo": {"intermediate_size": 128, "attention_types": [[["global", "local"], 1]], "window_size": 8,
+                        "bos_token_id": 0, "eos_token_id": 0},
             "gpt_neox": {"intermediate_size": 128},
             "opt": {"ffn_dim": 128, "dropout": 0.0},
             "olmo": {"clip_qkv": 8.0, "eos_token_id": 0},
@@ -380,7 +384,7 @@ PLAIN = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "v
 def _fields(mt: str, overrides: dict | None = None) -> dict:
     """The config fields the activation tests build `mt` from: WIDE_HEADS (PLAIN for gpt2,
     gpt_neox and opt), FAMILIES' and `overrides`."""
-    return {**(PLAIN if mt in ("gpt2", "gpt_neox", "opt") else WIDE_HEADS), **FAMILIES.get(mt, {}),
+    return {**(PLAIN if mt in ("gpt2", "gpt_neo", "gpt_neox", "opt") else WIDE_HEADS), **FAMILIES.get(mt, {}),
             **(overrides or {})}
 
 
@@ -474,13 +478,13 @@ def test_the_activation_estimate_counts_attention_at_the_heads_width(mt):
     m = model_from_hf_config({"model_type": mt, **_fields(mt)})
     # The estimate's `attention` default is the one the worker runs: SDPA (fused), gemma2 eager.
     assert config._attn_implementation == {"fused": "sdpa", "eager": "eager"}[m.attention]
-    assert (m.attention == "eager") == (mt in ("gemma2", "gpt_oss"))
+    assert (m.attention == "eager") == (mt in ("gemma2", "gpt_oss", "gpt_neo"))
     if mt.endswith(("_moe", "mixtral", "gpt_oss")):  # what the experts run: expert_bytes counts grouped_mm
         assert config._experts_implementation == "grouped_mm"
     parts = _estimated(mt, s, b)
     assert parts["kept"] + parts["kept_logits"] == saved
     qk_norm = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}.get(mt, "none")
-    plain = mt in ("gpt2", "gpt_neox", "opt")  # PLAIN: heads split the hidden size
+    plain = mt in ("gpt2", "gpt_neo", "gpt_neox", "opt")  # PLAIN: heads split the hidden size
     assert (m.head_width, m.attention_width, m.qk_norm) == ((16, 64) if plain else (32, 128)) + (qk_norm,)
 
 
@@ -522,7 +526,7 @@ def test_the_activation_estimate_counts_what_rmsnorm_keeps_in_each_16_bit_layout
 
 @pytest.mark.parametrize("mt,layout,mode", [(mt, layout, mode) for mt in ("llama", "gemma", "qwen2_moe", "gemma2",
                                                                          "olmo", "olmo2", "gpt2", "gpt_neox",
-                                                                         "opt", "gpt_oss")
+                                                                         "opt", "gpt_oss", "gpt_neo")
                                             for layout in ("fp32", "bf16") for mode in ("selective", "full")])
 def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     """A recomputed layer keeps only its input, its norms' tensors among what it recomputes;
@@ -535,11 +539,11 @@ def test_the_rmsnorm_terms_follow_checkpointing(mt, layout, mode):
     cos and sin are its partial rotary's, 4 wide (a quarter of its heads' 16); gpt_oss's half a
     head (its rotary embedding does not repeat the frequencies)."""
     s, b = 64, 2
-    three = {"num_hidden_layers": 3}
+    three = {"num_hidden_layers": 3, **({"attention_types": [[["global", "local", "global"], 1]]} if mt == "gpt_neo" else {})}
     parts = _estimated(mt, s, b, layout, three, (mode, 2))
     saved = _saved_bytes(mt, s, b, layout, three, (mode, 2))[0]
     fp32_rope = layout == "fp32" or mt in ("olmo", "olmo2")
-    width = {"gpt2": 0, "opt": 0, "gpt_neox": 4, "gpt_oss": 16}.get(mt, WIDE_HEADS["head_dim"])
+    width = {"gpt2": 0, "opt": 0, "gpt_neo": 0, "gpt_neox": 4, "gpt_oss": 16}.get(mt, WIDE_HEADS["head_dim"])
     rope = 2 * s * width * (4 if fp32_rope else 2) if mode == "full" else 0
     assert parts["kept"] + parts["kept_logits"] - rope == saved
     assert parts["recompute_transient"] > 0
@@ -821,7 +825,8 @@ def test_the_dropout_terms_follow_checkpointing(mt, layout, mode):
                                           ("llama", {"attention_dropout": 0.1}),
                                           ("phi3", {"attention_dropout": 0.1, "resid_pdrop": 0.1}),
                                           ("qwen3", {"attention_dropout": 0.1}),
-                                          ("gemma2", {"attention_dropout": 0.1})])
+                                          ("gemma2", {"attention_dropout": 0.1}),
+                                          ("gpt_neo", {"embed_dropout": 0.1, "resid_dropout": 0.1, "attention_dropout": 0.1})])
 def test_a_config_that_sets_attention_dropout_is_counted_on_its_attention_path(mt, overrides):
     """attention_dropout (0.0 by default in these families) is passed to SDPA in training: on
     CPU its math path keeps the scores (grouped K and V repeated to every query head, phi3's and

@@ -71,7 +71,7 @@ def norm_bytes(norm: Norm, residual_bytes: int, compute_bytes: int, readers: int
     (tests/test_hf_shape.py), per element of the hidden size: fp32 12 (LayerNorm 8, olmo 8);
     bf16 autocast 8 + 2 x readers (LayerNorm 6, olmo 4 + 2 x readers); bf16 weights 8 (gemma
     and olmo2 10; LayerNorm 4, olmo 6); and 4 bytes per token for the 1/rms (olmo 8).
-    transformers' nn.LayerNorm (gpt2, gpt_neox, opt: "hf_layernorm") keeps LayerNorm's input
+    transformers' nn.LayerNorm (gpt2, gpt_neo, gpt_neox, opt: "hf_layernorm") keeps LayerNorm's input
     and output and a mean and 1/std per token in the dtype it runs in: fp32 (8 bytes) in fp32
     and under autocast (which runs it in fp32); under bf16 weights 4 on CPU, as measured
     (CUDA's kernel keeps them in fp32: 4 bytes a token more, not measured here)."""
@@ -129,13 +129,6 @@ def eager_scores_bytes(s: int, b: int, a: int, kv: int, hd: int, c: int, *, soft
     scores = a * s * s * b
     per_score = 4 + (c if c != 4 else 0) + (c if softcap else 0)
     return scores * per_score + 2 * s * b * (a - kv) * hd * c
-
-
-def expert_readers(moe: Experts) -> int:
-    """Matmuls reading a sparse layer's MLP norm output (each keeps its own 16-bit copy under
-    autocast): the router, and a shared expert's gate, up and sigmoid gate (qwen2_moe). The
-    experts gather rows of it (keeping the row indices, not the norm output)."""
-    return 1 + (3 if moe.shared_width else 0)
 
 
 def expert_bytes(tokens: int, h: int, moe: Experts, compute_bytes: int, weight_bytes: int) -> int:
@@ -212,7 +205,7 @@ def layer_activation_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, ffn: i
     r, c = residual_bytes, compute_bytes
     sbh = s * b * h
     if experts is not None:
-        norm_readers = (norm_readers[0], expert_readers(experts))
+        norm_readers = (norm_readers[0], experts.norm_readers)
     pre = [norm_bytes(norm, r, c, k) if pre_norms else (read_bytes(r, c, k), 0) for k in norm_readers]
     post = 2 * (8 * sbh + 4 * s * b) if post_norms else 0
     unsplit = sbh * (sum(e for e, _ in pre) + (2 if dropout else 0)) + s * b * sum(n for _, n in pre) + post
@@ -284,10 +277,9 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
     stream's dtype, fp32 in olmo and olmo2 (`rope_fp32`), one pair shared by every layer), the
     int64 token ids (the embedding's) and targets (the loss's), the loss's fp32 token count;
     gemma: the final norm's fp32 1 + weight and the embedding scale (in the weights' dtype).
-    Whole on every TP rank. gpt2 / gpt_neox / opt (`ModelShape.plain`): the ids, targets and
-    count, gpt_neox's partial-rotary cos and sin (`rope_width` wide), and a learned position
-    embedding's int64 ids (gpt2: one row for the batch; opt: one per sequence). The built-in
-    GPT keeps its figures (pinned in tests/test_estimate.py)."""
+    Whole on every TP rank. gpt2 / gpt_neo / gpt_neox / opt (`ModelShape.plain`): the ids, targets,
+    count, gpt_neox's partial-rotary cos and sin (`rope_width` wide), a learned position embedding's
+    int64 ids (gpt2, gpt_neo: one row for the batch; opt: one per sequence)."""
     if model.norm == "layernorm":
         return 0
     plain = model.plain
@@ -302,9 +294,8 @@ def model_level_bytes(model: ModelShape, s: int, b: int, residual_bytes: int) ->
 
 
 def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | None:
-    """Bytes each block keeps for backward (`layer_activation_bytes`), first to last: a
-    mixture's sparse layers count their experts, its dense ones (qwen*_moe's mlp_only_layers,
-    decoder_sparse_step) a gated MLP `dense_width` wide. None without the model's shape."""
+    """Bytes each block keeps for backward (`layer_activation_bytes`), first to last: a mixture's
+    sparse layers count their experts, its dense ones a gated MLP `dense_width` wide; None without a shape."""
     dims = model.dims()
     if dims is None:
         return None
@@ -316,9 +307,12 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
                                 model.n_kv_heads or dims.n_heads, hd, r, c)
         return [float(family_layer_bytes(model, z, bool(moe and moe.sparse[i]), cfg.device))
                 for i in range(dims.n_layers)]
-    extra = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
-                                model.n_kv_heads or dims.n_heads, hd, c, cfg.device, r=r, fused_qkv=model.fused_qkv,
-                                eager=(cfg.attention or model.attention) == "eager")
+    drop = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
+                               model.n_kv_heads or dims.n_heads, hd, c, cfg.device, fused_qkv=model.fused_qkv,
+                               r=c if model.plain and model.plain.fp32_qk else r,  # gpt_neo: drops in v's dtype
+                               eager=(cfg.attention or model.attention) == "eager")
+    neo = family_layers.plain_attention_bytes(model.plain, cfg.seq_len * cfg.micro_batch_size, dims.n_heads * hd, r, c)
+    extra = (drop[0] + neo[0], drop[1] + neo[1])
 
     def layer(experts: Experts | None) -> float:
         return layer_activation_bytes(

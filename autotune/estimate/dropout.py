@@ -40,6 +40,7 @@ class Dropouts(NamedTuple):
 FIELDS: dict[str, tuple[tuple[str, float] | None, ...]] = {
     "gpt2": (("embd_pdrop", 0.1), ("resid_pdrop", 0.1), ("attn_pdrop", 0.1)),
     "opt": (None, ("dropout", 0.1), ("attention_dropout", 0.0)),
+    "gpt_neo": (("embed_dropout", 0.0), ("resid_dropout", 0.0), ("attention_dropout", 0.0)),
     "gpt_neox": (("hidden_dropout", 0.0), ("hidden_dropout", 0.0), ("attention_dropout", 0.0)),
     "phi3": (None, ("resid_pdrop", 0.0), ("attention_dropout", 0.0)),
 }

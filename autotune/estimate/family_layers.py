@@ -12,15 +12,19 @@ gpt_oss: sink_attention_bytes, gpt_oss_expert_bytes; deepseek_v2 / deepseek_v3: 
 2.13's CPU SDPA kernels, as measured; CUDA's read: hf_moe.CUDA_NOTE), deepseek_mlp_bytes.
 autotune.estimate.activations adds the norms (norm_bytes, with these readers), the model-level
 tensors (RoPE's cos and sin `Layout.rope_width` wide) and checkpointing. These families run
-at TP 1 only (hf_defaults.NO_TP): nothing here is split.
+at TP 1 only (hf_defaults.NO_TP): nothing here is split. gpt_neo, counted with the plain
+layout (hf_count.PlainLayout), adds what its own eager attention keeps: plain_attention_bytes.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from autotune.estimate.hf_fields import Experts
 from autotune.estimate.hf_moe import Layout
+
+if TYPE_CHECKING:
+    from autotune.estimate.hf_count import PlainLayout
 
 
 class Sizes(NamedTuple):
@@ -134,6 +138,17 @@ def deepseek_mlp_bytes(layout: Layout, z: Sizes, moe: Experts | None) -> int:
     rows = t * k
     experts = 3 * 8 * rows + 4 * e + rows * (z.r * (2 * z.h + 4 * moe.width) + rd)
     return router + experts + 4 * t * moe.shared_width * c
+
+
+def plain_attention_bytes(plain: PlainLayout | None, tokens: int, width: int, r: int, c: int) -> tuple[int, int]:
+    """What gpt_neo's eager attention keeps beyond the eager count (activations.eager_scores_bytes),
+    as (whole on every rank, split by heads): its causal mask, the bool `bias` buffer whole
+    (`PlainLayout.causal_mask_bytes`), and under bf16 weights its fp32 q and k, 2 bytes an element
+    more (`fp32_qk`; autocast casts them back to bf16, fp32 keeps them as they are). Measured
+    with SavedTensorMeter on the worker's tiny gpt_neo (tests/test_hf_shape.py)."""
+    if plain is None:
+        return 0, 0
+    return plain.causal_mask_bytes, 2 * tokens * width * (4 - c) if plain.fp32_qk and r == c else 0
 
 
 def block_bytes(layout: Layout, z: Sizes, experts: Experts | None, device: str) -> int:

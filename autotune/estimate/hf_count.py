@@ -33,8 +33,8 @@ GATED = {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "mixtral", "ph
          "granite", "internlm2", "deepseek_v2", "yi", "cohere", "stablelm", "qwen2_moe", "qwen3_moe",
          "gpt_oss", "deepseek_v3"}
 PLAIN = {"gpt2", "gpt_neox", "opt", "gpt_neo"}
-# The plain families whose activations are measured (PlainLayout); gpt_neo is not.
-MEASURED_PLAIN = ("gpt2", "gpt_neox", "opt")
+# The plain families whose activations are measured (PlainLayout).
+MEASURED_PLAIN = ("gpt2", "gpt_neox", "opt", "gpt_neo")
 MOE = {"mixtral", "qwen2_moe", "qwen3_moe"}
 # Families that normalise the query and key (q_norm, k_norm) before the rotary embedding:
 # "head" each head apart (qwen3: RMSNorms head_dim wide), "whole" the whole projection (olmo2:
@@ -121,6 +121,10 @@ class PlainLayout(NamedTuple):
     ids a learned position embedding keeps: "shared" one row for the batch (gpt2's wpe),
     "batch" one per sequence (opt's, offset by 2), "none". `parallel_residual`: the attention
     and the MLP normalise the same input (gpt_neox's use_parallel_residual), kept once.
+    `fp32_qk`: gpt_neo's eager attention casts q and k to fp32 before the scores' matmul (kept
+    so: under bf16 weights 2 bytes an element more; autocast casts them back to bf16).
+    `causal_mask_bytes`: its torch.where keeps each layer's bool `bias` buffer, whole
+    (max_position_embeddings squared), whatever the sequence.
     Beside it (HFCount): opt's q_proj, k_proj and v_proj read its norm apart (norm_readers 3);
     gpt_neox counts as phi3's fused_qkv (q and k rotated into new tensors, v a view of the
     fused query_key_value output, the attention output copied before dense)."""
@@ -129,6 +133,8 @@ class PlainLayout(NamedTuple):
     rope_width: int
     positions: Literal["none", "shared", "batch"]
     parallel_residual: bool
+    fp32_qk: bool = False
+    causal_mask_bytes: int = 0
 
 
 # Tensors ffn wide a plain MLP's activation keeps (PlainLayout.mlp_kept); 2 for another.
@@ -139,15 +145,17 @@ def _plain(cfg: dict[str, Any], mt: str, h: int, a: int) -> PlainLayout:
     """PlainLayout of a gpt2 / gpt_neox / opt config (their transformers 5.25.0 defaults where a
     field is left out). gpt_neox's rotary embedding reads a head_dim its attention does not."""
     act = cfg.get("hidden_act" if mt == "gpt_neox" else "activation_function",
-                  {"gpt2": "gelu_new", "gpt_neox": "gelu", "opt": "relu"}.get(mt))
+                  {"gpt2": "gelu_new", "gpt_neo": "gelu_new", "gpt_neox": "gelu", "opt": "relu"}.get(mt))
     rope = 0
     if mt == "gpt_neox":
         rp = cfg.get("rope_parameters") or {}
         factor = cfg.get("rotary_pct", rp.get("partial_rotary_factor", 0.25))
         rope = 2 * math.ceil(int((cfg.get("head_dim") or h // a) * factor) / 2)
+    neo = mt == "gpt_neo"
     return PlainLayout(mlp_kept=_ACT_KEPT.get(str(act), 2), rope_width=rope,
-                       positions={"gpt2": "shared", "opt": "batch"}.get(mt, "none"),  # type: ignore[arg-type]
-                       parallel_residual=mt == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)))
+                       positions={"gpt2": "shared", "gpt_neo": "shared", "opt": "batch"}.get(mt, "none"),  # type: ignore[arg-type]
+                       parallel_residual=mt == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
+                       fp32_qk=neo, causal_mask_bytes=int(cfg.get("max_position_embeddings", 2048)) ** 2 if neo else 0)
 
 
 def read_hf_config(path_or_dict: str | Path | dict[str, Any],
@@ -345,7 +353,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         norms = 2 * weights * sum(NORM_PLACES.get(mt, (True, False)))
         final_norm = weights
     else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
-        attn_split = h * 3 * h + 3 * h + h * h  # qkv and its bias column-wise, proj row-wise
+        attn_split = h * 3 * h + (0 if mt == "gpt_neo" else 3 * h) + h * h  # qkv (gpt_neo: no bias), proj
         attn, mlp_splits = attn_split + h, [h * ffn + ffn + ffn * h] * L
         mlps, unrouted = [split + h for split in mlp_splits], 0
         norms = 2 * 2 * h
@@ -374,7 +382,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         clip_qkv=mt == "olmo" and cfg.get("clip_qkv") is not None, rope_fp32=mt in ("olmo", "olmo2", "deepseek_v2"),
         # q, k, v and gate, up read the norms apart; phi3 fuses each. A mixture's sparse layers
         # have their own MLP readers (activations.expert_bytes); these are its dense layers'.
-        norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt == "opt" else (1, 1),
+        norm_readers=(1, 1) if mt == "phi3" else (3, 2) if gated else (3, 1) if mt in ("opt", "gpt_neo") else (1, 1),
         fused_qkv=mt in ("phi3", "gpt_neox"), experts=moe, layout=layout, eager=mt in hf.EAGER,
         plain=_plain(cfg, mt, h, a) if mt in MEASURED_PLAIN else None, dropouts=dropouts_of(cfg, mt),
         # gemma2 soft-caps unless a field is null (Gemma2Config's 50.0 and 30.0; not in

@@ -40,6 +40,9 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_neox": dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
                      intermediate_size=24576, hidden_act="gelu", max_position_embeddings=2048,
                      tie_word_embeddings=False, attention_bias=True),
+    # gpt_neo: GPT-Neo's 1.3B sizes; its MLP 4 x hidden where intermediate_size is None.
+    "gpt_neo": dict(vocab_size=50257, hidden_size=2048, num_layers=24, num_heads=16,
+                    max_position_embeddings=2048, tie_word_embeddings=True),
     "opt": dict(vocab_size=50272, hidden_size=768, num_hidden_layers=12, ffn_dim=3072,
                 max_position_embeddings=2048, do_layer_norm_before=True, num_attention_heads=12,
                 enable_bias=True, tie_word_embeddings=True),
@@ -134,7 +137,7 @@ TYPE_ALIASES: dict[str, tuple[tuple[str, ...], ...]] = {"mixtral": (EXPERTS,), "
 # and computes what one GPU does, on two).
 # tests/test_hf_shape.py pins the set to the installed transformers' plans and the worker's
 # styles. A family outside the table is left to its first trial (refused with the reason, then not tried again).
-NO_TP = frozenset({"gpt2", "opt", "deepseek_v2", "deepseek_v3", "gpt_oss"})
+NO_TP = frozenset({"gpt2", "opt", "gpt_neo", "deepseek_v2", "deepseek_v3", "gpt_oss"})
 # The families whose plan gathers a split output whole on every rank (`colwise_gather_output`,
 # transformers 5.25.0, read 2026-12-07), as (attention, MLP): olmo2's q/k/v (its norms run
 # over all heads), phi3's fused qkv and gate_up. What follows runs whole on every rank: its

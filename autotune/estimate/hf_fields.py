@@ -34,6 +34,13 @@ class Experts(NamedTuple):
     normalise: bool
     fp32_weights: bool
 
+    @property
+    def norm_readers(self) -> int:
+        """Matmuls reading a sparse layer's MLP norm output (each keeps its own 16-bit copy under
+        autocast): the router, and a shared expert's gate, up and sigmoid gate (qwen2_moe). The
+        experts gather rows of it (keeping the row indices, not the norm output)."""
+        return 1 + (3 if self.shared_width else 0)
+
 
 def set_name(cfg: dict[str, Any], *names: str) -> str | None:
     """The first of `names` the config sets (to something other than null)."""
