@@ -320,6 +320,10 @@ def test_the_sweep_says_what_this_machine_leaves_out_apart_from_what_the_model_o
     assert zero3.dropped_text(machine=False) == (
         "tp_degree 2 (TP runs at ZeRO stage 0 only, which the space's zero_stage does not list)")
     assert zero3.dropped_text(machine=True) == ""
+    # A model that runs no TP leaves out every degree, on any machine: its reason, once.
+    no_tp = restrict(space, capabilities_for(CPU2), n_heads=1, tp_why="the worker does not split it")
+    assert no_tp.dropped_text(machine=False) == "tp_degree 2, 4 (the worker does not split it)"
+    assert no_tp.dropped_text(machine=True) == "num_gpus 4"
 
     # The sweep's start, from a real spec: a Llama with 3 heads on this 2-rank CPU machine.
     (tmp_path / "llama.json").write_text(json.dumps({

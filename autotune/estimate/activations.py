@@ -309,7 +309,7 @@ def each_layer_bytes(model: ModelShape, cfg: ActivationConfig) -> list[float] | 
                 for i in range(dims.n_layers)]
     drop = dropout_layer_bytes(model.dropouts, cfg.seq_len, cfg.micro_batch_size, dims.d_model, dims.n_heads,
                                model.n_kv_heads or dims.n_heads, hd, c, cfg.device, fused_qkv=model.fused_qkv,
-                               r=c if model.plain and model.plain.fp32_qk else r,  # gpt_neo: drops in v's dtype
+                               r=c if model.plain and model.plain.neo_attention else r,  # drops in v's dtype
                                eager=(cfg.attention or model.attention) == "eager")
     neo = family_layers.plain_attention_bytes(model.plain, cfg.seq_len * cfg.micro_batch_size, dims.n_heads * hd, r, c)
     extra = (drop[0] + neo[0], drop[1] + neo[1])

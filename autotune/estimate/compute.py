@@ -96,7 +96,7 @@ class ModelShape(BaseModel):
     layout: hf_moe.Layout | None = Field(default=None, description="what the layers of a family outside the "
                                          "llama layout keep (autotune.estimate.family_layers)")
     plain: hf_count.PlainLayout | None = Field(
-        default=None, description="what a Hugging Face gpt2 / gpt_neox / opt keeps beyond the LayerNorm "
+        default=None, description="what a Hugging Face gpt2 / gpt_neo / gpt_neox / opt keeps beyond the LayerNorm "
                                   "count (its activation, positions, rotary width, parallel residual); "
                                   "set only from their configs: None for the built-in GPT")
     dropouts: Dropouts = Field(default=Dropouts(), description="the dropouts a Hugging Face config turns "
@@ -264,7 +264,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any],
     mixtral / qwen2_moe / qwen3_moe / gpt_oss / deepseek_v2 / deepseek_v3 (mixtures of experts:
     `params` all experts, the FLOPs those a token runs; the last three's blocks counted in
     autotune.estimate.hf_moe) and gpt2 /
-    gpt_neox / opt (plain MLP, LayerNorm with bias), the fields a
+    gpt_neo / gpt_neox / opt (plain MLP, LayerNorm with bias), the fields a
     config leaves out at the defaults the worker's transformers fills
     (autotune.estimate.hf_defaults); other families are counted with the llama layout and
     labelled as approximate in `source` (autotune.estimate.hf_count).

@@ -144,11 +144,11 @@ def plain_attention_bytes(plain: PlainLayout | None, tokens: int, width: int, r:
     """What gpt_neo's eager attention keeps beyond the eager count (activations.eager_scores_bytes),
     as (whole on every rank, split by heads): its causal mask, the bool `bias` buffer whole
     (`PlainLayout.causal_mask_bytes`), and under bf16 weights its fp32 q and k, 2 bytes an element
-    more (`fp32_qk`; autocast casts them back to bf16, fp32 keeps them as they are). Measured
+    more (`neo_attention`; autocast casts them back to bf16, fp32 keeps them as they are). Measured
     with SavedTensorMeter on the worker's tiny gpt_neo (tests/test_hf_shape.py)."""
     if plain is None:
         return 0, 0
-    return plain.causal_mask_bytes, 2 * tokens * width * (4 - c) if plain.fp32_qk and r == c else 0
+    return plain.causal_mask_bytes, 2 * tokens * width * (4 - c) if plain.neo_attention and r == c else 0
 
 
 def block_bytes(layout: Layout, z: Sizes, experts: Experts | None, device: str) -> int:

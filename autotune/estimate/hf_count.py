@@ -43,7 +43,7 @@ QKNorm = Literal["none", "head", "whole"]
 QK_NORM: dict[str, QKNorm] = {"qwen3": "head", "qwen3_moe": "head", "olmo2": "whole"}
 # How a model normalises, as its activations count it (autotune.estimate.activations.norm_bytes):
 # "layernorm" keeps its input and output (Korthikanti's count: the built-in GPT);
-# "hf_layernorm" transformers' nn.LayerNorm (gpt2 / gpt_neox / opt), its mean and 1/std per
+# "hf_layernorm" transformers' nn.LayerNorm (gpt2 / gpt_neo / gpt_neox / opt), its mean and 1/std per
 # token besides (PlainLayout); "rmsnorm" is transformers' llama-family RMSNorm, which normalises an fp32 copy;
 # "gemma_rmsnorm" gemma's, whose normalised tensor stays fp32; "olmo2_rmsnorm" olmo2's (and
 # gpt_oss's), whose normalised tensor stays fp32 too (it multiplies by the weight before casting back);
@@ -96,7 +96,7 @@ class HFCount(NamedTuple):
     softcap: tuple[bool, bool]
     experts: Experts | None  # a mixture of experts' MLP (None: dense)
     layout: hf_moe.Layout | None  # what an hf_moe family's layers keep (None: the llama layout's)
-    plain: PlainLayout | None  # what gpt2 / gpt_neox / opt keep apart from llama's layout
+    plain: PlainLayout | None  # what gpt2 / gpt_neo / gpt_neox / opt keep apart from llama's layout
     dropouts: Dropouts  # the dropouts the config turns on (autotune.estimate.dropout)
     vocab_size: int
     ffn_hidden: int  # the MLP width one token runs through (a mixture: its top-k experts + shared)
@@ -111,7 +111,7 @@ class HFCount(NamedTuple):
 
 
 class PlainLayout(NamedTuple):
-    """What the plain LayerNorm families (gpt2, gpt_neox, opt) keep for backward beyond the
+    """What the plain LayerNorm families (gpt2, gpt_neo, gpt_neox, opt) keep for backward beyond the
     llama layout's count, read from transformers 5.25.0's modeling files and measured with
     trials.measure.SavedTensorMeter (tests/test_hf_shape.py). `mlp_kept`: tensors ffn wide the
     MLP's activation keeps (opt's relu its output, which fc2 reads: 1; gelu its input and
@@ -121,10 +121,11 @@ class PlainLayout(NamedTuple):
     ids a learned position embedding keeps: "shared" one row for the batch (gpt2's wpe),
     "batch" one per sequence (opt's, offset by 2), "none". `parallel_residual`: the attention
     and the MLP normalise the same input (gpt_neox's use_parallel_residual), kept once.
-    `fp32_qk`: gpt_neo's eager attention casts q and k to fp32 before the scores' matmul (kept
-    so: under bf16 weights 2 bytes an element more; autocast casts them back to bf16).
-    `causal_mask_bytes`: its torch.where keeps each layer's bool `bias` buffer, whole
-    (max_position_embeddings squared), whatever the sequence.
+    `neo_attention`: gpt_neo's own eager attention (GPTNeoSelfAttention._attn), which casts q
+    and k to fp32 before the scores' matmul (kept so: under bf16 weights 2 bytes an element
+    more; autocast casts them back to bf16) and casts the probabilities to v's dtype, dropping
+    them there; `causal_mask_bytes`: its torch.where keeps each layer's bool `bias` buffer,
+    whole (max_position_embeddings squared), whatever the sequence.
     Beside it (HFCount): opt's q_proj, k_proj and v_proj read its norm apart (norm_readers 3);
     gpt_neox counts as phi3's fused_qkv (q and k rotated into new tensors, v a view of the
     fused query_key_value output, the attention output copied before dense)."""
@@ -133,7 +134,7 @@ class PlainLayout(NamedTuple):
     rope_width: int
     positions: Literal["none", "shared", "batch"]
     parallel_residual: bool
-    fp32_qk: bool = False
+    neo_attention: bool = False
     causal_mask_bytes: int = 0
 
 
@@ -142,8 +143,8 @@ _ACT_KEPT = {"relu": 1, "gelu": 2, "gelu_pytorch_tanh": 2, "gelu_new": 5}
 
 
 def _plain(cfg: dict[str, Any], mt: str, h: int, a: int) -> PlainLayout:
-    """PlainLayout of a gpt2 / gpt_neox / opt config (their transformers 5.25.0 defaults where a
-    field is left out). gpt_neox's rotary embedding reads a head_dim its attention does not."""
+    """PlainLayout of a gpt2 / gpt_neo / gpt_neox / opt config (their transformers 5.25.0 defaults
+    where a field is left out). gpt_neox's rotary embedding reads a head_dim its attention does not."""
     act = cfg.get("hidden_act" if mt == "gpt_neox" else "activation_function",
                   {"gpt2": "gelu_new", "gpt_neo": "gelu_new", "gpt_neox": "gelu", "opt": "relu"}.get(mt))
     rope = 0
@@ -151,11 +152,11 @@ def _plain(cfg: dict[str, Any], mt: str, h: int, a: int) -> PlainLayout:
         rp = cfg.get("rope_parameters") or {}
         factor = cfg.get("rotary_pct", rp.get("partial_rotary_factor", 0.25))
         rope = 2 * math.ceil(int((cfg.get("head_dim") or h // a) * factor) / 2)
-    neo = mt == "gpt_neo"
+    neo, positions = mt == "gpt_neo", int(cfg.get("max_position_embeddings", 2048))
     return PlainLayout(mlp_kept=_ACT_KEPT.get(str(act), 2), rope_width=rope,
                        positions={"gpt2": "shared", "gpt_neo": "shared", "opt": "batch"}.get(mt, "none"),  # type: ignore[arg-type]
                        parallel_residual=mt == "gpt_neox" and bool(cfg.get("use_parallel_residual", True)),
-                       fp32_qk=neo, causal_mask_bytes=int(cfg.get("max_position_embeddings", 2048)) ** 2 if neo else 0)
+                       neo_attention=neo, causal_mask_bytes=positions ** 2 if neo else 0)
 
 
 def read_hf_config(path_or_dict: str | Path | dict[str, Any],
@@ -352,7 +353,7 @@ def count_hf_config(cfg: dict[str, Any], where: str) -> HFCount:
         weights = 0 if mt == "olmo" else h
         norms = 2 * weights * sum(NORM_PLACES.get(mt, (True, False)))
         final_norm = weights
-    else:  # gpt2 / gpt_neox / opt layout: LayerNorm with bias, biases everywhere
+    else:  # gpt2 / gpt_neo / gpt_neox / opt layout: LayerNorm with bias, biases (gpt_neo: none on q, k, v)
         attn_split = h * 3 * h + (0 if mt == "gpt_neo" else 3 * h) + h * h  # qkv (gpt_neo: no bias), proj
         attn, mlp_splits = attn_split + h, [h * ffn + ffn + ffn * h] * L
         mlps, unrouted = [split + h for split in mlp_splits], 0

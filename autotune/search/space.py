@@ -189,14 +189,15 @@ def restrict(space: SearchSpace, caps: Capabilities, n_heads: int | None = None,
 
 def _tp_not_machine(gone: list[int], caps: Capabilities, most_ranks: int, n_heads: int | None,
                     tp_why: str | None, zero: list[int]) -> dict[str, str]:
-    """Why the model or the space leaves out each TP degree in `gone` that this machine could
-    run (more ranks than it runs, or no TP at all here, is the machine's reason): {"tp_degree t": why}."""
+    """Why the model or the space leaves out each TP degree in `gone`: {"tp_degree t": why}. A model
+    that runs no TP (`tp_why`) leaves out every one; else more ranks than this machine runs, or no
+    TP here at all, is the machine's reason, not listed."""
     why = {}
     for t in gone:
-        if t > most_ranks or not caps.tensor_parallel:
-            continue
-        if tp_why:
+        if tp_why:  # the model runs no TP, on any machine
             why[f"tp_degree {t}"] = tp_why
+        elif t > most_ranks or not caps.tensor_parallel:
+            continue
         elif n_heads is not None and n_heads % t:
             why[f"tp_degree {t}"] = (f"each TP rank holds whole attention and key/value heads: "
                                      f"TP must divide the model's {n_heads}")
