@@ -1,41 +1,67 @@
 """Check a trial's workload before any trial runs: the HF config loads, the entry point imports.
 
-    python -m trials.preflight CONFIG.json      # exit 0, or exit 3 with the reason on stderr
+    python -m trials.preflight CONFIG.json                  # exit 0, or exit 3 with the reason on stderr
+    python -m trials.preflight CONFIG.json --model-out M.json   # an HF workload: also what it builds
 
 Run once by the controller before a sweep (`autotune.run.preflight.check_workload`), in a
 subprocess with the trials' environment, so that a missing config file or an import error in
 the user's module ends the sweep at once with one message, instead of failing every trial the
-same way, or a sequence longer than the model takes. Builds no model and touches no device.
+same way, or a sequence longer than the model takes. Touches no device.
+
+`--model-out`: the controller asks for it where its own count does not know the family
+(autotune.estimate.resolved). The file holds the config's fields as this transformers fills
+them (every default of the family's config class), and the parameter count of the model built
+on the meta device (shapes only: no memory, no init; a second for an 80B mixture).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 EXIT_BAD_WORKLOAD = 3
 
 
-def check(cfg) -> None:
-    """Raise with the reason when the workload cannot be built."""
+def check(cfg, model_out: Path | None = None) -> None:
+    """Raise with the reason when the workload cannot be built; with `model_out`, write what an
+    HF workload builds there."""
     from autotune.contract import EntryPointWorkload, HFWorkload
 
     wl = cfg.workload
     if isinstance(wl, HFWorkload):
         from trials.workloads.hf import build_hf_config, check_positions
 
-        check_positions(build_hf_config(wl), cfg.seq_len)  # the config every trial builds
+        config = build_hf_config(wl)  # the config every trial builds
+        check_positions(config, cfg.seq_len)
+        if model_out is not None:
+            write_model(wl, model_out)
     elif isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import load_function
 
         load_function(wl)
 
 
+def write_model(wl, path: Path) -> None:
+    """The resolved fields and the meta build's parameter count (autotune.estimate.resolved's
+    ResolvedModel, as JSON)."""
+    import transformers
+
+    from trials.workloads.hf import build_hf_model
+
+    model, config = build_hf_model(wl, meta=True)
+    fields = json.loads(config.to_json_string(use_diff=False))
+    path.write_text(json.dumps({"fields": fields, "params": sum(p.numel() for p in model.parameters()),
+                                "transformers": transformers.__version__}))
+
+
 def main(argv: list[str] | None = None) -> int:
     from autotune.contract import TrialConfig
 
     args = sys.argv[1:] if argv is None else argv
+    model_out = Path(args[2]) if len(args) > 2 and args[1] == "--model-out" else None
     try:
-        check(TrialConfig.read(args[0]))
+        check(TrialConfig.read(args[0]), model_out)
     except Exception as exc:  # noqa: BLE001 - every reason becomes one line for the controller
         print(f"{type(exc).__name__}: {exc}".replace("\n", " "), file=sys.stderr)
         return EXIT_BAD_WORKLOAD

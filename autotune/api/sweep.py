@@ -74,6 +74,7 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     """Check the space on this machine, the catalog's offers, the workload and the runs folder
     RUNS_DIR/STUDY (`runs_dir`; None: not checked), then open (or create) the study and make
     that folder the study's. Raises UserError before touching the study when any is wrong."""
+    from autotune.estimate.resolved import remember, write_to_study
     from autotune.pricing.load import load_catalog
     from autotune.record import TrialRecord
     from autotune.run.preflight import check_runs_dir, check_workload, runs_folder_verdict, take_runs_folder
@@ -86,7 +87,10 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     machine = MachineSpace.for_spec(spec, catalog)  # the space on this machine: refused here if empty
     for name in spec.platforms.offers or []:
         catalog.offer(name)  # a typo fails here, before any trial runs ("did you mean")
-    check_workload(spec)  # a workload that cannot build ends here, not in every trial
+    resolved = check_workload(spec)  # a workload that cannot build ends here, not in every trial
+    if resolved is not None:  # a family the count does not know: counted as the trials build it
+        remember(spec.workload, resolved)
+        machine = MachineSpace.for_spec(spec, catalog)  # its heads, which TP degrees must divide
     url = spec.storage or DEFAULT_STORAGE
     # A runs folder that cannot be written, or holds another study's trial folders, ends here:
     # before the storage (a new SQLite file) or a trial is created.
@@ -94,6 +98,7 @@ def prepare(spec: SweepSpec, runs_dir: str | Path | None = None) -> Session:
     verdict = runs_folder_verdict(folder, spec.study, url) if folder is not None else None
     st = open_study(spec.storage, spec.study, seed=spec.seed)
     check_same_study(st, spec)  # a study resumed with another workload or space ends here
+    write_to_study(st, spec.workload, resolved)  # for a report or export in another process
     if folder is not None and verdict is not None:
         take_runs_folder(st, folder, url, verdict)
     # A trial a signal cut (Ctrl-C twice, SIGTERM) ran but measured nothing: not counted.

@@ -24,6 +24,7 @@ from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
 from autotune.errors import UserError, read_text_file
 from autotune.estimate import hf_count, hf_defaults, hf_moe
 from autotune.estimate.dropout import Dropouts
+from autotune.estimate.resolved import resolved_for
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -324,6 +325,11 @@ def model_from_workload(workload: Any) -> ModelShape | None:
     if isinstance(workload, GPTWorkload):
         return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
     if isinstance(workload, HFWorkload):
+        resolved = resolved_for(workload)
+        if resolved is not None:  # a family the count does not know: its fields as the trials
+            # build it, with the llama layout, and the build's parameter count, exact
+            shape = model_from_hf_config(resolved.fields)
+            return shape.model_copy(update={"params": resolved.params, "source": resolved.source})
         # The same config the worker builds (trials/workloads/hf.py, `load_config_dict`).
         if workload.config_path:
             # The spec's field, named with how it is read: the fix of `estimate --model` (a

@@ -34,20 +34,26 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.errors import UserError
+
+if TYPE_CHECKING:
+    from autotune.estimate.resolved import ResolvedModel
 
 PREFLIGHT_TIMEOUT_S = 300.0
 
 
-def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> ResolvedModel | None:
+    """UserError when the workload cannot build; else, for a Hugging Face family the count does
+    not know (autotune.estimate.resolved), what the trials' transformers builds for it."""
     from autotune.contract import HFWorkload, TrialConfig
     from autotune.contract.trial_files import TrialFiles
+    from autotune.estimate.resolved import ResolvedModel, needs_resolving
 
     wl = spec.workload
     if wl.kind == "gpt":
-        return
+        return None
     where = f"{spec.source}: " if spec.source else ""
     if isinstance(wl, HFWorkload) and wl.config_path:
         check_hf_file(wl.config_file() or Path(wl.config_path), where)
@@ -57,20 +63,42 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
     with tempfile.TemporaryDirectory(prefix="autotune-preflight-") as tmp:
         path = TrialFiles(Path(tmp)).config
         cfg.write(path)
+        model_out = Path(tmp) / "model.json"
+        resolve = ["--model-out", str(model_out)] if needs_resolving(wl) else []
         try:
-            p = subprocess.run([python, "-m", "trials.preflight", str(path)], env=launch_env(cfg),
+            p = subprocess.run([python, "-m", "trials.preflight", str(path), *resolve], env=launch_env(cfg),
                                capture_output=True, text=True, timeout=timeout_s,
                                stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise UserError(f"{where}workload: checking it took more than {timeout_s:.0f} s",
                             fix="make the entry point's module import quickly (build the "
                                 "model inside the function, not at import)") from None
-    if p.returncode != 0:
-        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-        reason = lines[-1] if lines else f"exit code {p.returncode}"
-        message, _, fix = reason.partition(". To fix: ")
-        raise UserError(f"{where}workload {wl.kind}: {message}",
-                        fix=fix or "correct the workload section of the spec")
+        if p.returncode != 0:
+            lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+            reason = lines[-1] if lines else f"exit code {p.returncode}"
+            message, _, fix = reason.partition(". To fix: ")
+            raise UserError(f"{where}workload {wl.kind}: {message}",
+                            fix=fix or "correct the workload section of the spec")
+        return ResolvedModel.model_validate_json(model_out.read_text()) if resolve else None
+
+
+def resolve_model(spec) -> None:
+    """For `autotune plan`, which runs no trial: a Hugging Face family the count does not know,
+    counted as the trials' transformers builds it (check_workload), where one is installed. Where
+    the preflight fails, the count's own reading stands if it can count the config (approximate);
+    if it cannot either (sizes left out), the preflight's reason is the error."""
+    from autotune.estimate.compute import model_from_workload
+    from autotune.estimate.resolved import needs_resolving, remember
+
+    if not needs_resolving(spec.workload):
+        return
+    try:
+        remember(spec.workload, check_workload(spec))
+    except UserError as exc:
+        try:
+            model_from_workload(spec.workload)
+        except UserError:
+            raise exc from None
 
 
 def check_hf_file(path: Path, where: str) -> None:

@@ -26,6 +26,8 @@ def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: 
     """The study `study_name` in `storage_url` (created unless `create` is False)."""
     import optuna
 
+    from autotune.estimate.resolved import remember_from_study
+
     # Our own progress lines say how each trial ended; Optuna's per-trial warnings repeat them.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     # `group=True` and heartbeats are marked experimental; we rely on them knowingly.
@@ -38,17 +40,22 @@ def open_study(storage_url: str | None, study_name: str, seed: int = 0, create: 
     sampler = make_sampler(seed)
     if not create:
         try:
-            return optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+            study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
         except KeyError:
             names = user_study_names(storage)
             raise UserError(f"no study '{study_name}' in {redact_url(url)}",
                             fix=f"use one of: {', '.join(names) or '(none yet: run autotune sweep)'}") from None
-    try:
-        return optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
-                                   directions=DIRECTIONS, load_if_exists=True)
-    except ValueError as exc:  # an existing study of another kind (e.g. single-objective)
-        raise UserError(f"study '{study_name}' in {redact_url(url)} is not an autotune study: {exc}",
-                        fix="choose another --study name") from None
+    else:
+        try:
+            study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler,
+                                        directions=DIRECTIONS, load_if_exists=True)
+        except ValueError as exc:  # an existing study of another kind (e.g. single-objective)
+            raise UserError(f"study '{study_name}' in {redact_url(url)} is not an autotune study: {exc}",
+                            fix="choose another --study name") from None
+    # The model a sweep of it resolved with the trials' transformers: a report, an export or
+    # another worker counts the same one (autotune.estimate.resolved).
+    remember_from_study(study)
+    return study
 
 
 def make_sampler(seed: int, worker: int | None = None):
