@@ -125,3 +125,19 @@ def test_plan_counts_a_bare_model_type_of_an_unknown_family_as_built(tmp_path):
     assert p.returncode == 0, p.stderr
     built = _worker_shape(HFWorkload(model_type="gemma3_text"))[0]
     assert f"gemma3_text, {built:,} parameters" in json.loads(p.stdout)["assumptions"][0]
+
+
+def test_estimate_counts_a_config_json_of_an_unknown_family_as_built(tmp_path):
+    """A whole config.json of a Gemma-3-like model: its gated GELU MLP read as a plain one and
+    its 256-wide heads as 160-wide, the count was 85% over (352,616,192); as built it is exact."""
+    config = {"model_type": "gemma3_text", "hidden_size": 640, "num_hidden_layers": 4, "num_attention_heads": 4,
+              "num_key_value_heads": 1, "vocab_size": 262144, "head_dim": 256, "intermediate_size": 2048}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    from autotune.estimate.compute import model_from_hf_config
+
+    built = _worker_shape(HFWorkload(config_path=str(tmp_path / "config.json")))[0]
+    assert model_from_hf_config(tmp_path / "config.json").params / built > 1.5  # the count alone
+    p = _cli(tmp_path, "estimate", "--model", "config.json", "--seq-len", "512", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["params"] == built and "build, exact" in doc["model_source"]

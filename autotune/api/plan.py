@@ -134,7 +134,7 @@ def _seq_len_for(shape, seq_len: int | None) -> int:
 def resolve_model(model: str | None, params: str | None, layers: int | None, hidden: int | None,
                   heads: int | None, vocab: int | None):
     from autotune.contract import GPT_PRESETS
-    from autotune.estimate.compute import model_from_hf_config, model_from_params, model_from_preset
+    from autotune.estimate.compute import model_from_params, model_from_preset
 
     if (model is None) == (params is None):
         raise UserError("give exactly one of --model PRESET|CONFIG.json or --params N",
@@ -147,8 +147,24 @@ def resolve_model(model: str | None, params: str | None, layers: int | None, hid
                             fix="drop them, or describe the model with --params N and its shapes")
         if model in GPT_PRESETS or not (model.endswith(".json") or Path(model).exists()):
             return model_from_preset(model)
-        return model_from_hf_config(model)
+        return _config_model(model)
     return model_from_params(_count(params or "0"), layers, hidden, heads, vocab)
+
+
+def _config_model(path: str):
+    """A config.json's model; of a family the count does not know, as the sweep counts it: as
+    the trials' transformers builds it (autotune.run.preflight.resolve_unknown_family)."""
+    from autotune.contract import HFWorkload
+    from autotune.estimate.compute import model_from_hf_config, model_from_workload
+    from autotune.estimate.resolved import needs_resolving
+    from autotune.run.preflight import resolve_unknown_family
+    from autotune.spec import SweepSpec
+
+    workload = HFWorkload(config_path=str(Path(path).resolve()))
+    if not Path(path).exists() or not needs_resolving(workload):
+        return model_from_hf_config(path)  # its own errors name the path as given
+    resolve_unknown_family(SweepSpec(workload=workload, seq_len=1))
+    return model_from_workload(workload)
 
 
 def _count(text: str) -> int:

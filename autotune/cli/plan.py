@@ -39,12 +39,12 @@ def register(app: typer.Typer) -> None:
         runs; every figure is labelled estimated (memory, FLOPs at a stated MFU, ring
         communication, and the full bill on every matching offer)."""
         from autotune.pricing.load import load_catalog
-        from autotune.run.preflight import resolve_model
+        from autotune.run.preflight import resolve_unknown_family
         from autotune.search.plan import plan
         from autotune.spec import load_spec
 
         spec = load_spec(spec_file)
-        resolve_model(spec)  # a family the count does not know: as the trials' transformers builds it
+        resolve_unknown_family(spec)  # a family the count does not know: as the trials' transformers builds it
         catalog = load_catalog(catalog_file or spec.platforms.catalog).select(providers=provider, regions=region)
         for name in spec.platforms.offers or []:
             catalog.offer(name)
