@@ -67,7 +67,15 @@ def test_the_preflight_resolves_a_family_the_count_does_not_know_to_its_build(mo
     # A copy of the workload (a trial's) is the same workload.
     after = model_from_workload(HFWorkload.model_validate(wl.model_dump()))
     assert after is not None and after.params == built
-    assert "parameters: the trials' transformers" in after.source and "approximate" in after.source
+    assert "the trials' transformers" in after.source and "approximate" in after.source
+    # What FSDP2 and ZeRO-3 gather at a time, from the build too: its largest decoder layer, and
+    # its largest module's own tensors (an embedding, a projection, a layer's fused experts).
+    from trials.workloads import hf
+
+    model, _ = hf.build_hf_model(wl, meta=True)
+    layers = [sum(p.numel() for p in layer.parameters()) for layer in model.model.layers]
+    own = [sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()]
+    assert (after.block_params, after.largest_layer_params) == (max(layers), max(own))
 
 
 def test_a_known_family_and_the_built_in_gpt_are_not_resolved(tmp_path):

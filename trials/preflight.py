@@ -43,16 +43,25 @@ def check(cfg, model_out: Path | None = None) -> None:
 
 
 def write_model(wl, path: Path) -> None:
-    """The resolved fields and the meta build's parameter count (autotune.estimate.resolved's
-    ResolvedModel, as JSON)."""
+    """The resolved fields and, from the meta build, the parameters of the model, of its largest
+    decoder layer (what FSDP2 gathers at a time) and of its largest single module, counting only
+    the module's own tensors (what ZeRO-3 gathers at a time: an embedding, one projection, a
+    layer's fused experts): autotune.estimate.resolved's ResolvedModel, as JSON."""
     import transformers
 
-    from trials.workloads.hf import build_hf_model
+    from trials.workloads.hf import build_hf_model, decoder_layers
 
     model, config = build_hf_model(wl, meta=True)
-    fields = json.loads(config.to_json_string(use_diff=False))
-    path.write_text(json.dumps({"fields": fields, "params": sum(p.numel() for p in model.parameters()),
-                                "transformers": transformers.__version__}))
+
+    def count(module, recurse: bool = True) -> int:
+        return sum(p.numel() for p in module.parameters(recurse=recurse))
+
+    layers = decoder_layers(model, config)
+    path.write_text(json.dumps({
+        "fields": json.loads(config.to_json_string(use_diff=False)), "params": count(model),
+        "block_params": max(map(count, layers)) if layers else None,
+        "largest_module_params": max(count(m, recurse=False) for m in model.modules()),
+        "transformers": transformers.__version__}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -327,9 +327,9 @@ def model_from_workload(workload: Any) -> ModelShape | None:
     if isinstance(workload, HFWorkload):
         resolved = resolved_for(workload)
         if resolved is not None:  # a family the count does not know: its fields as the trials
-            # build it, with the llama layout, and the build's parameter count, exact
+            # build it, with the llama layout, and what the build counts, exact
             shape = model_from_hf_config(resolved.fields)
-            return shape.model_copy(update={"params": resolved.params, "source": resolved.source})
+            return shape.model_copy(update={**resolved.counted, "source": resolved.source})
         # The same config the worker builds (trials/workloads/hf.py, `load_config_dict`).
         if workload.config_path:
             # The spec's field, named with how it is read: the fix of `estimate --model` (a

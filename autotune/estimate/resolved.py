@@ -43,15 +43,25 @@ class ResolvedModel(BaseModel):
 
     fields: dict[str, Any]
     params: int
+    block_params: int | None = None  # its largest decoder layer (None: no layer list found)
+    largest_module_params: int | None = None  # the largest module's own tensors
     transformers: str | None = None
+
+    @property
+    def counted(self) -> dict[str, int]:
+        """The ModelShape fields the build counts exactly."""
+        exact = {"params": self.params, "block_params": self.block_params,
+                 "largest_layer_params": self.largest_module_params}
+        return {k: v for k, v in exact.items() if v is not None}
 
     @property
     def source(self) -> str:
         """How autotune.estimate.compute.model_from_workload counts it (its ModelShape.source)."""
         family = str(self.fields.get("model_type") or "unknown type")
         version = f"transformers {self.transformers}" if self.transformers else "transformers"
-        return (f"Hugging Face config ({family}; parameters: the trials' {version} build, exact, its "
-                "defaults as that transformers fills them; the rest approximate: counted with the llama layout)")
+        return (f"Hugging Face config ({family}; parameters, its largest layer and module: the trials' "
+                f"{version} build, exact, its defaults as that transformers fills them; the rest "
+                "approximate: counted with the llama layout)")
 
 
 _resolved: dict[str, ResolvedModel] = {}  # by workload_key
