@@ -149,3 +149,16 @@ def test_estimate_counts_a_config_json_of_an_unknown_family_as_built(tmp_path):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["params"] == built and "build, exact" in doc["model_source"]
+
+
+def test_plan_keeps_the_counts_own_reading_where_the_trials_transformers_cannot_build_it(tmp_path):
+    """A config.json of an architecture this transformers does not know (a model with its own
+    code): the preflight fails, and `autotune plan`, which runs no trial, counts its sizes with
+    the llama layout as before, saying it is approximate."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "my_own_arch", **TINY}))
+    (tmp_path / "spec.yaml").write_text(json.dumps({
+        "workload": {"kind": "hf", "config_path": "config.json"}, "seq_len": 64, "target": {"tokens": 1e9},
+        "space": {"num_gpus": [1], "micro_batch_size": [1], "precision": ["bf16"]}}))
+    p = _cli(tmp_path, "plan", "spec.yaml", "--gpu", "h100-sxm", "--json")
+    assert p.returncode == 0, p.stderr
+    assert "my_own_arch; approximate: counted with the llama layout" in json.loads(p.stdout)["assumptions"][0]

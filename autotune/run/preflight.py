@@ -83,10 +83,11 @@ def check_workload(spec, python: str = sys.executable, timeout_s: float = PREFLI
 
 
 def resolve_unknown_family(spec) -> None:
-    """For `autotune plan` and `estimate`, which run no trial: a Hugging Face family the count does not know,
-    counted as the trials' transformers builds it (check_workload), where one is installed. Where
-    the preflight fails, the count's own reading stands if it can count the config (approximate);
-    if it cannot either (sizes left out), the preflight's reason is the error."""
+    """For `autotune plan` and `estimate`, which run no trial: a Hugging Face family the count
+    does not know, counted as the trials' transformers builds it (check_workload), where one is
+    installed. Where the preflight fails, the count's own reading stands if it can count the
+    config (approximate); if it cannot either (sizes left out), the preflight's reason is the
+    error."""
     from autotune.estimate.compute import model_from_workload
     from autotune.estimate.resolved import needs_resolving, remember
 
