@@ -70,7 +70,7 @@ def gpt_entry(seq_len: int, micro_batch_size: int, device, n_layers: int, d_mode
 
 def predicted_peak_bytes(cfg: TrialConfig, runtime_bytes: float) -> int:
     from autotune.estimate.memory import MemoryConfig, estimate_memory
-    from autotune.search.calibration import model_shape_for
+    from autotune.estimate.workload import model_shape_for
 
     model = model_shape_for(cfg.workload)
     return int(estimate_memory(model, MemoryConfig.from_trial_config(cfg)).analytic_bytes + runtime_bytes)

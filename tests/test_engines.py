@@ -185,8 +185,8 @@ def test_the_estimate_counts_the_parameters_and_activations_a_tp_rank_holds(runs
     config as `estimate` and `plan` count it, it equals what rank 0 of the real trial holds;
     so do the activations it keeps (the attention's and a dense MLP's split tensors by the
     rank's heads and width, the rest whole; tests/test_hf_shape.py pins them at TP 1)."""
-    from autotune.estimate.compute import model_from_workload
     from autotune.estimate.memory import MemoryConfig, activation_parts
+    from autotune.estimate.workload import model_from_workload
 
     shape = model_from_workload(CONFIGS[name].workload)
     obs = ok(runs[name])
@@ -204,7 +204,7 @@ def test_tp2_runs_the_plans_that_gather_outputs_or_split_the_embedding(runs, mt)
     vocabulary rows (trials/engines/tp.py SPLIT_STYLES). Each rank holds its shards, as the
     estimate counts them (and keeps the activations it counts, above), and training matches
     one unsplit rank."""
-    from autotune.estimate.compute import model_from_workload
+    from autotune.estimate.workload import model_from_workload
 
     obs = ok(runs[f"{mt}_2"])
     ok(runs[f"{mt}_1"])

@@ -68,7 +68,7 @@ def test_the_readmes_cpu_demo_is_a_real_sweeps_output():
 
 def test_the_readmes_default_sweep_model_is_the_one_the_default_spec_counts():
     """The README's first command names the model the default sweep trains, by its count."""
-    from autotune.estimate.compute import model_from_workload
+    from autotune.estimate.workload import model_from_workload
     from autotune.spec import default_spec
 
     shape = model_from_workload(default_spec().workload)

@@ -12,8 +12,8 @@ import pytest
 
 from autotune.contract import HFWorkload
 from autotune.errors import UserError
-from autotune.estimate.compute import model_from_hf_config, model_from_workload
-from autotune.search.calibration import model_shape_for
+from autotune.estimate.compute import model_from_hf_config
+from autotune.estimate.workload import model_from_workload, model_shape_for
 
 # A llama-style config.json of 4 layers; the overrides make it a 2-layer model of another width.
 LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 4,

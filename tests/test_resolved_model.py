@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from autotune.contract import HFWorkload
-from autotune.estimate.compute import model_from_workload
+from autotune.errors import UserError
 from autotune.estimate.resolved import needs_resolving, remember, resolved_for
+from autotune.estimate.workload import model_from_workload
 from autotune.run.preflight import check_workload
 from autotune.spec import SweepSpec
 from tests.test_hf_shape import _worker_shape
@@ -162,3 +163,31 @@ def test_plan_keeps_the_counts_own_reading_where_the_trials_transformers_cannot_
     p = _cli(tmp_path, "plan", "spec.yaml", "--gpu", "h100-sxm", "--json")
     assert p.returncode == 0, p.stderr
     assert "my_own_arch; approximate: counted with the llama layout" in json.loads(p.stdout)["assumptions"][0]
+
+
+@pytest.mark.parametrize("model_type,layout", [("gemma3", "gemma3_text"), ("mamba", None)])
+def test_a_composite_config_or_one_without_attention_is_counted_by_its_build(model_type, layout, tmp_path):
+    """Gemma 3's released configs are composite (its language model's fields under
+    `text_config`, a vision tower beside it) and Mamba has no attention heads: the count could
+    read neither and the sweep ran without a memory prescreen. Now the language model's fields
+    give the layout (Mamba: none, its activations not estimated) and the build every parameter."""
+    wl = HFWorkload(model_type=model_type)
+    with pytest.raises(UserError, match="missing"):
+        model_from_workload(wl)
+    resolved = check_workload(_spec(tmp_path, wl))
+    assert resolved is not None and resolved.params == _worker_shape_of_any(wl)
+    remember(wl, resolved)
+    shape = model_from_workload(wl)
+    assert shape is not None and shape.params == resolved.params
+    if layout:
+        assert shape.name == layout and shape.n_layers == resolved.fields["text_config"]["num_hidden_layers"]
+    else:
+        assert shape.n_layers is None and "activations not estimated" in shape.source
+
+
+def _worker_shape_of_any(wl: HFWorkload) -> int:
+    """The parameters of the worker's meta build, whatever the config's layout."""
+    from trials.workloads import hf
+
+    model, _ = hf.build_hf_model(wl, meta=True)
+    return sum(p.numel() for p in model.parameters())

@@ -28,7 +28,7 @@ def _analytic_bytes(**config) -> float:
     the limit: autotune.search.calibration.MemoryGuard.predict)."""
     from autotune.contract import TrialConfig
     from autotune.estimate.memory import MemoryConfig, estimate_memory
-    from autotune.search.calibration import model_shape_for
+    from autotune.estimate.workload import model_shape_for
 
     cfg = TrialConfig(workload=GPTWorkload(preset=None, shape=SWEEP_SHAPE), seq_len=128, num_gpus=2,
                       micro_batch_size=1, precision="fp32", checkpointing="none", **config)

@@ -155,8 +155,9 @@ def _config_model(path: str):
     """A config.json's model; of a family the count does not know, as the sweep counts it: as
     the trials' transformers builds it (autotune.run.preflight.resolve_unknown_family)."""
     from autotune.contract import HFWorkload
-    from autotune.estimate.compute import model_from_hf_config, model_from_workload
+    from autotune.estimate.compute import model_from_hf_config
     from autotune.estimate.resolved import needs_resolving
+    from autotune.estimate.workload import model_from_workload
     from autotune.run.preflight import resolve_unknown_family
     from autotune.spec import SweepSpec
 

@@ -154,9 +154,9 @@ def _header(con, session, storage_url: str, n_trials: int) -> None:
     """What the sweep is about to do, where, and what this machine does not offer; then the
     DeepSpeed ops built once."""
     from autotune.api.sweep import prebuild
+    from autotune.estimate.workload import model_shape_for
     from autotune.format import fmt_bytes
     from autotune.run.storage import redact_url
-    from autotune.search.calibration import model_shape_for
 
     hw, rs, spec = session.hardware, session.restricted, session.spec
     con.print(f"[bold]autotune sweep[/]: study '{spec.study}' in {redact_url(storage_url)} "

@@ -18,13 +18,12 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.contract import GPT_PRESETS, GPTShape, GPTWorkload, HFWorkload
+from autotune.contract import GPT_PRESETS, GPTShape
 from autotune.contract.flops import attention_width, model_flops_per_token, utilization
 from autotune.contract.flops import hardware_flops_per_token as _hardware_flops
-from autotune.errors import UserError, read_text_file
+from autotune.errors import UserError
 from autotune.estimate import hf_count, hf_defaults, hf_moe
 from autotune.estimate.dropout import Dropouts
-from autotune.estimate.resolved import resolved_for
 
 Recompute = Literal["none", "selective", "full"]
 
@@ -316,30 +315,6 @@ def model_from_params(params: int, n_layers: int | None = None, d_model: int | N
         block_params=12 * d_model * d_model + 13 * d_model if n_layers and d_model else None,
         source="given by --params",
     )
-
-
-def model_from_workload(workload: Any) -> ModelShape | None:
-    """The model description of a sweep's workload (`autotune.contract` Workload): the built-in
-    GPT's or a Hugging Face config's; None for a user entry point (no shape to reason about).
-    UserError when a Hugging Face config cannot be read."""
-    if isinstance(workload, GPTWorkload):
-        return model_from_gpt_shape(workload.resolved_shape(), name=str(workload.preset or "gpt"))
-    if isinstance(workload, HFWorkload):
-        resolved = resolved_for(workload)
-        if resolved is not None:  # a family the count does not know: its fields as the trials
-            # build it, with the llama layout, and what the build counts, exact
-            shape = model_from_hf_config(resolved.fields)
-            return shape.model_copy(update={**resolved.counted, "source": resolved.source})
-        # The same config the worker builds (trials/workloads/hf.py, `load_config_dict`).
-        if workload.config_path:
-            # The spec's field, named with how it is read: the fix of `estimate --model` (a
-            # preset name) is no fix for a spec carried away from its model's config.
-            read_text_file(workload.config_file() or workload.config_path, "Hugging Face config",
-                           fix="point workload.config_path at a local config.json (or the folder holding "
-                               "one); a relative path is read from the spec file's folder")
-            return model_from_hf_config(workload.config_path, workload.config_overrides)
-        return model_from_hf_config({"model_type": workload.model_type}, workload.config_overrides)
-    return None
 
 
 def flops_per_token(model: ModelShape, seq_len: int) -> float:

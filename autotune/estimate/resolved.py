@@ -4,7 +4,7 @@
         model = check_workload(spec)                 # autotune.run.preflight: ResolvedModel | None
         remember(spec.workload, model)
         write_to_study(study, spec.workload, model)   # a later report or export reads it back
-    resolved_for(spec.workload)                      # what model_from_workload counts from
+    resolved_for(spec.workload)                      # what estimate.workload.model_from_workload counts
 
 The count (autotune.estimate.hf_count) knows the defaults of the families in
 autotune.estimate.hf_defaults, pinned to transformers 5.25.0. Another family given as a
@@ -56,12 +56,24 @@ class ResolvedModel(BaseModel):
 
     @property
     def source(self) -> str:
-        """How autotune.estimate.compute.model_from_workload counts it (its ModelShape.source)."""
-        family = str(self.fields.get("model_type") or "unknown type")
-        version = f"transformers {self.transformers}" if self.transformers else "transformers"
-        return (f"Hugging Face config ({family}; parameters, its largest layer and module: the trials' "
-                f"{version} build, exact, its defaults as that transformers fills them; the rest "
-                "approximate: counted with the llama layout)")
+        """How autotune.estimate.workload.model_from_resolved counts it (ModelShape.source)."""
+        return (f"Hugging Face config ({self.family}; parameters, its largest layer and module: the "
+                f"trials' {self._version} build, exact, its defaults as that transformers fills them; "
+                "the rest approximate: counted with the llama layout)")
+
+    @property
+    def source_params_only(self) -> str:
+        """The same, for a config with no transformer layout to read (a state-space model)."""
+        return (f"Hugging Face config ({self.family}; parameters: the trials' {self._version} build, "
+                "exact; no transformer layout to read: activations not estimated)")
+
+    @property
+    def family(self) -> str:
+        return str(self.fields.get("model_type") or "unknown type")
+
+    @property
+    def _version(self) -> str:
+        return f"transformers {self.transformers}" if self.transformers else "transformers"
 
 
 _resolved: dict[str, ResolvedModel] = {}  # by workload_key

@@ -42,7 +42,7 @@ def export_deepspeed_config(cfg: TrialConfig) -> dict[str, Any]:
     """The DeepSpeed JSON the trial ran: its buffers sized to the model's hidden size, which
     the worker reads from the same workload description (a user entry point has none:
     DeepSpeed's defaults, in the trial too)."""
-    from autotune.search.calibration import model_shape_for
+    from autotune.estimate.workload import model_shape_for
 
     shape = model_shape_for(cfg.workload)
     return deepspeed_config(cfg, hidden_size=shape.d_model if shape is not None else None)

@@ -88,8 +88,8 @@ def resolve_unknown_family(spec) -> None:
     installed. Where the preflight fails, the count's own reading stands if it can count the
     config (approximate); if it cannot either (sizes left out), the preflight's reason is the
     error."""
-    from autotune.estimate.compute import model_from_workload
     from autotune.estimate.resolved import needs_resolving, remember
+    from autotune.estimate.workload import model_from_workload
 
     if not needs_resolving(spec.workload):
         return

@@ -35,9 +35,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict
 
 from autotune.contract import DeviceKind, HardwareFingerprint, TrialConfig, TrialResult, TrialStatus
-from autotune.errors import UserError
-from autotune.estimate.compute import ModelShape, model_from_workload
 from autotune.estimate.memory import MemoryConfig, MemoryEstimate, estimate_memory
+from autotune.estimate.workload import model_shape_for
 from autotune.format import fmt_bytes
 from autotune.record import MemoryPointRecord, TrialRecord
 
@@ -207,15 +206,6 @@ def measured_peak_bytes(result: TrialResult) -> tuple[int | None, str]:
     if result.peak_mem_bytes:
         return int(result.peak_mem_bytes), result.peak_mem_source.value
     return None, "not measured"
-
-
-def model_shape_for(workload: Any) -> ModelShape | None:
-    """The model description the estimate needs, or None when the workload gives none (an
-    entry point) or its config cannot be read (the trial then says why)."""
-    try:
-        return model_from_workload(workload)
-    except UserError:
-        return None
 
 
 def calibration_group(mcfg: MemoryConfig) -> str:

@@ -48,7 +48,7 @@ class MachineSpace:
 def _tp_limit(spec: SweepSpec) -> tuple[int | None, str | None]:
     """What every TP degree must divide, and why the model leaves TP > 1 out (ModelShape.tp_heads,
     tp_why); (None, None) where the workload gives no model (an entry point)."""
-    from autotune.search.calibration import model_shape_for
+    from autotune.estimate.workload import model_shape_for
 
     model = model_shape_for(spec.workload)
     return (model.tp_heads, model.tp_why) if model is not None else (None, None)

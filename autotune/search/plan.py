@@ -35,11 +35,11 @@ from autotune.estimate.compute import (
     ModelShape,
     flops_per_token,
     hardware_flops_per_token,
-    model_from_workload,
     tp_rank_flops_share,
 )
 from autotune.estimate.memory import MemoryConfig, estimate_memory
 from autotune.estimate.scaling import CommModel, comm_s, grad_bytes_per_param, link_for, tp_bytes
+from autotune.estimate.workload import model_from_workload
 from autotune.format import fmt_bytes, fmt_hours, fmt_usd
 from autotune.pricing.catalog import Catalog
 from autotune.pricing.cost import Bill, Infeasible, Skipped, Throughput, compute_bill, rank
