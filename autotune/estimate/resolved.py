@@ -63,9 +63,10 @@ class ResolvedModel(BaseModel):
 
     @property
     def source_params_only(self) -> str:
-        """The same, for a config with no transformer layout to read (a state-space model)."""
+        """The same, for a config with no layout the count reads (no attention heads, as a
+        state-space model; sizes that vary by layer, as Gemma 3n's)."""
         return (f"Hugging Face config ({self.family}; parameters: the trials' {self._version} build, "
-                "exact; no transformer layout to read: activations not estimated)")
+                "exact; no layout the count reads: activations not estimated)")
 
     @property
     def family(self) -> str:

@@ -9,9 +9,9 @@ the count does not know, from what the trials' transformers built for it where a
 resolved it (autotune.estimate.resolved): its fields counted with the llama layout, and the
 build's parameters, largest layer and module, exact. A composite config (Gemma 3, Llama 4,
 Qwen3.5: a language model's fields under `text_config`, a vision tower beside it) is counted
-from its language model, the build's parameters being all of it; one with no transformer
-layout to read (a state-space model, an encoder-decoder) by its parameters alone, its
-activations not estimated.
+from its language model, the build's parameters being all of it; one with no layout the count
+reads (no attention heads, as a state-space model; sizes that vary by layer, as Gemma 3n's) by
+its parameters alone, its activations not estimated.
 """
 
 from __future__ import annotations
@@ -58,12 +58,14 @@ def model_shape_for(workload: Any) -> ModelShape | None:
 def model_from_resolved(resolved: ResolvedModel) -> ModelShape:
     """What the trials' transformers built: its fields (a composite config's `text_config`)
     with the llama layout, and what the build counts exactly (ResolvedModel.counted)."""
-    try:
-        shape = model_from_hf_config(resolved.fields)
-    except UserError:
-        text = resolved.fields.get("text_config")
-        if not isinstance(text, dict):  # no layout to read: its parameters alone
-            return model_from_params(resolved.params).model_copy(
-                update={"name": resolved.family, "source": resolved.source_params_only})
-        shape = model_from_hf_config(text)
-    return shape.model_copy(update={**resolved.counted, "source": resolved.source})
+    text = resolved.fields.get("text_config")
+    for fields in (resolved.fields, text if isinstance(text, dict) else None):
+        try:
+            shape = model_from_hf_config(fields) if fields else None
+        except UserError:
+            continue
+        if shape is not None:
+            return shape.model_copy(update={**resolved.counted, "source": resolved.source})
+    # No layout to read (no attention heads; sizes that vary by layer): its parameters alone.
+    return model_from_params(resolved.params).model_copy(
+        update={"name": resolved.family, "source": resolved.source_params_only})
