@@ -191,3 +191,9 @@ def _worker_shape_of_any(wl: HFWorkload) -> int:
 
     model, _ = hf.build_hf_model(wl, meta=True)
     return sum(p.numel() for p in model.parameters())
+
+
+def test_a_config_that_cannot_be_read_here_is_not_resolved(tmp_path):
+    """Its own reading names the problem (a missing config.json, as workload.config_path:
+    tests/test_bad_files.py); a preflight would only say it another way."""
+    assert not needs_resolving(HFWorkload(config_path=str(tmp_path / "missing.json")))

@@ -86,8 +86,9 @@ def workload_key(workload: Any) -> str:
 
 
 def needs_resolving(workload: Any) -> bool:
-    """A Hugging Face workload of a family outside the count's defaults table (or one whose
-    config cannot be read here: the preflight then names the problem)."""
+    """A Hugging Face workload of a family outside the count's defaults table. One whose config
+    cannot be read here is not: the caller's own reading of it names the problem (a missing
+    config.json, as workload.config_path), which a preflight would only say another way."""
     from autotune.contract import HFWorkload
     from autotune.estimate import hf_count, hf_defaults
 
@@ -97,7 +98,7 @@ def needs_resolving(workload: Any) -> bool:
         source = workload.config_path or {"model_type": workload.model_type}
         cfg, _ = hf_count.read_hf_config(source, workload.config_overrides)
     except UserError:
-        return True
+        return False
     return str(cfg.get("model_type", "")).lower() not in hf_defaults.TYPE_DEFAULTS
 
 
