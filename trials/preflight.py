@@ -16,6 +16,7 @@ on the meta device (shapes only: no memory, no init; a second for an 80B mixture
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -35,14 +36,14 @@ def check(cfg, model_out: Path | None = None) -> None:
         config = build_hf_config(wl)  # the config every trial builds
         check_positions(config, cfg.seq_len)
         if model_out is not None:
-            write_model(wl, model_out)
+            write_model(wl, config, model_out)
     elif isinstance(wl, EntryPointWorkload):
         from trials.workloads.entry import load_function
 
         load_function(wl)
 
 
-def write_model(wl, path: Path) -> None:
+def write_model(wl, config, path: Path) -> None:
     """The resolved fields and, from the meta build, the parameters of the model, of its largest
     decoder layer (what FSDP2 gathers at a time) and of its largest single module, counting only
     the module's own tensors (what ZeRO-3 gathers at a time: an embedding, one projection, a
@@ -51,7 +52,7 @@ def write_model(wl, path: Path) -> None:
 
     from trials.workloads.hf import build_hf_model, decoder_layers
 
-    model, config = build_hf_model(wl, meta=True)
+    model, _ = build_hf_model(wl, meta=True, config=config)
 
     def count(module, recurse: bool = True) -> int:
         return sum(p.numel() for p in module.parameters(recurse=recurse))
@@ -67,10 +68,12 @@ def write_model(wl, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     from autotune.contract import TrialConfig
 
-    args = sys.argv[1:] if argv is None else argv
-    model_out = Path(args[2]) if len(args) > 2 and args[1] == "--model-out" else None
+    ap = argparse.ArgumentParser(prog="python -m trials.preflight")
+    ap.add_argument("config", type=Path, help="the trial's config.json")
+    ap.add_argument("--model-out", type=Path, default=None, help="write what an HF workload builds here")
+    args = ap.parse_args(argv)
     try:
-        check(TrialConfig.read(args[0]), model_out)
+        check(TrialConfig.read(args.config), args.model_out)
     except Exception as exc:  # noqa: BLE001 - every reason becomes one line for the controller
         print(f"{type(exc).__name__}: {exc}".replace("\n", " "), file=sys.stderr)
         return EXIT_BAD_WORKLOAD

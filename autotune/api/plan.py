@@ -156,16 +156,16 @@ def _config_model(path: str):
     the trials' transformers builds it (autotune.run.preflight.resolve_unknown_family)."""
     from autotune.contract import HFWorkload
     from autotune.estimate.compute import model_from_hf_config
-    from autotune.estimate.resolved import needs_resolving
-    from autotune.estimate.workload import model_from_workload
+    from autotune.estimate.resolved import resolved_for
+    from autotune.estimate.workload import model_from_resolved
     from autotune.run.preflight import resolve_unknown_family
     from autotune.spec import SweepSpec
 
     workload = HFWorkload(config_path=str(Path(path).resolve()))
-    if not Path(path).exists() or not needs_resolving(workload):
-        return model_from_hf_config(path)  # its own errors name the path as given
-    resolve_unknown_family(SweepSpec(workload=workload, seq_len=1))
-    return model_from_workload(workload)
+    resolve_unknown_family(SweepSpec(workload=workload, seq_len=1))  # nothing where it cannot read it
+    resolved = resolved_for(workload)
+    # Else the count's own reading, whose errors name the path as given.
+    return model_from_resolved(resolved) if resolved is not None else model_from_hf_config(path)
 
 
 def _count(text: str) -> int:

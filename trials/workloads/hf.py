@@ -155,10 +155,11 @@ def check_positions(config: Any, seq_len: int) -> None:
                                 "max_position_embeddings (config_overrides)")
 
 
-def build_hf_model(wl: HFWorkload, meta: bool = False) -> tuple[torch.nn.Module, Any]:
-    """(model, config); `meta`: shapes only, no memory and no init."""
+def build_hf_model(wl: HFWorkload, meta: bool = False, config: Any = None) -> tuple[torch.nn.Module, Any]:
+    """(model, config); `meta`: shapes only, no memory and no init; `config`: the workload's
+    config built already (build_hf_config), not built again."""
     transformers = transformers_module()
-    config = build_hf_config(wl)
+    config = config if config is not None else build_hf_config(wl)
     try:
         with torch.device("meta") if meta else contextlib.nullcontext():
             model = transformers.AutoModelForCausalLM.from_config(config)
