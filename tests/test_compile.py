@@ -1,8 +1,9 @@
 """torch.compile as a search dimension: the space, the config key, the charge in the score, and
 real compiled trials and a real sweep on 2 CPU ranks (Inductor's C++ backend, built with gcc).
 
-The real ones share one study folder, hence one compile cache: the sweep's compiled config is
-the lone trial's, so it loads what that trial compiled (the cache a study keeps).
+The real ones share one study folder: a lone trial (`autotune trial --out`) keeps Inductor's
+cache in its own trial folder and loads it when run again there; the sweep's trials share the
+study's cache (`autotune_runs/<study>/compile_cache`), which the lone trial's does not seed.
 """
 
 from __future__ import annotations
