@@ -114,7 +114,8 @@ TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 # only where the config sets it under none of its names.
 HIDDEN = ("hidden_size", "n_embd", "d_model", "word_embed_proj_dim")
 LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")  # n_layers: mpt's, dbrx's
-HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")  # and xglm's
+HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads",  # n_heads: mpt's, dbrx's
+         "attention_heads")  # xglm's
 FFN = ("intermediate_size", "n_inner", "ffn_dim")
 POSITIONS = ("max_position_embeddings", "n_positions")
 KV_HEADS = ("num_key_value_heads", "multi_query_group_num")

@@ -58,14 +58,14 @@ def model_shape_for(workload: Any) -> ModelShape | None:
 def model_from_resolved(resolved: ResolvedModel) -> ModelShape:
     """What the trials' transformers built: its fields (a composite config's `text_config`)
     with the llama layout, and what the build counts exactly (ResolvedModel.counted)."""
-    text = resolved.fields.get("text_config")
-    for fields in (resolved.fields, text if isinstance(text, dict) else None):
+    for fields in (resolved.fields, resolved.fields.get("text_config")):
+        if not isinstance(fields, dict):
+            continue
         try:
-            shape = model_from_hf_config(fields) if fields else None
+            shape = model_from_hf_config(fields)
         except UserError:
             continue
-        if shape is not None:
-            return shape.model_copy(update={**resolved.counted, "source": resolved.source})
+        return shape.model_copy(update={**resolved.counted, "source": resolved.source})
     # No layout to read (no attention heads; sizes that vary by layer): its parameters alone.
     return model_from_params(resolved.params).model_copy(
         update={"name": resolved.family, "source": resolved.source_params_only})
