@@ -96,6 +96,9 @@ class CalibrationFit(BaseModel):
     # stored by older versions.
     sum_sq_log_error: float | None = None
     resid_dof: int | None = None
+    # Engines with a trial measured under its analytic figure: for them that figure is no lower
+    # bound on this machine, so it cannot overrule the calibrated prediction (MemoryGuard.predict).
+    analytic_over: list[str] = []
 
     def sd_log(self, prior: float, prior_dof: float) -> float:
         """sd of log (measured / predicted) for a config the fit has not seen: its residuals,
@@ -177,7 +180,8 @@ def fit_calibration(points: list[CalibrationPoint], hardware: str) -> Calibratio
         basis += " + multi-rank term"
     fit = CalibrationFit(hardware=hardware, constant_bytes=constants, distributed_bytes=dist,
                          scale=scale, n_points=len(points), median_rel_error=0.0,
-                         max_under_prediction=0.0, basis=basis)
+                         max_under_prediction=0.0, basis=basis,
+                         analytic_over=sorted({p.engine for p in points if p.measured_bytes < p.analytic_bytes}))
     preds = [fit.predict(p.analytic_bytes, p.engine, p.ranks)[0] for p in points]
     if min(preds) <= 0:
         # The analytic figure overestimates these peaks so far that even the smallest slope leaves
@@ -318,8 +322,11 @@ class MemoryGuard:
             sd = math.hypot(sd, sd_run)
             basis += f"; error sd {sd:.1%} (log) from this machine's calibration errors"
             p = 1.0 if limit is None else normal_cdf(math.log(limit / max(1, predicted)) / sd)
-        if limit is not None and analytic > limit:
-            p = 0.0  # even the analytic figure is over (no strict bound: docs/benchmarks.md, memory)
+        if limit is not None and analytic > limit and (self.fit is None or engine not in self.fit.analytic_over):
+            # Even the analytic figure is over, and no trial of this engine has come in under its
+            # own (the figure is no strict bound: docs/benchmarks.md, memory).
+            p = 0.0
+            basis += f"; the analytic figure alone, {fmt_bytes(analytic)}, is over the limit"
         if self.margin:
             basis += f"; fixed headroom {self.margin:.0%} below the limit (memory.safety_margin)"
         return Verdict(p >= P_HOLD or not self.enabled, est, int(predicted), limit, self.margin, basis,
