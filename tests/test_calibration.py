@@ -172,11 +172,12 @@ def test_device_limit():
     assert device_limit_bytes(gpu, 8, None) == 80 * 10**9
 
 
-def test_the_analytic_figure_holds_back_only_while_the_engines_trials_never_came_in_under_it():
+def test_the_analytic_figure_is_a_lower_bound_only_as_low_as_the_engines_trials_came():
     """The analytic figure counts what the model holds; a runtime may hold less (FSDP2 on CPU
     came in 24% under it). Until a trial of the engine has, a config whose figure alone is over
-    the limit is held back whatever the calibration says; after, the calibrated prediction and
-    its errors decide (a 2-rank FSDP2 config 16% under the limit was held back before)."""
+    the limit is held back whatever the calibration says; after, the bound is the figure times
+    the lowest measured / analytic of the engine's trials (a 2-rank FSDP2 config 16% under the
+    limit was held back before)."""
     cfg = _tiny_cfg(32)
     analytic = MemoryGuard(CPU).predict(cfg).predicted_bytes  # uncalibrated: the analytic figure
     limit = int(analytic * 0.93)
@@ -192,13 +193,19 @@ def test_the_analytic_figure_holds_back_only_while_the_engines_trials_never_came
         return guard.predict(cfg)
 
     held = fitted()
-    assert held.predicted_bytes < limit * 0.9 and guard.fit.analytic_over == []
-    assert held.p_fit == 0.0 and not held.launch and "analytic figure alone" in held.basis
-    # one ddp trial came in under its analytic figure (0.83x): the figure no longer overrules
+    assert held.predicted_bytes < limit * 0.9 and guard.fit.analytic_floor == {}
+    assert held.p_fit == 0.0 and not held.launch and "lower bound alone" in held.basis
+    # one ddp trial came in at 0.83x its analytic figure: the bound is 0.83x this config's, under the limit
     a = 0.9 * analytic
     freed = fitted(CalibrationPoint(a, 0.12 * analytic + 0.7 * a, "ddp"))
-    assert (0.12 * analytic + 0.7 * a) / a < 0.85 and guard.fit.analytic_over == ["ddp"]
-    assert freed.launch and freed.p_fit >= P_HOLD and "analytic figure alone" not in freed.basis
+    assert guard.fit.analytic_floor["ddp"] == pytest.approx(0.12 / 0.9 + 0.7)
+    assert freed.launch and freed.p_fit >= P_HOLD and "lower bound alone" not in freed.basis
+    # one that came in at 0.97x: the bound is still over the limit (0.93x)
+    a = 0.12 * analytic / 0.27  # on the line, at 0.97x its figure
+    near = fitted(CalibrationPoint(a, 0.12 * analytic + 0.7 * a, "ddp"))
+    assert guard.fit.analytic_floor["ddp"] == pytest.approx(0.97)
+    assert near.p_fit == 0.0 and not near.launch
     # another engine's trial under its figure says nothing about this one's
+    a = 0.9 * analytic
     other = fitted(CalibrationPoint(a, 0.12 * analytic + 0.7 * a, "fsdp2"))
-    assert guard.fit.analytic_over == ["fsdp2"] and other.p_fit == 0.0 and not other.launch
+    assert list(guard.fit.analytic_floor) == ["fsdp2"] and other.p_fit == 0.0 and not other.launch

@@ -96,9 +96,9 @@ class CalibrationFit(BaseModel):
     # stored by older versions.
     sum_sq_log_error: float | None = None
     resid_dof: int | None = None
-    # Engines with a trial measured under its analytic figure: for them that figure is no lower
-    # bound on this machine, so it cannot overrule the calibrated prediction (MemoryGuard.predict).
-    analytic_over: list[str] = []
+    # Per engine whose trials came in under their analytic figures: the lowest measured / analytic
+    # ratio. On this machine that engine's lower bound is the figure times it (MemoryGuard.predict).
+    analytic_floor: dict[str, float] = {}
 
     def sd_log(self, prior: float, prior_dof: float) -> float:
         """sd of log (measured / predicted) for a config the fit has not seen: its residuals,
@@ -180,8 +180,9 @@ def fit_calibration(points: list[CalibrationPoint], hardware: str) -> Calibratio
         basis += " + multi-rank term"
     fit = CalibrationFit(hardware=hardware, constant_bytes=constants, distributed_bytes=dist,
                          scale=scale, n_points=len(points), median_rel_error=0.0,
-                         max_under_prediction=0.0, basis=basis,
-                         analytic_over=sorted({p.engine for p in points if p.measured_bytes < p.analytic_bytes}))
+                         max_under_prediction=0.0, basis=basis)
+    lowest = {e: min(p.measured_bytes / p.analytic_bytes for p in points if p.engine == e) for e in engines}
+    fit.analytic_floor = {e: r for e, r in lowest.items() if r < 1.0}
     preds = [fit.predict(p.analytic_bytes, p.engine, p.ranks)[0] for p in points]
     if min(preds) <= 0:
         # The analytic figure overestimates these peaks so far that even the smallest slope leaves
@@ -322,11 +323,12 @@ class MemoryGuard:
             sd = math.hypot(sd, sd_run)
             basis += f"; error sd {sd:.1%} (log) from this machine's calibration errors"
             p = 1.0 if limit is None else normal_cdf(math.log(limit / max(1, predicted)) / sd)
-        if limit is not None and analytic > limit and (self.fit is None or engine not in self.fit.analytic_over):
-            # Even the analytic figure is over, and no trial of this engine has come in under its
-            # own (the figure is no strict bound: docs/benchmarks.md, memory).
+        # The analytic figure is a lower bound until this engine's trials come in under theirs (no
+        # strict bound: docs/benchmarks.md, memory); then the bound is as low as they came.
+        floor = (self.fit.analytic_floor.get(engine, 1.0) if self.fit is not None else 1.0) * analytic
+        if limit is not None and floor > limit:
             p = 0.0
-            basis += f"; the analytic figure alone, {fmt_bytes(analytic)}, is over the limit"
+            basis += f"; its lower bound alone, {fmt_bytes(floor)}, is over the limit"
         if self.margin:
             basis += f"; fixed headroom {self.margin:.0%} below the limit (memory.safety_margin)"
         return Verdict(p >= P_HOLD or not self.enabled, est, int(predicted), limit, self.margin, basis,
