@@ -781,3 +781,37 @@ def test_a_tight_pick_that_keeps_its_place_says_what_headroom_would_cost(monkeyp
     bill = render(plan)["bill.md"]
     assert f"one more run (the long run) fits with {fit.p_run:.0%} chance. **Little headroom**" in bill, bill
     assert "To give it some: " in bill and f"The report: {note[0].upper()}{note[1:]}." in bill, bill
+
+
+def test_where_no_candidate_has_any_chance_to_fit_the_probe_is_the_nearest_the_limit(tmp_path):
+    """Every candidate left is certain not to fit by the model (p 0: its lower bound alone is
+    over the limit). The probe that never gives up is then the one whose predicted peak is
+    nearest the limit, not the first in speed order, which is the largest micro-batch with the
+    fewest savers: a real sweep of a 97.5M qwen2 on 2 CPU ranks under 1.6 GB launched DDP at
+    micro-batch 8 (5.9 GiB) that way and never tried FSDP2. Among equal chances above 0 the
+    most promising still goes first."""
+    from autotune.search.fit import Candidate, FitModel, choose_probe
+    from autotune.search.objective import trial_config_for
+
+    spec = _spec(tmp_path, 600 * MB)
+    ctx = _study_with(spec, tmp_path, [(1, "none", 500 * MB, "ok")])
+    guard = MemoryGuard(ctx.hardware, 600 * MB)
+    guard.load(ctx.study)
+    fits = FitModel.from_study(ctx, guard)
+
+    def cand(mb: int, ckpt: str, p: float) -> Candidate:
+        values = dict(num_gpus=1, tp_degree=1, micro_batch_size=mb, grad_accum_steps=1, precision="fp32",
+                      checkpointing=ckpt, zero_stage=0, offload="none")
+        cfg = trial_config_for(values, spec, ctx.machine, 1, seed=0)
+        return Candidate({"micro_batch_size": mb}, values, cfg, f"mb{mb}-{ckpt}", p,
+                         fits.peak_to_limit(cfg) if p == 0.0 else 0.0)
+
+    pool = [cand(64, "none", 0.0), cand(64, "full", 0.0), cand(32, "none", 0.0)]
+    predicted = {c.key: guard.predict(c.cfg).predicted_bytes for c in pool}
+    assert [c.peak_to_limit for c in pool] == [pytest.approx(predicted[c.key] / (600 * MB)) for c in pool]
+    nearest = min(pool, key=lambda c: predicted[c.key])
+    assert nearest.key != "mb64-none" and choose_probe(pool).key == nearest.key
+    # the same configs with an equal chance above 0: the fastest (fewest savers, largest batch)
+    for c in pool:
+        c.p_fit = 0.1
+    assert choose_probe(pool).key == "mb64-none"

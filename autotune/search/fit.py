@@ -139,6 +139,11 @@ class FitModel:
         """From the calibrated model and its errors on this hardware."""
         return self.guard.predict(cfg, sd_log_run=self.sd_run).p_fit
 
+    def peak_to_limit(self, cfg: TrialConfig) -> float:
+        """The calibrated peak per rank over the limit (1.0: at it; 0.0: no limit or no model)."""
+        v = self.guard.predict(cfg, sd_log_run=self.sd_run)
+        return v.predicted_bytes / v.limit_bytes if v.predicted_bytes and v.limit_bytes else 0.0
+
     def p_fit(self, cfg: TrialConfig, key: str | None = None) -> float:
         """The config's own runs when it has some; else the model, within what order says."""
         if key is not None and key in self.measured:
@@ -204,17 +209,24 @@ class Candidate:
     cfg: TrialConfig
     key: str
     p_fit: float
+    # Its predicted peak per rank over the limit, where p_fit is 0 (else 0.0: not needed).
+    peak_to_limit: float = 0.0
 
 
 def choose_probe(candidates: list[Candidate], prefer: str | None = None) -> Candidate | None:
     """Among untried candidates: the most promising of those likely to fit (P_FITS), else the
-    one most likely to fit (the most promising among equals). An out-of-memory probe costs a
-    trial; a config never tried may be the optimum. `prefer`: as `speed_prior`."""
+    one most likely to fit (the most promising among equals; where none has any chance, the
+    nearest the limit by its predicted peak, not the fastest: that is the largest). An
+    out-of-memory probe costs a trial; a config never tried may be the optimum. `prefer`: as
+    `speed_prior`."""
     ordered = sorted(candidates, key=lambda c: speed_prior(c.values, prefer))
     likely = [c for c in ordered if c.p_fit >= P_FITS]
     if likely:
         return likely[0]
-    return max(ordered, key=lambda c: c.p_fit, default=None)
+    best = max(ordered, key=lambda c: c.p_fit, default=None)
+    if best is not None and best.p_fit == 0.0:
+        return min(ordered, key=lambda c: c.peak_to_limit)
+    return best
 
 
 # A scan skips a micro-batch only when the model gives it less than this chance to fit: on a

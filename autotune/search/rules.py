@@ -380,7 +380,8 @@ class FitRule:
                 continue
             skip.add(key)
             cfg = trial_config_for(values, spec, ms, nodes, seed=0)
-            out.append(Candidate(params, values, cfg, key, fits.p_fit(cfg, key)))
+            p = fits.p_fit(cfg, key)
+            out.append(Candidate(params, values, cfg, key, p, fits.peak_to_limit(cfg) if p == 0.0 else 0.0))
         return out
 
     def queued_keys(self, study) -> set[str]:
