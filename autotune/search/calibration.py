@@ -327,8 +327,9 @@ class MemoryGuard:
         # strict bound: docs/benchmarks.md, memory); then the bound is as low as they came.
         floor = (self.fit.analytic_floor.get(engine, 1.0) if self.fit is not None else 1.0) * analytic
         if limit is not None and floor > limit:
-            p = 0.0  # uncalibrated, the basis says so already: the prediction is the bound
-            basis += f"; its lower bound alone, {fmt_bytes(floor)}, is over the limit" if self.fit else ""
+            p = 0.0
+            if self.fit is not None:  # uncalibrated, the prediction is this bound and its basis says so
+                basis += f"; its lower bound alone, {fmt_bytes(floor)}, is over the limit"
         if self.margin:
             basis += f"; fixed headroom {self.margin:.0%} below the limit (memory.safety_margin)"
         return Verdict(p >= P_HOLD or not self.enabled, est, int(predicted), limit, self.margin, basis,

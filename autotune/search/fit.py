@@ -216,7 +216,7 @@ class Candidate:
 def choose_probe(candidates: list[Candidate], prefer: str | None = None) -> Candidate | None:
     """Among untried candidates: the most promising of those likely to fit (P_FITS), else the
     one most likely to fit (the most promising among equals; where none has any chance, the
-    nearest the limit by its predicted peak, not the fastest: that is the largest). An
+    nearest the limit by its predicted peak, not the first in speed order: the largest). An
     out-of-memory probe costs a trial; a config never tried may be the optimum. `prefer`: as
     `speed_prior`."""
     ordered = sorted(candidates, key=lambda c: speed_prior(c.values, prefer))
