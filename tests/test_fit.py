@@ -790,25 +790,26 @@ def test_where_no_candidate_has_any_chance_to_fit_the_probe_is_the_nearest_the_l
     fewest savers: a real sweep of a 97.5M qwen2 on 2 CPU ranks under 1.6 GB launched DDP at
     micro-batch 8 (5.9 GiB) that way and never tried FSDP2. Among equal chances above 0 the
     most promising still goes first."""
-    from autotune.search.fit import Candidate, FitModel, choose_probe
+    from autotune.search.fit import FitModel, choose_probe
     from autotune.search.objective import trial_config_for
 
-    spec = _spec(tmp_path, 600 * MB)
+    limit = 300 * MB  # under every candidate's analytic figure
+    spec = _spec(tmp_path, limit)
     ctx = _study_with(spec, tmp_path, [(1, "none", 500 * MB, "ok")])
-    guard = MemoryGuard(ctx.hardware, 600 * MB)
+    guard = MemoryGuard(ctx.hardware, limit)
     guard.load(ctx.study)
     fits = FitModel.from_study(ctx, guard)
 
-    def cand(mb: int, ckpt: str, p: float) -> Candidate:
+    def cand(mb: int, ckpt: str):
         values = dict(num_gpus=1, tp_degree=1, micro_batch_size=mb, grad_accum_steps=1, precision="fp32",
                       checkpointing=ckpt, zero_stage=0, offload="none")
         cfg = trial_config_for(values, spec, ctx.machine, 1, seed=0)
-        return Candidate({"micro_batch_size": mb}, values, cfg, f"mb{mb}-{ckpt}", p,
-                         fits.peak_to_limit(cfg) if p == 0.0 else 0.0)
+        return fits.candidate({"micro_batch_size": mb}, values, cfg, f"mb{mb}-{ckpt}")  # as FitRule builds them
 
-    pool = [cand(64, "none", 0.0), cand(64, "full", 0.0), cand(32, "none", 0.0)]
+    pool = [cand(64, "none"), cand(64, "full"), cand(32, "none")]
+    assert [c.p_fit for c in pool] == [0.0, 0.0, 0.0]
     predicted = {c.key: guard.predict(c.cfg).predicted_bytes for c in pool}
-    assert [c.peak_to_limit for c in pool] == [pytest.approx(predicted[c.key] / (600 * MB)) for c in pool]
+    assert [c.peak_to_limit for c in pool] == [pytest.approx(predicted[c.key] / limit) for c in pool]
     nearest = min(pool, key=lambda c: predicted[c.key])
     assert nearest.key != "mb64-none" and choose_probe(pool).key == nearest.key
     # the same configs with an equal chance above 0: the fastest (fewest savers, largest batch)

@@ -144,6 +144,11 @@ class FitModel:
         v = self.guard.predict(cfg, sd_log_run=self.sd_run)
         return v.predicted_bytes / v.limit_bytes if v.predicted_bytes and v.limit_bytes else 0.0
 
+    def candidate(self, params: dict[str, Any], values: dict[str, Any], cfg: TrialConfig, key: str) -> Candidate:
+        """An untried config with its chance to fit, and where that is 0, how near the limit it is."""
+        p = self.p_fit(cfg, key)
+        return Candidate(params, values, cfg, key, p, self.peak_to_limit(cfg) if p == 0.0 else 0.0)
+
     def p_fit(self, cfg: TrialConfig, key: str | None = None) -> float:
         """The config's own runs when it has some; else the model, within what order says."""
         if key is not None and key in self.measured:

@@ -360,7 +360,6 @@ class FitRule:
     def candidates(self, study, trials, fits) -> list:
         """Untried, unqueued configs of this machine's space with their chance to fit: every
         config when the space can be listed, else the neighbours of those measured."""
-        from autotune.search.fit import Candidate
         from autotune.search.objective import trial_config_for
         from autotune.search.space_walk import neighbours
 
@@ -380,8 +379,7 @@ class FitRule:
                 continue
             skip.add(key)
             cfg = trial_config_for(values, spec, ms, nodes, seed=0)
-            p = fits.p_fit(cfg, key)
-            out.append(Candidate(params, values, cfg, key, p, fits.peak_to_limit(cfg) if p == 0.0 else 0.0))
+            out.append(fits.candidate(params, values, cfg, key))
         return out
 
     def queued_keys(self, study) -> set[str]:
